@@ -1,0 +1,249 @@
+//! A loaded, validated policy component: compiled once, instantiated many times.
+
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::types::ComponentItem;
+use wasmtime::component::{Component, Linker};
+use wasmtime::Engine;
+
+use crate::bindings::PolicyPre;
+use crate::error::LoadError;
+use crate::sandbox::GuestState;
+
+/// The contract this host implements.
+pub const CONTRACT: &str = "agentrt:policy@0.1.0";
+const GUEST_EXPORT: &str = "agentrt:policy/guest";
+/// Interfaces a policy may import. Everything else (WASI included) is refused at load.
+const GRANTED_IMPORTS: &[&str] = &["agentrt:policy/host", "agentrt:policy/types"];
+
+/// A component that implements the `agentrt:policy/policy` world, ready to instantiate.
+pub struct PolicyComponent {
+    name: String,
+    digest: String,
+    size_bytes: usize,
+    pre: PolicyPre<GuestState>,
+    load: LoadStats,
+}
+
+/// How a component was loaded.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadStats {
+    /// True when the compiled artifact came from the on-disk cache.
+    pub from_cache: bool,
+    /// Compile or deserialize time.
+    pub elapsed: Duration,
+}
+
+impl PolicyComponent {
+    pub(crate) fn load(
+        engine: &Engine,
+        linker: &Linker<GuestState>,
+        cache: Option<&crate::ArtifactCache>,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<Self, LoadError> {
+        check_header(name, bytes)?;
+        let digest = hex::encode(Sha256::digest(bytes));
+        let started = std::time::Instant::now();
+        let cached = cache.and_then(|c| c.get(engine, &digest));
+        let from_cache = cached.is_some();
+        let component = match cached {
+            Some(component) => component,
+            None => {
+                let component = Component::new(engine, bytes).map_err(|e| {
+                    LoadError::new(name, format!("not a valid component: {}", root_cause(&e)))
+                })?;
+                if let Some(cache) = cache {
+                    cache.put(&digest, &component);
+                }
+                component
+            }
+        };
+        let elapsed = started.elapsed();
+        check_world(engine, name, &component)?;
+        let instance_pre = linker.instantiate_pre(&component).map_err(|e| {
+            LoadError::new(
+                name,
+                format!("does not fit the {CONTRACT} world: {}", root_cause(&e)),
+            )
+        })?;
+        let pre = PolicyPre::new(instance_pre).map_err(|e| {
+            LoadError::new(
+                name,
+                format!("exports do not match the {CONTRACT} world: {e:#}"),
+            )
+        })?;
+        Ok(Self {
+            name: name.to_string(),
+            digest,
+            size_bytes: bytes.len(),
+            pre,
+            load: LoadStats {
+                from_cache,
+                elapsed,
+            },
+        })
+    }
+
+    /// The file name or the name it was loaded under.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// SHA-256 of the component's bytes, hex.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+    pub fn size_bytes(&self) -> usize {
+        self.size_bytes
+    }
+    pub fn load_stats(&self) -> LoadStats {
+        self.load
+    }
+    pub(crate) fn pre(&self) -> &PolicyPre<GuestState> {
+        &self.pre
+    }
+
+    /// The component's imports and exports with their functions, for `agentrt policy check`.
+    pub fn world(&self, engine: &Engine) -> WorldShape {
+        shape(engine, self.pre.instance_pre().component())
+    }
+}
+
+/// Imports and exports of a component, by interface, with each interface's function names.
+#[derive(Debug, Clone, Default)]
+pub struct WorldShape {
+    pub imports: Vec<(String, Vec<String>)>,
+    pub exports: Vec<(String, Vec<String>)>,
+}
+
+fn shape(engine: &Engine, component: &Component) -> WorldShape {
+    let ty = component.component_type();
+    let describe = |name: &str, item: &ComponentItem| -> (String, Vec<String>) {
+        let funcs = match item {
+            ComponentItem::ComponentInstance(instance) => instance
+                .exports(engine)
+                .filter(|(_, e)| matches!(e.ty, ComponentItem::ComponentFunc(_)))
+                .map(|(n, _)| n.to_string())
+                .collect(),
+            _ => Vec::new(),
+        };
+        (name.to_string(), funcs)
+    };
+    WorldShape {
+        imports: ty
+            .imports(engine)
+            .map(|(n, e)| describe(n, &e.ty))
+            .collect(),
+        exports: ty
+            .exports(engine)
+            .map(|(n, e)| describe(n, &e.ty))
+            .collect(),
+    }
+}
+
+/// Reject what is not a component before handing bytes to the compiler, with a message that says
+/// what the bytes are instead.
+fn check_header(name: &str, bytes: &[u8]) -> Result<(), LoadError> {
+    const MAGIC: &[u8; 4] = b"\0asm";
+    const CORE_MODULE: [u8; 4] = [1, 0, 0, 0];
+    if bytes.len() < 8 {
+        return Err(LoadError::new(
+            name,
+            format!(
+                "truncated: {} bytes is shorter than a Wasm header",
+                bytes.len()
+            ),
+        ));
+    }
+    if &bytes[..4] != MAGIC {
+        return Err(LoadError::new(
+            name,
+            "not a WebAssembly binary (no \\0asm header)",
+        ));
+    }
+    if bytes[4..8] == CORE_MODULE {
+        return Err(LoadError::new(
+            name,
+            "is a core WebAssembly module, not a component: encode it as a component \
+             (`cargo xtask build-policies` does this for Rust policies; or `wasm-tools component new`)",
+        ));
+    }
+    Ok(())
+}
+
+/// Check the component's imports and exports against the contract and say exactly what differs.
+fn check_world(engine: &Engine, name: &str, component: &Component) -> Result<(), LoadError> {
+    let ty = component.component_type();
+    let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
+    let expected = format!(
+        "{GUEST_EXPORT}@{}",
+        CONTRACT.rsplit('@').next().unwrap_or_default()
+    );
+    match exports.iter().find(|e| e.split('@').next() == Some(GUEST_EXPORT)) {
+        None => {
+            return Err(LoadError::new(
+                name,
+                format!(
+                    "does not implement the {CONTRACT} world: missing export `{expected}` (it exports {})",
+                    list_or_nothing(&exports)
+                ),
+            ))
+        }
+        Some(found) if !same_contract_line(found, &expected) => {
+            return Err(LoadError::new(
+                name,
+                format!("was built against `{found}`, but this host implements `{expected}`"),
+            ))
+        }
+        Some(_) => {}
+    }
+    let refused: Vec<String> = ty
+        .imports(engine)
+        .map(|(n, _)| n.to_string())
+        .filter(|n| !GRANTED_IMPORTS.contains(&n.split('@').next().unwrap_or_default()))
+        .collect();
+    if !refused.is_empty() {
+        return Err(LoadError::new(
+            name,
+            format!(
+                "imports {} which agentrt does not grant: a policy may import only {GRANTED_IMPORTS:?}",
+                list_or_nothing(&refused)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Semver compatibility for the contract: same major, or same minor while major is 0.
+fn same_contract_line(found: &str, expected: &str) -> bool {
+    let line = |s: &str| {
+        let version = s.rsplit('@').next().unwrap_or_default();
+        let mut parts = version.split('.');
+        let major = parts.next().unwrap_or_default().to_string();
+        let minor = parts.next().unwrap_or_default().to_string();
+        if major == "0" {
+            format!("0.{minor}")
+        } else {
+            major
+        }
+    };
+    line(found) == line(expected)
+}
+
+fn list_or_nothing(names: &[String]) -> String {
+    if names.is_empty() {
+        "nothing".to_string()
+    } else {
+        names
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// wasmtime errors carry context chains; the innermost message is the one that names the problem.
+pub(crate) fn root_cause(e: &wasmtime::Error) -> String {
+    format!("{e:#}")
+}

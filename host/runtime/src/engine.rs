@@ -1,0 +1,218 @@
+//! The wasmtime engine every policy runs on: configuration, the linker with the host's imports, the
+//! epoch ticker that enforces call deadlines, and the compiled-artifact cache.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::artifact_cache::ArtifactCache;
+use crate::bindings::Policy;
+use crate::component::PolicyComponent;
+use crate::error::LoadError;
+use crate::sandbox::GuestState;
+
+/// How the engine is set up. The defaults suit a serving host.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Pre-allocate instance slots (pooling allocator): instantiation drops from ~18 µs to ~6–12 µs.
+    /// `None` uses on-demand allocation.
+    pub pooling: Option<PoolingOptions>,
+    /// Where compiled artifacts are kept; `None` disables the cache.
+    pub cache_dir: Option<PathBuf>,
+    /// Granularity of call deadlines. Deadlines are enforced by epoch interruption: a thread bumps
+    /// the engine's epoch every tick, and generated code checks it at loop headers and calls.
+    pub epoch_tick: Duration,
+    /// Seed for `random-seed`: fixed for reproducible runs, `None` to draw one per engine.
+    pub seed: Option<u64>,
+}
+
+/// Sizes of the pooling allocator.
+#[derive(Debug, Clone)]
+pub struct PoolingOptions {
+    /// Instance slots reserved up front: the most policy instances alive at once.
+    pub max_instances: u32,
+    /// Largest linear memory any instance may have (per-tenant caps sit under this).
+    pub max_memory_bytes: usize,
+    /// Bytes of each slot's memory kept resident between uses, so reuse does not page-fault.
+    pub keep_resident_bytes: usize,
+}
+
+impl Default for PoolingOptions {
+    fn default() -> Self {
+        Self {
+            max_instances: 128,
+            max_memory_bytes: 256 << 20,
+            keep_resident_bytes: 1 << 20,
+        }
+    }
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            pooling: Some(PoolingOptions::default()),
+            cache_dir: default_cache_dir(),
+            epoch_tick: Duration::from_millis(1),
+            seed: None,
+        }
+    }
+}
+
+/// `$AGENTRT_CACHE_DIR`, else `$XDG_CACHE_HOME/agentrt`, else `~/.cache/agentrt`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("AGENTRT_CACHE_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(dir).join("agentrt"));
+    }
+    std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache").join("agentrt"))
+}
+
+/// Shared by every policy of a host. Cheap to clone.
+#[derive(Clone)]
+pub struct PolicyEngine {
+    inner: Arc<EngineInner>,
+}
+
+struct EngineInner {
+    engine: Engine,
+    linker: Linker<GuestState>,
+    cache: Option<ArtifactCache>,
+    options: EngineOptions,
+    clock_origin: Instant,
+    next_seed: AtomicU64,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Drop for EngineInner {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl PolicyEngine {
+    pub fn new(options: EngineOptions) -> anyhow::Result<Self> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        if let Some(pooling) = &options.pooling {
+            let mut pool = PoolingAllocationConfig::default();
+            pool.total_component_instances(pooling.max_instances)
+                .total_core_instances(pooling.max_instances * 4)
+                .total_memories(pooling.max_instances * 2)
+                .total_tables(pooling.max_instances * 2)
+                .max_memory_size(pooling.max_memory_bytes)
+                .linear_memory_keep_resident(pooling.keep_resident_bytes)
+                .table_keep_resident(64 << 10);
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        }
+        let engine =
+            Engine::new(&config).map_err(|e| anyhow::anyhow!("configuring wasmtime: {e:#}"))?;
+
+        let mut linker = Linker::new(&engine);
+        Policy::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |state| state)
+            .map_err(|e| anyhow::anyhow!("linking host imports: {e:#}"))?;
+
+        let cache = match &options.cache_dir {
+            Some(dir) => Some(
+                ArtifactCache::new(&engine, dir.clone())
+                    .map_err(|e| anyhow::anyhow!("artifact cache at {}: {e}", dir.display()))?,
+            ),
+            None => None,
+        };
+
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        spawn_epoch_ticker(engine.clone(), options.epoch_tick, ticker_stop.clone());
+
+        let seed = options.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        });
+        Ok(Self {
+            inner: Arc::new(EngineInner {
+                engine,
+                linker,
+                cache,
+                options,
+                clock_origin: Instant::now(),
+                next_seed: AtomicU64::new(seed),
+                ticker_stop,
+            }),
+        })
+    }
+
+    /// Load, compile (or fetch from the cache) and validate a component file.
+    pub fn load_file(&self, path: &Path) -> Result<PolicyComponent, LoadError> {
+        let name = path.display().to_string();
+        let bytes =
+            std::fs::read(path).map_err(|e| LoadError::new(&name, format!("cannot read: {e}")))?;
+        self.load_bytes(&name, &bytes)
+    }
+
+    /// Load, compile (or fetch from the cache) and validate a component from bytes; `name` is
+    /// used in messages.
+    pub fn load_bytes(&self, name: &str, bytes: &[u8]) -> Result<PolicyComponent, LoadError> {
+        let _span = tracing::debug_span!("policy.load", name, bytes = bytes.len()).entered();
+        PolicyComponent::load(
+            &self.inner.engine,
+            &self.inner.linker,
+            self.inner.cache.as_ref(),
+            name,
+            bytes,
+        )
+    }
+
+    pub fn wasmtime(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    pub fn options(&self) -> &EngineOptions {
+        &self.inner.options
+    }
+
+    pub fn artifact_cache(&self) -> Option<&ArtifactCache> {
+        self.inner.cache.as_ref()
+    }
+
+    pub(crate) fn clock_origin(&self) -> Instant {
+        self.inner.clock_origin
+    }
+
+    /// A distinct seed per instance, derived from the engine's seed (splitmix64 steps).
+    pub(crate) fn next_seed(&self) -> u64 {
+        let x = self
+            .inner
+            .next_seed
+            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+        let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Epoch ticks that make up `deadline` (at least 1).
+    pub(crate) fn deadline_ticks(&self, deadline: Duration) -> u64 {
+        let tick = self.inner.options.epoch_tick.as_nanos().max(1);
+        (deadline.as_nanos().div_ceil(tick) as u64).max(1)
+    }
+}
+
+/// Bump the epoch every `tick` until `stop` is set. The thread holds an `Engine` clone (an `Arc`),
+/// so it outlives nothing it needs; it exits within one tick of the engine being dropped.
+fn spawn_epoch_ticker(engine: Engine, tick: Duration, stop: Arc<AtomicBool>) {
+    std::thread::Builder::new()
+        .name("agentrt-epoch".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(tick);
+                engine.increment_epoch();
+            }
+        })
+        .expect("spawning the epoch ticker thread");
+}

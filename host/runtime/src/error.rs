@@ -1,0 +1,134 @@
+//! Errors, typed by what went wrong and naming where.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Which primitive or lifecycle call failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Primitive {
+    Info,
+    Init,
+    Observe,
+    ObserveBlocks,
+    Score,
+    Predict,
+    Act,
+    Snapshot,
+    Restore,
+}
+
+impl Primitive {
+    pub const ALL: [Primitive; 9] = [
+        Primitive::Info,
+        Primitive::Init,
+        Primitive::Observe,
+        Primitive::ObserveBlocks,
+        Primitive::Score,
+        Primitive::Predict,
+        Primitive::Act,
+        Primitive::Snapshot,
+        Primitive::Restore,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Primitive::Info => "info",
+            Primitive::Init => "init",
+            Primitive::Observe => "observe",
+            Primitive::ObserveBlocks => "observe-blocks",
+            Primitive::Score => "score",
+            Primitive::Predict => "predict",
+            Primitive::Act => "act",
+            Primitive::Snapshot => "snapshot",
+            Primitive::Restore => "restore",
+        }
+    }
+}
+
+impl fmt::Display for Primitive {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A component could not be loaded: it is not a component, implements another world, or needs
+/// imports this host does not grant. The message says which, and names the source.
+#[derive(Debug, thiserror::Error)]
+#[error("{source_name}: {reason}")]
+pub struct LoadError {
+    /// The file path or the name given with the bytes.
+    pub source_name: String,
+    pub reason: String,
+}
+
+impl LoadError {
+    pub(crate) fn new(source_name: &str, reason: impl Into<String>) -> Self {
+        Self {
+            source_name: source_name.to_string(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A call into a policy failed. The instance that failed has been discarded; the next call runs on
+/// a fresh one (restored from the last checkpoint when there is one).
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// The guest trapped: a panic, `unreachable`, an out-of-bounds access, a bad result.
+    #[error("policy `{policy}` trapped in {primitive}: {message}")]
+    Trap {
+        policy: String,
+        primitive: Primitive,
+        message: String,
+    },
+
+    /// The call ran past its CPU deadline and was interrupted.
+    #[error("policy `{policy}` exceeded its {deadline:?} deadline in {primitive}")]
+    DeadlineExceeded {
+        policy: String,
+        primitive: Primitive,
+        deadline: Duration,
+    },
+
+    /// The guest tried to grow its memory past the cap.
+    #[error("policy `{policy}` hit its memory cap of {cap_bytes} bytes in {primitive}")]
+    OutOfMemory {
+        policy: String,
+        primitive: Primitive,
+        cap_bytes: usize,
+    },
+
+    /// The guest returned an error (`init` or `restore` refused its input).
+    #[error("policy `{policy}` rejected {primitive}: {message}")]
+    Rejected {
+        policy: String,
+        primitive: Primitive,
+        message: String,
+    },
+
+    /// The guest answered, but the answer breaks the contract (e.g. the wrong number of scores).
+    #[error("policy `{policy}` broke the contract in {primitive}: {message}")]
+    BadOutput {
+        policy: String,
+        primitive: Primitive,
+        message: String,
+    },
+
+    /// No instance could be created (instantiation or `init` failed, or the instance pool is full).
+    #[error("policy `{policy}` is unavailable: {message}")]
+    Unavailable { policy: String, message: String },
+}
+
+impl PolicyError {
+    /// A short label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PolicyError::Trap { .. } => "trap",
+            PolicyError::DeadlineExceeded { .. } => "deadline",
+            PolicyError::OutOfMemory { .. } => "oom",
+            PolicyError::Rejected { .. } => "rejected",
+            PolicyError::BadOutput { .. } => "bad_output",
+            PolicyError::Unavailable { .. } => "unavailable",
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! One live policy instance: a wasmtime `Store` with its limits and the typed export handles.
+//! Every call sets the CPU deadline first and turns a failure into a typed [`PolicyError`].
+//! After any error the instance must be dropped: a trapped component cannot be entered again.
+
+use std::sync::Arc;
+
+use wasmtime::{Store, Trap};
+
+use crate::bindings::exports::agentrt::policy::guest::Guest;
+use crate::bindings::Policy;
+use crate::component::PolicyComponent;
+use crate::error::{PolicyError, Primitive};
+use crate::sandbox::{GuestState, SandboxLimits};
+use crate::types::{Event, Forecast, Item, PolicyInfo, SideEffect};
+use crate::PolicyEngine;
+
+pub(crate) struct PolicyInstance {
+    store: Store<GuestState>,
+    bindings: Policy,
+    deadline_ticks: u64,
+    limits: SandboxLimits,
+    label: Arc<str>,
+}
+
+impl PolicyInstance {
+    /// Instantiate `component` and run `init(config)`.
+    pub(crate) fn start(
+        engine: &PolicyEngine,
+        component: &PolicyComponent,
+        limits: &SandboxLimits,
+        label: Arc<str>,
+        config: &[(String, String)],
+    ) -> Result<Self, PolicyError> {
+        let state = GuestState::new(
+            limits,
+            label.clone(),
+            engine.next_seed(),
+            engine.clock_origin(),
+        );
+        let mut store = Store::new(engine.wasmtime(), state);
+        store.limiter(|state| &mut state.limiter);
+        store.set_epoch_deadline(engine.deadline_ticks(limits.call_deadline));
+        let bindings =
+            component
+                .pre()
+                .instantiate(&mut store)
+                .map_err(|e| PolicyError::Unavailable {
+                    policy: label.to_string(),
+                    message: format!("instantiation failed: {e:#}"),
+                })?;
+        let mut instance = Self {
+            store,
+            bindings,
+            deadline_ticks: engine.deadline_ticks(limits.call_deadline),
+            limits: limits.clone(),
+            label,
+        };
+        instance.init(config)?;
+        Ok(instance)
+    }
+
+    /// Run one export under the deadline and classify a failure.
+    fn call<R>(
+        &mut self,
+        primitive: Primitive,
+        f: impl FnOnce(&Guest, &mut Store<GuestState>) -> wasmtime::Result<R>,
+    ) -> Result<R, PolicyError> {
+        self.store.set_epoch_deadline(self.deadline_ticks);
+        let guest = self.bindings.agentrt_policy_guest();
+        f(guest, &mut self.store).map_err(|e| self.classify(primitive, e))
+    }
+
+    fn classify(&self, primitive: Primitive, error: wasmtime::Error) -> PolicyError {
+        let policy = self.label.to_string();
+        if self.store.data().limiter.hit_memory_cap {
+            return PolicyError::OutOfMemory {
+                policy,
+                primitive,
+                cap_bytes: self.limits.memory_bytes,
+            };
+        }
+        if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+            return PolicyError::DeadlineExceeded {
+                policy,
+                primitive,
+                deadline: self.limits.call_deadline,
+            };
+        }
+        PolicyError::Trap {
+            policy,
+            primitive,
+            message: format!("{error:#}"),
+        }
+    }
+
+    fn rejected(&self, primitive: Primitive, message: String) -> PolicyError {
+        PolicyError::Rejected {
+            policy: self.label.to_string(),
+            primitive,
+            message,
+        }
+    }
+
+    pub(crate) fn info(&mut self) -> Result<PolicyInfo, PolicyError> {
+        self.call(Primitive::Info, |g, s| g.call_info(s))
+    }
+
+    fn init(&mut self, config: &[(String, String)]) -> Result<(), PolicyError> {
+        self.call(Primitive::Init, |g, s| g.call_init(s, config))?
+            .map_err(|m| self.rejected(Primitive::Init, m))
+    }
+
+    pub(crate) fn observe(&mut self, events: &[Event]) -> Result<(), PolicyError> {
+        self.call(Primitive::Observe, |g, s| g.call_observe(s, events))
+    }
+
+    pub(crate) fn observe_blocks(&mut self, packed: &[u64]) -> Result<(), PolicyError> {
+        self.call(Primitive::ObserveBlocks, |g, s| {
+            g.call_observe_blocks(s, packed)
+        })
+    }
+
+    pub(crate) fn score(&mut self, items: &[Item]) -> Result<Vec<f32>, PolicyError> {
+        let scores = self.call(Primitive::Score, |g, s| g.call_score(s, items))?;
+        if scores.len() != items.len() {
+            return Err(PolicyError::BadOutput {
+                policy: self.label.to_string(),
+                primitive: Primitive::Score,
+                message: format!("{} scores for {} items", scores.len(), items.len()),
+            });
+        }
+        Ok(scores)
+    }
+
+    pub(crate) fn predict(&mut self, horizon: u32) -> Result<Vec<Forecast>, PolicyError> {
+        self.call(Primitive::Predict, |g, s| g.call_predict(s, horizon))
+    }
+
+    pub(crate) fn act(&mut self) -> Result<Vec<SideEffect>, PolicyError> {
+        self.call(Primitive::Act, |g, s| g.call_act(s))
+    }
+
+    pub(crate) fn snapshot(&mut self) -> Result<Vec<u8>, PolicyError> {
+        self.call(Primitive::Snapshot, |g, s| g.call_snapshot(s))
+    }
+
+    pub(crate) fn restore(&mut self, state: &[u8]) -> Result<(), PolicyError> {
+        self.call(Primitive::Restore, |g, s| g.call_restore(s, state))?
+            .map_err(|m| self.rejected(Primitive::Restore, m))
+    }
+
+    /// Bytes of linear memory the instance holds now.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.store.data().limiter.memory_in_use
+    }
+}

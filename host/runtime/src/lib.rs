@@ -1,0 +1,72 @@
+//! # agentrt-runtime — the policy host
+//!
+//! Loads policy components (WebAssembly, component model) that implement `wit/policy.wit`, runs
+//! each in a sandbox with a memory cap, a CPU deadline per call and no capability beyond the host's
+//! clock, log and seed, and gives the rest of agentrt a typed API to their four primitives.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyHandle, SlotConfig};
+//!
+//! let engine = PolicyEngine::new(EngineOptions::default())?;
+//! let lru = Arc::new(engine.load_file("target/components/lru.wasm".as_ref())?);
+//! let policy = PolicyHandle::start(&engine, lru, SlotConfig::new("demo/kv"))?;
+//! let ranking = policy.rank(&[]); // never fails: falls back to LRU order
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Module map: [`engine`] (wasmtime setup, epoch ticker, artifact cache) → [`component`] (load and
+//! validate) → `instance` (one sandboxed Store; internal) → [`handle`] (containment, fallback,
+//! checkpoints, hot swap) → [`registry`] (tenant × slot). [`sandbox`] holds the limits and the
+//! host imports; [`metrics`] the counters.
+
+mod artifact_cache;
+mod bindings;
+pub mod component;
+pub mod engine;
+pub mod error;
+pub mod handle;
+mod instance;
+pub mod metrics;
+pub mod registry;
+pub mod sandbox;
+
+use std::path::PathBuf;
+
+pub use artifact_cache::ArtifactCache;
+pub use component::{LoadStats, PolicyComponent, WorldShape, CONTRACT};
+pub use engine::{EngineOptions, PolicyEngine, PoolingOptions};
+pub use error::{LoadError, PolicyError, Primitive};
+pub use handle::{keep_order, lru_order, PolicyHandle, Ranking, SlotConfig, SwapReport};
+pub use registry::{PolicyRegistry, RegistryError};
+pub use sandbox::SandboxLimits;
+
+/// The WIT types as the host sees them.
+pub mod types {
+    pub use crate::bindings::agentrt::policy::types::*;
+}
+
+/// Packing of block events for [`PolicyHandle::observe_blocks`].
+pub mod packed {
+    use crate::types::BlockEvent;
+    pub use agentrt_sdk::packed::WORDS_PER_EVENT;
+
+    /// Append one block event's words.
+    pub fn encode(event: &BlockEvent, out: &mut Vec<u64>) {
+        out.extend_from_slice(&agentrt_sdk::packed::words(
+            event.op as u8,
+            event.agent,
+            event.block_hash,
+            event.parent_hash,
+        ));
+    }
+}
+
+/// Where `cargo xtask build-policies` puts components: `target/components` under the workspace
+/// (override with `AGENTRT_COMPONENTS_DIR`).
+pub fn components_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("AGENTRT_COMPONENTS_DIR") {
+        return PathBuf::from(dir);
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/components")
+}

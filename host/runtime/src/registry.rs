@@ -1,0 +1,144 @@
+//! Which policy runs where: (tenant, slot) → [`PolicyHandle`].
+//!
+//! Tenants are isolated by construction: each slot has its own instance (its own linear memory
+//! and state), its own limits and its own metrics, and a caller reaches a slot only by naming its
+//! tenant. Hot swap and per-tenant limits act on one entry at a time.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use crate::component::PolicyComponent;
+use crate::error::PolicyError;
+use crate::handle::{PolicyHandle, SlotConfig, SwapReport};
+use crate::metrics::prometheus_header;
+use crate::PolicyEngine;
+
+/// A tenant's name.
+pub type TenantId = String;
+/// A policy slot within a tenant (e.g. `kv-cache`, `admission`).
+pub type SlotName = String;
+
+/// The policies a host runs.
+pub struct PolicyRegistry {
+    engine: PolicyEngine,
+    slots: RwLock<BTreeMap<(TenantId, SlotName), Arc<PolicyHandle>>>,
+}
+
+impl PolicyRegistry {
+    pub fn new(engine: PolicyEngine) -> Self {
+        Self {
+            engine,
+            slots: RwLock::new(BTreeMap::new()),
+        }
+    }
+
+    pub fn engine(&self) -> &PolicyEngine {
+        &self.engine
+    }
+
+    /// Start `component` in `tenant/slot`, replacing nothing: fails if the slot is taken.
+    pub fn install(
+        &self,
+        tenant: &str,
+        slot: &str,
+        component: Arc<PolicyComponent>,
+        mut config: SlotConfig,
+    ) -> Result<Arc<PolicyHandle>, RegistryError> {
+        let key = (tenant.to_string(), slot.to_string());
+        if self
+            .slots
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&key)
+        {
+            return Err(RegistryError::SlotTaken {
+                tenant: key.0,
+                slot: key.1,
+            });
+        }
+        config.label = format!("{tenant}/{slot}");
+        let handle = Arc::new(PolicyHandle::start(&self.engine, component, config)?);
+        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
+        if slots.contains_key(&key) {
+            return Err(RegistryError::SlotTaken {
+                tenant: key.0,
+                slot: key.1,
+            });
+        }
+        slots.insert(key, handle.clone());
+        Ok(handle)
+    }
+
+    /// The handle in `tenant/slot`.
+    pub fn get(&self, tenant: &str, slot: &str) -> Option<Arc<PolicyHandle>> {
+        self.slots
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(tenant.to_string(), slot.to_string()))
+            .cloned()
+    }
+
+    /// Hot-swap `tenant/slot` to `component`, carrying state over.
+    pub fn swap(
+        &self,
+        tenant: &str,
+        slot: &str,
+        component: Arc<PolicyComponent>,
+    ) -> Result<SwapReport, RegistryError> {
+        let handle = self
+            .get(tenant, slot)
+            .ok_or_else(|| RegistryError::NoSuchSlot {
+                tenant: tenant.to_string(),
+                slot: slot.to_string(),
+            })?;
+        Ok(handle.swap(component)?)
+    }
+
+    /// Stop and remove `tenant/slot`.
+    pub fn remove(&self, tenant: &str, slot: &str) -> Option<Arc<PolicyHandle>> {
+        self.slots
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(tenant.to_string(), slot.to_string()))
+    }
+
+    /// The slots of one tenant.
+    pub fn slots_of(&self, tenant: &str) -> Vec<(SlotName, Arc<PolicyHandle>)> {
+        self.slots
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|((t, _), _)| t == tenant)
+            .map(|((_, s), h)| (s.clone(), h.clone()))
+            .collect()
+    }
+
+    /// Every slot's metrics in the Prometheus text format.
+    pub fn render_prometheus(&self) -> String {
+        let mut out = String::new();
+        prometheus_header(&mut out);
+        for ((tenant, slot), handle) in self.slots.read().unwrap_or_else(|p| p.into_inner()).iter()
+        {
+            let labels = format!("tenant=\"{}\",slot=\"{}\"", escape(tenant), escape(slot));
+            handle.metrics().render_prometheus(&labels, &mut out);
+        }
+        out
+    }
+}
+
+fn escape(label: &str) -> String {
+    label
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("slot {tenant}/{slot} already runs a policy; swap it instead")]
+    SlotTaken { tenant: String, slot: String },
+    #[error("no policy in slot {tenant}/{slot}")]
+    NoSuchSlot { tenant: String, slot: String },
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+}

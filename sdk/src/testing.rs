@@ -1,0 +1,76 @@
+//! Run a policy natively, through the same dispatch code its component uses, so its logic can be
+//! unit-tested with `cargo test` and no Wasm toolchain. Host imports ([`crate::host`]) fall back to
+//! native equivalents.
+
+use crate::dispatch::Dispatcher;
+use crate::{packed, BlockEvent, Event, Forecast, Item, Policy, SideEffect};
+
+/// A policy instance driven like the host drives a component.
+pub struct Harness<P: Policy> {
+    dispatcher: Dispatcher<P>,
+}
+
+impl<P: Policy> core::fmt::Debug for Harness<P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Harness")
+            .field("policy", &P::info().name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Policy> Harness<P> {
+    /// A fresh instance configured with `config`, exactly as the host's `init` would.
+    pub fn new<'a>(config: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self, String> {
+        let mut dispatcher = Dispatcher::default();
+        dispatcher.init(
+            config
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )?;
+        Ok(Self { dispatcher })
+    }
+
+    pub fn observe(&mut self, events: &[Event]) {
+        self.dispatcher.observe(events);
+    }
+
+    /// Send block events through the packed path, as the host does for high-rate producers.
+    pub fn observe_blocks(&mut self, blocks: &[BlockEvent]) {
+        let mut words = Vec::with_capacity(blocks.len() * packed::WORDS_PER_EVENT);
+        for b in blocks {
+            packed::encode(b, &mut words);
+        }
+        self.dispatcher.observe_blocks(&words);
+    }
+
+    pub fn score(&mut self, items: &[Item]) -> Vec<f32> {
+        self.dispatcher.score(items)
+    }
+
+    pub fn predict(&mut self, horizon: u32) -> Vec<Forecast> {
+        self.dispatcher.predict(horizon)
+    }
+
+    pub fn act(&mut self) -> Vec<SideEffect> {
+        self.dispatcher.act()
+    }
+
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.dispatcher.snapshot()
+    }
+
+    pub fn restore(&mut self, state: &[u8]) -> Result<(), String> {
+        self.dispatcher.restore(state)
+    }
+
+    /// The policy value itself, for assertions on internal state.
+    pub fn policy(&self) -> &P {
+        self.dispatcher.policy()
+    }
+}
+
+/// Rank items the way the host does (see [`crate::ranking::keep_order`]).
+pub fn rank(items: &[Item], scores: &[f32]) -> Vec<usize> {
+    crate::ranking::keep_order(scores, |i| items[i].last_access)
+}

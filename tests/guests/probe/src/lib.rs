@@ -1,0 +1,203 @@
+//! TEST FIXTURE — not a policy to deploy.
+//!
+//! `probe` makes every primitive's output a checkable function of its input and state, so host
+//! tests can prove that values round-trip through the component boundary; and it misbehaves on
+//! cue, so tests can cause the faults a real policy might have:
+//!
+//! - `score` with an item whose key is [`LOOP_KEY`] never returns (CPU deadline);
+//! - `observe` of a tool call whose tool is [`GROW_TOOL`] allocates without bound (memory cap);
+//! - `predict(PANIC_HORIZON)` panics (a trap).
+
+use agentrt_sdk::state::{Reader, Writer};
+use agentrt_sdk::{
+    info, BlockEvent, BlockOp, Config, Deny, Event, Forecast, ForecastKind, Hedge, Item, Pin,
+    Policy, PolicyInfo, Preload, SetPriority, SideEffect, WarmPrefix,
+};
+
+pub const LOOP_KEY: u64 = 0xdead_1007;
+pub const GROW_TOOL: u64 = 0x6120_3000;
+pub const PANIC_HORIZON: u32 = 666;
+const MAGIC: [u8; 4] = *b"PRB1";
+
+/// Everything the probe has seen.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Probe {
+    /// (agent handle, anchor hash) in registration order.
+    pub agents: Vec<(u32, u64)>,
+    pub events: u64,
+    pub prompt_tokens: u64,
+    /// Stored, touched, removed, cleared.
+    pub blocks: [u64; 4],
+    pub block_hash_sum: u64,
+    /// A config value, to show `init` ran.
+    pub bias: f32,
+}
+
+impl Policy for Probe {
+    fn info() -> PolicyInfo {
+        info("probe", "TEST FIXTURE: echoes inputs, misbehaves on cue")
+    }
+
+    fn init(&mut self, config: &Config) -> Result<(), String> {
+        config.expect_only(&["bias"])?;
+        self.bias = config.parse_or("bias", 0.0)?;
+        Ok(())
+    }
+
+    fn observe(&mut self, event: &Event) {
+        self.events += 1;
+        match event {
+            Event::AgentRegistered(a) => self.agents.push((a.agent, a.anchor_hash)),
+            Event::RequestArrival(r) => self.prompt_tokens += u64::from(r.prompt_tokens),
+            Event::ToolCall(t) if t.tool == GROW_TOOL => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    core::hint::black_box(&hoard);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn observe_block(&mut self, block: &BlockEvent) {
+        let i = match block.op {
+            BlockOp::Stored => 0,
+            BlockOp::Touched => 1,
+            BlockOp::Removed => 2,
+            BlockOp::AllCleared => 3,
+        };
+        self.blocks[i] += 1;
+        self.block_hash_sum = self.block_hash_sum.wrapping_add(block.block_hash);
+    }
+
+    /// score = key + bias: any reordering or loss across the boundary shows.
+    fn score(&mut self, items: &[Item]) -> Vec<f32> {
+        if items.iter().any(|i| i.key == LOOP_KEY) {
+            let mut spins = 0u64;
+            loop {
+                spins = core::hint::black_box(spins.wrapping_add(1));
+            }
+        }
+        items.iter().map(|i| i.key as f32 + self.bias).collect()
+    }
+
+    /// One next-agent forecast per registered agent, uniform.
+    fn predict(&mut self, horizon: u32) -> Vec<Forecast> {
+        assert!(horizon != PANIC_HORIZON, "probe was told to panic");
+        let p = 1.0 / self.agents.len().max(1) as f32;
+        self.agents
+            .iter()
+            .map(|&(agent, anchor)| Forecast {
+                kind: ForecastKind::NextAgent,
+                session: 0,
+                agent,
+                subject: anchor,
+                probability: p,
+                steps: horizon,
+            })
+            .collect()
+    }
+
+    /// One side effect of every kind, each carrying a value derived from state.
+    fn act(&mut self) -> Vec<SideEffect> {
+        let (agent, anchor) = self.agents.last().copied().unwrap_or((0, 0));
+        vec![
+            SideEffect::WarmPrefix(WarmPrefix {
+                agent,
+                anchor_hash: anchor,
+                probability: 0.5,
+            }),
+            SideEffect::Pin(Pin {
+                agent,
+                session: 7,
+                ttl_ms: 1000,
+            }),
+            SideEffect::Unpin(Pin {
+                agent,
+                session: 7,
+                ttl_ms: 0,
+            }),
+            SideEffect::Preload(Preload {
+                model: format!("model-{}", self.events),
+                probability: 0.25,
+            }),
+            SideEffect::Hedge(Hedge {
+                session: 7,
+                agent,
+                probability: 0.75,
+            }),
+            SideEffect::SetPriority(SetPriority {
+                session: 7,
+                priority: -(self.events as i32),
+            }),
+            SideEffect::Deny(Deny {
+                session: 9,
+                reason: format!("saw {} events", self.events),
+            }),
+        ]
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        let mut w = Writer::new(MAGIC, 1);
+        w.u32(self.agents.len() as u32);
+        for &(agent, anchor) in &self.agents {
+            w.u32(agent).u64(anchor);
+        }
+        w.u64(self.events).u64(self.prompt_tokens);
+        for b in self.blocks {
+            w.u64(b);
+        }
+        w.u64(self.block_hash_sum).f32(self.bias);
+        w.finish()
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<(), String> {
+        let (mut r, _version) = Reader::new(state, MAGIC)?;
+        let mut next = Probe::default();
+        for _ in 0..r.u32()? {
+            next.agents.push((r.u32()?, r.u64()?));
+        }
+        next.events = r.u64()?;
+        next.prompt_tokens = r.u64()?;
+        for b in &mut next.blocks {
+            *b = r.u64()?;
+        }
+        next.block_hash_sum = r.u64()?;
+        next.bias = r.f32()?;
+        r.finish()?;
+        *self = next;
+        Ok(())
+    }
+}
+
+agentrt_sdk::export_policy!(Probe);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentrt_sdk::testing::Harness;
+    use agentrt_sdk::AgentRegistered;
+
+    #[test]
+    fn snapshot_round_trips_natively() {
+        let mut h = Harness::<Probe>::new([("bias", "0.5")]).unwrap();
+        h.observe(&[Event::AgentRegistered(AgentRegistered {
+            agent: 3,
+            name: "coder".into(),
+            anchor_hash: 42,
+            anchor_tokens: 10,
+        })]);
+        h.observe_blocks(&[BlockEvent {
+            op: BlockOp::Touched,
+            agent: 3,
+            block_hash: 9,
+            parent_hash: 0,
+        }]);
+        let snap = h.snapshot();
+        let mut other = Harness::<Probe>::new([]).unwrap();
+        other.restore(&snap).unwrap();
+        assert_eq!(other.policy(), h.policy());
+        assert!(other.restore(&snap[..snap.len() - 1]).is_err());
+    }
+}

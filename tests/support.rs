@@ -1,0 +1,81 @@
+//! Shared set-up for the cross-crate tests: real components from `target/components/` (built by
+//! `cargo xtask build-policies`, which `cargo xtask test` runs first) and an engine per test.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agentrt_runtime::types::{AgentRegistered, Event, Item, ItemKind};
+use agentrt_runtime::{
+    EngineOptions, PolicyComponent, PolicyEngine, PolicyHandle, PoolingOptions, SlotConfig,
+};
+
+/// The probe fixture's cues (see tests/guests/probe).
+pub const PROBE_LOOP_KEY: u64 = 0xdead_1007;
+pub const PROBE_GROW_TOOL: u64 = 0x6120_3000;
+pub const PROBE_PANIC_HORIZON: u32 = 666;
+
+/// Path of a built component; fails with the command to run when it is missing.
+pub fn component_path(name: &str) -> PathBuf {
+    let path = agentrt_runtime::components_dir().join(format!("{name}.wasm"));
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo xtask build-policies` (or `cargo xtask test`)",
+        path.display()
+    );
+    path
+}
+
+pub fn component_bytes(name: &str) -> Vec<u8> {
+    std::fs::read(component_path(name)).expect("reading component")
+}
+
+/// An engine with a small pool and its own artifact cache in a temporary directory.
+pub fn engine() -> (PolicyEngine, tempfile::TempDir) {
+    let cache = tempfile::tempdir().expect("temp dir");
+    let engine = PolicyEngine::new(EngineOptions {
+        pooling: Some(PoolingOptions {
+            max_instances: 16,
+            ..PoolingOptions::default()
+        }),
+        cache_dir: Some(cache.path().to_path_buf()),
+        seed: Some(7),
+        ..EngineOptions::default()
+    })
+    .expect("engine");
+    (engine, cache)
+}
+
+pub fn load(engine: &PolicyEngine, name: &str) -> Arc<PolicyComponent> {
+    Arc::new(
+        engine
+            .load_file(&component_path(name))
+            .unwrap_or_else(|e| panic!("loading {name}: {e}")),
+    )
+}
+
+/// Start `name` in a slot with `init` config.
+pub fn start(engine: &PolicyEngine, name: &str, init: &[(&str, &str)]) -> PolicyHandle {
+    let config = SlotConfig::new(format!("test/{name}")).with_init(init.iter().copied());
+    PolicyHandle::start(engine, load(engine, name), config)
+        .unwrap_or_else(|e| panic!("starting {name}: {e}"))
+}
+
+pub fn register(agent: u32, name: &str, anchor_hash: u64) -> Event {
+    Event::AgentRegistered(AgentRegistered {
+        agent,
+        name: name.to_string(),
+        anchor_hash,
+        anchor_tokens: 100,
+    })
+}
+
+pub fn block_item(key: u64, agent: u32, last_access: u64) -> Item {
+    Item {
+        kind: ItemKind::KvBlock,
+        key,
+        agent,
+        session: 0,
+        last_access,
+        tokens: 16,
+    }
+}

@@ -1,0 +1,127 @@
+//! Build policy crates for `wasm32-unknown-unknown` and encode each core module as a component.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use wit_component::ComponentEncoder;
+
+use crate::{cargo, run};
+
+const TARGET: &str = "wasm32-unknown-unknown";
+/// Where components land; tests and the demo look here (see `agentrt_runtime::components_dir`).
+pub const OUT_DIR: &str = "target/components";
+/// Folders whose sub-folders are policy crates.
+const POLICY_ROOTS: &[&str] = &["policies", "tests/guests"];
+
+/// A policy crate to build.
+struct PolicyCrate {
+    /// Short name: the folder name, and the component's file name.
+    name: String,
+    package: String,
+}
+
+pub fn build_all(root: &Path) -> Result<Vec<PathBuf>> {
+    ensure_target()?;
+    let crates = discover(root)?;
+    let out_dir = root.join(OUT_DIR);
+    std::fs::create_dir_all(&out_dir)?;
+    let mut built = Vec::new();
+    for krate in &crates {
+        // One `cargo rustc` per crate: it is the only way to ask for a cdylib for this target while
+        // the crates stay plain rlibs for native tests.
+        run(Command::new(cargo()).current_dir(root).args([
+            "rustc",
+            "--quiet",
+            "-p",
+            &krate.package,
+            "--target",
+            TARGET,
+            "--profile",
+            "wasm",
+            "--crate-type",
+            "cdylib",
+        ]))?;
+        let core = root
+            .join("target")
+            .join(TARGET)
+            .join("wasm")
+            .join(format!("{}.wasm", krate.package.replace('-', "_")));
+        let out = out_dir.join(format!("{}.wasm", krate.name));
+        encode_component(&core, &out)?;
+        built.push(out);
+    }
+    let names: Vec<&str> = crates.iter().map(|c| c.name.as_str()).collect();
+    eprintln!(
+        "xtask: {} components in {OUT_DIR}/: {}",
+        built.len(),
+        names.join(", ")
+    );
+    Ok(built)
+}
+
+/// Turn a core module carrying wit-bindgen's component-type section into a component.
+fn encode_component(core: &Path, out: &Path) -> Result<()> {
+    let module = std::fs::read(core).with_context(|| format!("reading {}", core.display()))?;
+    let component = ComponentEncoder::default()
+        .validate(true)
+        .module(&module)
+        .with_context(|| format!("{}: not a policy module", core.display()))?
+        .encode()
+        .with_context(|| format!("encoding {} as a component", core.display()))?;
+    let tmp = out.with_extension("wasm.tmp");
+    std::fs::write(&tmp, component)?;
+    std::fs::rename(&tmp, out)?;
+    Ok(())
+}
+
+/// Every folder with a Cargo.toml under the policy roots, with its package name.
+fn discover(root: &Path) -> Result<Vec<PolicyCrate>> {
+    let mut crates = Vec::new();
+    for policy_root in POLICY_ROOTS {
+        let Ok(entries) = std::fs::read_dir(root.join(policy_root)) else {
+            continue;
+        };
+        let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        dirs.sort();
+        for dir in dirs {
+            let manifest = dir.join("Cargo.toml");
+            if !manifest.is_file() {
+                continue;
+            }
+            let text = std::fs::read_to_string(&manifest)?;
+            let package = text
+                .lines()
+                .find_map(|l| {
+                    l.trim()
+                        .strip_prefix("name = ")
+                        .map(|v| v.trim_matches('"').to_string())
+                })
+                .with_context(|| format!("{}: no package name", manifest.display()))?;
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            crates.push(PolicyCrate { name, package });
+        }
+    }
+    Ok(crates)
+}
+
+/// Install the Wasm target if it is missing: `RUSTUP_AUTO_INSTALL=0` on CI means cargo will not.
+fn ensure_target() -> Result<()> {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output();
+    match installed {
+        Ok(out)
+            if String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .any(|l| l.trim() == TARGET) =>
+        {
+            Ok(())
+        }
+        Ok(_) => {
+            eprintln!("xtask: installing the {TARGET} target");
+            run(Command::new("rustup").args(["target", "add", TARGET]))
+        }
+        Err(e) => bail!("rustup is needed to add the {TARGET} target: {e}"),
+    }
+}

@@ -1,0 +1,72 @@
+//! Build orchestration: `cargo xtask <command>`.
+//!
+//! - `build-policies` — build every policy component (policies/*, tests/guests/*) into
+//!   `target/components/<name>.wasm`.
+//! - `test` — build the components, then run every test in the workspace.
+//! - `demo` — build the components and the `agentrt` binary, then run its demo.
+//! - `bench` — build the components, then run the criterion benchmarks.
+//!
+//! Why `wasm32-unknown-unknown` + component encoding rather than `wasm32-wasip2`: the result imports
+//! only `agentrt:policy/host` — no WASI surface at all, so a policy has no ambient capability even
+//! in principle — and it is half the size (DESIGN.md §9: 28 KB vs 56 KB for the same policy).
+
+mod components;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+const USAGE: &str = "usage: cargo xtask <build-policies | test | demo | bench> [extra args for the underlying command]";
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let command = args.next().unwrap_or_default();
+    let rest: Vec<String> = args.collect();
+    let root = workspace_root();
+    match command.as_str() {
+        "build-policies" => components::build_all(&root).map(|_| ()),
+        "test" => {
+            components::build_all(&root)?;
+            run(Command::new(cargo())
+                .current_dir(&root)
+                .args(["test", "--workspace"])
+                .args(&rest))
+        }
+        "demo" => {
+            components::build_all(&root)?;
+            run(Command::new(cargo())
+                .current_dir(&root)
+                .args(["run", "--release", "--quiet", "-p", "agentrt", "--", "demo"])
+                .args(&rest))
+        }
+        "bench" => {
+            components::build_all(&root)?;
+            run(Command::new(cargo())
+                .current_dir(&root)
+                .args(["bench", "--workspace"])
+                .args(&rest))
+        }
+        _ => bail!("{USAGE}"),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string())
+}
+
+/// Run a command, inheriting stdio, and fail with the command line if it fails.
+fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
+    Ok(())
+}
