@@ -72,6 +72,6 @@ pub fn recency_scores(items: &[Item]) -> Vec<f32> {
     let newest = items.iter().map(|i| i.last_access).max().unwrap_or(0);
     items
         .iter()
-        .map(|i| -((newest - i.last_access) as f32))
+        .map(|i| 0.0 - (newest - i.last_access) as f32)
         .collect()
 }

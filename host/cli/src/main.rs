@@ -1,1 +1,54 @@
-fn main() {}
+//! `agentrt` — the command-line front of the agent runtime layer.
+//!
+//! - `agentrt policy check FILE.wasm` — load and validate a policy component, print its world.
+//! - `agentrt demo` — run the built-in policies on a short synthetic multi-agent trace and print
+//!   what they observe, score, predict and act on.
+
+mod demo;
+mod policy_check;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(name = "agentrt", version, about = "A policy-driven runtime layer for agentic LLM serving")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Work with policy components.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+    /// Run the built-in policies on a short synthetic multi-agent trace.
+    Demo(demo::DemoArgs),
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Load and validate a component; print the world it implements and its exports.
+    Check(policy_check::CheckArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_env("AGENTRT_LOG").unwrap_or_else(|_| EnvFilter::new("warn")))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Policy { command: PolicyCommand::Check(args) } => policy_check::run(args),
+        Command::Demo(args) => demo::run(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! `agentrt demo`: the built-in policies on a short synthetic multi-agent trace — a
+//! planner → coder → tester loop over a few sessions — printing what each observes, scores,
+//! predicts and acts on.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agentrt_runtime::types::*;
+use agentrt_runtime::{packed, EngineOptions, PolicyEngine, PolicyHandle, SlotConfig};
+use anyhow::Context;
+
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// Folder with the policy components (default: where `cargo xtask build-policies` puts them).
+    #[arg(long)]
+    components: Option<PathBuf>,
+    /// Sessions to run through the loop.
+    #[arg(long, default_value_t = 6)]
+    sessions: u32,
+}
+
+/// The policies the demo runs, in order, when their components exist.
+const DEMO_POLICIES: &[&str] = &["lru", "cachesage"];
+const AGENTS: [(&str, u64); 3] = [("planner", 0x91a7), ("coder", 0xc0de), ("tester", 0x7e57)];
+const ANCHOR_BLOCKS: u64 = 4;
+
+pub fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let dir = args.components.unwrap_or_else(agentrt_runtime::components_dir);
+    let engine = PolicyEngine::new(EngineOptions::default())?;
+    let mut ran = 0;
+    for name in DEMO_POLICIES {
+        let path = dir.join(format!("{name}.wasm"));
+        if !path.is_file() {
+            println!("({name}: no component at {}; skipped)\n", path.display());
+            continue;
+        }
+        let component = Arc::new(engine.load_file(&path)?);
+        let policy = PolicyHandle::start(&engine, component, SlotConfig::new(format!("demo/{name}")))
+            .with_context(|| format!("starting {name}"))?;
+        run_one(&policy, args.sessions)?;
+        ran += 1;
+    }
+    anyhow::ensure!(ran > 0, "no policy components in {}: run `cargo xtask build-policies`", dir.display());
+    Ok(())
+}
+
+/// Block hash of an agent's i-th anchor block.
+fn anchor_block(agent: usize, i: u64) -> u64 {
+    AGENTS[agent].1 << 16 | i
+}
+
+fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
+    let info = policy.info();
+    println!("== {} {} — {}", info.name, info.version, info.description);
+    let mut events: Vec<Event> = AGENTS
+        .iter()
+        .enumerate()
+        .map(|(i, (name, anchor))| {
+            Event::AgentRegistered(AgentRegistered {
+                agent: i as u32 + 1,
+                name: name.to_string(),
+                anchor_hash: *anchor,
+                anchor_tokens: ANCHOR_BLOCKS as u32 * 16,
+            })
+        })
+        .collect();
+    let mut blocks = Vec::new();
+    let mut last_access = vec![0u64; AGENTS.len()];
+    let mut clock = 0u64;
+    let mut request_id = 0u64;
+    for session in 0..sessions as u64 {
+        for (agent, (_, anchor)) in AGENTS.iter().enumerate() {
+            request_id += 1;
+            clock += 1;
+            last_access[agent] = clock;
+            events.push(Event::RequestArrival(RequestArrival {
+                request_id,
+                agent: agent as u32 + 1,
+                session: session + 1,
+                anchor_hash: *anchor,
+                prompt_tokens: 900,
+                warmup: false,
+                at_us: clock * 1000,
+            }));
+            for i in 0..ANCHOR_BLOCKS {
+                let op = if session == 0 { BlockOp::Stored } else { BlockOp::Touched };
+                let parent = if i == 0 { 0 } else { anchor_block(agent, i - 1) };
+                packed::encode(&BlockEvent { op, agent: agent as u32 + 1, block_hash: anchor_block(agent, i), parent_hash: parent }, &mut blocks);
+            }
+        }
+        events.push(Event::SessionEnd(session + 1));
+    }
+    // Stop mid-loop: the planner and coder of a new session ran; the tester is next.
+    for agent in 0..2 {
+        request_id += 1;
+        clock += 1;
+        last_access[agent] = clock;
+        events.push(Event::RequestArrival(RequestArrival {
+            request_id,
+            agent: agent as u32 + 1,
+            session: sessions as u64 + 1,
+            anchor_hash: AGENTS[agent].1,
+            prompt_tokens: 900,
+            warmup: false,
+            at_us: clock * 1000,
+        }));
+    }
+    policy.observe(&events)?;
+    policy.observe_blocks(&blocks)?;
+    println!("observe   {} events, {} block events (packed)", events.len(), blocks.len() / packed::WORDS_PER_EVENT);
+
+    // Candidates: each agent's last anchor block; the tester's is the oldest.
+    let items: Vec<Item> = (0..AGENTS.len())
+        .map(|a| Item {
+            kind: ItemKind::KvBlock,
+            key: anchor_block(a, ANCHOR_BLOCKS - 1),
+            agent: a as u32 + 1,
+            session: 0,
+            last_access: last_access[a],
+            tokens: 16,
+        })
+        .collect();
+    let scores = policy.score(&items)?;
+    let ranking = policy.rank(&items);
+    for (item, score) in items.iter().zip(&scores) {
+        println!("score     {:<8} block {:#x} last-access {:>3}  →  {score:>8.3}", AGENTS[item.agent as usize - 1].0, item.key, item.last_access);
+    }
+    let evict_first = &items[*ranking.order.last().expect("three items")];
+    println!("evict     {} first", AGENTS[evict_first.agent as usize - 1].0);
+
+    let forecasts = policy.predict(3)?;
+    if forecasts.is_empty() {
+        println!("predict   (nothing: this policy does not forecast)");
+    }
+    for f in &forecasts {
+        let who = AGENTS.get((f.agent as usize).wrapping_sub(1)).map_or("?", |a| a.0);
+        println!("predict   {:?} {who} in session {} p={:.2} within {} step(s)", f.kind, f.session, f.probability, f.steps);
+    }
+    let effects = policy.act()?;
+    if effects.is_empty() {
+        println!("act       (no side effects)");
+    }
+    for e in &effects {
+        println!("act       {e:?}");
+    }
+    println!("snapshot  {} bytes of learned state\n", policy.snapshot()?.len());
+    Ok(())
+}
