@@ -1,0 +1,1 @@
+//! The OpenAI-compatible serving proxy in front of vLLM.

@@ -1,0 +1,1 @@
+//! The vLLM-faithful prefix-cache simulator, multi-agent workloads and the evaluation harness.
