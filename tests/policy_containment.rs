@@ -7,13 +7,7 @@ use agentrt_runtime::types::{Event, ToolCall};
 use agentrt_runtime::{PolicyError, PolicyHandle, SandboxLimits, SlotConfig};
 use agentrt_tests::*;
 
-fn probe_with(
-    limits: SandboxLimits,
-) -> (
-    PolicyHandle,
-    agentrt_runtime::PolicyEngine,
-    tempfile::TempDir,
-) {
+fn probe_with(limits: SandboxLimits) -> (PolicyHandle, agentrt_runtime::PolicyEngine, tempfile::TempDir) {
     let (engine, cache) = engine();
     let config = SlotConfig::new("test/probe").with_limits(limits);
     let handle = PolicyHandle::start(&engine, load(&engine, "probe"), config).unwrap();
@@ -37,9 +31,7 @@ fn an_infinite_loop_is_stopped_at_its_deadline() {
         ..SandboxLimits::default()
     });
     let started = Instant::now();
-    let err = probe
-        .score(&[block_item(PROBE_LOOP_KEY, 1, 1)])
-        .unwrap_err();
+    let err = probe.score(&[block_item(PROBE_LOOP_KEY, 1, 1)]).unwrap_err();
     let took = started.elapsed();
     assert!(
         matches!(err, PolicyError::DeadlineExceeded { deadline: d, .. } if d == deadline),
@@ -82,10 +74,7 @@ fn a_panic_is_a_trap_and_the_next_call_is_served() {
     let (probe, _e, _c) = probe_with(SandboxLimits::default());
     let err = probe.predict(PROBE_PANIC_HORIZON).unwrap_err();
     assert!(matches!(err, PolicyError::Trap { .. }), "{err}");
-    assert!(
-        err.to_string().contains("predict"),
-        "names the primitive: {err}"
-    );
+    assert!(err.to_string().contains("predict"), "names the primitive: {err}");
     healthy(&probe);
     assert!(probe.predict(1).is_ok());
 }
@@ -103,10 +92,7 @@ fn ranking_falls_back_to_lru_when_the_policy_fails() {
         block_item(2, 1, 9),
     ];
     let ranking = probe.rank(&items);
-    assert!(matches!(
-        ranking.fallback,
-        Some(PolicyError::DeadlineExceeded { .. })
-    ));
+    assert!(matches!(ranking.fallback, Some(PolicyError::DeadlineExceeded { .. })));
     assert_eq!(ranking.order, vec![2, 0, 1]);
     assert_eq!(probe.metrics().fallbacks(), 1);
     assert!(probe.rank(&items[1..]).fallback.is_none());

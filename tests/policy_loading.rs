@@ -16,23 +16,14 @@ fn a_core_module_is_refused_as_not_a_component() {
     // The smallest valid core module: magic + version 1.
     let err = load_error(b"\0asm\x01\0\0\0");
     assert!(err.starts_with("input.wasm: "), "{err}");
-    assert!(
-        err.contains("core WebAssembly module, not a component"),
-        "{err}"
-    );
+    assert!(err.contains("core WebAssembly module, not a component"), "{err}");
 }
 
 #[test]
 fn another_world_is_refused_naming_the_missing_export() {
     let err = load_error(&component_bytes("other-world"));
-    assert!(
-        err.contains("missing export `agentrt:policy/guest@0.1.0`"),
-        "{err}"
-    );
-    assert!(
-        err.contains("`greet`"),
-        "says what it exports instead: {err}"
-    );
+    assert!(err.contains("missing export `agentrt:policy/guest@0.1.0`"), "{err}");
+    assert!(err.contains("`greet`"), "says what it exports instead: {err}");
 }
 
 #[test]
@@ -79,10 +70,7 @@ fn bad_config_is_rejected_by_name() {
         .err()
         .expect("must fail")
         .to_string();
-    assert!(
-        err.contains("rejected init") && err.contains("bais"),
-        "{err}"
-    );
+    assert!(err.contains("rejected init") && err.contains("bais"), "{err}");
 }
 
 #[test]
@@ -92,10 +80,7 @@ fn compiled_artifacts_are_cached_and_damage_is_survived() {
     let first = engine.load_file(&path).unwrap();
     assert!(!first.load_stats().from_cache);
     let second = engine.load_file(&path).unwrap();
-    assert!(
-        second.load_stats().from_cache,
-        "second load must come from the cache"
-    );
+    assert!(second.load_stats().from_cache, "second load must come from the cache");
     assert_eq!(first.digest(), second.digest());
 
     // Corrupt every artifact: the next load recompiles instead of failing.
@@ -128,10 +113,7 @@ fn the_world_shape_lists_imports_and_exports() {
         assert!(funcs.iter().any(|g| g == f), "missing {f} in {funcs:?}");
     }
     assert!(
-        world
-            .imports
-            .iter()
-            .all(|(n, _)| n.starts_with("agentrt:policy/")),
+        world.imports.iter().all(|(n, _)| n.starts_with("agentrt:policy/")),
         "{:?}",
         world.imports
     );

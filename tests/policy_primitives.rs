@@ -59,6 +59,7 @@ fn all_event_kinds() -> Vec<Event> {
             agent: 1,
             block_hash: 1000,
             parent_hash: 0,
+            position: 0,
         }),
     ]
 }
@@ -71,14 +72,9 @@ fn probe_round_trips_every_primitive() {
 
     probe.observe(&all_event_kinds()).unwrap();
     let mut words = Vec::new();
-    for (i, op) in [
-        BlockOp::Stored,
-        BlockOp::Touched,
-        BlockOp::Removed,
-        BlockOp::AllCleared,
-    ]
-    .into_iter()
-    .enumerate()
+    for (i, op) in [BlockOp::Stored, BlockOp::Touched, BlockOp::Removed, BlockOp::AllCleared]
+        .into_iter()
+        .enumerate()
     {
         packed::encode(
             &BlockEvent {
@@ -86,6 +82,7 @@ fn probe_round_trips_every_primitive() {
                 agent: 2,
                 block_hash: 1 + i as u64,
                 parent_hash: 0,
+                position: 0,
             },
             &mut words,
         );
@@ -93,9 +90,7 @@ fn probe_round_trips_every_primitive() {
     probe.observe_blocks(&words).unwrap();
 
     // score = key + bias, in order: values and order survive the boundary, and init ran.
-    let items: Vec<Item> = (0..100u64)
-        .map(|k| block_item(k * 3, 1, 1000 - k))
-        .collect();
+    let items: Vec<Item> = (0..100u64).map(|k| block_item(k * 3, 1, 1000 - k)).collect();
     let scores = probe.score(&items).unwrap();
     let expected: Vec<f32> = items.iter().map(|i| i.key as f32 + 0.5).collect();
     assert_eq!(scores, expected);
@@ -114,9 +109,7 @@ fn probe_round_trips_every_primitive() {
     // act: every side-effect kind, with values derived from what was observed.
     let effects = probe.act().unwrap();
     assert_eq!(effects.len(), 7);
-    assert!(
-        matches!(&effects[0], SideEffect::WarmPrefix(w) if w.agent == 2 && w.anchor_hash == 0xbbbb)
-    );
+    assert!(matches!(&effects[0], SideEffect::WarmPrefix(w) if w.agent == 2 && w.anchor_hash == 0xbbbb));
     assert!(matches!(&effects[3], SideEffect::Preload(p) if p.model == "model-8"));
     assert!(matches!(&effects[5], SideEffect::SetPriority(p) if p.priority == -8));
     assert!(matches!(&effects[6], SideEffect::Deny(d) if d.reason == "saw 8 events"));
@@ -167,28 +160,13 @@ fn registry_isolates_tenants_and_exports_metrics() {
     let registry = agentrt_runtime::PolicyRegistry::new(engine.clone());
     let probe = load(&engine, "probe");
     let a = registry
-        .install(
-            "tenant-a",
-            "kv",
-            probe.clone(),
-            agentrt_runtime::SlotConfig::new(""),
-        )
+        .install("tenant-a", "kv", probe.clone(), agentrt_runtime::SlotConfig::new(""))
         .unwrap();
     let b = registry
-        .install(
-            "tenant-b",
-            "kv",
-            probe.clone(),
-            agentrt_runtime::SlotConfig::new(""),
-        )
+        .install("tenant-b", "kv", probe.clone(), agentrt_runtime::SlotConfig::new(""))
         .unwrap();
     assert!(registry
-        .install(
-            "tenant-a",
-            "kv",
-            probe,
-            agentrt_runtime::SlotConfig::new("")
-        )
+        .install("tenant-a", "kv", probe, agentrt_runtime::SlotConfig::new(""))
         .is_err());
 
     a.observe(&[register(1, "secret-agent", 0x5ec7e7)]).unwrap();
@@ -201,9 +179,7 @@ fn registry_isolates_tenants_and_exports_metrics() {
 
     let text = registry.render_prometheus();
     assert!(
-        text.contains(
-            "agentrt_policy_calls_total{tenant=\"tenant-a\",slot=\"kv\",primitive=\"observe\"} 1"
-        ),
+        text.contains("agentrt_policy_calls_total{tenant=\"tenant-a\",slot=\"kv\",primitive=\"observe\"} 1"),
         "{text}"
     );
     assert!(

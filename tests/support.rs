@@ -5,9 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use agentrt_runtime::types::{AgentRegistered, Event, Item, ItemKind};
-use agentrt_runtime::{
-    EngineOptions, PolicyComponent, PolicyEngine, PolicyHandle, PoolingOptions, SlotConfig,
-};
+use agentrt_runtime::{EngineOptions, PolicyComponent, PolicyEngine, PolicyHandle, PoolingOptions, SlotConfig};
 
 /// The probe fixture's cues (see tests/guests/probe).
 pub const PROBE_LOOP_KEY: u64 = 0xdead_1007;
@@ -56,8 +54,7 @@ pub fn load(engine: &PolicyEngine, name: &str) -> Arc<PolicyComponent> {
 /// Start `name` in a slot with `init` config.
 pub fn start(engine: &PolicyEngine, name: &str, init: &[(&str, &str)]) -> PolicyHandle {
     let config = SlotConfig::new(format!("test/{name}")).with_init(init.iter().copied());
-    PolicyHandle::start(engine, load(engine, name), config)
-        .unwrap_or_else(|e| panic!("starting {name}: {e}"))
+    PolicyHandle::start(engine, load(engine, name), config).unwrap_or_else(|e| panic!("starting {name}: {e}"))
 }
 
 pub fn register(agent: u32, name: &str, anchor_hash: u64) -> Event {
@@ -77,5 +74,6 @@ pub fn block_item(key: u64, agent: u32, last_access: u64) -> Item {
         session: 0,
         last_access,
         tokens: 16,
+        position: 0,
     }
 }

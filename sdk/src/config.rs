@@ -14,21 +14,12 @@ impl Config {
 
     /// Build from string pairs (handy in tests).
     pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
-        Self::new(
-            pairs
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        )
+        Self::new(pairs.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
     }
 
     /// The raw value of `key`; the last one wins when a key repeats.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.pairs
-            .iter()
-            .rev()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+        self.pairs.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
 
     /// Parse `key` as `T`, or return `default` when it is absent.

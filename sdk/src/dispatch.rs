@@ -11,9 +11,7 @@ pub struct Dispatcher<P: Policy> {
 
 impl<P: Policy> Default for Dispatcher<P> {
     fn default() -> Self {
-        Self {
-            policy: P::default(),
-        }
+        Self { policy: P::default() }
     }
 }
 

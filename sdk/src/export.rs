@@ -47,8 +47,7 @@ macro_rules! export_policy {
             use $crate::bindings::exports::agentrt::policy::guest::Guest;
             use $crate::{Event, Forecast, Item, PolicyInfo, SideEffect};
 
-            static POLICY: $crate::__private::PolicyCell<$policy> =
-                $crate::__private::PolicyCell::new();
+            static POLICY: $crate::__private::PolicyCell<$policy> = $crate::__private::PolicyCell::new();
 
             struct Export;
 

@@ -35,9 +35,9 @@ pub mod state;
 pub mod testing;
 
 pub use bindings::agentrt::policy::types::{
-    AgentHandle, AgentRegistered, BlockEvent, BlockOp, Deny, EngineLoad, Event, Forecast,
-    ForecastKind, Hedge, Item, ItemKind, LogLevel, Pin, PolicyInfo, Preload, RequestArrival,
-    RequestFinish, SessionId, SetPriority, SideEffect, ToolCall, ToolReturn, WarmPrefix,
+    AgentHandle, AgentRegistered, BlockEvent, BlockOp, Deny, EngineLoad, Event, Forecast, ForecastKind, Hedge, Item,
+    ItemKind, LogLevel, Pin, PolicyInfo, Preload, RequestArrival, RequestFinish, SessionId, SetPriority, SideEffect,
+    ToolCall, ToolReturn, WarmPrefix,
 };
 pub use config::Config;
 pub use policy::{info, recency_scores, Policy};

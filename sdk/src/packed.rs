@@ -1,19 +1,23 @@
 //! The packed form of KV-block events used by `observe-blocks`: 3 `u64` words per event.
 //!
 //! ```text
-//! word 0: bits 0..8 = block-op ordinal, bits 32..64 = agent handle
+//! word 0: bits 0..8 = block-op ordinal, bits 8..32 = position (token offset, saturating at
+//!         2^24 - 1), bits 32..64 = agent handle
 //! word 1: block hash
 //! word 2: parent hash (0 = none)
 //! ```
 //!
 //! Crossing the Wasm boundary as `list<u64>` costs a few ns per event against ~20 ns for a
 //! `list<block-event>`, because the host copies the words with one memcpy instead of lowering a
-//! record per event (DESIGN.md §9). The host encodes with [`encode`]; the SDK decodes with [`decode`].
+//! record per event (DESIGN.md §9). The host encodes with [`words`]; the SDK decodes with [`decode`].
 
 use crate::{BlockEvent, BlockOp};
 
 /// Words per packed event.
 pub const WORDS_PER_EVENT: usize = 3;
+
+/// Largest position the packed form carries; larger ones saturate to it.
+pub const MAX_POSITION: u32 = (1 << 24) - 1;
 
 fn op_ordinal(op: BlockOp) -> u8 {
     match op {
@@ -37,14 +41,10 @@ fn op_from_ordinal(ordinal: u64) -> Option<BlockOp> {
 /// The words of one event. `op_ordinal` is the `block-op` case's position in the WIT enum
 /// (stored = 0, touched = 1, removed = 2, all-cleared = 3); hosts with their own generated types
 /// call this directly.
-pub fn words(
-    op_ordinal: u8,
-    agent: u32,
-    block_hash: u64,
-    parent_hash: u64,
-) -> [u64; WORDS_PER_EVENT] {
+pub fn words(op_ordinal: u8, agent: u32, position: u32, block_hash: u64, parent_hash: u64) -> [u64; WORDS_PER_EVENT] {
+    let position = u64::from(position.min(MAX_POSITION));
     [
-        u64::from(op_ordinal) | (u64::from(agent) << 32),
+        u64::from(op_ordinal) | (position << 8) | (u64::from(agent) << 32),
         block_hash,
         parent_hash,
     ]
@@ -55,6 +55,7 @@ pub fn encode(event: &BlockEvent, out: &mut Vec<u64>) {
     out.extend_from_slice(&words(
         op_ordinal(event.op),
         event.agent,
+        event.position,
         event.block_hash,
         event.parent_hash,
     ));
@@ -67,6 +68,7 @@ pub fn decode(words: &[u64]) -> impl Iterator<Item = BlockEvent> + '_ {
         Some(BlockEvent {
             op: op_from_ordinal(w[0] & 0xff)?,
             agent: (w[0] >> 32) as u32,
+            position: ((w[0] >> 8) & u64::from(MAX_POSITION)) as u32,
             block_hash: w[1],
             parent_hash: w[2],
         })
@@ -79,21 +81,19 @@ mod tests {
 
     #[test]
     fn every_op_round_trips_with_its_fields() {
-        let events: Vec<BlockEvent> = [
-            BlockOp::Stored,
-            BlockOp::Touched,
-            BlockOp::Removed,
-            BlockOp::AllCleared,
-        ]
-        .into_iter()
-        .enumerate()
-        .map(|(i, op)| BlockEvent {
-            op,
-            agent: u32::MAX - i as u32,
-            block_hash: u64::MAX - i as u64,
-            parent_hash: i as u64,
-        })
-        .collect();
+        let ops = [BlockOp::Stored, BlockOp::Touched, BlockOp::Removed, BlockOp::AllCleared];
+        let positions = [0, 16, MAX_POSITION, u32::MAX];
+        let events: Vec<BlockEvent> = ops
+            .into_iter()
+            .enumerate()
+            .map(|(i, op)| BlockEvent {
+                op,
+                agent: u32::MAX - i as u32,
+                block_hash: u64::MAX - i as u64,
+                parent_hash: i as u64,
+                position: positions[i],
+            })
+            .collect();
         let mut words = Vec::new();
         for e in &events {
             encode(e, &mut words);
@@ -106,6 +106,7 @@ mod tests {
                 (a.op, a.agent, a.block_hash, a.parent_hash),
                 (b.op, b.agent, b.block_hash, b.parent_hash)
             );
+            assert_eq!(a.position, b.position.min(MAX_POSITION), "positions saturate");
         }
     }
 

@@ -70,8 +70,5 @@ pub fn info(name: &str, description: &str) -> PolicyInfo {
 /// result stays exact (integers up to 2^24) however long the engine has been running.
 pub fn recency_scores(items: &[Item]) -> Vec<f32> {
     let newest = items.iter().map(|i| i.last_access).max().unwrap_or(0);
-    items
-        .iter()
-        .map(|i| 0.0 - (newest - i.last_access) as f32)
-        .collect()
+    items.iter().map(|i| 0.0 - (newest - i.last_access) as f32).collect()
 }

@@ -85,10 +85,7 @@ impl<'a> Reader<'a> {
         if self.rest.is_empty() {
             Ok(())
         } else {
-            Err(format!(
-                "snapshot has {} unexpected trailing bytes",
-                self.rest.len()
-            ))
+            Err(format!("snapshot has {} unexpected trailing bytes", self.rest.len()))
         }
     }
 }
@@ -105,12 +102,7 @@ mod tests {
         let (mut r, v) = Reader::new(&bytes, *b"TEST").unwrap();
         assert_eq!(v, 2);
         assert_eq!(
-            (
-                r.u8().unwrap(),
-                r.u16().unwrap(),
-                r.u32().unwrap(),
-                r.u64().unwrap()
-            ),
+            (r.u8().unwrap(), r.u16().unwrap(), r.u32().unwrap(), r.u64().unwrap()),
             (1, 2, 3, 4)
         );
         assert_eq!(r.f32().unwrap(), 0.5);

@@ -40,7 +40,11 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         run_one(&policy, args.sessions)?;
         ran += 1;
     }
-    anyhow::ensure!(ran > 0, "no policy components in {}: run `cargo xtask build-policies`", dir.display());
+    anyhow::ensure!(
+        ran > 0,
+        "no policy components in {}: run `cargo xtask build-policies`",
+        dir.display()
+    );
     Ok(())
 }
 
@@ -83,9 +87,22 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
                 at_us: clock * 1000,
             }));
             for i in 0..ANCHOR_BLOCKS {
-                let op = if session == 0 { BlockOp::Stored } else { BlockOp::Touched };
+                let op = if session == 0 {
+                    BlockOp::Stored
+                } else {
+                    BlockOp::Touched
+                };
                 let parent = if i == 0 { 0 } else { anchor_block(agent, i - 1) };
-                packed::encode(&BlockEvent { op, agent: agent as u32 + 1, block_hash: anchor_block(agent, i), parent_hash: parent }, &mut blocks);
+                packed::encode(
+                    &BlockEvent {
+                        op,
+                        agent: agent as u32 + 1,
+                        block_hash: anchor_block(agent, i),
+                        parent_hash: parent,
+                        position: (i * 16) as u32,
+                    },
+                    &mut blocks,
+                );
             }
         }
         events.push(Event::SessionEnd(session + 1));
@@ -107,7 +124,11 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
     }
     policy.observe(&events)?;
     policy.observe_blocks(&blocks)?;
-    println!("observe   {} events, {} block events (packed)", events.len(), blocks.len() / packed::WORDS_PER_EVENT);
+    println!(
+        "observe   {} events, {} block events (packed)",
+        events.len(),
+        blocks.len() / packed::WORDS_PER_EVENT
+    );
 
     // Candidates: each agent's last anchor block; the tester's is the oldest.
     let items: Vec<Item> = (0..AGENTS.len())
@@ -118,12 +139,18 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
             session: 0,
             last_access: last_access[a],
             tokens: 16,
+            position: ((ANCHOR_BLOCKS - 1) * 16) as u32,
         })
         .collect();
     let scores = policy.score(&items)?;
     let ranking = policy.rank(&items);
     for (item, score) in items.iter().zip(&scores) {
-        println!("score     {:<8} block {:#x} last-access {:>3}  →  {score:>8.3}", AGENTS[item.agent as usize - 1].0, item.key, item.last_access);
+        println!(
+            "score     {:<8} block {:#x} last-access {:>3}  →  {score:>8.3}",
+            AGENTS[item.agent as usize - 1].0,
+            item.key,
+            item.last_access
+        );
     }
     let evict_first = &items[*ranking.order.last().expect("three items")];
     println!("evict     {} first", AGENTS[evict_first.agent as usize - 1].0);
@@ -134,7 +161,10 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
     }
     for f in &forecasts {
         let who = AGENTS.get((f.agent as usize).wrapping_sub(1)).map_or("?", |a| a.0);
-        println!("predict   {:?} {who} in session {} p={:.2} within {} step(s)", f.kind, f.session, f.probability, f.steps);
+        println!(
+            "predict   {:?} {who} in session {} p={:.2} within {} step(s)",
+            f.kind, f.session, f.probability, f.steps
+        );
     }
     let effects = policy.act()?;
     if effects.is_empty() {

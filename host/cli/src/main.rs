@@ -11,7 +11,11 @@ use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
-#[command(name = "agentrt", version, about = "A policy-driven runtime layer for agentic LLM serving")]
+#[command(
+    name = "agentrt",
+    version,
+    about = "A policy-driven runtime layer for agentic LLM serving"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -41,7 +45,9 @@ fn main() -> std::process::ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Policy { command: PolicyCommand::Check(args) } => policy_check::run(args),
+        Command::Policy {
+            command: PolicyCommand::Check(args),
+        } => policy_check::run(args),
         Command::Demo(args) => demo::run(args),
     };
     match result {

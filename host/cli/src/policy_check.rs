@@ -20,18 +20,30 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     let engine = PolicyEngine::new(EngineOptions::default())?;
     let component = Arc::new(engine.load_file(&args.file)?);
     let init = parse_pairs(&args.config)?;
-    let config = SlotConfig { init, ..SlotConfig::new(args.file.display().to_string()) };
+    let config = SlotConfig {
+        init,
+        ..SlotConfig::new(args.file.display().to_string())
+    };
     let policy = PolicyHandle::start(&engine, component.clone(), config)
         .with_context(|| format!("{}: loads, but does not start", args.file.display()))?;
     let info = policy.info();
     let stats = component.load_stats();
     println!("ok: {} {}", info.name, info.version);
     println!("  {}", info.description);
-    println!("  file:     {} ({} bytes, sha256 {})", args.file.display(), component.size_bytes(), component.digest());
+    println!(
+        "  file:     {} ({} bytes, sha256 {})",
+        args.file.display(),
+        component.size_bytes(),
+        component.digest()
+    );
     println!(
         "  compiled: {:.1} ms ({})",
         stats.elapsed.as_secs_f64() * 1e3,
-        if stats.from_cache { "from the artifact cache" } else { "compiled now, cached" }
+        if stats.from_cache {
+            "from the artifact cache"
+        } else {
+            "compiled now, cached"
+        }
     );
     println!("  world:    agentrt:policy/policy ({CONTRACT})");
     let world = component.world(engine.wasmtime());

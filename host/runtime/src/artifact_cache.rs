@@ -37,8 +37,7 @@ impl ArtifactCache {
     }
 
     fn path_for(&self, digest: &str) -> PathBuf {
-        self.dir
-            .join(format!("{digest}-{:016x}.cwasm", self.engine_key))
+        self.dir.join(format!("{digest}-{:016x}.cwasm", self.engine_key))
     }
 
     /// The cached artifact for `digest`, if there is a usable one. A damaged or incompatible file
@@ -66,15 +65,12 @@ impl ArtifactCache {
     /// optimisation.
     pub fn put(&self, digest: &str, component: &Component) {
         let path = self.path_for(digest);
-        let result = component
-            .serialize()
-            .map_err(|e| e.to_string())
-            .and_then(|bytes| {
-                let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-                std::fs::write(&tmp, bytes)
-                    .and_then(|_| std::fs::rename(&tmp, &path))
-                    .map_err(|e| e.to_string())
-            });
+        let result = component.serialize().map_err(|e| e.to_string()).and_then(|bytes| {
+            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+            std::fs::write(&tmp, bytes)
+                .and_then(|_| std::fs::rename(&tmp, &path))
+                .map_err(|e| e.to_string())
+        });
         if let Err(e) = result {
             tracing::warn!(path = %path.display(), error = %e, "could not write compiled artifact");
         }

@@ -51,9 +51,8 @@ impl PolicyComponent {
         let component = match cached {
             Some(component) => component,
             None => {
-                let component = Component::new(engine, bytes).map_err(|e| {
-                    LoadError::new(name, format!("not a valid component: {}", root_cause(&e)))
-                })?;
+                let component = Component::new(engine, bytes)
+                    .map_err(|e| LoadError::new(name, format!("not a valid component: {}", root_cause(&e))))?;
                 if let Some(cache) = cache {
                     cache.put(&digest, &component);
                 }
@@ -62,27 +61,17 @@ impl PolicyComponent {
         };
         let elapsed = started.elapsed();
         check_world(engine, name, &component)?;
-        let instance_pre = linker.instantiate_pre(&component).map_err(|e| {
-            LoadError::new(
-                name,
-                format!("does not fit the {CONTRACT} world: {}", root_cause(&e)),
-            )
-        })?;
-        let pre = PolicyPre::new(instance_pre).map_err(|e| {
-            LoadError::new(
-                name,
-                format!("exports do not match the {CONTRACT} world: {e:#}"),
-            )
-        })?;
+        let instance_pre = linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::new(name, format!("does not fit the {CONTRACT} world: {}", root_cause(&e))))?;
+        let pre = PolicyPre::new(instance_pre)
+            .map_err(|e| LoadError::new(name, format!("exports do not match the {CONTRACT} world: {e:#}")))?;
         Ok(Self {
             name: name.to_string(),
             digest,
             size_bytes: bytes.len(),
             pre,
-            load: LoadStats {
-                from_cache,
-                elapsed,
-            },
+            load: LoadStats { from_cache, elapsed },
         })
     }
 
@@ -131,14 +120,8 @@ fn shape(engine: &Engine, component: &Component) -> WorldShape {
         (name.to_string(), funcs)
     };
     WorldShape {
-        imports: ty
-            .imports(engine)
-            .map(|(n, e)| describe(n, &e.ty))
-            .collect(),
-        exports: ty
-            .exports(engine)
-            .map(|(n, e)| describe(n, &e.ty))
-            .collect(),
+        imports: ty.imports(engine).map(|(n, e)| describe(n, &e.ty)).collect(),
+        exports: ty.exports(engine).map(|(n, e)| describe(n, &e.ty)).collect(),
     }
 }
 
@@ -150,17 +133,11 @@ fn check_header(name: &str, bytes: &[u8]) -> Result<(), LoadError> {
     if bytes.len() < 8 {
         return Err(LoadError::new(
             name,
-            format!(
-                "truncated: {} bytes is shorter than a Wasm header",
-                bytes.len()
-            ),
+            format!("truncated: {} bytes is shorter than a Wasm header", bytes.len()),
         ));
     }
     if &bytes[..4] != MAGIC {
-        return Err(LoadError::new(
-            name,
-            "not a WebAssembly binary (no \\0asm header)",
-        ));
+        return Err(LoadError::new(name, "not a WebAssembly binary (no \\0asm header)"));
     }
     if bytes[4..8] == CORE_MODULE {
         return Err(LoadError::new(
@@ -176,10 +153,7 @@ fn check_header(name: &str, bytes: &[u8]) -> Result<(), LoadError> {
 fn check_world(engine: &Engine, name: &str, component: &Component) -> Result<(), LoadError> {
     let ty = component.component_type();
     let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
-    let expected = format!(
-        "{GUEST_EXPORT}@{}",
-        CONTRACT.rsplit('@').next().unwrap_or_default()
-    );
+    let expected = format!("{GUEST_EXPORT}@{}", CONTRACT.rsplit('@').next().unwrap_or_default());
     match exports.iter().find(|e| e.split('@').next() == Some(GUEST_EXPORT)) {
         None => {
             return Err(LoadError::new(
@@ -235,11 +209,7 @@ fn list_or_nothing(names: &[String]) -> String {
     if names.is_empty() {
         "nothing".to_string()
     } else {
-        names
-            .iter()
-            .map(|n| format!("`{n}`"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
     }
 }
 

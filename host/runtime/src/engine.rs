@@ -110,8 +110,7 @@ impl PolicyEngine {
                 .table_keep_resident(64 << 10);
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
-        let engine =
-            Engine::new(&config).map_err(|e| anyhow::anyhow!("configuring wasmtime: {e:#}"))?;
+        let engine = Engine::new(&config).map_err(|e| anyhow::anyhow!("configuring wasmtime: {e:#}"))?;
 
         let mut linker = Linker::new(&engine);
         Policy::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |state| state)
@@ -150,8 +149,7 @@ impl PolicyEngine {
     /// Load, compile (or fetch from the cache) and validate a component file.
     pub fn load_file(&self, path: &Path) -> Result<PolicyComponent, LoadError> {
         let name = path.display().to_string();
-        let bytes =
-            std::fs::read(path).map_err(|e| LoadError::new(&name, format!("cannot read: {e}")))?;
+        let bytes = std::fs::read(path).map_err(|e| LoadError::new(&name, format!("cannot read: {e}")))?;
         self.load_bytes(&name, &bytes)
     }
 
@@ -186,10 +184,7 @@ impl PolicyEngine {
 
     /// A distinct seed per instance, derived from the engine's seed (splitmix64 steps).
     pub(crate) fn next_seed(&self) -> u64 {
-        let x = self
-            .inner
-            .next_seed
-            .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+        let x = self.inner.next_seed.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
         let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

@@ -40,10 +40,7 @@ impl SlotConfig {
     }
 
     pub fn with_init<'a>(mut self, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
-        self.init = pairs
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        self.init = pairs.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         self
     }
 
@@ -100,13 +97,7 @@ impl PolicyHandle {
         config: SlotConfig,
     ) -> Result<Self, PolicyError> {
         let label: Arc<str> = Arc::from(config.label.as_str());
-        let mut instance = PolicyInstance::start(
-            engine,
-            &component,
-            &config.limits,
-            label.clone(),
-            &config.init,
-        )?;
+        let mut instance = PolicyInstance::start(engine, &component, &config.limits, label.clone(), &config.init)?;
         let info = instance.info()?;
         let metrics = PolicyMetrics::default();
         metrics.set_memory_bytes(instance.memory_bytes());
@@ -159,8 +150,7 @@ impl PolicyHandle {
         let mut live = self.lock();
         let started = Instant::now();
         let result = self.ensure_instance(&mut live).and_then(f);
-        self.metrics
-            .record_call(primitive, items, started.elapsed());
+        self.metrics.record_call(primitive, items, started.elapsed());
         if let Err(e) = &result {
             self.metrics.record_error(e);
             tracing::warn!(policy = %self.label, error = %e, "policy call failed; instance discarded");
@@ -170,10 +160,7 @@ impl PolicyHandle {
         result
     }
 
-    fn ensure_instance<'a>(
-        &self,
-        live: &'a mut Live,
-    ) -> Result<&'a mut PolicyInstance, PolicyError> {
+    fn ensure_instance<'a>(&self, live: &'a mut Live) -> Result<&'a mut PolicyInstance, PolicyError> {
         if live.instance.is_none() {
             let mut fresh = self.fresh_instance(&live.component)?;
             if let Some(state) = &live.checkpoint {
@@ -202,9 +189,7 @@ impl PolicyHandle {
 
     /// Deliver events, oldest first.
     pub fn observe(&self, events: &[Event]) -> Result<(), PolicyError> {
-        let _span =
-            tracing::trace_span!("policy.observe", policy = %self.label, events = events.len())
-                .entered();
+        let _span = tracing::trace_span!("policy.observe", policy = %self.label, events = events.len()).entered();
         self.with_instance(Primitive::Observe, events.len(), |i| i.observe(events))?;
         self.maybe_checkpoint();
         Ok(())
@@ -213,15 +198,12 @@ impl PolicyHandle {
     /// Deliver KV-block events in the packed form (see `agentrt_sdk::packed`).
     pub fn observe_blocks(&self, packed: &[u64]) -> Result<(), PolicyError> {
         let _span = tracing::trace_span!("policy.observe_blocks", policy = %self.label, words = packed.len()).entered();
-        self.with_instance(Primitive::ObserveBlocks, packed.len() / 3, |i| {
-            i.observe_blocks(packed)
-        })
+        self.with_instance(Primitive::ObserveBlocks, packed.len() / 3, |i| i.observe_blocks(packed))
     }
 
     /// One priority per item (higher = keep).
     pub fn score(&self, items: &[Item]) -> Result<Vec<f32>, PolicyError> {
-        let _span = tracing::trace_span!("policy.score", policy = %self.label, items = items.len())
-            .entered();
+        let _span = tracing::trace_span!("policy.score", policy = %self.label, items = items.len()).entered();
         self.with_instance(Primitive::Score, items.len(), |i| i.score(items))
     }
 
@@ -261,9 +243,7 @@ impl PolicyHandle {
 
     /// Replace the policy's state with `state` (a snapshot, possibly from another instance).
     pub fn restore(&self, state: &[u8]) -> Result<(), PolicyError> {
-        let _span =
-            tracing::debug_span!("policy.restore", policy = %self.label, bytes = state.len())
-                .entered();
+        let _span = tracing::debug_span!("policy.restore", policy = %self.label, bytes = state.len()).entered();
         self.with_instance(Primitive::Restore, 0, |i| i.restore(state))?;
         let mut live = self.lock();
         live.checkpoint = Some(state.to_vec());
@@ -302,8 +282,7 @@ impl PolicyHandle {
     /// new instance. If the new component cannot start or refuses the state, the old one keeps
     /// running and the error is returned.
     pub fn swap(&self, next: Arc<PolicyComponent>) -> Result<SwapReport, PolicyError> {
-        let _span =
-            tracing::info_span!("policy.swap", policy = %self.label, to = next.name()).entered();
+        let _span = tracing::info_span!("policy.swap", policy = %self.label, to = next.name()).entered();
         let mut live = self.lock();
         let paused_at = Instant::now();
         let state = match live.instance.as_mut().map(|i| i.snapshot()) {
@@ -317,9 +296,7 @@ impl PolicyHandle {
         }
         let info = fresh.info()?;
         let old = live.instance.replace(fresh);
-        let from = std::mem::replace(&mut live.component, next.clone())
-            .name()
-            .to_string();
+        let from = std::mem::replace(&mut live.component, next.clone()).name().to_string();
         live.info = info;
         live.checkpoint = state.clone();
         live.last_checkpoint = Instant::now();

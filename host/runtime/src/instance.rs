@@ -31,23 +31,17 @@ impl PolicyInstance {
         label: Arc<str>,
         config: &[(String, String)],
     ) -> Result<Self, PolicyError> {
-        let state = GuestState::new(
-            limits,
-            label.clone(),
-            engine.next_seed(),
-            engine.clock_origin(),
-        );
+        let state = GuestState::new(limits, label.clone(), engine.next_seed(), engine.clock_origin());
         let mut store = Store::new(engine.wasmtime(), state);
         store.limiter(|state| &mut state.limiter);
         store.set_epoch_deadline(engine.deadline_ticks(limits.call_deadline));
-        let bindings =
-            component
-                .pre()
-                .instantiate(&mut store)
-                .map_err(|e| PolicyError::Unavailable {
-                    policy: label.to_string(),
-                    message: format!("instantiation failed: {e:#}"),
-                })?;
+        let bindings = component
+            .pre()
+            .instantiate(&mut store)
+            .map_err(|e| PolicyError::Unavailable {
+                policy: label.to_string(),
+                message: format!("instantiation failed: {e:#}"),
+            })?;
         let mut instance = Self {
             store,
             bindings,
@@ -115,9 +109,7 @@ impl PolicyInstance {
     }
 
     pub(crate) fn observe_blocks(&mut self, packed: &[u64]) -> Result<(), PolicyError> {
-        self.call(Primitive::ObserveBlocks, |g, s| {
-            g.call_observe_blocks(s, packed)
-        })
+        self.call(Primitive::ObserveBlocks, |g, s| g.call_observe_blocks(s, packed))
     }
 
     pub(crate) fn score(&mut self, items: &[Item]) -> Result<Vec<f32>, PolicyError> {

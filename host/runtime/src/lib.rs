@@ -56,6 +56,7 @@ pub mod packed {
         out.extend_from_slice(&agentrt_sdk::packed::words(
             event.op as u8,
             event.agent,
+            event.position,
             event.block_hash,
             event.parent_hash,
         ));

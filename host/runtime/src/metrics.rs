@@ -6,14 +6,7 @@ use std::time::Duration;
 
 use crate::error::{PolicyError, Primitive};
 
-const ERROR_KINDS: [&str; 6] = [
-    "trap",
-    "deadline",
-    "oom",
-    "rejected",
-    "bad_output",
-    "unavailable",
-];
+const ERROR_KINDS: [&str; 6] = ["trap", "deadline", "oom", "rejected", "bad_output", "unavailable"];
 
 /// Calls, time and failures of one policy slot. All counters only grow.
 #[derive(Debug, Default)]
@@ -90,10 +83,7 @@ impl PolicyMetrics {
             if calls == 0 {
                 continue;
             }
-            let _ = writeln!(
-                out,
-                "agentrt_policy_calls_total{{{labels},primitive=\"{p}\"}} {calls}"
-            );
+            let _ = writeln!(out, "agentrt_policy_calls_total{{{labels},primitive=\"{p}\"}} {calls}");
             let _ = writeln!(
                 out,
                 "agentrt_policy_items_total{{{labels},primitive=\"{p}\"}} {}",
@@ -112,21 +102,9 @@ impl PolicyMetrics {
                 self.errors[i].load(Relaxed)
             );
         }
-        let _ = writeln!(
-            out,
-            "agentrt_policy_fallbacks_total{{{labels}}} {}",
-            self.fallbacks()
-        );
-        let _ = writeln!(
-            out,
-            "agentrt_policy_restarts_total{{{labels}}} {}",
-            self.restarts()
-        );
-        let _ = writeln!(
-            out,
-            "agentrt_policy_swaps_total{{{labels}}} {}",
-            self.swaps()
-        );
+        let _ = writeln!(out, "agentrt_policy_fallbacks_total{{{labels}}} {}", self.fallbacks());
+        let _ = writeln!(out, "agentrt_policy_restarts_total{{{labels}}} {}", self.restarts());
+        let _ = writeln!(out, "agentrt_policy_swaps_total{{{labels}}} {}", self.swaps());
         let _ = writeln!(
             out,
             "agentrt_policy_memory_bytes{{{labels}}} {}",
@@ -168,11 +146,7 @@ pub fn prometheus_header(out: &mut String) {
             "counter",
             "Instances re-created after a failure.",
         ),
-        (
-            "agentrt_policy_swaps_total",
-            "counter",
-            "Hot swaps completed.",
-        ),
+        ("agentrt_policy_swaps_total", "counter", "Hot swaps completed."),
         (
             "agentrt_policy_memory_bytes",
             "gauge",

@@ -45,12 +45,7 @@ impl PolicyRegistry {
         mut config: SlotConfig,
     ) -> Result<Arc<PolicyHandle>, RegistryError> {
         let key = (tenant.to_string(), slot.to_string());
-        if self
-            .slots
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(&key)
-        {
+        if self.slots.read().unwrap_or_else(|p| p.into_inner()).contains_key(&key) {
             return Err(RegistryError::SlotTaken {
                 tenant: key.0,
                 slot: key.1,
@@ -79,18 +74,11 @@ impl PolicyRegistry {
     }
 
     /// Hot-swap `tenant/slot` to `component`, carrying state over.
-    pub fn swap(
-        &self,
-        tenant: &str,
-        slot: &str,
-        component: Arc<PolicyComponent>,
-    ) -> Result<SwapReport, RegistryError> {
-        let handle = self
-            .get(tenant, slot)
-            .ok_or_else(|| RegistryError::NoSuchSlot {
-                tenant: tenant.to_string(),
-                slot: slot.to_string(),
-            })?;
+    pub fn swap(&self, tenant: &str, slot: &str, component: Arc<PolicyComponent>) -> Result<SwapReport, RegistryError> {
+        let handle = self.get(tenant, slot).ok_or_else(|| RegistryError::NoSuchSlot {
+            tenant: tenant.to_string(),
+            slot: slot.to_string(),
+        })?;
         Ok(handle.swap(component)?)
     }
 
@@ -117,8 +105,7 @@ impl PolicyRegistry {
     pub fn render_prometheus(&self) -> String {
         let mut out = String::new();
         prometheus_header(&mut out);
-        for ((tenant, slot), handle) in self.slots.read().unwrap_or_else(|p| p.into_inner()).iter()
-        {
+        for ((tenant, slot), handle) in self.slots.read().unwrap_or_else(|p| p.into_inner()).iter() {
             let labels = format!("tenant=\"{}\",slot=\"{}\"", escape(tenant), escape(slot));
             handle.metrics().render_prometheus(&labels, &mut out);
         }
@@ -127,10 +114,7 @@ impl PolicyRegistry {
 }
 
 fn escape(label: &str) -> String {
-    label
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    label.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -41,12 +41,7 @@ pub struct GuestLimiter {
 }
 
 impl ResourceLimiter for GuestLimiter {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _max: Option<usize>,
-    ) -> wasmtime::Result<bool> {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
         if desired > self.memory_cap {
             self.hit_memory_cap = true;
             // An error (rather than `Ok(false)`) traps at once: a Rust guest would otherwise
@@ -59,12 +54,7 @@ impl ResourceLimiter for GuestLimiter {
         Ok(true)
     }
 
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _max: Option<usize>,
-    ) -> wasmtime::Result<bool> {
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
         // Tables hold function references; a policy has no reason for more than a few thousand.
         Ok(desired <= 100_000)
     }
@@ -91,12 +81,7 @@ pub struct GuestState {
 }
 
 impl GuestState {
-    pub(crate) fn new(
-        limits: &SandboxLimits,
-        label: Arc<str>,
-        seed: u64,
-        clock_origin: Instant,
-    ) -> Self {
+    pub(crate) fn new(limits: &SandboxLimits, label: Arc<str>, seed: u64, clock_origin: Instant) -> Self {
         Self {
             limiter: GuestLimiter {
                 memory_cap: limits.memory_bytes,

@@ -39,6 +39,7 @@ mod tests {
             session: 0,
             last_access,
             tokens: 16,
+            position: 0,
         }
     }
 

@@ -10,8 +10,8 @@
 
 use agentrt_sdk::state::{Reader, Writer};
 use agentrt_sdk::{
-    info, BlockEvent, BlockOp, Config, Deny, Event, Forecast, ForecastKind, Hedge, Item, Pin,
-    Policy, PolicyInfo, Preload, SetPriority, SideEffect, WarmPrefix,
+    info, BlockEvent, BlockOp, Config, Deny, Event, Forecast, ForecastKind, Hedge, Item, Pin, Policy, PolicyInfo,
+    Preload, SetPriority, SideEffect, WarmPrefix,
 };
 
 pub const LOOP_KEY: u64 = 0xdead_1007;
@@ -193,6 +193,7 @@ mod tests {
             agent: 3,
             block_hash: 9,
             parent_hash: 0,
+            position: 0,
         }]);
         let snap = h.snapshot();
         let mut other = Harness::<Probe>::new([]).unwrap();
