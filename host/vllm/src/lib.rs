@@ -1,1 +1,39 @@
-//! Engine adapter for vLLM: KV-cache event subscriber and the eviction-ranking service for the vLLM plugin.
+//! # agentrt-vllm — the engine adapter for vLLM
+//!
+//! Two services that `agentrt serve` starts next to a vLLM engine, both feeding the same
+//! [`PolicyHandle`](agentrt_runtime::PolicyHandle) the proxy feeds with request events, so one
+//! policy instance sees the framework's view and the engine's:
+//!
+//! - [`EvictionService`]: a Unix-socket server for the vLLM plugin (`adapters/vllm/agentrt_vllm`),
+//!   which patches vLLM's block pool. The plugin tags cached blocks with their agent, reports
+//!   touches, and asks — at most once per scheduler step — which cached blocks to evict first;
+//!   the service answers with [`PolicyHandle::rank`](agentrt_runtime::PolicyHandle::rank).
+//!   Protocol: [`wire`].
+//! - [`KvEventSubscriber`]: subscribes to vLLM's ZMQ KV-event publisher, decodes its msgpack
+//!   batches, fills sequence gaps from the replay socket and forwards block events through
+//!   `observe-blocks`. It needs no plugin, so it also works against an unmodified vLLM.
+//!
+//! ```no_run
+//! # async fn demo(policy: std::sync::Arc<agentrt_runtime::PolicyHandle>) -> anyhow::Result<()> {
+//! use agentrt_vllm::{EvictionService, KvEventSubscriber, KvEventsConfig};
+//! let eviction = EvictionService::bind("/tmp/agentrt-evict.sock", policy.clone())?;
+//! let events = KvEventSubscriber::spawn(
+//!     KvEventsConfig::for_vllm("tcp://127.0.0.1:5557", Some("tcp://127.0.0.1:5558"), "kv"),
+//!     policy,
+//! )
+//! .await?;
+//! # Ok(()) }
+//! ```
+
+pub mod agents;
+pub mod eviction;
+pub mod kv_events;
+pub mod metrics;
+pub mod pins;
+pub mod wire;
+
+pub use agents::{AgentResolver, InternedAgents};
+pub use eviction::{EvictionOptions, EvictionService};
+pub use kv_events::{BlockSink, Forward, KvEventSubscriber, KvEventsConfig, SocketMode};
+pub use metrics::{EvictionCounts, EvictionMetrics, KvEventCounts, KvEventMetrics};
+pub use pins::PinTable;

@@ -1,0 +1,225 @@
+"""The plugin's connection to the agentrt eviction service.
+
+Runs on vLLM's scheduler thread, so every call is bounded: a RANK waits at most the deadline
+(``AGENTRT_EVICTION_DEADLINE_MS``, default 2 ms) and then the caller falls back to vLLM's own
+order; a broken connection is retried at most once a second; a late answer is dropped by its
+request id when it finally arrives. Nothing here raises into vLLM.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import socket
+import time
+from array import array
+
+from . import wire
+
+log = logging.getLogger("vllm.agentrt_vllm")
+
+
+class EvictionClient:
+    def __init__(self, path: str, deadline_s: float, vllm_version: str, retry_s: float = 1.0) -> None:
+        self.path = path
+        self.deadline_s = deadline_s
+        self.vllm_version = vllm_version
+        self.retry_s = retry_s
+        self.sock: socket.socket | None = None
+        self.reader = wire.FrameReader()
+        self.next_id = 1
+        self.missed = 0  # RANKs given up since the last one sent (reported to the host)
+        self.refused = False  # the host speaks another protocol
+        self._last_attempt = -1e9
+        self._defined: dict[str, int] = {}
+        self._pending_defs: list[bytes] = []
+        self.events = array("Q")
+        self.stats = {
+            "rank_requests": 0,
+            "rank_answered": 0,
+            "deadline_missed": 0,
+            "connect_failures": 0,
+            "send_failures": 0,
+            "late_replies": 0,
+            "block_events_sent": 0,
+            "block_events_dropped": 0,
+        }
+
+    # -- connection ---------------------------------------------------------------------------
+    def connected(self) -> bool:
+        if self.sock is not None:
+            return True
+        if self.refused:
+            return False
+        now = time.monotonic()
+        if now - self._last_attempt < self.retry_s:
+            return False
+        self._last_attempt = now
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(0.05)
+            sock.connect(self.path)
+            sock.sendall(wire.hello(self.vllm_version))
+            sock.setblocking(False)
+        except OSError as e:
+            self.stats["connect_failures"] += 1
+            if self.stats["connect_failures"] in (1, 10, 100) or self.stats["connect_failures"] % 1000 == 0:
+                log.warning("agentrt: cannot reach eviction service at %s (%s); using vLLM's order", self.path, e)
+            return False
+        self.sock = sock
+        self.reader = wire.FrameReader()
+        # Agent ids are per connection: define them again on the new one.
+        self._pending_defs = [wire.agent(wid, name) for name, wid in self._defined.items()]
+        log.info("agentrt: connected to eviction service at %s", self.path)
+        return True
+
+    def _drop(self, why: str) -> None:
+        if self.sock is not None:
+            log.warning("agentrt: eviction service connection lost (%s); will retry", why)
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+        self.sock = None
+
+    def _send(self, data: bytes, deadline: float) -> bool:
+        """Write all of ``data`` by ``deadline``; a partial write breaks framing, so drop then."""
+        assert self.sock is not None
+        view = memoryview(data)
+        while view:
+            try:
+                sent = self.sock.send(view)
+                view = view[sent:]
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([], [self.sock], [], left)[1]:
+                    self.stats["send_failures"] += 1
+                    self._drop("write timed out")
+                    return False
+            except OSError as e:
+                self.stats["send_failures"] += 1
+                self._drop(str(e))
+                return False
+        return True
+
+    # -- agents and block events ----------------------------------------------------------------
+    def wire_agent(self, agent) -> int:
+        """The wire id for a request's ``agentrt_agent``: an int handle as is, a name defined once."""
+        if agent is None:
+            return 0
+        if isinstance(agent, int):
+            return agent if 0 <= agent < wire.DEFINED_AGENT_BIT else 0
+        name = str(agent)
+        wid = self._defined.get(name)
+        if wid is None:
+            wid = wire.DEFINED_AGENT_BIT | (len(self._defined) + 1)
+            self._defined[name] = wid
+            self._pending_defs.append(wire.agent(wid, name))
+        return wid
+
+    def block_event(self, op: int, wire_agent: int, position: int, block_hash: int, parent_hash: int) -> None:
+        self.events.extend((wire.block_word0(op, wire_agent, position), block_hash, parent_hash))
+
+    def _outgoing(self) -> bytes:
+        parts = self._pending_defs
+        self._pending_defs = []
+        if self.events:
+            parts.append(wire.blocks(self.events))
+            self.stats["block_events_sent"] += len(self.events) // 3
+            self.events = array("Q")
+        return b"".join(parts)
+
+    def flush(self) -> None:
+        """Send buffered definitions and block events (no answer expected)."""
+        if not self.events and not self._pending_defs:
+            return
+        if not self.connected():
+            self.stats["block_events_dropped"] += len(self.events) // 3
+            self.events = array("Q")
+            return
+        self._send(self._outgoing(), time.monotonic() + self.deadline_s)
+
+    # -- ranking --------------------------------------------------------------------------------
+    def rank(self, items: list[tuple], want: int) -> list[int] | None:
+        """Indices of ``items`` to evict first, or ``None`` (no answer in time: use vLLM's order)."""
+        if not self.connected():
+            return None
+        deadline = time.monotonic() + self.deadline_s
+        request_id = self.next_id
+        self.next_id = (self.next_id + 1) & 0xFFFFFFFF or 1
+        self.stats["rank_requests"] += 1
+        payload = self._outgoing() + wire.rank(request_id, want, self.missed, items)
+        if not self._send(payload, deadline):
+            return None
+        self.missed = 0
+        answer = self._await(request_id, deadline)
+        if answer is None:
+            self.missed += 1
+            self.stats["deadline_missed"] += 1
+            return None
+        self.stats["rank_answered"] += 1
+        return answer
+
+    def _await(self, request_id: int, deadline: float) -> list[int] | None:
+        assert self.sock is not None
+        while True:
+            try:
+                item = self.reader.next()
+            except ValueError as e:
+                self._drop(str(e))
+                return None
+            if item is not None:
+                kind, body = item
+                got = self._on_frame(kind, body, request_id)
+                if got is not None:
+                    return got
+                if self.sock is None:
+                    return None
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if not select.select([self.sock], [], [], left)[0]:
+                return None
+            try:
+                data = self.sock.recv(1 << 16)
+            except BlockingIOError:
+                continue
+            except OSError as e:
+                self._drop(str(e))
+                return None
+            if not data:
+                self._drop("closed by host")
+                return None
+            self.reader.feed(data)
+
+    def _on_frame(self, kind: int, body: bytes, request_id: int) -> list[int] | None:
+        try:
+            if kind == wire.KIND_RANKED:
+                rid, _fallback, order = wire.decode_ranked(body)
+                if rid == request_id:
+                    return order
+                self.stats["late_replies"] += 1
+            elif kind == wire.KIND_HELLO_OK:
+                protocol = wire.decode_hello_ok(body)
+                if protocol != wire.PROTOCOL_VERSION:
+                    log.error(
+                        "agentrt: eviction service speaks protocol %d, plugin %d: not using it",
+                        protocol,
+                        wire.PROTOCOL_VERSION,
+                    )
+                    self.refused = True
+                    self._drop("protocol mismatch")
+            else:
+                log.warning("agentrt: unexpected frame kind %#x from host (%d bytes); skipped", kind, len(body))
+        except Exception as e:  # a malformed answer must not reach vLLM
+            log.warning("agentrt: malformed frame kind %#x from host: %s", kind, e)
+        return None
+
+    def close(self) -> None:
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+        self.sock = None

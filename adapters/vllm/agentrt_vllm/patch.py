@@ -1,0 +1,248 @@
+"""Class-level patches of vLLM's block pool, installed by the plugin before the engine builds its
+scheduler. Each wrapper calls vLLM's original and hands the tracker what it needs; a tracker that
+raises is switched off for that pool (logged once), so a plugin bug degrades to plain vLLM.
+
+Hook points (vLLM 0.32, ``vllm/v1/core``):
+
+- ``BlockPool.__init__``: attach a ``PoolTracker`` (only with prefix caching on).
+- ``BlockPool.cache_full_blocks``: the only place that sees the Request: tag new blocks.
+- ``BlockPool.touch``: prefix hits leave the free queue (reported as touches).
+- ``BlockPool.free_blocks``: cached blocks join the queue tail (per-agent LRU lists).
+- ``BlockPool.get_new_blocks``: before vLLM pops, move the policy's victims to the head.
+- ``BlockPool._maybe_evict_cached_block`` / ``reset_prefix_cache``: removals.
+- ``KVCacheManager.allocate_slots``: remember the request whose blocks ``touch`` sees.
+- ``Scheduler.schedule``: a step begins (one ranking per step; flush block events).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import weakref
+
+from .client import EvictionClient
+from .tracker import PoolTracker, RequestTag
+from .wire import fnv1a64
+
+log = logging.getLogger("vllm.agentrt_vllm")
+
+# Versions whose block pool this plugin was written against and tested with.
+SUPPORTED_VERSIONS = ("0.32.0",)
+
+_state: dict = {"installed": False, "client": None, "current": None}
+_trackers: "weakref.WeakSet[PoolTracker]" = weakref.WeakSet()
+_MASK64 = (1 << 64) - 1
+
+
+def vllm_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("vllm")
+    except Exception:
+        import vllm
+
+        return getattr(vllm, "__version__", "unknown")
+
+
+def check_version(version: str) -> bool:
+    base = version.split("+", 1)[0]
+    return base in SUPPORTED_VERSIONS
+
+
+def request_tag(request, client: EvictionClient) -> RequestTag:
+    """Agent, session and warm-up flag from ``sampling_params.extra_args`` (``vllm_xargs``)."""
+    cached = getattr(request, "_agentrt_tag", None)
+    if cached is not None and cached[0] is client:
+        return cached[1]
+    params = getattr(request, "sampling_params", None)
+    extra = (getattr(params, "extra_args", None) or {}) if params is not None else {}
+    agent = client.wire_agent(extra.get("agentrt_agent"))
+    session = extra.get("agentrt_session")
+    if session is None:
+        session = getattr(request, "session_id", None)
+    if isinstance(session, int):
+        session &= _MASK64
+    elif session is not None:
+        session = fnv1a64(str(session))
+    else:
+        session = 0
+    tag = RequestTag(agent, session, bool(extra.get("agentrt_warmup", False)))
+    try:
+        request._agentrt_tag = (client, tag)  # agent wire ids belong to one client
+    except AttributeError:
+        pass
+    return tag
+
+
+def _guard(pool, what: str, fn, *args) -> None:
+    """Run a tracker hook; on error log once and switch the tracker off for this pool."""
+    try:
+        fn(*args)
+    except Exception:
+        log.exception("agentrt: %s failed; eviction falls back to vLLM's order for this pool", what)
+        pool._agentrt = None
+
+
+def attach(pool, client: EvictionClient, max_candidates: int = 256) -> PoolTracker:
+    """Make ``pool`` (a patched ``BlockPool``) consult the host through ``client``. Called for every
+    pool the engine builds; tests call it to give a pool its own host. ``pool._agentrt = None``
+    detaches (the pool then behaves exactly like vLLM's)."""
+    tracker = PoolTracker(pool, client, max_candidates)
+    pool._agentrt = tracker
+    _trackers.add(tracker)
+    client.connected()  # connect early, at engine start, not on the first allocation
+    return tracker
+
+
+def begin_step() -> None:
+    """Start a step on every attached pool (what the patched ``Scheduler.schedule`` does)."""
+    for t in list(_trackers):
+        if getattr(t.pool, "_agentrt", None) is t:
+            _guard(t.pool, "step", t.begin_step)
+
+
+def install(socket_path: str, deadline_ms: float = 2.0, max_candidates: int = 256, force: bool = False) -> bool:
+    """Patch vLLM's block pool. Returns False (and patches nothing) on an unknown vLLM."""
+    if _state["installed"]:
+        return True
+    version = vllm_version()
+    if not check_version(version) and not force:
+        log.error(
+            "agentrt: vLLM %s is not a version this plugin knows (%s); NOT patching the block pool "
+            "(set AGENTRT_VLLM_ALLOW_UNTESTED=1 to try anyway)",
+            version,
+            ", ".join(SUPPORTED_VERSIONS),
+        )
+        return False
+
+    from vllm.v1.core import block_pool, kv_cache_utils
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    BlockPool = block_pool.BlockPool
+    needed = {
+        BlockPool: ("cache_full_blocks", "touch", "free_blocks", "get_new_blocks", "_maybe_evict_cached_block", "reset_prefix_cache"),
+        kv_cache_utils.FreeKVCacheBlockQueue: ("remove", "prepend_n"),
+        KVCacheManager: ("allocate_slots",),
+        Scheduler: ("schedule",),
+    }
+    missing = [f"{cls.__name__}.{name}" for cls, names in needed.items() for name in names if not hasattr(cls, name)]
+    if missing:
+        log.error("agentrt: vLLM %s lacks %s; NOT patching", version, ", ".join(missing))
+        return False
+
+    client = EvictionClient(socket_path, deadline_ms / 1000.0, version)
+    _state["client"] = client
+
+    orig_init = BlockPool.__init__
+
+    @functools.wraps(orig_init)
+    def __init__(self, *args, **kwargs):
+        orig_init(self, *args, **kwargs)
+        self._agentrt = None
+        if self.enable_caching:
+            attach(self, client, max_candidates)
+            log.info("agentrt: eviction of %d blocks ranked by the host at %s", self.num_gpu_blocks, socket_path)
+
+    orig_cache = BlockPool.cache_full_blocks
+
+    @functools.wraps(orig_cache)
+    def cache_full_blocks(self, request, blocks, num_cached_blocks, num_full_blocks, block_size, kv_cache_group_id, *args, **kwargs):
+        orig_cache(self, request, blocks, num_cached_blocks, num_full_blocks, block_size, kv_cache_group_id, *args, **kwargs)
+        t = self._agentrt
+        if t is not None and num_cached_blocks < num_full_blocks:
+            _guard(self, "tagging blocks", t.on_cached, request_tag(request, t.client), blocks, num_cached_blocks, num_full_blocks, block_size)
+
+    orig_touch = BlockPool.touch
+
+    @functools.wraps(orig_touch)
+    def touch(self, blocks):
+        t = self._agentrt
+        if t is not None:
+            _guard(self, "touch", t.on_touch, _state["current"], blocks)
+        return orig_touch(self, blocks)
+
+    orig_free = BlockPool.free_blocks
+
+    @functools.wraps(orig_free)
+    def free_blocks(self, ordered_blocks):
+        t = self._agentrt
+        if t is None:
+            return orig_free(self, ordered_blocks)
+        blocks = list(ordered_blocks)
+        orig_free(self, blocks)
+        _guard(self, "free", t.on_freed, [b for b in blocks if b.pool is None or b.pool is self])
+
+    orig_get = BlockPool.get_new_blocks
+
+    @functools.wraps(orig_get)
+    def get_new_blocks(self, num_blocks):
+        t = self._agentrt
+        if t is not None:
+            _guard(self, "choosing victims", t.before_allocate, num_blocks)
+        return orig_get(self, num_blocks)
+
+    orig_evict = BlockPool._maybe_evict_cached_block
+
+    @functools.wraps(orig_evict)
+    def _maybe_evict_cached_block(self, block):
+        evicted = orig_evict(self, block)
+        t = self._agentrt
+        if evicted and t is not None:
+            _guard(self, "eviction", t.on_evicted, block)
+        return evicted
+
+    orig_reset = BlockPool.reset_prefix_cache
+
+    @functools.wraps(orig_reset)
+    def reset_prefix_cache(self):
+        done = orig_reset(self)
+        t = self._agentrt
+        if done and t is not None:
+            _guard(self, "reset", t.on_reset)
+        return done
+
+    orig_allocate = KVCacheManager.allocate_slots
+
+    @functools.wraps(orig_allocate)
+    def allocate_slots(self, request, *args, **kwargs):
+        t = getattr(self.block_pool, "_agentrt", None)
+        _state["current"] = request_tag(request, t.client) if t is not None else None
+        try:
+            return orig_allocate(self, request, *args, **kwargs)
+        finally:
+            _state["current"] = None
+
+    orig_schedule = Scheduler.schedule
+
+    @functools.wraps(orig_schedule)
+    def schedule(self, *args, **kwargs):
+        begin_step()
+        return orig_schedule(self, *args, **kwargs)
+
+    BlockPool.__init__ = __init__
+    BlockPool.cache_full_blocks = cache_full_blocks
+    BlockPool.touch = touch
+    BlockPool.free_blocks = free_blocks
+    BlockPool.get_new_blocks = get_new_blocks
+    BlockPool._maybe_evict_cached_block = _maybe_evict_cached_block
+    BlockPool.reset_prefix_cache = reset_prefix_cache
+    KVCacheManager.allocate_slots = allocate_slots
+    Scheduler.schedule = schedule
+    _state["installed"] = True
+    log.info("agentrt: vLLM %s block pool patched (deadline %.1f ms)", version, deadline_ms)
+    return True
+
+
+def stats() -> dict:
+    """Counters of the client and every live tracker, for logs and tests."""
+    out: dict = {}
+    client = _state["client"]
+    if client is not None:
+        out.update(client.stats)
+    for t in list(_trackers):
+        for k, v in t.stats.items():
+            out[k] = out.get(k, 0) + v
+    return out

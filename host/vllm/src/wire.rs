@@ -1,0 +1,469 @@
+//! The eviction wire protocol between the vLLM plugin (`adapters/vllm/agentrt_vllm`) and
+//! [`EvictionService`](crate::EvictionService), over a Unix stream socket.
+//!
+//! A compact binary format rather than msgpack: the plugin packs and unpacks it with Python's
+//! `struct`/`array` in one call per message, which is cheaper on vLLM's scheduler thread than any
+//! msgpack encoder, and the Rust side reads it without allocation per item.
+//!
+//! Every integer is little-endian. A **frame** is
+//!
+//! ```text
+//! u32 length  (bytes that follow, kind included; at most MAX_FRAME)
+//! u8  kind
+//! ... body
+//! ```
+//!
+//! | kind | direction | body |
+//! |---|---|---|
+//! | `0x01` HELLO  | plugin → host | `u16 protocol`, `u16 n`, `n` bytes UTF-8 (vLLM version, for logs) |
+//! | `0x81` HELLO_OK | host → plugin | `u16 protocol` |
+//! | `0x02` AGENT  | plugin → host | `u32 wire_agent` (high bit set), `u16 n`, `n` bytes UTF-8 agent name |
+//! | `0x03` BLOCKS | plugin → host | `k × 3 u64`: block events packed exactly as for `observe-blocks` (op, position, agent in word 0; hash; parent hash), the agent field holding a wire agent id |
+//! | `0x04` RANK   | plugin → host | `u32 request_id`, `u32 want`, `u32 missed`, `k ×` item (below) |
+//! | `0x84` RANKED | host → plugin | `u32 request_id`, `u8 flags` (bit 0: the policy failed, LRU order), `u32 n`, `n × u32` item indices, evict-first first |
+//!
+//! A RANK item is 40 bytes: `u64 block_hash`, `u64 session`, `u64 last_access`, `u32 wire_agent`,
+//! `u32 tokens`, `u32 position` (the block's first token offset in its prompt), `u32 reserved` (0). RANKED returns `min(want, k)` indices. `missed` counts the RANKs the plugin gave up
+//! waiting for since its previous RANK, so the host's counters show deadline misses too.
+//!
+//! **Wire agent ids.** A request names its agent in `vllm_xargs.agentrt_agent` either as an integer
+//! (an agent handle the proxy already assigned: sent as is, high bit clear) or as a string (the
+//! plugin defines it once per connection with AGENT under an id with the high bit set, and the
+//! host resolves the name to a handle). 0 is "unknown agent".
+//!
+//! **Sessions** travel as u64: an integer `agentrt_session` as is, a string through
+//! [`session_hash`] (FNV-1a 64 — the plugin implements the same function).
+//!
+//! Only RANK gets an answer, so tags and touches cost no round trip; the plugin sends its
+//! buffered BLOCKS in the same write as the RANK that follows them, so the policy scores with
+//! everything the engine did before. The host answers in request order; a plugin that gave up
+//! waiting (its deadline passed) drops late answers by `request_id`.
+
+use std::fmt;
+
+/// Bumped on any incompatible change; HELLO carries it and the host refuses another.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// Largest frame either side accepts (a RANK of 64 Ki items is 2.5 MiB).
+pub const MAX_FRAME: usize = 4 << 20;
+
+/// Wire agent ids with this bit set name agents defined by an AGENT frame.
+pub const DEFINED_AGENT_BIT: u32 = 1 << 31;
+
+/// Bytes per RANK item.
+pub const ITEM_BYTES: usize = 40;
+
+pub const KIND_HELLO: u8 = 0x01;
+pub const KIND_AGENT: u8 = 0x02;
+pub const KIND_BLOCKS: u8 = 0x03;
+pub const KIND_RANK: u8 = 0x04;
+pub const KIND_HELLO_OK: u8 = 0x81;
+pub const KIND_RANKED: u8 = 0x84;
+
+/// RANKED flag: the policy failed and the order is LRU's.
+pub const FLAG_FALLBACK: u8 = 1;
+
+/// One candidate in a RANK frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WireItem {
+    pub block_hash: u64,
+    pub session: u64,
+    pub last_access: u64,
+    pub wire_agent: u32,
+    pub tokens: u32,
+    pub position: u32,
+}
+
+/// A decoded plugin → host message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    Hello {
+        protocol: u16,
+        vllm_version: String,
+    },
+    Agent {
+        wire_agent: u32,
+        name: String,
+    },
+    /// Packed block events (3 words each), agent fields still wire ids.
+    Blocks(Vec<u64>),
+    Rank {
+        request_id: u32,
+        want: u32,
+        missed: u32,
+        items: Vec<WireItem>,
+    },
+}
+
+/// A decoded host → plugin message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    HelloOk {
+        protocol: u16,
+    },
+    Ranked {
+        request_id: u32,
+        fallback: bool,
+        evict_first: Vec<u32>,
+    },
+}
+
+/// Why a frame body could not be decoded. The frame boundary is still known, so the reader skips
+/// the frame and carries on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireError {
+    pub kind: u8,
+    pub what: String,
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "frame kind {:#04x}: {}", self.kind, self.what)
+    }
+}
+
+impl std::error::Error for WireError {}
+
+/// FNV-1a 64 of a session id string: what the plugin sends for a string `agentrt_session` (or a
+/// vLLM `session_id`). The proxy should hash session ids the same way so that both views agree.
+pub fn session_hash(session: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in session.as_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// A little-endian reader over a frame body that reports what was missing.
+struct Body<'a> {
+    kind: u8,
+    bytes: &'a [u8],
+}
+
+impl<'a> Body<'a> {
+    fn err(&self, what: impl Into<String>) -> WireError {
+        WireError {
+            kind: self.kind,
+            what: what.into(),
+        }
+    }
+
+    fn take(&mut self, n: usize, field: &str) -> Result<&'a [u8], WireError> {
+        if self.bytes.len() < n {
+            return Err(self.err(format!(
+                "truncated at {field}: need {n} bytes, {} left",
+                self.bytes.len()
+            )));
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    fn u16(&mut self, field: &str) -> Result<u16, WireError> {
+        Ok(u16::from_le_bytes(self.take(2, field)?.try_into().unwrap()))
+    }
+
+    fn u32(&mut self, field: &str) -> Result<u32, WireError> {
+        Ok(u32::from_le_bytes(self.take(4, field)?.try_into().unwrap()))
+    }
+
+    fn u64(&mut self, field: &str) -> Result<u64, WireError> {
+        Ok(u64::from_le_bytes(self.take(8, field)?.try_into().unwrap()))
+    }
+
+    fn string(&mut self, field: &str) -> Result<String, WireError> {
+        let n = self.u16(field)? as usize;
+        let raw = self.take(n, field)?;
+        String::from_utf8(raw.to_vec()).map_err(|_| self.err(format!("{field} is not UTF-8")))
+    }
+
+    fn finish(&self) -> Result<(), WireError> {
+        if self.bytes.is_empty() {
+            Ok(())
+        } else {
+            Err(self.err(format!("{} trailing bytes", self.bytes.len())))
+        }
+    }
+}
+
+/// Decode a plugin → host frame from its kind and body (the length prefix already stripped).
+pub fn decode_request(kind: u8, body: &[u8]) -> Result<Request, WireError> {
+    let mut b = Body { kind, bytes: body };
+    let request = match kind {
+        KIND_HELLO => Request::Hello {
+            protocol: b.u16("protocol")?,
+            vllm_version: b.string("vllm version")?,
+        },
+        KIND_AGENT => {
+            let wire_agent = b.u32("agent id")?;
+            if wire_agent & DEFINED_AGENT_BIT == 0 {
+                return Err(b.err(format!(
+                    "AGENT defines id {wire_agent:#x} without the defined-agent bit"
+                )));
+            }
+            Request::Agent {
+                wire_agent,
+                name: b.string("agent name")?,
+            }
+        }
+        KIND_BLOCKS => {
+            if !body.len().is_multiple_of(24) {
+                return Err(b.err(format!(
+                    "BLOCKS body of {} bytes is not a whole number of 24-byte events",
+                    body.len()
+                )));
+            }
+            let words = body
+                .chunks_exact(8)
+                .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
+                .collect();
+            return Ok(Request::Blocks(words));
+        }
+        KIND_RANK => {
+            let request_id = b.u32("request id")?;
+            let want = b.u32("want")?;
+            let missed = b.u32("missed")?;
+            if !b.bytes.len().is_multiple_of(ITEM_BYTES) {
+                return Err(b.err(format!(
+                    "RANK items of {} bytes are not a whole number of {ITEM_BYTES}-byte items",
+                    b.bytes.len()
+                )));
+            }
+            let mut items = Vec::with_capacity(b.bytes.len() / ITEM_BYTES);
+            while !b.bytes.is_empty() {
+                items.push(WireItem {
+                    block_hash: b.u64("item hash")?,
+                    session: b.u64("item session")?,
+                    last_access: b.u64("item last access")?,
+                    wire_agent: b.u32("item agent")?,
+                    tokens: b.u32("item tokens")?,
+                    position: b.u32("item position")?,
+                });
+                b.u32("item reserved")?;
+            }
+            Request::Rank {
+                request_id,
+                want,
+                missed,
+                items,
+            }
+        }
+        other => {
+            return Err(WireError {
+                kind: other,
+                what: "unknown frame kind".into(),
+            })
+        }
+    };
+    b.finish()?;
+    Ok(request)
+}
+
+/// Decode a host → plugin frame (used by tests and tools that play the plugin's part).
+pub fn decode_reply(kind: u8, body: &[u8]) -> Result<Reply, WireError> {
+    let mut b = Body { kind, bytes: body };
+    let reply = match kind {
+        KIND_HELLO_OK => Reply::HelloOk {
+            protocol: b.u16("protocol")?,
+        },
+        KIND_RANKED => {
+            let request_id = b.u32("request id")?;
+            let flags = b.take(1, "flags")?[0];
+            let n = b.u32("count")? as usize;
+            let mut evict_first = Vec::with_capacity(n.min(1 << 16));
+            for _ in 0..n {
+                evict_first.push(b.u32("index")?);
+            }
+            Reply::Ranked {
+                request_id,
+                fallback: flags & FLAG_FALLBACK != 0,
+                evict_first,
+            }
+        }
+        other => {
+            return Err(WireError {
+                kind: other,
+                what: "unknown frame kind".into(),
+            })
+        }
+    };
+    b.finish()?;
+    Ok(reply)
+}
+
+/// Start a frame: reserves the length prefix, which [`finish_frame`] fills in.
+fn start_frame(out: &mut Vec<u8>, kind: u8) -> usize {
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    out.push(kind);
+    at
+}
+
+fn finish_frame(out: &mut [u8], at: usize) {
+    let len = (out.len() - at - 4) as u32;
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+fn put_string(out: &mut Vec<u8>, s: &str) {
+    let bytes = &s.as_bytes()[..s.len().min(u16::MAX as usize)];
+    out.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// Append `reply` as a frame.
+pub fn encode_reply(reply: &Reply, out: &mut Vec<u8>) {
+    match reply {
+        Reply::HelloOk { protocol } => {
+            let at = start_frame(out, KIND_HELLO_OK);
+            out.extend_from_slice(&protocol.to_le_bytes());
+            finish_frame(out, at);
+        }
+        Reply::Ranked {
+            request_id,
+            fallback,
+            evict_first,
+        } => {
+            let at = start_frame(out, KIND_RANKED);
+            out.extend_from_slice(&request_id.to_le_bytes());
+            out.push(if *fallback { FLAG_FALLBACK } else { 0 });
+            out.extend_from_slice(&(evict_first.len() as u32).to_le_bytes());
+            for index in evict_first {
+                out.extend_from_slice(&index.to_le_bytes());
+            }
+            finish_frame(out, at);
+        }
+    }
+}
+
+/// Append `request` as a frame (the plugin's side, for tests and tools).
+pub fn encode_request(request: &Request, out: &mut Vec<u8>) {
+    match request {
+        Request::Hello { protocol, vllm_version } => {
+            let at = start_frame(out, KIND_HELLO);
+            out.extend_from_slice(&protocol.to_le_bytes());
+            put_string(out, vllm_version);
+            finish_frame(out, at);
+        }
+        Request::Agent { wire_agent, name } => {
+            let at = start_frame(out, KIND_AGENT);
+            out.extend_from_slice(&wire_agent.to_le_bytes());
+            put_string(out, name);
+            finish_frame(out, at);
+        }
+        Request::Blocks(words) => {
+            let at = start_frame(out, KIND_BLOCKS);
+            for word in words {
+                out.extend_from_slice(&word.to_le_bytes());
+            }
+            finish_frame(out, at);
+        }
+        Request::Rank {
+            request_id,
+            want,
+            missed,
+            items,
+        } => {
+            let at = start_frame(out, KIND_RANK);
+            out.extend_from_slice(&request_id.to_le_bytes());
+            out.extend_from_slice(&want.to_le_bytes());
+            out.extend_from_slice(&missed.to_le_bytes());
+            for item in items {
+                out.extend_from_slice(&item.block_hash.to_le_bytes());
+                out.extend_from_slice(&item.session.to_le_bytes());
+                out.extend_from_slice(&item.last_access.to_le_bytes());
+                out.extend_from_slice(&item.wire_agent.to_le_bytes());
+                out.extend_from_slice(&item.tokens.to_le_bytes());
+                out.extend_from_slice(&item.position.to_le_bytes());
+                out.extend_from_slice(&0u32.to_le_bytes());
+            }
+            finish_frame(out, at);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip_request(request: Request) {
+        let mut buf = Vec::new();
+        encode_request(&request, &mut buf);
+        let len = u32::from_le_bytes(buf[..4].try_into().unwrap()) as usize;
+        assert_eq!(len, buf.len() - 4);
+        assert_eq!(decode_request(buf[4], &buf[5..]).unwrap(), request);
+    }
+
+    #[test]
+    fn requests_round_trip() {
+        roundtrip_request(Request::Hello {
+            protocol: PROTOCOL_VERSION,
+            vllm_version: "0.32.0+cpu".into(),
+        });
+        roundtrip_request(Request::Agent {
+            wire_agent: DEFINED_AGENT_BIT | 3,
+            name: "planner".into(),
+        });
+        roundtrip_request(Request::Blocks(vec![1 | (7 << 32), 0xabc, 0]));
+        roundtrip_request(Request::Rank {
+            request_id: 9,
+            want: 2,
+            missed: 1,
+            items: vec![WireItem {
+                block_hash: u64::MAX,
+                session: 5,
+                last_access: 77,
+                wire_agent: 2,
+                tokens: 32,
+                position: 64,
+            }],
+        });
+    }
+
+    #[test]
+    fn replies_round_trip() {
+        for reply in [
+            Reply::HelloOk { protocol: 1 },
+            Reply::Ranked {
+                request_id: 4,
+                fallback: true,
+                evict_first: vec![2, 0, 1],
+            },
+        ] {
+            let mut buf = Vec::new();
+            encode_reply(&reply, &mut buf);
+            assert_eq!(decode_reply(buf[4], &buf[5..]).unwrap(), reply);
+        }
+    }
+
+    #[test]
+    fn malformed_bodies_say_what_and_where() {
+        let e = decode_request(KIND_BLOCKS, &[0; 23]).unwrap_err();
+        assert!(e.what.contains("24-byte"), "{e}");
+        let e = decode_request(KIND_RANK, &[0; 6]).unwrap_err();
+        assert!(e.what.contains("truncated at want"), "{e}");
+        let e = decode_request(KIND_AGENT, &[1, 0, 0, 0, 0, 0]).unwrap_err();
+        assert!(e.what.contains("defined-agent bit"), "{e}");
+        let e = decode_request(0x7f, &[]).unwrap_err();
+        assert_eq!(e.kind, 0x7f);
+        let mut hello = Vec::new();
+        encode_request(
+            &Request::Hello {
+                protocol: 1,
+                vllm_version: "x".into(),
+            },
+            &mut hello,
+        );
+        hello.push(0);
+        let e = decode_request(hello[4], &hello[5..]).unwrap_err();
+        assert!(e.what.contains("trailing"), "{e}");
+    }
+
+    #[test]
+    fn session_hash_is_fnv1a() {
+        // Reference values of FNV-1a 64.
+        assert_eq!(session_hash(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(session_hash("a"), 0xaf63_dc4c_8601_ec8c);
+    }
+}
