@@ -1,0 +1,71 @@
+//! Policy-level behaviour, natively through the SDK harness. The properties are also
+//! checked through the real component in `tests/cachesage.rs`.
+
+use agentrt_sdk::testing::Harness;
+use agentrt_sdk::{AgentRegistered, Event, RequestArrival};
+
+use crate::CacheSage;
+
+fn arrival(agent: u32, session: u64, warmup: bool) -> Event {
+    Event::RequestArrival(RequestArrival {
+        request_id: 0,
+        agent,
+        session,
+        anchor_hash: 0x100 + u64::from(agent),
+        prompt_tokens: 100,
+        warmup,
+        at_us: 0,
+    })
+}
+
+fn learn_pairs(h: &mut Harness<CacheSage>, sessions: u64, warmup: bool) {
+    for s in 0..sessions {
+        h.observe(&[arrival(1, s, warmup), arrival(2, s, warmup), Event::SessionEnd(s)]);
+    }
+}
+
+#[test]
+fn warmups_are_not_learned() {
+    let mut h = Harness::<CacheSage>::new([]).unwrap();
+    learn_pairs(&mut h, 20, true);
+    assert_eq!(h.policy().step, 0);
+    assert!(!h.policy().clone().has_structure());
+    learn_pairs(&mut h, 20, false);
+    assert!(h.policy().clone().has_structure());
+}
+
+#[test]
+fn config_is_validated_by_name() {
+    assert!(Harness::<CacheSage>::new([("k", "0")]).unwrap_err().contains("`k`"));
+    assert!(Harness::<CacheSage>::new([("windw", "8")])
+        .unwrap_err()
+        .contains("windw"));
+    let h = Harness::<CacheSage>::new([("prefetch", "false"), ("w", "2.5")]).unwrap();
+    assert!(!h.policy().params().prefetch);
+    assert_eq!(h.policy().params().w, 2.5);
+}
+
+#[test]
+fn registration_sets_the_anchor_size_used_to_classify_blocks() {
+    let mut h = Harness::<CacheSage>::new([]).unwrap();
+    h.observe(&[Event::AgentRegistered(AgentRegistered {
+        agent: 7,
+        name: "coder".into(),
+        anchor_hash: 0xc0de,
+        anchor_tokens: 512,
+    })]);
+    let p = h.policy();
+    let slot = p.agents.find(7).unwrap();
+    let agent = p.agents.get(slot).unwrap();
+    assert!(agent.is_anchor_position(496) && !agent.is_anchor_position(512));
+}
+
+#[test]
+fn an_empty_snapshot_resets_and_a_foreign_one_is_refused() {
+    let mut h = Harness::<CacheSage>::new([("window", "8")]).unwrap();
+    learn_pairs(&mut h, 10, false);
+    h.restore(&[]).unwrap();
+    assert_eq!(h.policy().step, 0);
+    assert_eq!(h.policy().params().window, 8, "config survives a reset");
+    assert!(h.restore(b"PRB1xxxxxxx").unwrap_err().contains("not from this policy"));
+}
