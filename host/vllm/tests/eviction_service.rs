@@ -1,0 +1,258 @@
+//! The eviction-ranking service over a real Unix socket, answering with real policy components
+//! (`lru`, and the `probe` fixture for what the policy observed and for a policy that hangs).
+
+mod common;
+
+use std::sync::Arc;
+
+use agentrt_runtime::types::{Pin, SideEffect};
+use agentrt_tests::{engine, start, PROBE_LOOP_KEY};
+use agentrt_vllm::wire::{self, Reply, Request, WireItem};
+use agentrt_vllm::EvictionService;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+
+/// The plugin's side of the protocol, in Rust.
+struct Plugin {
+    stream: UnixStream,
+}
+
+impl Plugin {
+    async fn connect(service: &EvictionService) -> Self {
+        let mut plugin = Self {
+            stream: UnixStream::connect(service.path()).await.unwrap(),
+        };
+        plugin
+            .send(&Request::Hello {
+                protocol: wire::PROTOCOL_VERSION,
+                vllm_version: "0.32.0+cpu".into(),
+            })
+            .await;
+        assert_eq!(
+            plugin.recv().await,
+            Reply::HelloOk {
+                protocol: wire::PROTOCOL_VERSION
+            }
+        );
+        plugin
+    }
+
+    async fn send(&mut self, request: &Request) {
+        let mut buf = Vec::new();
+        wire::encode_request(request, &mut buf);
+        self.stream.write_all(&buf).await.unwrap();
+    }
+
+    async fn recv(&mut self) -> Reply {
+        let len = self.stream.read_u32_le().await.unwrap() as usize;
+        let mut body = vec![0; len];
+        self.stream.read_exact(&mut body).await.unwrap();
+        wire::decode_reply(body[0], &body[1..]).unwrap()
+    }
+
+    async fn rank(&mut self, request_id: u32, want: u32, items: Vec<WireItem>) -> (bool, Vec<u32>) {
+        self.send(&Request::Rank {
+            request_id,
+            want,
+            missed: 0,
+            items,
+        })
+        .await;
+        match self.recv().await {
+            Reply::Ranked {
+                request_id: got,
+                fallback,
+                evict_first,
+            } => {
+                assert_eq!(got, request_id);
+                (fallback, evict_first)
+            }
+            other => panic!("expected RANKED, got {other:?}"),
+        }
+    }
+}
+
+fn item(block_hash: u64, wire_agent: u32, last_access: u64) -> WireItem {
+    WireItem {
+        block_hash,
+        session: 0,
+        last_access,
+        wire_agent,
+        tokens: 32,
+        position: 0,
+    }
+}
+
+fn socket_path(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    dir.path().join("evict.sock")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lru_ranks_oldest_first_and_sees_the_plugins_blocks() {
+    let (engine, _cache) = engine();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = Arc::new(start(&engine, "lru", &[]));
+    let service = EvictionService::bind(socket_path(&dir), policy.clone()).unwrap();
+    let mut plugin = Plugin::connect(&service).await;
+    plugin
+        .send(&Request::Agent {
+            wire_agent: wire::DEFINED_AGENT_BIT | 1,
+            name: "planner".into(),
+        })
+        .await;
+    let mut words = Vec::new();
+    agentrt_sdk::packed::encode(
+        &agentrt_sdk::BlockEvent {
+            op: agentrt_sdk::BlockOp::Stored,
+            agent: wire::DEFINED_AGENT_BIT | 1,
+            block_hash: 10,
+            parent_hash: 0,
+            position: 0,
+        },
+        &mut words,
+    );
+    plugin.send(&Request::Blocks(words)).await;
+    let items = vec![
+        item(10, wire::DEFINED_AGENT_BIT | 1, 50),
+        item(11, 7, 5),
+        item(12, 7, 90),
+        item(13, 0, 20),
+    ];
+    let (fallback, evict_first) = plugin.rank(1, 4, items.clone()).await;
+    assert!(!fallback);
+    assert_eq!(evict_first, vec![1, 3, 0, 2], "least recently used first");
+    let (_, two) = plugin.rank(2, 2, items).await;
+    assert_eq!(two, vec![1, 3], "`want` caps the answer");
+    let counts = service.counts();
+    assert_eq!(counts.connections, 1);
+    assert_eq!(counts.agents_defined, 1);
+    assert_eq!(counts.block_events, 1);
+    assert_eq!(counts.rank_requests, 2);
+    assert_eq!(counts.rank_items, 8);
+    assert_eq!(counts.malformed, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn block_events_reach_the_policy_with_resolved_agents() {
+    let (engine, _cache) = engine();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = Arc::new(start(&engine, "probe", &[]));
+    let service = EvictionService::bind(socket_path(&dir), policy.clone()).unwrap();
+    let mut plugin = Plugin::connect(&service).await;
+    plugin
+        .send(&Request::Agent {
+            wire_agent: wire::DEFINED_AGENT_BIT | 1,
+            name: "coder".into(),
+        })
+        .await;
+    let mut words = Vec::new();
+    for (op, hash) in [
+        (agentrt_sdk::BlockOp::Stored, 100),
+        (agentrt_sdk::BlockOp::Touched, 100),
+        (agentrt_sdk::BlockOp::Removed, 100),
+    ] {
+        agentrt_sdk::packed::encode(
+            &agentrt_sdk::BlockEvent {
+                op,
+                agent: wire::DEFINED_AGENT_BIT | 1,
+                block_hash: hash,
+                parent_hash: 0,
+                position: 0,
+            },
+            &mut words,
+        );
+    }
+    plugin.send(&Request::Blocks(words)).await;
+    // A RANK after the BLOCKS on the same connection is answered after they were observed.
+    plugin.rank(1, 1, vec![item(1, 0, 1)]).await;
+    let seen = common::probe_seen(&policy.snapshot().unwrap());
+    assert_eq!(seen.blocks, [1, 1, 1, 0]);
+    assert_eq!(seen.block_hash_sum, 300);
+    assert_eq!(seen.agents.len(), 1, "the name was registered with the policy");
+    let handle = seen.agents[0].0;
+    assert!(handle >= 1 << 20, "stand-alone handles are kept apart from the proxy's");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pins_move_an_agents_blocks_to_the_keep_end() {
+    let (engine, _cache) = engine();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = Arc::new(start(&engine, "lru", &[]));
+    let service = EvictionService::bind(socket_path(&dir), policy.clone()).unwrap();
+    let pin = Pin {
+        agent: 3,
+        session: 0,
+        ttl_ms: u32::MAX,
+    };
+    assert!(service.apply(&SideEffect::Pin(pin)));
+    let mut plugin = Plugin::connect(&service).await;
+    let items = vec![item(1, 3, 1), item(2, 4, 2), item(3, 3, 3), item(4, 4, 4)];
+    let (_, evict_first) = plugin.rank(1, 4, items.clone()).await;
+    assert_eq!(
+        evict_first,
+        vec![1, 3, 0, 2],
+        "agent 3's blocks go last, LRU within each part"
+    );
+    assert!(service.apply(&SideEffect::Unpin(pin)));
+    let (_, evict_first) = plugin.rank(2, 4, items).await;
+    assert_eq!(evict_first, vec![0, 1, 2, 3]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_policy_is_answered_in_lru_order_and_flagged() {
+    let (engine, _cache) = engine();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = Arc::new(start(&engine, "probe", &[]));
+    let service = EvictionService::bind(socket_path(&dir), policy.clone()).unwrap();
+    let mut plugin = Plugin::connect(&service).await;
+    // The probe's score never returns for this key: the host's CPU deadline stops it.
+    let items = vec![item(PROBE_LOOP_KEY, 0, 9), item(2, 0, 1), item(3, 0, 5)];
+    let (fallback, evict_first) = plugin.rank(1, 3, items).await;
+    assert!(fallback);
+    assert_eq!(evict_first, vec![1, 2, 0]);
+    assert_eq!(service.counts().policy_fallbacks, 1);
+    // The slot recovers for the next call.
+    let (fallback, _) = plugin.rank(2, 1, vec![item(5, 0, 1)]).await;
+    assert!(!fallback);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_input_is_skipped_or_closes_only_its_connection() {
+    let (engine, _cache) = engine();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = Arc::new(start(&engine, "lru", &[]));
+    let service = EvictionService::bind(socket_path(&dir), policy.clone()).unwrap();
+    let mut plugin = Plugin::connect(&service).await;
+    // A frame of an unknown kind and a BLOCKS frame that is not whole events: skipped.
+    plugin.stream.write_all(&[2, 0, 0, 0, 0x7f, 1]).await.unwrap();
+    plugin
+        .stream
+        .write_all(&[6, 0, 0, 0, wire::KIND_BLOCKS, 1, 2, 3, 4, 5])
+        .await
+        .unwrap();
+    let (_, order) = plugin.rank(1, 1, vec![item(1, 0, 1)]).await;
+    assert_eq!(order, vec![0], "the connection still answers");
+    assert_eq!(service.counts().malformed, 2);
+    // A length prefix past the limit: framing is lost, so this connection is closed...
+    plugin.stream.write_all(&u32::MAX.to_le_bytes()).await.unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(plugin.stream.read(&mut byte).await.unwrap(), 0, "closed by the service");
+    // ...and the service goes on.
+    let mut again = Plugin::connect(&service).await;
+    let (_, order) = again.rank(2, 1, vec![item(1, 0, 1)]).await;
+    assert_eq!(order, vec![0]);
+    assert_eq!(service.counts().connections, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_socket_file_is_replaced_on_bind_and_removed_on_drop() {
+    let (engine, _cache) = engine();
+    let dir = tempfile::tempdir().unwrap();
+    let path = socket_path(&dir);
+    std::fs::write(&path, b"stale").unwrap();
+    let policy = Arc::new(start(&engine, "lru", &[]));
+    let service = EvictionService::bind(&path, policy).unwrap();
+    Plugin::connect(&service).await;
+    drop(service);
+    assert!(!path.exists());
+}
