@@ -1,0 +1,235 @@
+//! The policy host's costs, through real components: a call's fixed overhead, observe per event
+//! (typed and packed), score per item, starting a slot (default vs pooling allocator), loading a
+//! compiled artifact, and the same policy logic native vs through Wasm.
+//!
+//! `cargo xtask bench` (builds the components first). Figures go in docs/performance.md.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentrt_runtime::types::*;
+use agentrt_runtime::{packed, EngineOptions, PolicyEngine, PolicyHandle, PoolingOptions, SandboxLimits, SlotConfig};
+use agentrt_tests::{component_path, Rng};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+
+fn engine(pooling: bool, cache: &tempfile::TempDir) -> PolicyEngine {
+    PolicyEngine::new(EngineOptions {
+        pooling: pooling.then(PoolingOptions::default),
+        cache_dir: Some(cache.path().to_path_buf()),
+        seed: Some(1),
+        ..EngineOptions::default()
+    })
+    .unwrap()
+}
+
+fn start(engine: &PolicyEngine, name: &str) -> PolicyHandle {
+    let component = Arc::new(engine.load_file(&component_path(name)).unwrap());
+    let config = SlotConfig {
+        checkpoint_every: None,
+        ..SlotConfig::new(format!("bench/{name}"))
+    };
+    PolicyHandle::start(engine, component, config).unwrap()
+}
+
+const AGENTS: u32 = 8;
+
+fn arrivals(n: usize, rng: &mut Rng) -> Vec<Event> {
+    (0..n)
+        .map(|i| {
+            let agent = 1 + (i as u32 % AGENTS);
+            Event::RequestArrival(RequestArrival {
+                request_id: i as u64,
+                agent,
+                session: rng.below(64),
+                anchor_hash: 0xa000 + u64::from(agent),
+                prompt_tokens: 900,
+                warmup: false,
+                at_us: i as u64,
+            })
+        })
+        .collect()
+}
+
+fn block_words(n: usize, rng: &mut Rng) -> Vec<u64> {
+    let mut words = Vec::with_capacity(n * 3);
+    for i in 0..n {
+        let op = if i % 3 == 0 { BlockOp::Stored } else { BlockOp::Touched };
+        let ev = BlockEvent {
+            op,
+            agent: 1 + (rng.below(u64::from(AGENTS)) as u32),
+            block_hash: rng.next_u64(),
+            parent_hash: rng.next_u64(),
+            position: 16 * (i as u32 % 64),
+        };
+        packed::encode(&ev, &mut words);
+    }
+    words
+}
+
+fn items(n: usize, rng: &mut Rng) -> Vec<Item> {
+    (0..n)
+        .map(|i| Item {
+            kind: ItemKind::KvBlock,
+            key: rng.next_u64(),
+            agent: 1 + (rng.below(u64::from(AGENTS)) as u32),
+            session: rng.below(64),
+            last_access: rng.below(100_000),
+            tokens: 16,
+            position: 16 * (i as u32 % 64),
+        })
+        .collect()
+}
+
+/// A realistic learned state for CacheSage: sessions cycling through a chain of agents.
+fn teach_chain(policy: &PolicyHandle) {
+    let mut events = Vec::new();
+    for agent in 1..=AGENTS {
+        events.push(Event::AgentRegistered(AgentRegistered {
+            agent,
+            name: format!("agent-{agent}"),
+            anchor_hash: 0xa000 + u64::from(agent),
+            anchor_tokens: 512,
+        }));
+    }
+    for session in 0..64u64 {
+        for agent in 1..=AGENTS {
+            events.push(Event::RequestArrival(RequestArrival {
+                request_id: 0,
+                agent,
+                session,
+                anchor_hash: 0xa000 + u64::from(agent),
+                prompt_tokens: 900,
+                warmup: false,
+                at_us: 0,
+            }));
+        }
+    }
+    policy.observe(&events).unwrap();
+}
+
+fn primitives(c: &mut Criterion) {
+    let cache = tempfile::tempdir().unwrap();
+    let engine = engine(true, &cache);
+    let mut rng = Rng::new(3);
+    for name in ["lru", "cachesage"] {
+        let policy = start(&engine, name);
+        if name == "cachesage" {
+            teach_chain(&policy);
+        }
+        let mut group = c.benchmark_group(format!("{name}"));
+        group.bench_function("act (fixed call overhead)", |b| {
+            b.iter(|| black_box(policy.act().unwrap()))
+        });
+        for n in [1usize, 64, 1024] {
+            let events = arrivals(n, &mut rng);
+            group.throughput(Throughput::Elements(n as u64));
+            group.bench_with_input(BenchmarkId::new("observe typed", n), &events, |b, e| {
+                b.iter(|| policy.observe(black_box(e)).unwrap())
+            });
+        }
+        for n in [64usize, 1024] {
+            let words = block_words(n, &mut rng);
+            group.throughput(Throughput::Elements(n as u64));
+            group.bench_with_input(BenchmarkId::new("observe-blocks packed", n), &words, |b, w| {
+                b.iter(|| policy.observe_blocks(black_box(w)).unwrap())
+            });
+        }
+        for n in [64usize, 1024] {
+            let items = items(n, &mut rng);
+            group.throughput(Throughput::Elements(n as u64));
+            group.bench_with_input(BenchmarkId::new("score", n), &items, |b, i| {
+                b.iter(|| black_box(policy.score(black_box(i)).unwrap()))
+            });
+        }
+        group.finish();
+    }
+}
+
+fn lifecycle(c: &mut Criterion) {
+    let cache = tempfile::tempdir().unwrap();
+    let mut group = c.benchmark_group("lifecycle");
+    for (label, pooling) in [("default allocator", false), ("pooling allocator", true)] {
+        let engine = engine(pooling, &cache);
+        let component = Arc::new(engine.load_file(&component_path("cachesage")).unwrap());
+        group.bench_function(BenchmarkId::new("start slot (instantiate + init + info)", label), |b| {
+            b.iter(|| {
+                let config = SlotConfig {
+                    checkpoint_every: None,
+                    ..SlotConfig::new("bench")
+                };
+                black_box(PolicyHandle::start(&engine, component.clone(), config).unwrap())
+            })
+        });
+    }
+    let engine = engine(true, &cache);
+    let path = component_path("cachesage");
+    engine.load_file(&path).unwrap(); // warm the artifact cache
+    group.bench_function("load from artifact cache", |b| {
+        b.iter(|| {
+            let c = engine.load_file(&path).unwrap();
+            assert!(c.load_stats().from_cache);
+            black_box(c)
+        })
+    });
+    group.finish();
+}
+
+fn native_vs_wasm(c: &mut Criterion) {
+    use agentrt_sdk::testing::Harness;
+    let cache = tempfile::tempdir().unwrap();
+    let engine = engine(true, &cache);
+    let mut rng = Rng::new(9);
+    let wasm_items = items(64, &mut rng);
+    let native_items: Vec<agentrt_sdk::Item> = wasm_items
+        .iter()
+        .map(|i| agentrt_sdk::Item {
+            kind: agentrt_sdk::ItemKind::KvBlock,
+            key: i.key,
+            agent: i.agent,
+            session: i.session,
+            last_access: i.last_access,
+            tokens: i.tokens,
+            position: i.position,
+        })
+        .collect();
+
+    let mut group = c.benchmark_group("native vs wasm: score 64");
+    let lru = start(&engine, "lru");
+    let mut native_lru = Harness::<agentrt_policy_lru::Lru>::new([]).unwrap();
+    group.bench_function("lru wasm", |b| {
+        b.iter(|| black_box(lru.score(black_box(&wasm_items)).unwrap()))
+    });
+    group.bench_function("lru native", |b| {
+        b.iter(|| black_box(native_lru.score(black_box(&native_items))))
+    });
+
+    let sage = start(&engine, "cachesage");
+    teach_chain(&sage);
+    let mut native_sage = Harness::<agentrt_policy_cachesage::CacheSage>::new([]).unwrap();
+    for agent in 1..=AGENTS {
+        native_sage.observe(&[agentrt_sdk::Event::AgentRegistered(agentrt_sdk::AgentRegistered {
+            agent,
+            name: String::new(),
+            anchor_hash: 0xa000 + u64::from(agent),
+            anchor_tokens: 512,
+        })]);
+    }
+    native_sage.restore(&sage.snapshot().unwrap()).unwrap();
+    group.bench_function("cachesage wasm", |b| {
+        b.iter(|| black_box(sage.score(black_box(&wasm_items)).unwrap()))
+    });
+    group.bench_function("cachesage native", |b| {
+        b.iter(|| black_box(native_sage.score(black_box(&native_items))))
+    });
+    group.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+}
+
+criterion_group! { name = benches; config = config(); targets = primitives, lifecycle, native_vs_wasm }
+criterion_main!(benches);
