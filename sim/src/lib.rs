@@ -1,1 +1,26 @@
-//! The vLLM-faithful prefix-cache simulator, multi-agent workloads and the evaluation harness.
+//! # agentrt-sim — the evaluation instrument
+//!
+//! A block-level model of vLLM V1's prefix cache and scheduler, faithful to vLLM's rules (checked
+//! against vLLM's own `KVCacheManager` by `sim/fidelity/`), that replays multi-agent traces under
+//! eviction policies — vLLM's LRU, Bélády's offline optimum, and any policy component run through
+//! the real agentrt host — and measures token hit rate, TTFT, per-turn latency and throughput.
+//!
+//! Module map: [`trace`] (the JSONL format) → [`prepare`] (token ids, block hashes, agents) →
+//! [`scheduler`] (vLLM's scheduler over [`kv`] and [`prefix_cache`], timed by [`latency`]) with a
+//! policy from [`policies`]; [`workloads`] generate traces; [`harness`] runs every policy and
+//! [`report`] / [`plot`] present the results; [`cli`] is `agentrt sim`.
+
+pub mod cli;
+pub mod harness;
+pub mod kv;
+pub mod latency;
+pub mod plot;
+pub mod policies;
+pub mod prefix_cache;
+pub mod prepare;
+pub mod report;
+pub mod rng;
+pub mod scheduler;
+pub mod tokens;
+pub mod trace;
+pub mod workloads;

@@ -3,6 +3,8 @@
 //! - `agentrt policy check FILE.wasm` — load and validate a policy component, print its world.
 //! - `agentrt demo` — run the built-in policies on a short synthetic multi-agent trace and print
 //!   what they observe, score, predict and act on.
+//! - `agentrt sim gen|run|table` — the prefix-cache simulator and the evaluation (crate
+//!   `agentrt-sim`).
 
 mod demo;
 mod policy_check;
@@ -30,6 +32,8 @@ enum Command {
     },
     /// Run the built-in policies on a short synthetic multi-agent trace.
     Demo(demo::DemoArgs),
+    /// The vLLM-faithful prefix-cache simulator: generate workloads, replay traces, run the table.
+    Sim(agentrt_sim::cli::SimArgs),
 }
 
 #[derive(Subcommand)]
@@ -49,6 +53,7 @@ fn main() -> std::process::ExitCode {
             command: PolicyCommand::Check(args),
         } => policy_check::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Sim(args) => agentrt_sim::cli::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

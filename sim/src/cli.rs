@@ -1,0 +1,488 @@
+//! `agentrt sim`: generate traces, replay one under every policy, or run the whole evaluation
+//! table. The `agentrt` binary only forwards to [`run`].
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::harness::{default_policies, run_all, PolicyHost, PolicySpec};
+use crate::latency::{GpuMemory, LatencyModel};
+use crate::policies::Rerank;
+use crate::prepare::PreparedTrace;
+use crate::report::{run_json, summarize, table, PolicySummary};
+use crate::scheduler::{OpLog, Sim, SimConfig};
+use crate::trace::Trace;
+use crate::workloads::{generate, GenParams, Workload};
+
+/// vLLM's default block size on CUDA.
+pub const BLOCK_SIZE: usize = 16;
+
+/// The simulator: a vLLM-faithful prefix-cache model, multi-agent workloads, the evaluation table.
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    #[command(subcommand)]
+    pub command: SimCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SimCommand {
+    /// Generate a workload trace (JSON Lines).
+    Gen(GenArgs),
+    /// Replay one trace under every policy and report.
+    Run(RunArgs),
+    /// All five workloads at the headline setting plus a capacity sweep: table, JSON, plots.
+    Table(TableArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct GenArgs {
+    #[arg(long, value_enum)]
+    pub workload: Workload,
+    /// Sessions (default: the headline setting's).
+    #[arg(long)]
+    pub sessions: Option<usize>,
+    /// Target concurrently active sessions (sets the arrival rate).
+    #[arg(long)]
+    pub concurrency: Option<f64>,
+    /// Session arrivals per second (overrides --concurrency).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct ReplayOptions {
+    /// Identify agents by anchor hashing alone (hide the trace's `agent` field).
+    #[arg(long)]
+    pub hide_agents: bool,
+    /// Re-rank the free queue through a Wasm policy at most every N scheduler steps (1 = every
+    /// step).
+    #[arg(long, default_value_t = 1)]
+    pub rerank_steps: u32,
+    /// Folder with the policy components (default: target/components).
+    #[arg(long)]
+    pub components: Option<PathBuf>,
+}
+
+impl ReplayOptions {
+    fn rerank(&self) -> Rerank {
+        if self.rerank_steps <= 1 {
+            Rerank::EveryStep
+        } else {
+            Rerank::EverySteps(self.rerank_steps)
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[arg(long)]
+    pub trace: PathBuf,
+    /// Cache size in blocks (vLLM's num_gpu_blocks; default: the headline H100 setting).
+    #[arg(long)]
+    pub capacity_blocks: Option<usize>,
+    /// Comma-separated policies (lru, ttl, cachesage, cachesage-evict, belady, lru-native, or a
+    /// component name).
+    #[arg(long, value_delimiter = ',')]
+    pub policies: Option<Vec<String>>,
+    /// Write every figure as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Replay under native LRU and write the block-pool operations for sim/fidelity/ here.
+    #[arg(long)]
+    pub op_log: Option<PathBuf>,
+    #[command(flatten)]
+    pub replay: ReplayOptions,
+}
+
+#[derive(Args, Debug)]
+pub struct TableArgs {
+    /// The short version (1/8 of the sessions, concurrency and cache; two capacities).
+    #[arg(long)]
+    pub quick: bool,
+    /// Workloads to run (default: all five).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub workloads: Option<Vec<Workload>>,
+    /// Capacity sweep as fractions of the headline cache.
+    #[arg(long, value_delimiter = ',')]
+    pub sweep: Option<Vec<f64>>,
+    /// Parallel replays (one per core).
+    #[arg(long, default_value_t = 2)]
+    pub jobs: usize,
+    /// Where results.json, the SVG plots and table.md go.
+    #[arg(long, default_value = "target/sim-table")]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub replay: ReplayOptions,
+}
+
+pub fn run(args: SimArgs) -> anyhow::Result<()> {
+    match args.command {
+        SimCommand::Gen(a) => gen(a),
+        SimCommand::Run(a) => run_trace(a),
+        SimCommand::Table(a) => run_table(a),
+    }
+}
+
+/// The headline cache: Llama-3.1-8B on one 80 GB H100 with vLLM's defaults.
+pub fn headline_blocks() -> usize {
+    GpuMemory::h100_80gb_llama31_8b().num_blocks()
+}
+
+fn gen(a: GenArgs) -> anyhow::Result<()> {
+    let mut params = a.workload.headline();
+    params.sessions = a.sessions.unwrap_or(params.sessions);
+    params.concurrency = a.concurrency.unwrap_or(params.concurrency);
+    params.rate = a.rate;
+    params.seed = a.seed;
+    let trace = generate(a.workload, &params);
+    trace.save(&a.out)?;
+    println!(
+        "{}: {} sessions, {} requests, {} prompt tokens → {}",
+        a.workload.name(),
+        params.sessions,
+        trace.requests.len(),
+        trace.requests.iter().map(|r| u64::from(r.prompt_tokens())).sum::<u64>(),
+        a.out.display()
+    );
+    Ok(())
+}
+
+fn progress(total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} replays  {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+fn run_trace(a: RunArgs) -> anyhow::Result<()> {
+    let trace = Trace::load(&a.trace)?;
+    let prepared = PreparedTrace::new(&trace, BLOCK_SIZE, a.replay.hide_agents);
+    let blocks = a.capacity_blocks.unwrap_or_else(headline_blocks);
+    let cfg = SimConfig::new(blocks);
+    if let Some(path) = &a.op_log {
+        let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let mut lru = crate::policies::NativeLru;
+        let ops = OpLog {
+            trace: &trace,
+            out: Box::new(std::io::BufWriter::new(file)),
+        };
+        let result = Sim::new(cfg.clone(), &prepared, &mut lru).with_op_log(ops).run()?;
+        println!(
+            "lru-native: {} hit tokens of {} ({:.2}%), op log → {}",
+            result.hit_tokens,
+            result.prompt_tokens,
+            result.hit_rate() * 100.0,
+            path.display()
+        );
+        if a.policies.is_none() && a.json.is_none() {
+            return Ok(());
+        }
+    }
+    let policies: Vec<PolicySpec> = match &a.policies {
+        Some(names) => names.iter().map(|n| PolicySpec::parse(n)).collect(),
+        None => default_policies(),
+    };
+    let host = PolicyHost::new(a.replay.components.clone())?;
+    let bar = progress(policies.len() as u64);
+    let results = run_all(&host, &prepared, &cfg, &policies, a.replay.rerank(), |r| {
+        bar.set_message(format!("{} done", r.policy));
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    let summaries = summarize(&results);
+    println!(
+        "{}: {} sessions, {} requests, cache {} blocks × {} tokens",
+        a.trace.display(),
+        prepared.sessions.len(),
+        prepared.requests.len(),
+        blocks,
+        BLOCK_SIZE
+    );
+    print!("{}", table(&summaries));
+    if let Some(path) = &a.json {
+        let json = run_json(&a.trace.display().to_string(), blocks, BLOCK_SIZE, &summaries);
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// One (workload, capacity) replay unit of the table.
+struct Unit {
+    workload: usize,
+    blocks: usize,
+    headline: bool,
+}
+
+fn run_table(a: TableArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let workloads = a.workloads.clone().unwrap_or_else(|| Workload::ALL.to_vec());
+    let scale = if a.quick { 8 } else { 1 };
+    let headline = headline_blocks() / scale;
+    let sweep = a
+        .sweep
+        .clone()
+        .unwrap_or_else(|| if a.quick { vec![0.5, 2.0] } else { vec![0.25, 0.5, 2.0] });
+    let policies = default_policies();
+    let host = PolicyHost::new(a.replay.components.clone())?;
+    // Fail early, before minutes of replay, if a component is missing.
+    for p in &policies {
+        if let PolicySpec::Wasm { component, .. } = p {
+            let path = host.components_dir().join(format!("{component}.wasm"));
+            anyhow::ensure!(
+                path.is_file(),
+                "no policy component at {}: run `cargo xtask build-policies`",
+                path.display()
+            );
+        }
+    }
+
+    let mut params_used = Vec::new();
+    let mut traces = Vec::new();
+    for w in &workloads {
+        let mut p = w.headline();
+        p.sessions /= scale;
+        p.concurrency /= scale as f64;
+        let trace = generate(*w, &p);
+        traces.push(PreparedTrace::new(&trace, BLOCK_SIZE, a.replay.hide_agents));
+        params_used.push(p);
+    }
+    let mut units = Vec::new();
+    for wi in 0..workloads.len() {
+        units.push(Unit {
+            workload: wi,
+            blocks: headline,
+            headline: true,
+        });
+        for f in &sweep {
+            units.push(Unit {
+                workload: wi,
+                blocks: ((headline as f64) * f).round() as usize,
+                headline: false,
+            });
+        }
+    }
+    // Largest first, so the two workers finish together.
+    units.sort_by_key(|u| std::cmp::Reverse(traces[u.workload].prompt_tokens() as usize * u.blocks.max(1)));
+    let bar = progress((units.len() * policies.len()) as u64);
+    let queue = Mutex::new(units.into_iter().collect::<Vec<_>>());
+    let results: Mutex<Vec<(usize, usize, bool, Vec<(String, PolicySummary)>)>> = Mutex::new(Vec::new());
+    let errors: Mutex<Vec<anyhow::Error>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..a.jobs.max(1) {
+            scope.spawn(|| loop {
+                let Some(unit) = queue.lock().unwrap_or_else(|p| p.into_inner()).pop() else {
+                    break;
+                };
+                let trace = &traces[unit.workload];
+                let cfg = SimConfig::new(unit.blocks);
+                let name = workloads[unit.workload].name();
+                let outcome = run_all(&host, trace, &cfg, &policies, a.replay.rerank(), |r| {
+                    bar.set_message(format!("{name} @ {} blocks: {}", unit.blocks, r.policy));
+                    bar.inc(1);
+                });
+                match outcome {
+                    Ok(runs) => results.lock().unwrap_or_else(|p| p.into_inner()).push((
+                        unit.workload,
+                        unit.blocks,
+                        unit.headline,
+                        summarize(&runs),
+                    )),
+                    Err(e) => errors
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(e.context(format!("{name} @ {} blocks", unit.blocks))),
+                }
+            });
+        }
+    });
+    bar.finish_and_clear();
+    if let Some(e) = errors.into_inner().unwrap_or_else(|p| p.into_inner()).pop() {
+        return Err(e);
+    }
+    let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    results.sort_by_key(|(w, b, _, _)| (*w, *b));
+    let wall = started.elapsed().as_secs_f64();
+    write_table_outputs(
+        &a,
+        &workloads,
+        &params_used,
+        &traces,
+        &results,
+        &policies,
+        headline,
+        wall,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_table_outputs(
+    a: &TableArgs,
+    workloads: &[Workload],
+    params: &[GenParams],
+    traces: &[PreparedTrace],
+    results: &[(usize, usize, bool, Vec<(String, PolicySummary)>)],
+    policies: &[PolicySpec],
+    headline: usize,
+    wall: f64,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let names: Vec<String> = policies.iter().map(|p| p.name().to_string()).collect();
+    let wnames: Vec<String> = workloads.iter().map(|w| w.name().to_string()).collect();
+    let mut md = String::new();
+    let mut json_workloads = serde_json::Map::new();
+    let mut bars = Vec::new();
+    let mut caps = Vec::new();
+    let mut series = Vec::new();
+    md.push_str("| workload | policy | hit % | Δ pp vs LRU | gap closed | TTFT mean ms | TTFT p99 ms | turn ms | out tok/s | warm-up tok | state B | observe µs/ev | score µs/item |\n");
+    md.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (wi, w) in workloads.iter().enumerate() {
+        let mine: Vec<_> = results.iter().filter(|r| r.0 == wi).collect();
+        let head = mine
+            .iter()
+            .find(|r| r.2)
+            .map(|r| &r.3)
+            .context("headline run missing")?;
+        println!(
+            "\n== {} — {} sessions, {} requests, {:.1} M prompt tokens; cache {} blocks ({} k tokens)",
+            w.name(),
+            traces[wi].sessions.len(),
+            traces[wi].requests.len(),
+            traces[wi].prompt_tokens() as f64 / 1e6,
+            headline,
+            headline * BLOCK_SIZE / 1000
+        );
+        print!("{}", table(head));
+        for (p, s) in head {
+            md.push_str(&format!(
+                "| {} | {} | {:.1} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {:.3} | {:.3} |\n",
+                w.name(),
+                p,
+                s.hit_rate * 100.0,
+                s.delta_pp_vs_lru.map_or("–".into(), |d| format!("{d:+.1}")),
+                s.gap_closed.map_or("–".into(), |g| format!("{:.0}%", g * 100.0)),
+                s.ttft_ms_mean,
+                s.ttft_ms_p99,
+                s.turn_ms_mean,
+                s.throughput_tok_s,
+                s.warmup_tokens,
+                s.state_bytes_max,
+                s.observe_us_per_event,
+                s.score_us_per_item
+            ));
+        }
+        bars.push(
+            names
+                .iter()
+                .map(|n| head.iter().find(|(p, _)| p == n).map_or(0.0, |(_, s)| s.hit_rate))
+                .collect(),
+        );
+        let points: Vec<_> = mine.iter().map(|r| (r.1, &r.3)).collect();
+        caps.push(points.iter().map(|(b, _)| *b).collect());
+        series.push(
+            names
+                .iter()
+                .map(|n| {
+                    points
+                        .iter()
+                        .map(|(_, s)| s.iter().find(|(p, _)| p == n).map_or(0.0, |(_, x)| x.hit_rate))
+                        .collect()
+                })
+                .collect(),
+        );
+        let sweep: Vec<_> = mine.iter().map(|r| run_json(w.name(), r.1, BLOCK_SIZE, &r.3)).collect();
+        json_workloads.insert(
+            w.name().to_string(),
+            serde_json::json!({
+                "generator": params[wi],
+                "sessions": traces[wi].sessions.len(),
+                "requests": traces[wi].requests.len(),
+                "prompt_tokens": traces[wi].prompt_tokens(),
+                "headline": run_json(w.name(), headline, BLOCK_SIZE, head),
+                "sweep": sweep,
+            }),
+        );
+    }
+    // The targets, over the sweep.
+    let mut verdict = String::from("\nCacheSage vs the targets (all capacities of each workload):\n");
+    for (wi, w) in workloads.iter().enumerate() {
+        let mine: Vec<_> = results.iter().filter(|r| r.0 == wi).collect();
+        let get = |r: &Vec<(String, PolicySummary)>, n: &str| r.iter().find(|(p, _)| p == n).map(|(_, s)| s.clone());
+        let gaps: Vec<f64> = mine
+            .iter()
+            .filter_map(|r| get(&r.3, "cachesage").and_then(|s| s.gap_closed))
+            .collect();
+        let worst = mine
+            .iter()
+            .filter_map(|r| get(&r.3, "cachesage").and_then(|s| s.delta_pp_vs_lru))
+            .fold(f64::INFINITY, f64::min);
+        let head = mine
+            .iter()
+            .find(|r| r.2)
+            .and_then(|r| get(&r.3, "cachesage"))
+            .and_then(|s| s.delta_pp_vs_lru);
+        verdict.push_str(&format!(
+            "  {:<10} headline Δ {:>6} pp   mean gap closed {:>5}   worst Δ {:>6} pp\n",
+            w.name(),
+            head.map_or("–".into(), |d| format!("{d:+.1}")),
+            if gaps.is_empty() {
+                "–".into()
+            } else {
+                format!("{:.0}%", gaps.iter().sum::<f64>() / gaps.len() as f64 * 100.0)
+            },
+            if worst.is_finite() {
+                format!("{worst:+.1}")
+            } else {
+                "–".into()
+            },
+        ));
+    }
+    print!("{verdict}");
+    println!("\n{} replays in {:.1} s", results.len() * policies.len(), wall);
+
+    let memory = GpuMemory::h100_80gb_llama31_8b();
+    let json = serde_json::json!({
+        "quick": a.quick,
+        "hide_agents": a.replay.hide_agents,
+        "rerank_steps": a.replay.rerank_steps,
+        "block_size": BLOCK_SIZE,
+        "headline_capacity_blocks": headline,
+        "gpu_memory": memory,
+        "kv_tokens": memory.kv_tokens(),
+        "latency_model": LatencyModel::default(),
+        "engine": {"max_num_seqs": SimConfig::new(1).max_num_seqs, "max_batched_tokens": SimConfig::new(1).max_batched_tokens},
+        "wall_s": wall,
+        "workloads": json_workloads,
+    });
+    let json_path = a.out.join("results.json");
+    std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
+    std::fs::write(
+        a.out.join("table.md"),
+        format!("{md}{}", verdict.replace("\n  ", "\n    ")),
+    )?;
+    let title = format!("Token hit rate at the headline cache ({} blocks)", headline);
+    std::fs::write(
+        a.out.join("hit-rate.svg"),
+        crate::plot::hit_rate_bars(&title, &wnames, &names, &bars),
+    )?;
+    std::fs::write(
+        a.out.join("capacity.svg"),
+        crate::plot::capacity_lines("Token hit rate against cache capacity", &wnames, &names, &caps, &series),
+    )?;
+    println!(
+        "results → {} (results.json, table.md, hit-rate.svg, capacity.svg)",
+        a.out.display()
+    );
+    Ok(())
+}

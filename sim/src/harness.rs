@@ -1,0 +1,199 @@
+//! Run one prepared trace under a list of policies, the way the table and `agentrt sim run` do.
+//!
+//! Wasm policies load once per process (the engine caches compiled artifacts) and each run starts
+//! a fresh instance. Bélády needs the reference admission order, so the LRU run goes first.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use agentrt_runtime::{EngineOptions, PolicyComponent, PolicyEngine, PoolingOptions};
+use anyhow::Context;
+
+use crate::policies::{Belady, NativeLru, Rerank, SimPolicy, WasmPolicy};
+use crate::prepare::PreparedTrace;
+use crate::scheduler::{RunResult, Sim, SimConfig};
+
+/// A policy to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicySpec {
+    /// vLLM's LRU in the simulator, no Wasm.
+    NativeLru,
+    /// Bélády's offline optimum (needs an LRU run first).
+    Belady,
+    /// A component from the components folder, by file stem, with `init` configuration.
+    Wasm {
+        name: String,
+        component: String,
+        init: Vec<(String, String)>,
+    },
+}
+
+impl PolicySpec {
+    pub fn name(&self) -> &str {
+        match self {
+            PolicySpec::NativeLru => "lru-native",
+            PolicySpec::Belady => "belady",
+            PolicySpec::Wasm { name, .. } => name,
+        }
+    }
+
+    fn wasm(name: &str, component: &str, init: &[(&str, &str)]) -> Self {
+        PolicySpec::Wasm {
+            name: name.to_string(),
+            component: component.to_string(),
+            init: init.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
+    }
+
+    /// Parse a name: `lru`, `ttl`, `cachesage`, `cachesage-evict`, `belady`, `lru-native`, or any
+    /// component stem in the components folder.
+    pub fn parse(name: &str) -> Self {
+        match name {
+            "lru-native" => PolicySpec::NativeLru,
+            "belady" => PolicySpec::Belady,
+            "cachesage-evict" => Self::wasm("cachesage-evict", "cachesage", &[("prefetch", "false")]),
+            other => Self::wasm(other, other, &[]),
+        }
+    }
+}
+
+/// The policies of the evaluation, in report order.
+pub fn default_policies() -> Vec<PolicySpec> {
+    ["lru", "ttl", "cachesage", "cachesage-evict", "belady"]
+        .iter()
+        .map(|n| PolicySpec::parse(n))
+        .collect()
+}
+
+/// Loads components once and starts policies.
+pub struct PolicyHost {
+    engine: PolicyEngine,
+    dir: PathBuf,
+    components: Mutex<HashMap<String, Arc<PolicyComponent>>>,
+}
+
+impl PolicyHost {
+    pub fn new(dir: Option<PathBuf>) -> anyhow::Result<Self> {
+        let engine = PolicyEngine::new(EngineOptions {
+            pooling: Some(PoolingOptions {
+                max_instances: 16,
+                ..PoolingOptions::default()
+            }),
+            seed: Some(7),
+            ..EngineOptions::default()
+        })
+        .map_err(|e| anyhow::anyhow!("starting the policy engine: {e}"))?;
+        Ok(Self {
+            engine,
+            dir: dir.unwrap_or_else(agentrt_runtime::components_dir),
+            components: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn components_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn component(&self, stem: &str) -> anyhow::Result<Arc<PolicyComponent>> {
+        let mut cache = self.components.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = cache.get(stem) {
+            return Ok(c.clone());
+        }
+        let path = self.dir.join(format!("{stem}.wasm"));
+        anyhow::ensure!(
+            path.is_file(),
+            "no policy component at {}: run `cargo xtask build-policies`",
+            path.display()
+        );
+        let component = Arc::new(
+            self.engine
+                .load_file(&path)
+                .map_err(|e| anyhow::anyhow!("loading {}: {e}", path.display()))?,
+        );
+        cache.insert(stem.to_string(), component.clone());
+        Ok(component)
+    }
+
+    /// Start a Wasm policy.
+    pub fn start(
+        &self,
+        name: &str,
+        stem: &str,
+        init: &[(String, String)],
+        block_size: usize,
+        rerank: Rerank,
+    ) -> anyhow::Result<WasmPolicy> {
+        let init: Vec<(&str, &str)> = init.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        WasmPolicy::start(
+            &self.engine,
+            self.component(stem)?,
+            name,
+            &init,
+            block_size as u32,
+            rerank,
+        )
+    }
+}
+
+/// Replay `trace` once under `policy`.
+pub fn run_one(
+    host: &PolicyHost,
+    trace: &PreparedTrace,
+    cfg: &SimConfig,
+    policy: &PolicySpec,
+    reference_order: Option<&[u32]>,
+    rerank: Rerank,
+) -> anyhow::Result<RunResult> {
+    let mut boxed: Box<dyn SimPolicy> = match policy {
+        PolicySpec::NativeLru => Box::new(NativeLru),
+        PolicySpec::Belady => {
+            let order = reference_order.context("Bélády needs the LRU run's admission order")?;
+            let prompts: Vec<&[u64]> = trace.requests.iter().map(|r| &r.prompt.hashes[..]).collect();
+            Box::new(Belady::new(order, &prompts))
+        }
+        PolicySpec::Wasm { name, component, init } => {
+            Box::new(host.start(name, component, init, trace.block_size, rerank)?)
+        }
+    };
+    let mut result = Sim::new(cfg.clone(), trace, boxed.as_mut()).run()?;
+    result.policy = policy.name().to_string();
+    Ok(result)
+}
+
+/// Replay `trace` under every policy in `policies` (LRU first when Bélády needs it). `done` is
+/// called after each run.
+pub fn run_all(
+    host: &PolicyHost,
+    trace: &PreparedTrace,
+    cfg: &SimConfig,
+    policies: &[PolicySpec],
+    rerank: Rerank,
+    mut done: impl FnMut(&RunResult),
+) -> anyhow::Result<Vec<RunResult>> {
+    let mut results: Vec<Option<RunResult>> = vec![None; policies.len()];
+    let mut order: Vec<usize> = (0..policies.len()).collect();
+    // LRU (Wasm or native) first, Bélády last.
+    let is_lru = |p: &PolicySpec| p.name() == "lru" || *p == PolicySpec::NativeLru;
+    order.sort_by_key(|&i| match &policies[i] {
+        p if is_lru(p) => 0,
+        PolicySpec::Belady => 2,
+        _ => 1,
+    });
+    let mut reference: Option<Vec<u32>> = None;
+    for i in order {
+        let policy = &policies[i];
+        if *policy == PolicySpec::Belady && reference.is_none() {
+            let lru = run_one(host, trace, cfg, &PolicySpec::NativeLru, None, rerank)?;
+            reference = Some(lru.admission_order);
+        }
+        let result = run_one(host, trace, cfg, policy, reference.as_deref(), rerank)
+            .with_context(|| format!("policy {}", policy.name()))?;
+        if is_lru(policy) && reference.is_none() {
+            reference = Some(result.admission_order.clone());
+        }
+        done(&result);
+        results[i] = Some(result);
+    }
+    Ok(results.into_iter().map(|r| r.expect("every policy ran")).collect())
+}

@@ -1,0 +1,447 @@
+//! The eviction policies a replay can run: vLLM's LRU natively, Bélády's offline optimum, and any
+//! Wasm policy component run through the real host ([`agentrt_runtime::PolicyHandle`]).
+//!
+//! Every policy is a [`SimPolicy`]: a [`PoolObserver`] (it sees block events and may choose the
+//! victim when a cached block must go) plus the request-level events the runtime layer sees.
+
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use agentrt_runtime::types::{BlockEvent, BlockOp, Event, Item, ItemKind, SideEffect};
+use agentrt_runtime::{packed, PolicyComponent, PolicyEngine, PolicyHandle, SlotConfig};
+
+use crate::prefix_cache::{Block, BlockId, BlockPool, FastMap, PoolObserver};
+
+/// What a policy cost and how big it got.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyStats {
+    /// Largest snapshot seen (bytes): the policy's learned state.
+    pub state_bytes_max: usize,
+    /// Events delivered (typed + block).
+    pub events: u64,
+    /// Wall time inside observe / observe-blocks calls.
+    pub observe_ns: u64,
+    pub score_calls: u64,
+    pub score_items: u64,
+    pub score_ns: u64,
+    pub act_calls: u64,
+    pub act_ns: u64,
+    /// Rankings that fell back to LRU because the policy failed.
+    pub fallbacks: u64,
+}
+
+/// A policy under replay.
+pub trait SimPolicy: PoolObserver {
+    fn name(&self) -> &str;
+    /// A host event (agent registered, request arrival/finish, session end), in order.
+    fn event(&mut self, _event: Event) {}
+    /// A trace request was admitted: `hit_blocks` of its `hashes` hit the cache.
+    fn admitted(&mut self, _pool: &BlockPool, _uid: u32, _hashes: &[u64], _hit_blocks: usize) {}
+    /// A scheduler step begins.
+    fn begin_step(&mut self, _now_us: u64) {}
+    /// Side effects to carry out between steps.
+    fn act(&mut self) -> Vec<SideEffect> {
+        Vec::new()
+    }
+    /// Measure the policy's state now (called every few hundred steps and at the end).
+    fn sample_state(&mut self) {}
+    fn stats(&self) -> PolicyStats {
+        PolicyStats::default()
+    }
+}
+
+/// vLLM's own LRU, natively: evict the head of the free queue.
+#[derive(Debug, Default)]
+pub struct NativeLru;
+
+impl PoolObserver for NativeLru {}
+impl SimPolicy for NativeLru {
+    fn name(&self) -> &str {
+        "lru-native"
+    }
+}
+
+/// Bélády's offline optimum for eviction: evict the cached free block whose next use is farthest
+/// in the future.
+///
+/// "The future" is the order in which trace requests are admitted in a reference replay (the LRU
+/// run of the same trace and cache): admission order depends on timing, which depends on hits, so
+/// the exact future of *this* run is not known in advance; the reference order differs from it
+/// only where hits changed the timing. A block's next use is the first not-yet-admitted request in
+/// that order whose prompt contains the block's hash. Among blocks used by the same request the
+/// deeper one goes first (evicting a parent would orphan its children), then the older one.
+/// Later duplicates of a hash are never hit while the first exists, so they go first of all.
+pub struct Belady {
+    /// hash → reference indices of the requests whose prompts contain it, ascending.
+    future: FastMap<Vec<u32>>,
+    /// hash → how many leading entries of `future[hash]` are already admitted (a lazy cursor).
+    cursor: FastMap<u32>,
+    /// uid → reference index.
+    ref_index: Vec<u32>,
+    admitted: Vec<bool>,
+    heap: BinaryHeap<Entry>,
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Entry {
+    next_use: u32,
+    position: u32,
+    /// Older (smaller stamp) first among equals.
+    age: std::cmp::Reverse<u64>,
+    block: BlockId,
+    epoch: u32,
+}
+
+const NEVER: u32 = u32::MAX;
+
+impl Belady {
+    /// `order`: trace request uids in the reference admission order; `prompts[uid]`: the block
+    /// hashes of each request's prompt.
+    pub fn new(order: &[u32], prompts: &[&[u64]]) -> Self {
+        let mut ref_index = vec![NEVER; prompts.len()];
+        let mut future: FastMap<Vec<u32>> = FastMap::default();
+        for (i, &uid) in order.iter().enumerate() {
+            ref_index[uid as usize] = i as u32;
+            for &h in prompts[uid as usize] {
+                let list = future.entry(h).or_default();
+                // A hash appears once per prompt (the chain makes each position unique).
+                if list.last() != Some(&(i as u32)) {
+                    list.push(i as u32);
+                }
+            }
+        }
+        Self {
+            future,
+            cursor: FastMap::default(),
+            ref_index,
+            admitted: vec![false; order.len()],
+            heap: BinaryHeap::new(),
+        }
+    }
+
+    fn next_use(&mut self, hash: u64) -> u32 {
+        let Some(list) = self.future.get(&hash) else {
+            return NEVER;
+        };
+        let c = self.cursor.entry(hash).or_insert(0);
+        while (*c as usize) < list.len() && self.admitted[list[*c as usize] as usize] {
+            *c += 1;
+        }
+        list.get(*c as usize).copied().unwrap_or(NEVER)
+    }
+
+    fn effective_next_use(&mut self, pool: &BlockPool, id: BlockId) -> u32 {
+        if pool.is_primary(id) {
+            self.next_use(pool.block(id).hash)
+        } else {
+            NEVER
+        }
+    }
+
+    fn push(&mut self, pool: &BlockPool, id: BlockId) {
+        let next_use = self.effective_next_use(pool, id);
+        let b = pool.block(id);
+        self.heap.push(Entry {
+            next_use,
+            position: b.position,
+            age: std::cmp::Reverse(b.stamp),
+            block: id,
+            epoch: b.epoch,
+        });
+    }
+}
+
+impl PoolObserver for Belady {
+    fn freed(&mut self, pool: &BlockPool, block: BlockId) {
+        self.push(pool, block);
+    }
+
+    fn victim(&mut self, pool: &BlockPool) -> Option<BlockId> {
+        while let Some(top) = self.heap.peek() {
+            let b = pool.block(top.block);
+            if !(b.in_free && b.hash != 0 && b.epoch == top.epoch) {
+                self.heap.pop();
+                continue;
+            }
+            let (id, recorded) = (top.block, top.next_use);
+            let now = self.effective_next_use(pool, id);
+            if now != recorded {
+                // Its next use moved (a request that used it was admitted without reaching it,
+                // or it became the primary copy): file it again under the right key.
+                self.heap.pop();
+                self.push(pool, id);
+                continue;
+            }
+            return Some(id);
+        }
+        None
+    }
+
+    fn consumed(&mut self, _block: BlockId) {
+        self.heap.pop();
+    }
+}
+
+impl SimPolicy for Belady {
+    fn name(&self) -> &str {
+        "belady"
+    }
+
+    fn admitted(&mut self, pool: &BlockPool, uid: u32, hashes: &[u64], hit_blocks: usize) {
+        let r = self.ref_index.get(uid as usize).copied().unwrap_or(NEVER);
+        if r == NEVER {
+            return;
+        }
+        self.admitted[r as usize] = true;
+        // Blocks past the hit that are cached and free had this request as their next use.
+        for &h in &hashes[hit_blocks.min(hashes.len())..] {
+            if let Some(id) = pool.lookup(h) {
+                if pool.block(id).in_free {
+                    self.push(pool, id);
+                }
+            }
+        }
+    }
+}
+
+/// When a Wasm policy's ranking of the free queue is refreshed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rerank {
+    /// At most once per scheduler step (and whenever the ranking runs out).
+    EveryStep,
+    /// At most once every `n` steps (and whenever the ranking runs out).
+    EverySteps(u32),
+}
+
+/// A policy component run through the real host.
+pub struct WasmPolicy {
+    name: String,
+    handle: PolicyHandle,
+    block_size: u32,
+    events: Vec<Event>,
+    packed: Vec<u64>,
+    /// Eviction order from the last ranking: (block, epoch when ranked), evict-first first.
+    victims: Vec<(BlockId, u32)>,
+    cursor: usize,
+    rerank: Rerank,
+    steps_since_rank: u32,
+    stale: bool,
+    items: Vec<Item>,
+    stats: PolicyStats,
+    /// Side effects seen, by kind, for the report.
+    pub effects_seen: [u64; 7],
+}
+
+/// Flush a buffer of typed events once it holds this many.
+const EVENT_BATCH: usize = 1024;
+/// Flush packed block events once the buffer holds this many words.
+const BLOCK_BATCH_WORDS: usize = 3 * 8192;
+
+impl WasmPolicy {
+    /// Start `component` in a slot of its own with `init` configuration.
+    pub fn start(
+        engine: &PolicyEngine,
+        component: Arc<PolicyComponent>,
+        name: &str,
+        init: &[(&str, &str)],
+        block_size: u32,
+        rerank: Rerank,
+    ) -> anyhow::Result<Self> {
+        let config = SlotConfig {
+            // Checkpoints are a serving concern; a replay measures state size explicitly.
+            checkpoint_every: None,
+            ..SlotConfig::new(format!("sim/{name}")).with_init(init.iter().copied())
+        };
+        let handle = PolicyHandle::start(engine, component, config)
+            .map_err(|e| anyhow::anyhow!("starting policy {name}: {e}"))?;
+        Ok(Self {
+            name: name.to_string(),
+            handle,
+            block_size,
+            events: Vec::new(),
+            packed: Vec::new(),
+            victims: Vec::new(),
+            cursor: 0,
+            rerank,
+            steps_since_rank: 0,
+            stale: true,
+            items: Vec::new(),
+            stats: PolicyStats::default(),
+            effects_seen: [0; 7],
+        })
+    }
+
+    pub fn handle(&self) -> &PolicyHandle {
+        &self.handle
+    }
+
+    fn flush_events(&mut self) {
+        if self.events.is_empty() {
+            return;
+        }
+        let t = Instant::now();
+        if let Err(e) = self.handle.observe(&self.events) {
+            tracing::warn!(policy = %self.name, error = %e, "observe failed");
+        }
+        self.stats.observe_ns += t.elapsed().as_nanos() as u64;
+        self.stats.events += self.events.len() as u64;
+        self.events.clear();
+    }
+
+    fn flush_blocks(&mut self) {
+        if self.packed.is_empty() {
+            return;
+        }
+        let t = Instant::now();
+        if let Err(e) = self.handle.observe_blocks(&self.packed) {
+            tracing::warn!(policy = %self.name, error = %e, "observe-blocks failed");
+        }
+        self.stats.observe_ns += t.elapsed().as_nanos() as u64;
+        self.stats.events += (self.packed.len() / packed::WORDS_PER_EVENT) as u64;
+        self.packed.clear();
+    }
+
+    /// Deliver everything pending, typed events and block events in the order they happened
+    /// (the buffers never both hold events: adding to one flushes the other).
+    pub fn flush(&mut self) {
+        self.flush_events();
+        self.flush_blocks();
+    }
+
+    fn rank(&mut self, pool: &BlockPool) {
+        self.flush();
+        self.items.clear();
+        self.victims.clear();
+        self.cursor = 0;
+        for id in pool.cached_free_blocks() {
+            let b = pool.block(id);
+            self.items.push(Item {
+                kind: ItemKind::KvBlock,
+                key: b.hash,
+                agent: b.agent,
+                session: b.session,
+                last_access: b.stamp,
+                tokens: self.block_size,
+                position: b.position,
+            });
+            self.victims.push((id, b.epoch));
+        }
+        let t = Instant::now();
+        let ranking = self.handle.rank(&self.items);
+        self.stats.score_ns += t.elapsed().as_nanos() as u64;
+        self.stats.score_calls += 1;
+        self.stats.score_items += self.items.len() as u64;
+        if ranking.fallback.is_some() {
+            self.stats.fallbacks += 1;
+        }
+        let ranked: Vec<(BlockId, u32)> = ranking.order.iter().rev().map(|&i| self.victims[i]).collect();
+        self.victims = ranked;
+        self.stale = false;
+        self.steps_since_rank = 0;
+    }
+}
+
+impl PoolObserver for WasmPolicy {
+    fn block_event(&mut self, op: BlockOp, block: &Block) {
+        self.flush_events();
+        packed::encode(
+            &BlockEvent {
+                op,
+                agent: block.agent,
+                block_hash: block.hash,
+                parent_hash: block.parent,
+                position: block.position,
+            },
+            &mut self.packed,
+        );
+        if self.packed.len() >= BLOCK_BATCH_WORDS {
+            self.flush_blocks();
+        }
+    }
+
+    fn victim(&mut self, pool: &BlockPool) -> Option<BlockId> {
+        for attempt in 0..2 {
+            if self.stale || self.cursor >= self.victims.len() || attempt == 1 {
+                self.rank(pool);
+            }
+            while let Some(&(id, epoch)) = self.victims.get(self.cursor) {
+                let b = pool.block(id);
+                if b.in_free && b.hash != 0 && b.epoch == epoch {
+                    return Some(id);
+                }
+                // Touched, evicted or re-freed since the ranking: skip it.
+                self.cursor += 1;
+            }
+        }
+        None
+    }
+
+    fn consumed(&mut self, _block: BlockId) {
+        self.cursor += 1;
+    }
+}
+
+impl SimPolicy for WasmPolicy {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn event(&mut self, event: Event) {
+        self.flush_blocks();
+        self.events.push(event);
+        if self.events.len() >= EVENT_BATCH {
+            self.flush_events();
+        }
+    }
+
+    fn begin_step(&mut self, _now_us: u64) {
+        self.steps_since_rank += 1;
+        let due = match self.rerank {
+            Rerank::EveryStep => true,
+            Rerank::EverySteps(n) => self.steps_since_rank >= n,
+        };
+        if due {
+            self.stale = true;
+        }
+    }
+
+    fn act(&mut self) -> Vec<SideEffect> {
+        self.flush();
+        let t = Instant::now();
+        let effects = match self.handle.act() {
+            Ok(effects) => effects,
+            Err(e) => {
+                tracing::warn!(policy = %self.name, error = %e, "act failed");
+                Vec::new()
+            }
+        };
+        self.stats.act_ns += t.elapsed().as_nanos() as u64;
+        self.stats.act_calls += 1;
+        for e in &effects {
+            let kind = match e {
+                SideEffect::WarmPrefix(_) => 0,
+                SideEffect::Pin(_) => 1,
+                SideEffect::Unpin(_) => 2,
+                SideEffect::Preload(_) => 3,
+                SideEffect::Hedge(_) => 4,
+                SideEffect::SetPriority(_) => 5,
+                SideEffect::Deny(_) => 6,
+            };
+            self.effects_seen[kind] += 1;
+        }
+        effects
+    }
+
+    fn sample_state(&mut self) {
+        self.flush();
+        match self.handle.snapshot() {
+            Ok(state) => self.stats.state_bytes_max = self.stats.state_bytes_max.max(state.len()),
+            Err(e) => tracing::warn!(policy = %self.name, error = %e, "snapshot failed"),
+        }
+    }
+
+    fn stats(&self) -> PolicyStats {
+        self.stats.clone()
+    }
+}

@@ -1,0 +1,224 @@
+//! Turn run results into the figures the evaluation reports: per policy, token hit rate, Δ pp vs
+//! LRU, the fraction of the LRU → Bélády gap closed, TTFT (mean, p99), per-turn latency,
+//! throughput, warm-up tokens, policy state size and policy time per event — as JSON and as a
+//! terminal table.
+
+use serde::Serialize;
+
+use crate::scheduler::RunResult;
+
+/// Every figure of one policy on one trace and cache size.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicySummary {
+    /// Cached prompt tokens / prompt tokens (trace requests, at first admission).
+    pub hit_rate: f64,
+    /// Hit rate minus LRU's, in percentage points.
+    pub delta_pp_vs_lru: Option<f64>,
+    /// (hit − LRU) / (Bélády − LRU); `None` when the gap is under 0.1 pp.
+    pub gap_closed: Option<f64>,
+    pub ttft_ms_mean: f64,
+    pub ttft_ms_p99: f64,
+    pub turn_ms_mean: f64,
+    pub turn_ms_p99: f64,
+    /// Generated tokens per second of simulated time (trace requests).
+    pub throughput_tok_s: f64,
+    pub makespan_s: f64,
+    /// Prompt tokens warm-ups computed (uncached prefill spent on prefetching).
+    pub warmup_tokens: u64,
+    pub warmups: u64,
+    pub warmups_skipped: u64,
+    pub side_effects_ignored: u64,
+    /// Largest policy snapshot seen (bytes).
+    pub state_bytes_max: usize,
+    /// Wall time per delivered event in observe / observe-blocks calls (µs).
+    pub observe_us_per_event: f64,
+    /// Wall time per scored item (µs), including the host's ranking.
+    pub score_us_per_item: f64,
+    pub score_calls: u64,
+    /// Wall time per act call (µs).
+    pub act_us_per_call: f64,
+    pub events: u64,
+    pub fallbacks: u64,
+    pub hit_tokens: u64,
+    pub prompt_tokens: u64,
+    pub evictions: u64,
+    pub preemptions: u64,
+    pub steps: u64,
+    /// Wall time of the replay (seconds).
+    pub wall_s: f64,
+}
+
+fn mean(xs: &[f64]) -> f64 {
+    let v: Vec<f64> = xs.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+fn percentile(xs: &[f64], p: f64) -> f64 {
+    let mut v: Vec<f64> = xs.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+fn per(ns: u64, n: u64) -> f64 {
+    if n == 0 {
+        0.0
+    } else {
+        ns as f64 / 1000.0 / n as f64
+    }
+}
+
+/// Summaries of runs of one trace, in the same order, with Δ and gap relative to `lru` and
+/// `belady` when present.
+pub fn summarize(results: &[RunResult]) -> Vec<(String, PolicySummary)> {
+    let find = |name: &str| results.iter().find(|r| r.policy == name).map(RunResult::hit_rate);
+    let lru = find("lru").or_else(|| find("lru-native"));
+    let belady = find("belady");
+    results
+        .iter()
+        .map(|r| {
+            let hit = r.hit_rate();
+            let s = &r.policy_stats;
+            let summary = PolicySummary {
+                hit_rate: hit,
+                delta_pp_vs_lru: lru.map(|l| (hit - l) * 100.0),
+                gap_closed: match (lru, belady) {
+                    (Some(l), Some(b)) if b - l > 0.001 => Some((hit - l) / (b - l)),
+                    _ => None,
+                },
+                ttft_ms_mean: mean(&r.ttft_us) / 1000.0,
+                ttft_ms_p99: percentile(&r.ttft_us, 99.0) / 1000.0,
+                turn_ms_mean: mean(&r.turn_us) / 1000.0,
+                turn_ms_p99: percentile(&r.turn_us, 99.0) / 1000.0,
+                throughput_tok_s: if r.makespan_us > 0.0 {
+                    r.output_tokens as f64 / (r.makespan_us / 1e6)
+                } else {
+                    0.0
+                },
+                makespan_s: r.makespan_us / 1e6,
+                warmup_tokens: r.warmup_tokens,
+                warmups: r.warmups,
+                warmups_skipped: r.warmups_skipped,
+                side_effects_ignored: r.effects_ignored,
+                state_bytes_max: s.state_bytes_max,
+                observe_us_per_event: per(s.observe_ns, s.events),
+                score_us_per_item: per(s.score_ns, s.score_items),
+                score_calls: s.score_calls,
+                act_us_per_call: per(s.act_ns, s.act_calls),
+                events: s.events,
+                fallbacks: s.fallbacks,
+                hit_tokens: r.hit_tokens,
+                prompt_tokens: r.prompt_tokens,
+                evictions: r.evictions,
+                preemptions: r.preemptions,
+                steps: r.steps,
+                wall_s: r.wall_s,
+            };
+            (r.policy.clone(), summary)
+        })
+        .collect()
+}
+
+/// The JSON object `agentrt sim run --json` writes.
+pub fn run_json(
+    trace: &str,
+    capacity_blocks: usize,
+    block_size: usize,
+    summaries: &[(String, PolicySummary)],
+) -> serde_json::Value {
+    let mut policies = serde_json::Map::new();
+    for (name, s) in summaries {
+        policies.insert(name.clone(), serde_json::to_value(s).expect("summaries serialize"));
+    }
+    serde_json::json!({
+        "trace": trace,
+        "capacity_blocks": capacity_blocks,
+        "block_size": block_size,
+        "policies": policies,
+    })
+}
+
+fn opt(x: Option<f64>, digits: usize) -> String {
+    match x {
+        Some(v) => format!("{v:+.digits$}"),
+        None => "–".to_string(),
+    }
+}
+
+/// A fixed-width table of one trace's results.
+pub fn table(summaries: &[(String, PolicySummary)]) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{:<16} {:>7} {:>8} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}\n",
+        "policy",
+        "hit %",
+        "Δ pp",
+        "gap",
+        "TTFT ms",
+        "TTFT p99",
+        "turn ms",
+        "out tok/s",
+        "warm tok",
+        "state B",
+        "obs µs/ev",
+        "score µs"
+    ));
+    for (name, s) in summaries {
+        out.push_str(&format!(
+            "{:<16} {:>7.1} {:>8} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>10.0} {:>10} {:>9} {:>9.3} {:>9.3}\n",
+            name,
+            s.hit_rate * 100.0,
+            opt(s.delta_pp_vs_lru, 1),
+            s.gap_closed.map_or("–".to_string(), |g| format!("{:.0}%", g * 100.0)),
+            s.ttft_ms_mean,
+            s.ttft_ms_p99,
+            s.turn_ms_mean,
+            s.throughput_tok_s,
+            s.warmup_tokens,
+            s.state_bytes_max,
+            s.observe_us_per_event,
+            s.score_us_per_item,
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(policy: &str, hit: u64) -> RunResult {
+        RunResult {
+            policy: policy.to_string(),
+            prompt_tokens: 1000,
+            hit_tokens: hit,
+            output_tokens: 500,
+            ttft_us: vec![1000.0, 3000.0, f64::NAN],
+            turn_us: vec![2000.0, 4000.0, f64::NAN],
+            makespan_us: 1e6,
+            ..RunResult::default()
+        }
+    }
+
+    #[test]
+    fn deltas_and_gap_are_relative_to_lru_and_belady() {
+        let s = summarize(&[run("lru", 400), run("cachesage", 600), run("belady", 800)]);
+        let cs = &s[1].1;
+        assert!((cs.hit_rate - 0.6).abs() < 1e-12);
+        assert!((cs.delta_pp_vs_lru.unwrap() - 20.0).abs() < 1e-9);
+        assert!((cs.gap_closed.unwrap() - 0.5).abs() < 1e-9);
+        assert!((cs.ttft_ms_mean - 2.0).abs() < 1e-9);
+        assert_eq!(cs.ttft_ms_p99, 3.0);
+        assert_eq!(cs.throughput_tok_s, 500.0);
+        let json = run_json("t.jsonl", 100, 16, &s);
+        assert_eq!(json["policies"]["belady"]["hit_rate"], 0.8);
+        assert!(table(&s).contains("cachesage"));
+    }
+}

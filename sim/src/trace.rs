@@ -1,0 +1,327 @@
+//! The trace format: JSON Lines, one request per line.
+//!
+//! ```json
+//! {"session": "gsm8k-17", "agent": "verifier", "after_ms": 40.0,
+//!  "prompt": [{"seg": "sys/verifier", "tokens": 850}, {"seg": "gsm8k-17/question", "tokens": 120}],
+//!  "output_tokens": 180}
+//! ```
+//!
+//! - Requests of one session are issued in file order; each is issued `after_ms` after the previous
+//!   request of the same session completed (the first: `after_ms` after the trace starts).
+//! - A segment's token ids are a function of its `seg` name and its length ([`crate::tokens`]).
+//! - An agent's *anchor* is the leading run of `sys/*` and `tools/*` segments of its prompt.
+//!
+//! Reading is strict — any malformed line is an error naming the line number and the field — so
+//! that a trace from elsewhere fails loudly instead of replaying something else. Unknown extra
+//! fields are allowed (a trace may carry more than the simulator needs).
+
+use std::fmt;
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// One named piece of a prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Segment {
+    pub seg: String,
+    pub tokens: u32,
+}
+
+impl Segment {
+    pub fn new(seg: impl Into<String>, tokens: u32) -> Self {
+        Self {
+            seg: seg.into(),
+            tokens,
+        }
+    }
+
+    /// Anchor segments (system prompt, tool definitions) start with these prefixes.
+    pub fn is_anchor(&self) -> bool {
+        self.seg.starts_with("sys/") || self.seg.starts_with("tools/")
+    }
+}
+
+/// One request of a trace. Field order is the format's.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TraceRequest {
+    pub session: String,
+    pub agent: String,
+    pub after_ms: f64,
+    pub prompt: Vec<Segment>,
+    pub output_tokens: u32,
+}
+
+impl TraceRequest {
+    pub fn prompt_tokens(&self) -> u32 {
+        self.prompt.iter().map(|s| s.tokens).sum()
+    }
+
+    /// How many leading segments form the agent's anchor.
+    pub fn anchor_len(&self) -> usize {
+        self.prompt.iter().take_while(|s| s.is_anchor()).count()
+    }
+}
+
+/// A whole trace, in file order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Trace {
+    pub requests: Vec<TraceRequest>,
+}
+
+/// A malformed line: where and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceError {
+    /// 1-based line number.
+    pub line: usize,
+    /// The offending field as a path (`prompt[2].tokens`), or empty for the line as a whole.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "trace line {}: {}", self.line, self.message)
+        } else {
+            write!(f, "trace line {}: field `{}`: {}", self.line, self.field, self.message)
+        }
+    }
+}
+
+impl std::error::Error for TraceError {}
+
+fn describe(v: &Value) -> String {
+    let s = v.to_string();
+    if s.len() > 40 {
+        format!("{}…", &s[..s.floor_char_boundary(40)])
+    } else {
+        s
+    }
+}
+
+struct LineParser {
+    line: usize,
+}
+
+impl LineParser {
+    fn err(&self, field: &str, message: impl Into<String>) -> TraceError {
+        TraceError {
+            line: self.line,
+            field: field.to_string(),
+            message: message.into(),
+        }
+    }
+
+    fn field<'a>(&self, obj: &'a serde_json::Map<String, Value>, name: &str) -> Result<&'a Value, TraceError> {
+        obj.get(name).ok_or_else(|| self.err(name, "missing required field"))
+    }
+
+    fn string(&self, v: &Value, field: &str) -> Result<String, TraceError> {
+        match v.as_str() {
+            Some(s) if !s.is_empty() => Ok(s.to_string()),
+            Some(_) => Err(self.err(field, "must not be empty")),
+            None => Err(self.err(field, format!("expected a string, got {}", describe(v)))),
+        }
+    }
+
+    fn positive_u32(&self, v: &Value, field: &str) -> Result<u32, TraceError> {
+        match v.as_u64() {
+            Some(n) if n >= 1 && n <= u64::from(u32::MAX) => Ok(n as u32),
+            _ => Err(self.err(field, format!("expected a positive integer, got {}", describe(v)))),
+        }
+    }
+
+    fn parse(&self, text: &str) -> Result<TraceRequest, TraceError> {
+        let value: Value = serde_json::from_str(text).map_err(|e| self.err("", format!("not valid JSON: {e}")))?;
+        let obj = value
+            .as_object()
+            .ok_or_else(|| self.err("", format!("expected a JSON object, got {}", describe(&value))))?;
+        let session = self.string(self.field(obj, "session")?, "session")?;
+        let agent = self.string(self.field(obj, "agent")?, "agent")?;
+        let after = self.field(obj, "after_ms")?;
+        let after_ms = match after.as_f64() {
+            Some(x) if x.is_finite() && x >= 0.0 => x,
+            _ => {
+                return Err(self.err(
+                    "after_ms",
+                    format!("expected a non-negative number, got {}", describe(after)),
+                ))
+            }
+        };
+        let prompt_value = self.field(obj, "prompt")?;
+        let items = prompt_value.as_array().ok_or_else(|| {
+            self.err(
+                "prompt",
+                format!("expected an array of segments, got {}", describe(prompt_value)),
+            )
+        })?;
+        if items.is_empty() {
+            return Err(self.err("prompt", "must hold at least one segment"));
+        }
+        let mut prompt = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let path = format!("prompt[{i}]");
+            let seg = item
+                .as_object()
+                .ok_or_else(|| self.err(&path, format!("expected a segment object, got {}", describe(item))))?;
+            let name_path = format!("{path}.seg");
+            let name = self.string(
+                seg.get("seg")
+                    .ok_or_else(|| self.err(&name_path, "missing required field"))?,
+                &name_path,
+            )?;
+            let tokens_path = format!("{path}.tokens");
+            let tokens = self.positive_u32(
+                seg.get("tokens")
+                    .ok_or_else(|| self.err(&tokens_path, "missing required field"))?,
+                &tokens_path,
+            )?;
+            prompt.push(Segment { seg: name, tokens });
+        }
+        let output_tokens = self.positive_u32(self.field(obj, "output_tokens")?, "output_tokens")?;
+        Ok(TraceRequest {
+            session,
+            agent,
+            after_ms,
+            prompt,
+            output_tokens,
+        })
+    }
+}
+
+impl Trace {
+    /// Parse a whole trace. Blank lines are skipped; anything else must be a valid request.
+    pub fn parse(text: &str) -> Result<Trace, TraceError> {
+        Self::read(text.as_bytes())
+    }
+
+    pub fn read(reader: impl BufRead) -> Result<Trace, TraceError> {
+        let mut requests = Vec::new();
+        for (i, line) in reader.lines().enumerate() {
+            let parser = LineParser { line: i + 1 };
+            let line = line.map_err(|e| parser.err("", format!("cannot read: {e}")))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            requests.push(parser.parse(&line)?);
+        }
+        if requests.is_empty() {
+            return Err(TraceError {
+                line: 0,
+                field: String::new(),
+                message: "the trace holds no requests".to_string(),
+            });
+        }
+        Ok(Trace { requests })
+    }
+
+    pub fn load(path: &Path) -> anyhow::Result<Trace> {
+        let file = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("opening trace {}: {e}", path.display()))?;
+        Trace::read(std::io::BufReader::new(file)).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+
+    pub fn write(&self, mut out: impl Write) -> std::io::Result<()> {
+        for r in &self.requests {
+            serde_json::to_writer(&mut out, r)?;
+            out.write_all(b"\n")?;
+        }
+        Ok(())
+    }
+
+    pub fn save(&self, path: &Path) -> anyhow::Result<()> {
+        let file = std::fs::File::create(path).map_err(|e| anyhow::anyhow!("creating {}: {e}", path.display()))?;
+        let mut w = std::io::BufWriter::new(file);
+        self.write(&mut w)?;
+        w.flush()?;
+        Ok(())
+    }
+
+    pub fn sessions(&self) -> usize {
+        let mut names: Vec<&str> = self.requests.iter().map(|r| r.session.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        names.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"{"session": "gsm8k-17", "agent": "verifier", "after_ms": 40.0, "prompt": [{"seg": "sys/verifier", "tokens": 850}, {"seg": "tools/calc", "tokens": 400}, {"seg": "gsm8k-17/question", "tokens": 120}, {"seg": "gsm8k-17/solver-1", "tokens": 210}], "output_tokens": 180}"#;
+
+    #[test]
+    fn reads_the_documented_example_and_round_trips() {
+        let trace = Trace::parse(&format!("{GOOD}\n\n{GOOD}\n")).unwrap();
+        assert_eq!(trace.requests.len(), 2);
+        let r = &trace.requests[0];
+        assert_eq!((r.session.as_str(), r.agent.as_str()), ("gsm8k-17", "verifier"));
+        assert_eq!(r.after_ms, 40.0);
+        assert_eq!(r.prompt_tokens(), 1580);
+        assert_eq!(r.anchor_len(), 2);
+        assert_eq!(r.output_tokens, 180);
+        let mut bytes = Vec::new();
+        trace.write(&mut bytes).unwrap();
+        assert_eq!(Trace::parse(std::str::from_utf8(&bytes).unwrap()).unwrap(), trace);
+    }
+
+    fn error_of(line2: &str) -> TraceError {
+        Trace::parse(&format!("{GOOD}\n{line2}\n")).unwrap_err()
+    }
+
+    #[test]
+    fn malformed_lines_name_the_line_and_the_field() {
+        let cases = [
+            (
+                r#"{"session": "s", "agent": "a", "after_ms": 0, "prompt": [{"seg": "x", "tokens": -4}], "output_tokens": 1}"#,
+                "prompt[0].tokens",
+            ),
+            (
+                r#"{"session": "s", "agent": "a", "after_ms": 0, "prompt": [{"tokens": 4}], "output_tokens": 1}"#,
+                "prompt[0].seg",
+            ),
+            (
+                r#"{"session": "s", "agent": "a", "after_ms": -1, "prompt": [{"seg": "x", "tokens": 4}], "output_tokens": 1}"#,
+                "after_ms",
+            ),
+            (
+                r#"{"session": "s", "agent": "a", "after_ms": 0, "prompt": [{"seg": "x", "tokens": 4}]}"#,
+                "output_tokens",
+            ),
+            (
+                r#"{"session": 3, "agent": "a", "after_ms": 0, "prompt": [{"seg": "x", "tokens": 4}], "output_tokens": 1}"#,
+                "session",
+            ),
+            (
+                r#"{"session": "s", "after_ms": 0, "prompt": [{"seg": "x", "tokens": 4}], "output_tokens": 1}"#,
+                "agent",
+            ),
+            (
+                r#"{"session": "s", "agent": "a", "after_ms": 0, "prompt": [], "output_tokens": 1}"#,
+                "prompt",
+            ),
+            (
+                r#"{"session": "s", "agent": "a", "after_ms": 0, "prompt": "sys/x", "output_tokens": 1}"#,
+                "prompt",
+            ),
+            (
+                r#"{"session": "s", "agent": "a", "after_ms": 0, "prompt": [{"seg": "x", "tokens": 4}], "output_tokens": 0}"#,
+                "output_tokens",
+            ),
+        ];
+        for (line, field) in cases {
+            let e = error_of(line);
+            assert_eq!(e.line, 2, "{line}");
+            assert_eq!(e.field, field, "{line}");
+            let shown = e.to_string();
+            assert!(shown.contains("line 2") && shown.contains(field), "{shown}");
+        }
+        let e = error_of("{not json");
+        assert_eq!((e.line, e.field.as_str()), (2, ""));
+        assert!(e.to_string().contains("not valid JSON"));
+        assert!(error_of("[1, 2]").to_string().contains("expected a JSON object"));
+        assert!(Trace::parse("\n\n").unwrap_err().message.contains("no requests"));
+    }
+}

@@ -1,0 +1,163 @@
+//! Replays of generated traces through the real host and the real policy components
+//! (`target/components/*.wasm`, built by `cargo xtask build-policies`).
+
+use agentrt_sim::harness::{run_all, run_one, PolicyHost, PolicySpec};
+use agentrt_sim::policies::Rerank;
+use agentrt_sim::prepare::PreparedTrace;
+use agentrt_sim::scheduler::{RunResult, SimConfig};
+use agentrt_sim::workloads::{generate, GenParams, Workload};
+
+fn small(workload: Workload, sessions: usize, seed: u64) -> PreparedTrace {
+    let params = GenParams {
+        sessions,
+        concurrency: sessions as f64 / 2.0,
+        rate: None,
+        seed,
+    };
+    PreparedTrace::new(&generate(workload, &params), 16, false)
+}
+
+fn host() -> PolicyHost {
+    let host = PolicyHost::new(None).expect("policy engine");
+    for c in ["lru", "ttl", "probe"] {
+        let path = host.components_dir().join(format!("{c}.wasm"));
+        assert!(
+            path.is_file(),
+            "{} is missing: run `cargo xtask build-policies`",
+            path.display()
+        );
+    }
+    host
+}
+
+fn run(host: &PolicyHost, trace: &PreparedTrace, blocks: usize, names: &[&str]) -> Vec<RunResult> {
+    let policies: Vec<PolicySpec> = names.iter().map(|n| PolicySpec::parse(n)).collect();
+    run_all(
+        host,
+        trace,
+        &SimConfig::new(blocks),
+        &policies,
+        Rerank::EveryStep,
+        |_| {},
+    )
+    .expect("replay")
+}
+
+#[test]
+fn lru_through_wasm_reproduces_native_lru_exactly() {
+    let host = host();
+    for (w, sessions, blocks) in [
+        (Workload::Gsm8k, 40, 400),
+        (Workload::Gaia, 6, 3000),
+        (Workload::Mtbench, 60, 300),
+    ] {
+        let trace = small(w, sessions, 11);
+        let r = run(&host, &trace, blocks, &["lru-native", "lru"]);
+        assert!(
+            r[0].evictions > 0,
+            "{w:?}: the cache must be under pressure for this to mean anything"
+        );
+        assert_eq!(r[0].hit_tokens, r[1].hit_tokens, "{w:?}");
+        assert_eq!(r[0].evictions, r[1].evictions, "{w:?}");
+        assert_eq!(r[0].admission_order, r[1].admission_order, "{w:?}");
+        assert!(r[1].policy_stats.score_calls > 0 && r[1].policy_stats.events > 0);
+    }
+}
+
+#[test]
+fn belady_is_at_least_lru_on_every_workload() {
+    let host = host();
+    for w in Workload::ALL {
+        // GAIA's contexts grow to tens of thousands of tokens: the cache must hold one.
+        let (sessions, blocks) = if w == Workload::Gaia { (8, 4000) } else { (24, 350) };
+        let trace = small(w, sessions, 5);
+        let r = run(&host, &trace, blocks, &["lru-native", "belady"]);
+        assert!(r[0].evictions > 0, "{w:?}");
+        assert!(
+            r[1].hit_tokens >= r[0].hit_tokens,
+            "{w:?}: belady {} < lru {}",
+            r[1].hit_tokens,
+            r[0].hit_tokens
+        );
+    }
+}
+
+#[test]
+fn ttl_with_a_zero_ttl_is_lru_and_with_a_ttl_protects_sessions() {
+    let host = host();
+    let trace = small(Workload::Humaneval, 30, 3);
+    let cfg = SimConfig::new(400);
+    let lru = run_one(&host, &trace, &cfg, &PolicySpec::NativeLru, None, Rerank::EveryStep).unwrap();
+    let zero = PolicySpec::Wasm {
+        name: "ttl-0".into(),
+        component: "ttl".into(),
+        init: vec![("ttl-ms".into(), "0".into())],
+    };
+    let r0 = run_one(&host, &trace, &cfg, &zero, None, Rerank::EveryStep).unwrap();
+    assert_eq!(r0.hit_tokens, lru.hit_tokens);
+    let ttl = run_one(&host, &trace, &cfg, &PolicySpec::parse("ttl"), None, Rerank::EveryStep).unwrap();
+    assert_ne!(ttl.hit_tokens, lru.hit_tokens, "a 5 s TTL changes what is evicted");
+    assert!(ttl.policy_stats.state_bytes_max > 0);
+}
+
+#[test]
+fn warm_ups_become_requests_that_cost_prefill_and_other_effects_are_counted() {
+    let host = host();
+    let trace = small(Workload::Humaneval, 10, 2);
+    let r = run(&host, &trace, 400, &["lru-native", "probe"]);
+    let probe = &r[1];
+    assert!(probe.warmups > 0, "the probe asks for a warm-up at every act");
+    assert!(probe.warmup_tokens > 0, "warm-ups compute their anchor");
+    assert!(
+        probe.warmups_skipped > 0,
+        "no second warm-up while one is in flight or the anchor is resident"
+    );
+    assert!(
+        probe.effects_ignored > 0,
+        "pins, preloads, … are counted, not carried out"
+    );
+    // Warm-ups are not trace requests: the trace's prompt tokens are the same.
+    assert_eq!(probe.prompt_tokens, r[0].prompt_tokens);
+}
+
+#[test]
+fn hidden_agents_are_identified_by_anchor_and_replay_the_same_cache() {
+    let host = host();
+    let params = GenParams {
+        sessions: 12,
+        concurrency: 6.0,
+        rate: None,
+        seed: 9,
+    };
+    let trace = generate(Workload::Mmlu, &params);
+    let named = PreparedTrace::new(&trace, 16, false);
+    let hidden = PreparedTrace::new(&trace, 16, true);
+    // One agent per distinct anchor: the three debaters and the aggregator have distinct anchors.
+    assert_eq!(hidden.agents.len(), 4);
+    assert!(hidden
+        .agents
+        .iter()
+        .all(|a| a.name == format!("{:016x}", a.anchor_hash)));
+    let a = run(&host, &named, 250, &["lru"]);
+    let b = run(&host, &hidden, 250, &["lru"]);
+    assert_eq!(a[0].hit_tokens, b[0].hit_tokens, "identity does not change LRU's cache");
+}
+
+#[test]
+fn reranking_less_often_still_replays() {
+    let host = host();
+    let trace = small(Workload::Gsm8k, 30, 4);
+    let cfg = SimConfig::new(300);
+    let every = run_one(&host, &trace, &cfg, &PolicySpec::parse("lru"), None, Rerank::EveryStep).unwrap();
+    let sparse = run_one(
+        &host,
+        &trace,
+        &cfg,
+        &PolicySpec::parse("lru"),
+        None,
+        Rerank::EverySteps(8),
+    )
+    .unwrap();
+    assert!(sparse.policy_stats.score_calls <= every.policy_stats.score_calls);
+    assert_eq!(sparse.prompt_tokens, every.prompt_tokens);
+}
