@@ -43,6 +43,8 @@ class EvictionClient:
             "late_replies": 0,
             "block_events_sent": 0,
             "block_events_dropped": 0,
+            "rank_wait_us_total": 0,  # time spent waiting for answers that came in time
+            "rank_wait_us_max": 0,
         }
 
     # -- connection ---------------------------------------------------------------------------
@@ -144,7 +146,8 @@ class EvictionClient:
         """Indices of ``items`` to evict first, or ``None`` (no answer in time: use vLLM's order)."""
         if not self.connected():
             return None
-        deadline = time.monotonic() + self.deadline_s
+        started = time.monotonic()
+        deadline = started + self.deadline_s
         request_id = self.next_id
         self.next_id = (self.next_id + 1) & 0xFFFFFFFF or 1
         self.stats["rank_requests"] += 1
@@ -158,6 +161,9 @@ class EvictionClient:
             self.stats["deadline_missed"] += 1
             return None
         self.stats["rank_answered"] += 1
+        waited = int((time.monotonic() - started) * 1e6)
+        self.stats["rank_wait_us_total"] += waited
+        self.stats["rank_wait_us_max"] = max(self.stats["rank_wait_us_max"], waited)
         return answer
 
     def _await(self, request_id: int, deadline: float) -> list[int] | None:

@@ -1,0 +1,158 @@
+"""The plugin's patched BlockPool, driven through vLLM's real KV-cache manager, against a real
+agentrt eviction service process."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+import threading
+
+import pytest
+
+import harness
+from agentrt_vllm import wire
+from agentrt_vllm.client import EvictionClient
+
+PLANNER = harness.prompt(1, 480)  # 15 full blocks: the protected agent's anchor
+FLOOD = [harness.prompt(100 + i, 320) for i in range(10)]  # 100 blocks through a 39-block cache
+
+
+def run_flood(engine) -> int:
+    """The planner once, then the flood; returns how many planner tokens are still cached."""
+    engine.run_request(PLANNER, agent="planner", session="s1")
+    for p in FLOOD:
+        engine.run_request(p, agent="worker", session="s2")
+    return engine.cached_prefix_tokens(PLANNER)
+
+
+def cached_hashes(engine) -> set:
+    return set(engine.pool.cached_block_hash_to_block._cache)
+
+
+def plain_engine(installed):
+    engine = harness.Engine(40)
+    engine.pool._agentrt = None  # detached: exactly vLLM's own behaviour
+    return engine
+
+
+def attached_engine(installed, socket_path, deadline_s=0.05):
+    engine = harness.Engine(40, step_hook=installed.begin_step)
+    engine.pool._agentrt = None
+    tracker = installed.attach(engine.pool, EvictionClient(str(socket_path), deadline_s, "test"))
+    return engine, tracker
+
+
+def test_plain_vllm_evicts_the_planner(installed):
+    engine = plain_engine(installed)
+    assert run_flood(engine) == 0
+
+
+def test_plugin_with_lru_policy_matches_vllm_exactly(installed, start_host):
+    plain = plain_engine(installed)
+    run_flood(plain)
+    host = start_host("lru")
+    engine, tracker = attached_engine(installed, host.socket_path)
+    assert run_flood(engine) == 0
+    assert cached_hashes(engine) == cached_hashes(plain), "LRU through the host = vLLM's own order"
+    assert tracker.stats["victims_from_policy"] > 0
+    assert tracker.stats["victims_from_vllm"] == 0
+    assert tracker.client.stats["rank_answered"] == tracker.client.stats["rank_requests"] > 0
+    tracker.client.close()
+    counts = host.stop()["eviction"]
+    assert counts["rank_requests"] == tracker.client.stats["rank_requests"]
+    assert counts["agents_defined"] == 2
+    assert counts["block_events"] > 0
+    assert counts["malformed"] == 0
+
+
+def test_a_pinned_agent_survives_the_flood(installed, start_host):
+    host = start_host("lru", "--pin", "planner")
+    engine, tracker = attached_engine(installed, host.socket_path)
+    assert run_flood(engine) == len(PLANNER)  # every full block of the anchor is still cached
+    # The same number of blocks was evicted as without the plugin: only which ones changed.
+    assert tracker.stats["evictions_needed"] == tracker.stats["victims_from_policy"]
+    tracker.client.close()
+    host.stop()
+
+
+def test_one_round_trip_per_step(installed, start_host):
+    host = start_host("lru")
+    engine, tracker = attached_engine(installed, host.socket_path)
+    run_flood(engine)
+    steps_that_evicted = tracker.client.stats["rank_requests"]
+    assert 0 < steps_that_evicted <= len(FLOOD) + 1
+    # Several allocations in one step share one ranking.
+    before = tracker.client.stats["rank_requests"]
+    for i in range(3):
+        engine.step_hook = None  # no new step between these requests
+        engine.run_request(harness.prompt(500 + i, 320), agent="worker")
+    assert tracker.client.stats["rank_requests"] - before <= 1
+    tracker.client.close()
+    host.stop()
+
+
+class SilentHost:
+    """MOCK for a fault the real service cannot be made to show: a host that accepts the
+    connection and reads everything but never answers. Records the RANK frames it got."""
+
+    def __init__(self, path) -> None:
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(path))
+        self.server.listen(1)
+        self.ranks: list[tuple[int, int, int, int]] = []  # (request_id, want, missed, items)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.server.accept()
+        reader = wire.FrameReader()
+        while True:
+            data = conn.recv(1 << 16)
+            if not data:
+                return
+            reader.feed(data)
+            while (frame := reader.next()) is not None:
+                kind, body = frame
+                if kind == wire.KIND_RANK:
+                    rid, want, missed = struct.unpack_from("<III", body, 0)
+                    self.ranks.append((rid, want, missed, (len(body) - 12) // wire.ITEM.size))
+
+
+def test_deadline_fallback_when_the_host_does_not_answer(installed, tmp_path, caplog):
+    plain = plain_engine(installed)
+    run_flood(plain)
+    silent = SilentHost(tmp_path / "silent.sock")
+    engine, tracker = attached_engine(installed, tmp_path / "silent.sock", deadline_s=0.002)
+    assert run_flood(engine) == 0
+    assert cached_hashes(engine) == cached_hashes(plain), "fallback is exactly vLLM's order"
+    stats = tracker.client.stats
+    assert stats["rank_requests"] > 1
+    assert stats["deadline_missed"] == stats["rank_requests"]
+    assert tracker.stats["victims_from_policy"] == 0
+    assert tracker.stats["fallback_steps"] == stats["rank_requests"]
+    # Each RANK tells the host how many answers the plugin gave up on since the previous one.
+    assert [r[2] for r in silent.ranks][:3] == [0, 1, 1]
+    tracker.client.close()
+
+
+def test_an_unreachable_host_falls_back_without_retrying_every_step(installed, tmp_path):
+    engine, tracker = attached_engine(installed, tmp_path / "nobody.sock")
+    assert run_flood(engine) == 0
+    assert tracker.client.stats["rank_requests"] == 0
+    assert tracker.client.stats["connect_failures"] <= 2  # retried at most once a second
+    assert tracker.stats["fallback_steps"] > 0
+
+
+def test_unknown_vllm_version_is_refused(installed, monkeypatch, caplog):
+    from vllm.v1.core.block_pool import BlockPool
+
+    before = dict(vars(BlockPool))
+    monkeypatch.setitem(installed._state, "installed", False)
+    monkeypatch.setattr(installed, "vllm_version", lambda: "0.99.0")
+    with caplog.at_level(logging.ERROR, logger="vllm.agentrt_vllm"):
+        assert installed.install("/nonexistent.sock") is False
+    assert "NOT patching" in caplog.text and "0.99.0" in caplog.text
+    assert dict(vars(BlockPool)) == before, "nothing was patched"
+    assert installed.check_version("0.32.0+cpu") and installed.check_version("0.33.0")
+    assert not installed.check_version("0.31.9")
