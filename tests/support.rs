@@ -11,6 +11,7 @@ use agentrt_runtime::{EngineOptions, PolicyComponent, PolicyEngine, PolicyHandle
 pub const PROBE_LOOP_KEY: u64 = 0xdead_1007;
 pub const PROBE_GROW_TOOL: u64 = 0x6120_3000;
 pub const PROBE_PANIC_HORIZON: u32 = 666;
+pub const PROBE_TRAP_AGENT: &str = "probe-trap";
 
 /// Path of a built component; fails with the command to run when it is missing.
 pub fn component_path(name: &str) -> PathBuf {

@@ -5,6 +5,8 @@
 //!   what they observe, score, predict and act on.
 //! - `agentrt sim gen|run|table` — the prefix-cache simulator and the evaluation (crate
 //!   `agentrt-sim`).
+//! - `agentrt serve --upstream URL` — the OpenAI-compatible proxy in front of vLLM (crate
+//!   `agentrt-serve`).
 
 mod demo;
 mod policy_check;
@@ -34,6 +36,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// The vLLM-faithful prefix-cache simulator: generate workloads, replay traces, run the table.
     Sim(agentrt_sim::cli::SimArgs),
+    /// The OpenAI-compatible proxy: agent identity, request events and warm-ups in front of vLLM.
+    Serve(agentrt_serve::ServeArgs),
 }
 
 #[derive(Subcommand)]
@@ -54,6 +58,7 @@ fn main() -> std::process::ExitCode {
         } => policy_check::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Sim(args) => agentrt_sim::cli::run(args),
+        Command::Serve(args) => agentrt_serve::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -282,13 +282,27 @@ impl PolicyHandle {
     /// new instance. If the new component cannot start or refuses the state, the old one keeps
     /// running and the error is returned.
     pub fn swap(&self, next: Arc<PolicyComponent>) -> Result<SwapReport, PolicyError> {
-        let _span = tracing::info_span!("policy.swap", policy = %self.label, to = next.name()).entered();
+        self.swap_inner(next, true)
+    }
+
+    /// Hot swap to a policy that starts from scratch (e.g. a different policy, which could not
+    /// read this one's state).
+    pub fn swap_fresh(&self, next: Arc<PolicyComponent>) -> Result<SwapReport, PolicyError> {
+        self.swap_inner(next, false)
+    }
+
+    fn swap_inner(&self, next: Arc<PolicyComponent>, carry_state: bool) -> Result<SwapReport, PolicyError> {
+        let _span = tracing::info_span!("policy.swap", policy = %self.label, to = next.name(), carry_state).entered();
         let mut live = self.lock();
         let paused_at = Instant::now();
-        let state = match live.instance.as_mut().map(|i| i.snapshot()) {
-            Some(Ok(state)) => Some(state),
-            // No live instance, or it failed to snapshot: the last checkpoint is the best we have.
-            _ => live.checkpoint.clone(),
+        let state = if !carry_state {
+            None
+        } else {
+            match live.instance.as_mut().map(|i| i.snapshot()) {
+                Some(Ok(state)) => Some(state),
+                // No live instance, or it failed to snapshot: the last checkpoint is the best we have.
+                _ => live.checkpoint.clone(),
+            }
         };
         let mut fresh = self.fresh_instance(&next)?;
         if let Some(state) = &state {

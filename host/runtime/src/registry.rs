@@ -73,13 +73,23 @@ impl PolicyRegistry {
             .cloned()
     }
 
-    /// Hot-swap `tenant/slot` to `component`, carrying state over.
-    pub fn swap(&self, tenant: &str, slot: &str, component: Arc<PolicyComponent>) -> Result<SwapReport, RegistryError> {
+    /// Hot-swap `tenant/slot` to `component`, carrying state over when `carry_state`.
+    pub fn swap(
+        &self,
+        tenant: &str,
+        slot: &str,
+        component: Arc<PolicyComponent>,
+        carry_state: bool,
+    ) -> Result<SwapReport, RegistryError> {
         let handle = self.get(tenant, slot).ok_or_else(|| RegistryError::NoSuchSlot {
             tenant: tenant.to_string(),
             slot: slot.to_string(),
         })?;
-        Ok(handle.swap(component)?)
+        Ok(if carry_state {
+            handle.swap(component)?
+        } else {
+            handle.swap_fresh(component)?
+        })
     }
 
     /// Stop and remove `tenant/slot`.

@@ -1,1 +1,27 @@
-//! The OpenAI-compatible serving proxy in front of vLLM.
+//! # agentrt-serve — the OpenAI-compatible front of the runtime layer
+//!
+//! Frameworks talk to `agentrt serve` as if it were vLLM; it forwards to vLLM (any
+//! OpenAI-compatible server works for pass-through) and, on the way, gives each tenant's policy
+//! the framework's view of the traffic:
+//!
+//! - [`identity`]: who is calling — the agent (`x-agent-id`, the `user` field, or the content hash
+//!   of system prompt + tools: the *anchor*) and the session (`x-session-id`, `session_id`, or the
+//!   first user message) — interned into handles and announced once per policy;
+//! - [`proxy`]: `/v1/chat/completions`, `/v1/completions`, `/v1/models`, streaming passed through
+//!   chunk by chunk, upstream errors returned as they came, request events to the policy;
+//! - [`warmup`]: the policy's `act()` side effects, off the critical path — a warm-up is a real
+//!   upstream request carrying only the anchor and a minimal user message;
+//! - [`admin`]: authenticated policy management (install, hot swap) per tenant;
+//! - [`metrics`]: Prometheus counters for the proxy and every policy slot.
+
+pub mod admin;
+pub mod cli;
+pub mod error;
+pub mod identity;
+pub mod metrics;
+pub mod proxy;
+pub mod tenants;
+pub mod warmup;
+
+pub use cli::{run, ServeArgs};
+pub use proxy::{router, AppState, ServeOptions};

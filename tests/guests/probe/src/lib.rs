@@ -6,7 +6,8 @@
 //!
 //! - `score` with an item whose key is [`LOOP_KEY`] never returns (CPU deadline);
 //! - `observe` of a tool call whose tool is [`GROW_TOOL`] allocates without bound (memory cap);
-//! - `predict(PANIC_HORIZON)` panics (a trap).
+//! - `predict(PANIC_HORIZON)` panics (a trap);
+//! - `observe` of an agent registered under the name [`TRAP_AGENT`] panics (a trap mid-request).
 
 use agentrt_sdk::state::{Reader, Writer};
 use agentrt_sdk::{
@@ -17,6 +18,7 @@ use agentrt_sdk::{
 pub const LOOP_KEY: u64 = 0xdead_1007;
 pub const GROW_TOOL: u64 = 0x6120_3000;
 pub const PANIC_HORIZON: u32 = 666;
+pub const TRAP_AGENT: &str = "probe-trap";
 const MAGIC: [u8; 4] = *b"PRB1";
 
 /// Everything the probe has seen.
@@ -47,6 +49,7 @@ impl Policy for Probe {
     fn observe(&mut self, event: &Event) {
         self.events += 1;
         match event {
+            Event::AgentRegistered(a) if a.name == TRAP_AGENT => panic!("probe was told to trap"),
             Event::AgentRegistered(a) => self.agents.push((a.agent, a.anchor_hash)),
             Event::RequestArrival(r) => self.prompt_tokens += u64::from(r.prompt_tokens),
             Event::ToolCall(t) if t.tool == GROW_TOOL => {

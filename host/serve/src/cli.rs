@@ -1,0 +1,156 @@
+//! `agentrt serve`: the proxy's command line, and starting everything it runs.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyRegistry, SlotConfig};
+
+use crate::proxy::{router, AppState, ServeOptions};
+use crate::tenants::{Tenants, DEFAULT_TENANT};
+use crate::warmup::WarmupOptions;
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// The upstream OpenAI-compatible server (vLLM), e.g. http://127.0.0.1:8000.
+    #[arg(long)]
+    pub upstream: String,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Each tenant's policy: a component name in the components folder (`cachesage`, `lru`) or a
+    /// path to a `.wasm` file.
+    #[arg(long, default_value = "cachesage")]
+    pub policy: String,
+    /// `key=value` passed to the policy's `init` (repeatable).
+    #[arg(long = "policy-config", value_name = "KEY=VALUE")]
+    pub policy_config: Vec<String>,
+    /// Bearer token for the admin API (or env AGENTRT_ADMIN_TOKEN). Without one it is disabled.
+    #[arg(long, env = "AGENTRT_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// `API_KEY=TENANT` (repeatable): requests carrying the key belong to the tenant. Without any,
+    /// every request belongs to `default`.
+    #[arg(long = "tenant", value_name = "KEY=TENANT")]
+    pub tenants: Vec<String>,
+    /// API key to send upstream.
+    #[arg(long, env = "AGENTRT_UPSTREAM_API_KEY", hide_env_values = true)]
+    pub upstream_api_key: Option<String>,
+    /// Do not add `vllm_xargs` to forwarded requests (for upstreams other than vLLM).
+    #[arg(long)]
+    pub no_vllm_xargs: bool,
+    /// vLLM's KV-event publisher (its `--kv-events-config` endpoint), e.g. tcp://127.0.0.1:5557.
+    #[arg(long)]
+    pub kv_events: Option<String>,
+    /// vLLM's KV-event replay endpoint, for filling sequence gaps.
+    #[arg(long)]
+    pub kv_events_replay: Option<String>,
+    /// Unix socket for the vLLM plugin's eviction requests (`AGENTRT_EVICTION_SOCKET` in vLLM's env).
+    #[arg(long)]
+    pub eviction_socket: Option<PathBuf>,
+    /// Warm-ups in flight at once.
+    #[arg(long, default_value_t = WarmupOptions::default().max_concurrent)]
+    pub warmup_concurrency: usize,
+    /// Sustained warm-ups per second.
+    #[arg(long, default_value_t = WarmupOptions::default().per_second)]
+    pub warmup_rate: f64,
+}
+
+fn pairs(raw: &[String], what: &str) -> anyhow::Result<Vec<(String, String)>> {
+    raw.iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .with_context(|| format!("{what} {kv:?}: expected A=B"))
+        })
+        .collect()
+}
+
+/// Run the proxy until Ctrl-C / SIGTERM.
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let engine = PolicyEngine::new(EngineOptions::default())?;
+    let path = if args.policy.ends_with(".wasm") {
+        PathBuf::from(&args.policy)
+    } else {
+        agentrt_runtime::components_dir().join(format!("{}.wasm", args.policy))
+    };
+    let component = Arc::new(engine.load_file(&path)?);
+    let slot = SlotConfig {
+        init: pairs(&args.policy_config, "--policy-config")?,
+        ..SlotConfig::new("")
+    };
+    let keys: HashMap<String, String> = pairs(&args.tenants, "--tenant")?.into_iter().collect();
+    let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, keys);
+    let options = ServeOptions {
+        upstream: args.upstream.clone(),
+        vllm_xargs: !args.no_vllm_xargs,
+        admin_token: args.admin_token,
+        upstream_api_key: args.upstream_api_key,
+        warmup: WarmupOptions {
+            max_concurrent: args.warmup_concurrency,
+            per_second: args.warmup_rate,
+            ..WarmupOptions::default()
+        },
+    };
+    let mut state = AppState::new(options, tenants);
+
+    // The engine adapter feeds the engine tenant's policy: one vLLM, one eviction order.
+    let engine_tenant = state
+        .tenants
+        .get_or_start(DEFAULT_TENANT)
+        .map_err(|e| anyhow::anyhow!(e.message))?;
+    let _eviction = match &args.eviction_socket {
+        Some(path) => {
+            let options = agentrt_vllm::EvictionOptions {
+                agents: engine_tenant.agents.clone(),
+                ..agentrt_vllm::EvictionOptions::default()
+            };
+            let service = agentrt_vllm::EvictionService::bind_with(path, engine_tenant.policy.clone(), options)
+                .with_context(|| format!("binding the eviction socket {}", path.display()))?;
+            state.engine_pins = Some(service.pins());
+            tracing::info!(socket = %path.display(), "eviction service listening");
+            Some(service)
+        }
+        None => None,
+    };
+    let _kv_events = match &args.kv_events {
+        Some(endpoint) => {
+            let config = agentrt_vllm::KvEventsConfig::for_vllm(endpoint, args.kv_events_replay.as_deref(), "kv");
+            Some(agentrt_vllm::KvEventSubscriber::spawn(config, engine_tenant.policy.clone()).await?)
+        }
+        None => None,
+    };
+
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    eprintln!(
+        "agentrt serve: listening on http://{} → {} (policy {})",
+        listener.local_addr()?,
+        args.upstream,
+        engine_tenant.policy.info().name
+    );
+    axum::serve(listener, router(Arc::new(state)))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

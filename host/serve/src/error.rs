@@ -1,0 +1,62 @@
+//! Errors the proxy itself produces, in the OpenAI error shape so clients' SDKs report them well.
+//! Errors from the upstream are passed through untouched instead.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// An error response: status, OpenAI error `type`, and a message that says what and where.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub kind: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            kind: "invalid_request_error",
+            message: message.into(),
+        }
+    }
+    pub fn upstream(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_GATEWAY,
+            kind: "upstream_error",
+            message: message.into(),
+        }
+    }
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::UNAUTHORIZED,
+            kind: "authentication_error",
+            message: message.into(),
+        }
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            kind: "not_found_error",
+            message: message.into(),
+        }
+    }
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::FORBIDDEN,
+            kind: "permission_error",
+            message: message.into(),
+        }
+    }
+
+    pub fn body(&self) -> serde_json::Value {
+        json!({ "error": { "message": self.message, "type": self.kind, "code": self.status.as_u16() } })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body())).into_response()
+    }
+}

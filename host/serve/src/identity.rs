@@ -1,0 +1,274 @@
+//! Who is calling: the agent and the session of a request, without framework changes.
+//!
+//! - Agent: the `x-agent-id` header, else the body's `user` field, else the request's **anchor** —
+//!   the content hash of its system/developer messages and tool definitions. Agents of a
+//!   multi-agent system differ exactly there, so the anchor names them for free.
+//! - Session: the `x-session-id` header, else the body's `session_id`, else the hash of the first
+//!   user message — in a multi-agent workflow every agent's prompt carries the original task.
+//!
+//! [`AgentDirectory`] interns agent names into policy handles (per tenant, so one tenant's policy
+//! never hears of another's agents) and remembers each anchor so a warm-up can be rebuilt.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use axum::http::HeaderMap;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use agentrt_runtime::types::{AgentRegistered, Event};
+use agentrt_runtime::PolicyHandle;
+
+/// What the proxy learned about one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Identity {
+    pub agent_name: String,
+    pub anchor_hash: u64,
+    /// Rough size of the anchor in tokens (bytes / 4).
+    pub anchor_tokens: u32,
+    pub session_key: String,
+    pub session: u64,
+    /// Rough prompt size in tokens (bytes / 4): the upstream's usage gives the exact figure later.
+    pub prompt_tokens: u32,
+}
+
+/// The part of a chat request that identifies its agent: leading system/developer messages + tools.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Anchor {
+    pub messages: Vec<Value>,
+    pub tools: Option<Value>,
+    pub model: String,
+}
+
+/// A stable 64-bit hash (the first 8 bytes of SHA-256): stable across restarts and versions,
+/// unlike `std`'s hasher, because policies keep anchor hashes in their snapshots.
+pub fn stable_hash(bytes: &[u8]) -> u64 {
+    let digest = Sha256::digest(bytes);
+    u64::from_le_bytes(digest[..8].try_into().expect("sha256 has 32 bytes"))
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)?
+        .to_str()
+        .ok()
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+/// Split a chat request into its anchor and identify it.
+pub fn identify_chat(headers: &HeaderMap, body: &Value) -> Result<(Identity, Anchor), String> {
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or("`messages` must be an array of chat messages")?;
+    let leading: Vec<Value> = messages
+        .iter()
+        .take_while(|m| matches!(m.get("role").and_then(Value::as_str), Some("system" | "developer")))
+        .cloned()
+        .collect();
+    let tools = body.get("tools").cloned();
+    // serde_json's map is ordered by key, so equal anchors serialize to equal bytes.
+    let canonical = serde_json::to_vec(&json!({ "system": leading, "tools": tools })).expect("values serialize");
+    let anchor_hash = stable_hash(&canonical);
+    let agent_name = header(headers, "x-agent-id")
+        .map(str::to_string)
+        .or_else(|| body.get("user").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| format!("anchor-{anchor_hash:016x}"));
+    let first_user = messages
+        .iter()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"));
+    let session_key = header(headers, "x-session-id")
+        .map(str::to_string)
+        .or_else(|| body.get("session_id").and_then(Value::as_str).map(str::to_string))
+        .or_else(|| first_user.map(|m| format!("task-{:016x}", stable_hash(m.to_string().as_bytes()))))
+        .unwrap_or_else(|| format!("anchor-{anchor_hash:016x}"));
+    let prompt_bytes: usize =
+        messages.iter().map(|m| m.to_string().len()).sum::<usize>() + tools.as_ref().map_or(0, |t| t.to_string().len());
+    let identity = Identity {
+        agent_name,
+        anchor_hash,
+        anchor_tokens: (canonical.len() / 4) as u32,
+        session: stable_hash(session_key.as_bytes()),
+        session_key,
+        prompt_tokens: (prompt_bytes / 4) as u32,
+    };
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    Ok((
+        identity,
+        Anchor {
+            messages: leading,
+            tools,
+            model,
+        },
+    ))
+}
+
+/// Identify a plain completion request (no messages: identity from headers, session from them).
+pub fn identify_completion(headers: &HeaderMap, body: &Value) -> Identity {
+    let prompt = body.get("prompt").map(Value::to_string).unwrap_or_default();
+    let agent_name = header(headers, "x-agent-id")
+        .map(str::to_string)
+        .or_else(|| body.get("user").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| "completions".to_string());
+    let session_key = header(headers, "x-session-id")
+        .map(str::to_string)
+        .or_else(|| body.get("session_id").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| format!("prompt-{:016x}", stable_hash(prompt.as_bytes())));
+    Identity {
+        anchor_hash: 0,
+        anchor_tokens: 0,
+        session: stable_hash(session_key.as_bytes()),
+        session_key,
+        prompt_tokens: (prompt.len() / 4) as u32,
+        agent_name,
+    }
+}
+
+/// Anchors remembered per tenant, for warm-ups. Bounded: the oldest is forgotten first.
+const MAX_ANCHORS: usize = 1024;
+
+/// One tenant's agents: names → handles, and anchors by hash.
+#[derive(Default)]
+pub struct AgentDirectory {
+    inner: Mutex<Directory>,
+}
+
+#[derive(Default)]
+struct Directory {
+    handles: HashMap<String, u32>,
+    anchors: HashMap<u64, (u32, Anchor)>,
+    anchor_order: VecDeque<u64>,
+}
+
+impl AgentDirectory {
+    /// The handle for `identity`'s agent, and the registration event to send if it is new.
+    pub fn intern(&self, identity: &Identity) -> (u32, Option<Event>) {
+        let mut d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&handle) = d.handles.get(&identity.agent_name) {
+            return (handle, None);
+        }
+        let handle = d.handles.len() as u32 + 1;
+        d.handles.insert(identity.agent_name.clone(), handle);
+        let event = Event::AgentRegistered(AgentRegistered {
+            agent: handle,
+            name: identity.agent_name.clone(),
+            anchor_hash: identity.anchor_hash,
+            anchor_tokens: identity.anchor_tokens,
+        });
+        (handle, Some(event))
+    }
+
+    /// Remember `anchor` (of agent `handle`) under its hash.
+    pub fn record_anchor(&self, hash: u64, handle: u32, anchor: Anchor) {
+        let mut d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if d.anchors.insert(hash, (handle, anchor)).is_none() {
+            d.anchor_order.push_back(hash);
+            if d.anchor_order.len() > MAX_ANCHORS {
+                if let Some(oldest) = d.anchor_order.pop_front() {
+                    d.anchors.remove(&oldest);
+                }
+            }
+        }
+    }
+
+    /// The anchor recorded under `hash`, with its agent's handle.
+    pub fn anchor(&self, hash: u64) -> Option<(u32, Anchor)> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .anchors
+            .get(&hash)
+            .cloned()
+    }
+
+    pub fn agents(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).handles.len()
+    }
+}
+
+/// The vLLM plugin may name agents by string (clients that bypass the proxy); resolve them in the
+/// same directory so both paths agree on handles.
+impl agentrt_vllm::AgentResolver for AgentDirectory {
+    fn resolve(&self, name: &str, policy: &PolicyHandle) -> u32 {
+        let identity = Identity {
+            agent_name: name.to_string(),
+            anchor_hash: 0,
+            anchor_tokens: 0,
+            session_key: String::new(),
+            session: 0,
+            prompt_tokens: 0,
+        };
+        let (handle, registration) = self.intern(&identity);
+        if let Some(event) = registration {
+            if let Err(e) = policy.observe(&[event]) {
+                tracing::warn!(agent = name, error = %e, "policy refused agent-registered");
+            }
+        }
+        handle
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat(system: &str, user: &str) -> Value {
+        json!({"model": "m", "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": user},
+            {"role": "assistant", "content": "…"},
+        ], "tools": [{"type": "function", "function": {"name": "calc"}}]})
+    }
+
+    #[test]
+    fn agents_are_named_by_anchor_and_sessions_by_task() {
+        let h = HeaderMap::new();
+        let (a, anchor) = identify_chat(&h, &chat("You are the planner.", "Task 17")).unwrap();
+        let (b, _) = identify_chat(&h, &chat("You are the coder.", "Task 17")).unwrap();
+        let (c, _) = identify_chat(&h, &chat("You are the planner.", "Task 18")).unwrap();
+        assert_ne!(a.agent_name, b.agent_name, "different system prompts, different agents");
+        assert_eq!(a.agent_name, c.agent_name, "same anchor, same agent");
+        assert_eq!(a.session, b.session, "same task, same session");
+        assert_ne!(a.session, c.session);
+        assert_eq!(anchor.messages.len(), 1);
+        assert!(anchor.tools.is_some());
+    }
+
+    #[test]
+    fn explicit_identity_wins() {
+        let mut h = HeaderMap::new();
+        h.insert("x-agent-id", "coder".parse().unwrap());
+        h.insert("x-session-id", "s-1".parse().unwrap());
+        let (id, _) = identify_chat(&h, &chat("x", "y")).unwrap();
+        assert_eq!((id.agent_name.as_str(), id.session_key.as_str()), ("coder", "s-1"));
+        let mut body = chat("x", "y");
+        body["user"] = json!("reviewer");
+        let (id, _) = identify_chat(&HeaderMap::new(), &body).unwrap();
+        assert_eq!(id.agent_name, "reviewer");
+    }
+
+    #[test]
+    fn a_request_without_messages_is_refused_with_a_reason() {
+        let err = identify_chat(&HeaderMap::new(), &json!({"model": "m"})).unwrap_err();
+        assert!(err.contains("`messages`"));
+    }
+
+    #[test]
+    fn the_directory_interns_once_and_bounds_anchors() {
+        let d = AgentDirectory::default();
+        let (id, anchor) = identify_chat(&HeaderMap::new(), &chat("p", "t")).unwrap();
+        let (h1, reg) = d.intern(&id);
+        assert!(matches!(reg, Some(Event::AgentRegistered(ref r)) if r.agent == h1 && r.anchor_hash == id.anchor_hash));
+        assert_eq!(d.intern(&id), (h1, None));
+        for i in 0..(MAX_ANCHORS as u64 + 5) {
+            d.record_anchor(i, h1, anchor.clone());
+        }
+        assert!(d.anchor(0).is_none(), "the oldest anchor was forgotten");
+        assert!(d.anchor(MAX_ANCHORS as u64 + 4).is_some());
+    }
+}

@@ -1,0 +1,114 @@
+//! The proxy's own counters, in the Prometheus text format next to every policy slot's.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// Upper bounds (µs) of the proxy-overhead histogram: time from receiving a request to sending it
+/// upstream — what the proxy adds.
+const OVERHEAD_BUCKETS_US: [u64; 8] = [50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000];
+
+#[derive(Default)]
+pub struct ProxyMetrics {
+    pub requests: AtomicU64,
+    pub requests_failed: AtomicU64,
+    pub upstream_errors: AtomicU64,
+    pub bad_requests: AtomicU64,
+    pub streams_cancelled: AtomicU64,
+    pub in_flight: AtomicU64,
+    pub warmups_sent: AtomicU64,
+    pub warmups_skipped: AtomicU64,
+    pub warmups_failed: AtomicU64,
+    pub policy_errors: AtomicU64,
+    overhead_buckets: [AtomicU64; OVERHEAD_BUCKETS_US.len()],
+    overhead_count: AtomicU64,
+    overhead_sum_us: AtomicU64,
+}
+
+impl ProxyMetrics {
+    pub fn observe_overhead(&self, d: Duration) {
+        let us = d.as_micros() as u64;
+        for (i, bound) in OVERHEAD_BUCKETS_US.iter().enumerate() {
+            if us <= *bound {
+                self.overhead_buckets[i].fetch_add(1, Relaxed);
+            }
+        }
+        self.overhead_count.fetch_add(1, Relaxed);
+        self.overhead_sum_us.fetch_add(us, Relaxed);
+    }
+
+    pub fn render(&self, out: &mut String) {
+        let counters = [
+            ("agentrt_proxy_requests_total", "Requests received.", &self.requests),
+            (
+                "agentrt_proxy_requests_failed_total",
+                "Requests answered with an error status.",
+                &self.requests_failed,
+            ),
+            (
+                "agentrt_proxy_upstream_errors_total",
+                "Upstream unreachable or failed mid-response.",
+                &self.upstream_errors,
+            ),
+            (
+                "agentrt_proxy_bad_requests_total",
+                "Requests refused as malformed.",
+                &self.bad_requests,
+            ),
+            (
+                "agentrt_proxy_streams_cancelled_total",
+                "Streams the client left before the end.",
+                &self.streams_cancelled,
+            ),
+            (
+                "agentrt_proxy_warmups_sent_total",
+                "Warm-up requests sent upstream.",
+                &self.warmups_sent,
+            ),
+            (
+                "agentrt_proxy_warmups_skipped_total",
+                "Warm-ups dropped (load, rate, unknown anchor).",
+                &self.warmups_skipped,
+            ),
+            (
+                "agentrt_proxy_warmups_failed_total",
+                "Warm-ups the upstream failed (never retried).",
+                &self.warmups_failed,
+            ),
+            (
+                "agentrt_proxy_policy_errors_total",
+                "Policy calls that failed during a request.",
+                &self.policy_errors,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                value.load(Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP agentrt_proxy_in_flight Requests being served.\n# TYPE agentrt_proxy_in_flight gauge\nagentrt_proxy_in_flight {}",
+            self.in_flight.load(Relaxed)
+        );
+        let name = "agentrt_proxy_overhead_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Time from request received to request sent upstream.\n# TYPE {name} histogram"
+        );
+        for (i, bound) in OVERHEAD_BUCKETS_US.iter().enumerate() {
+            let le = *bound as f64 / 1e6;
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{le}\"}} {}",
+                self.overhead_buckets[i].load(Relaxed)
+            );
+        }
+        let count = self.overhead_count.load(Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_sum {}", self.overhead_sum_us.load(Relaxed) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count {count}");
+    }
+}

@@ -1,0 +1,484 @@
+//! The OpenAI-compatible routes: identify the caller, tell the tenant's policy, forward upstream,
+//! pass the answer back as it comes, and tell the policy how it went.
+//!
+//! The request body is read once, parsed once, amended (`vllm_xargs` with the agent, session and
+//! warm-up flag, which vLLM hands to the engine as `SamplingParams.extra_args`) and serialized once.
+//! Responses stream through chunk by chunk; upstream errors come back with their own status and
+//! body. Policy calls never fail a request: a failing policy is logged, counted and bypassed.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+
+use agentrt_runtime::types::{Event, RequestArrival, RequestFinish};
+
+use crate::error::ApiError;
+use crate::identity::{identify_chat, identify_completion, Identity};
+use crate::metrics::ProxyMetrics;
+use crate::tenants::{Tenant, Tenants};
+use crate::warmup::{WarmupOptions, Warmups};
+
+/// Largest request body accepted (long agent contexts are large; admin uploads have their own).
+const MAX_BODY_BYTES: usize = 32 << 20;
+
+/// How the proxy runs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Base URL of the upstream, e.g. `http://127.0.0.1:8000`.
+    pub upstream: String,
+    /// Add `vllm_xargs` (agent, session, warm-up flag) to forwarded bodies. Off for upstreams that
+    /// reject unknown fields.
+    pub vllm_xargs: bool,
+    /// Bearer token for `/admin/*`; `None` disables the admin API.
+    pub admin_token: Option<String>,
+    /// Sent upstream as `Authorization: Bearer …` (clients' keys are agentrt's, never forwarded).
+    pub upstream_api_key: Option<String>,
+    pub warmup: WarmupOptions,
+}
+
+/// Everything a handler needs.
+pub struct AppState {
+    pub options: ServeOptions,
+    pub client: reqwest::Client,
+    pub tenants: Tenants,
+    pub metrics: ProxyMetrics,
+    pub warmups: Warmups,
+    /// Where `pin`/`unpin` side effects go when the vLLM eviction service runs.
+    pub engine_pins: Option<Arc<agentrt_vllm::PinTable>>,
+    clock: Instant,
+    next_request_id: AtomicU64,
+}
+
+impl AppState {
+    pub fn new(options: ServeOptions, tenants: Tenants) -> Self {
+        let client = reqwest::Client::builder().build().expect("a plain HTTP client builds");
+        let warmups = Warmups::new(options.warmup.clone());
+        Self {
+            options,
+            client,
+            tenants,
+            metrics: ProxyMetrics::default(),
+            warmups,
+            engine_pins: None,
+            clock: Instant::now(),
+            next_request_id: AtomicU64::new(1),
+        }
+    }
+
+    pub fn now_us(&self) -> u64 {
+        self.clock.elapsed().as_micros() as u64
+    }
+
+    pub fn upstream_url(&self, path: &str) -> String {
+        format!("{}{path}", self.options.upstream.trim_end_matches('/'))
+    }
+
+    pub fn upstream_request(&self, path: &str) -> reqwest::RequestBuilder {
+        let builder = self
+            .client
+            .post(self.upstream_url(path))
+            .header(header::CONTENT_TYPE, "application/json");
+        match &self.options.upstream_api_key {
+            Some(key) => builder.bearer_auth(key),
+            None => builder,
+        }
+    }
+
+    /// Give events to a tenant's policy; a failure is logged and counted, never fatal.
+    pub fn tell_policy(&self, tenant: &Tenant, events: &[Event]) {
+        if let Err(e) = tenant.policy.observe(events) {
+            self.metrics.policy_errors.fetch_add(1, Relaxed);
+            tracing::warn!(tenant = %tenant.name, error = %e, "policy observe failed; request continues");
+        }
+    }
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .merge(crate::admin::routes())
+        .with_state(state)
+}
+
+fn parse_body(state: &AppState, body: &Bytes) -> Result<Value, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        state.metrics.bad_requests.fetch_add(1, Relaxed);
+        ApiError::bad_request(format!(
+            "request body is not valid JSON: {e} (line {}, column {})",
+            e.line(),
+            e.column()
+        ))
+    })?;
+    if !value.is_object() {
+        state.metrics.bad_requests.fetch_add(1, Relaxed);
+        return Err(ApiError::bad_request("request body must be a JSON object"));
+    }
+    Ok(value)
+}
+
+/// Put agentrt's identity into `vllm_xargs`, keeping whatever the client put there.
+fn add_xargs(body: &mut Value, agent: u32, session_key: &str, warmup: bool) {
+    let xargs = body
+        .as_object_mut()
+        .expect("checked object")
+        .entry("vllm_xargs")
+        .or_insert_with(|| json!({}));
+    if let Some(map) = xargs.as_object_mut() {
+        map.insert("agentrt_agent".into(), json!(agent));
+        map.insert("agentrt_session".into(), json!(session_key));
+        map.insert("agentrt_warmup".into(), json!(warmup));
+    }
+}
+
+async fn chat_completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let received = Instant::now();
+    state.metrics.requests.fetch_add(1, Relaxed);
+    let result = async {
+        let tenant = state.tenants.for_request(&headers)?;
+        let mut json = parse_body(&state, &body)?;
+        let (identity, anchor) = identify_chat(&headers, &json).map_err(|m| {
+            state.metrics.bad_requests.fetch_add(1, Relaxed);
+            ApiError::bad_request(m)
+        })?;
+        let (agent, registration) = tenant.agents.intern(&identity);
+        tenant.agents.record_anchor(identity.anchor_hash, agent, anchor);
+        Ok::<_, ApiError>((
+            tenant,
+            json_with(&state, &mut json, agent, &identity),
+            identity,
+            agent,
+            registration,
+        ))
+    }
+    .await;
+    let (tenant, body, identity, agent, registration) = match result {
+        Ok(parts) => parts,
+        Err(e) => return failed(&state, e),
+    };
+    forward(
+        state,
+        tenant,
+        "/v1/chat/completions",
+        body,
+        identity,
+        agent,
+        registration,
+        received,
+    )
+    .await
+}
+
+async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let received = Instant::now();
+    state.metrics.requests.fetch_add(1, Relaxed);
+    let result = async {
+        let tenant = state.tenants.for_request(&headers)?;
+        let mut json = parse_body(&state, &body)?;
+        let identity = identify_completion(&headers, &json);
+        let (agent, registration) = tenant.agents.intern(&identity);
+        Ok::<_, ApiError>((
+            tenant,
+            json_with(&state, &mut json, agent, &identity),
+            identity,
+            agent,
+            registration,
+        ))
+    }
+    .await;
+    let (tenant, body, identity, agent, registration) = match result {
+        Ok(parts) => parts,
+        Err(e) => return failed(&state, e),
+    };
+    forward(
+        state,
+        tenant,
+        "/v1/completions",
+        body,
+        identity,
+        agent,
+        registration,
+        received,
+    )
+    .await
+}
+
+fn json_with(state: &AppState, json: &mut Value, agent: u32, identity: &Identity) -> Vec<u8> {
+    if state.options.vllm_xargs {
+        add_xargs(json, agent, &identity.session_key, false);
+    }
+    serde_json::to_vec(json).expect("values serialize")
+}
+
+fn failed(state: &AppState, e: ApiError) -> Response {
+    state.metrics.requests_failed.fetch_add(1, Relaxed);
+    e.into_response()
+}
+
+/// Reports a request's end to its policy exactly once: when the response completed, or — if the
+/// handler or the response stream is dropped first (the client went away) — as failed.
+struct FinishGuard {
+    state: Arc<AppState>,
+    tenant: Arc<Tenant>,
+    template: RequestFinish,
+    done: bool,
+}
+
+impl FinishGuard {
+    fn finish(mut self, ok: bool, usage: Option<&Value>) {
+        self.report(ok, usage);
+    }
+
+    fn report(&mut self, ok: bool, usage: Option<&Value>) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        self.state.metrics.in_flight.fetch_sub(1, Relaxed);
+        let mut finish = self.template;
+        finish.ok = ok;
+        finish.at_us = self.state.now_us();
+        if let Some(usage) = usage {
+            let field = |v: Option<&Value>| v.and_then(Value::as_u64).map(|n| n as u32);
+            if let Some(n) = field(usage.get("prompt_tokens")) {
+                finish.prompt_tokens = n;
+            }
+            finish.output_tokens = field(usage.get("completion_tokens")).unwrap_or(0);
+            finish.cached_tokens = field(usage.pointer("/prompt_tokens_details/cached_tokens")).unwrap_or(0);
+        }
+        self.state.tell_policy(&self.tenant, &[Event::RequestFinish(finish)]);
+        self.state.warmups.kick(self.state.clone(), self.tenant.clone());
+    }
+}
+
+impl Drop for FinishGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            self.state.metrics.streams_cancelled.fetch_add(1, Relaxed);
+            self.report(false, None);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn forward(
+    state: Arc<AppState>,
+    tenant: Arc<Tenant>,
+    path: &str,
+    body: Vec<u8>,
+    identity: Identity,
+    agent: u32,
+    registration: Option<Event>,
+    received: Instant,
+) -> Response {
+    let request_id = state.next_request_id.fetch_add(1, Relaxed);
+    let mut events: Vec<Event> = registration.into_iter().collect();
+    events.push(Event::RequestArrival(RequestArrival {
+        request_id,
+        agent,
+        session: identity.session,
+        anchor_hash: identity.anchor_hash,
+        prompt_tokens: identity.prompt_tokens,
+        warmup: false,
+        at_us: state.now_us(),
+    }));
+    state.tell_policy(&tenant, &events);
+    state.metrics.in_flight.fetch_add(1, Relaxed);
+    let guard = FinishGuard {
+        state: state.clone(),
+        tenant: tenant.clone(),
+        template: RequestFinish {
+            request_id,
+            agent,
+            session: identity.session,
+            prompt_tokens: identity.prompt_tokens,
+            cached_tokens: 0,
+            output_tokens: 0,
+            warmup: false,
+            ok: false,
+            at_us: 0,
+        },
+        done: false,
+    };
+    // The policy's next move does not wait for the upstream.
+    state.warmups.kick(state.clone(), tenant.clone());
+
+    let sent = state.upstream_request(path).body(body).send();
+    state.metrics.observe_overhead(received.elapsed());
+    let upstream = match sent.await {
+        Ok(response) => response,
+        Err(e) => {
+            state.metrics.upstream_errors.fetch_add(1, Relaxed);
+            guard.finish(false, None);
+            return failed(
+                &state,
+                ApiError::upstream(format!("upstream {} unreachable: {e}", state.options.upstream)),
+            );
+        }
+    };
+    let status = StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let content_type = upstream
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if !status.is_success() {
+        state.metrics.requests_failed.fetch_add(1, Relaxed);
+    }
+    let is_stream = content_type
+        .as_deref()
+        .is_some_and(|c| c.starts_with("text/event-stream"));
+    let mut response = if is_stream {
+        Response::new(Body::from_stream(relay_stream(upstream, guard, status.is_success())))
+    } else {
+        match upstream.bytes().await {
+            Ok(bytes) => {
+                let usage: Option<Value> = serde_json::from_slice::<Value>(&bytes)
+                    .ok()
+                    .and_then(|v| v.get("usage").cloned());
+                guard.finish(status.is_success(), usage.as_ref());
+                Response::new(Body::from(bytes))
+            }
+            Err(e) => {
+                state.metrics.upstream_errors.fetch_add(1, Relaxed);
+                guard.finish(false, None);
+                return failed(
+                    &state,
+                    ApiError::upstream(format!("upstream failed while answering: {e}")),
+                );
+            }
+        }
+    };
+    *response.status_mut() = status;
+    if let Some(ct) = content_type.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        response.headers_mut().insert(header::CONTENT_TYPE, ct);
+    }
+    response
+}
+
+/// Pass an SSE stream through chunk by chunk, noticing the usage chunk (when the client asked for
+/// one) and the end. If the upstream fails mid-stream the client gets an SSE error event, so it
+/// never mistakes a cut stream for a complete one.
+fn relay_stream(
+    upstream: reqwest::Response,
+    guard: FinishGuard,
+    ok_status: bool,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    let state = guard.state.clone();
+    let mut guard = Some(guard);
+    let mut usage: Option<Value> = None;
+    let mut chunks = upstream.bytes_stream();
+    async_stream(move |yield_| async move {
+        while let Some(chunk) = chunks.next().await {
+            match chunk {
+                Ok(bytes) => {
+                    if let Some(u) = find_usage(&bytes) {
+                        usage = Some(u);
+                    }
+                    if !yield_(Ok(bytes)).await {
+                        return; // client gone: dropping the guard reports it
+                    }
+                }
+                Err(e) => {
+                    state.metrics.upstream_errors.fetch_add(1, Relaxed);
+                    let event = json!({"error": {"message": format!("upstream failed mid-stream: {e}"), "type": "upstream_error"}});
+                    let _ = yield_(Ok(Bytes::from(format!("data: {event}\n\n")))).await;
+                    if let Some(g) = guard.take() {
+                        g.finish(false, None);
+                    }
+                    return;
+                }
+            }
+        }
+        if let Some(g) = guard.take() {
+            g.finish(ok_status, usage.as_ref());
+        }
+    })
+}
+
+/// The `usage` object of an SSE chunk's `data:` lines, if one carries it.
+fn find_usage(chunk: &[u8]) -> Option<Value> {
+    let text = std::str::from_utf8(chunk).ok()?;
+    if !text.contains("\"usage\"") {
+        return None;
+    }
+    text.lines()
+        .rev()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find_map(|v| v.get("usage").filter(|u| !u.is_null()).cloned())
+}
+
+/// A minimal generator-style stream over a channel: the producer future sends items and learns
+/// when the consumer is gone, so no upstream bytes are pulled for a client that left.
+fn async_stream<F, Fut>(producer: F) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>>
+where
+    F: FnOnce(Box<dyn Fn(Result<Bytes, std::io::Error>) -> SendFuture + Send>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
+    let send = Box::new(move |item| {
+        let tx = tx.clone();
+        Box::pin(async move { tx.send(item).await.is_ok() }) as SendFuture
+    });
+    tokio::spawn(producer(send));
+    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
+}
+
+type SendFuture = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
+
+async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(e) = state.tenants.for_request(&headers) {
+        return e.into_response();
+    }
+    let mut request = state.client.get(state.upstream_url("/v1/models"));
+    if let Some(key) = &state.options.upstream_api_key {
+        request = request.bearer_auth(key);
+    }
+    match request.send().await {
+        Ok(upstream) => {
+            let status = StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+            match upstream.bytes().await {
+                Ok(bytes) => (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+                Err(e) => ApiError::upstream(format!("upstream failed while answering: {e}")).into_response(),
+            }
+        }
+        Err(e) => {
+            state.metrics.upstream_errors.fetch_add(1, Relaxed);
+            ApiError::upstream(format!("upstream {} unreachable: {e}", state.options.upstream)).into_response()
+        }
+    }
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let mut out = String::new();
+    state.metrics.render(&mut out);
+    out.push_str(&state.tenants.registry().render_prometheus());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::find_usage;
+
+    #[test]
+    fn usage_is_found_in_the_final_sse_chunk_only() {
+        assert!(find_usage(b"data: {\"choices\":[]}\n\n").is_none());
+        let chunk = b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7}}\n\ndata: [DONE]\n\n";
+        assert_eq!(find_usage(chunk).unwrap()["prompt_tokens"], 7);
+        assert!(find_usage(b"data: {\"usage\":null}\n\n").is_none());
+    }
+}

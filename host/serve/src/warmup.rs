@@ -1,0 +1,200 @@
+//! Carrying out a policy's side effects, off the critical path.
+//!
+//! After each request arrives and finishes, a task asks the tenant's policy to `act()`. A
+//! `warm-prefix` becomes a real upstream request: the agent's recorded anchor (system/developer
+//! messages + tools) with a one-character user message and `max_tokens: 1`, marked as a warm-up
+//! (header `x-agentrt-warmup: 1`, `vllm_xargs.agentrt_warmup: true`) so that the engine adapter and
+//! the policy do not take it for user traffic. Warm-ups are bounded in concurrency and rate,
+//! skipped when the engine is busy, de-duplicated per anchor, and never retried.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde_json::{json, Value};
+use tokio::sync::Semaphore;
+
+use agentrt_runtime::types::{Event, RequestArrival, RequestFinish, SideEffect, WarmPrefix};
+
+use crate::proxy::AppState;
+use crate::tenants::{Tenant, DEFAULT_TENANT};
+
+#[derive(Debug, Clone)]
+pub struct WarmupOptions {
+    /// Warm-ups in flight at once.
+    pub max_concurrent: usize,
+    /// Sustained warm-ups per second (token bucket, burst = `max_concurrent`).
+    pub per_second: f64,
+    /// Skip warm-ups while this many user requests are in flight: the engine is busy enough.
+    pub busy_in_flight: u64,
+}
+
+impl Default for WarmupOptions {
+    fn default() -> Self {
+        Self {
+            max_concurrent: 2,
+            per_second: 20.0,
+            busy_in_flight: 32,
+        }
+    }
+}
+
+pub struct Warmups {
+    options: WarmupOptions,
+    slots: Arc<Semaphore>,
+    bucket: Mutex<(f64, Instant)>,
+    /// (tenant, anchor hash) of warm-ups in flight.
+    in_flight: Mutex<HashSet<(String, u64)>>,
+}
+
+impl Warmups {
+    pub fn new(options: WarmupOptions) -> Self {
+        Self {
+            slots: Arc::new(Semaphore::new(options.max_concurrent)),
+            bucket: Mutex::new((options.max_concurrent as f64, Instant::now())),
+            in_flight: Mutex::new(HashSet::new()),
+            options,
+        }
+    }
+
+    /// Ask the tenant's policy for side effects and carry them out, in the background.
+    pub fn kick(&self, state: Arc<AppState>, tenant: Arc<Tenant>) {
+        tokio::spawn(async move {
+            let effects = match tenant.policy.act() {
+                Ok(effects) => effects,
+                Err(e) => {
+                    state.metrics.policy_errors.fetch_add(1, Relaxed);
+                    tracing::warn!(tenant = %tenant.name, error = %e, "policy act failed");
+                    return;
+                }
+            };
+            for effect in effects {
+                match effect {
+                    SideEffect::WarmPrefix(warm) => state.warmups.warm(&state, &tenant, warm).await,
+                    // Pins protect blocks inside the engine, whose eviction only the engine
+                    // tenant's policy ranks: the eviction service applies them.
+                    SideEffect::Pin(pin) if tenant.name == DEFAULT_TENANT => {
+                        if let Some(pins) = &state.engine_pins {
+                            pins.pin(&pin);
+                        }
+                    }
+                    SideEffect::Unpin(pin) if tenant.name == DEFAULT_TENANT => {
+                        if let Some(pins) = &state.engine_pins {
+                            pins.unpin(&pin);
+                        }
+                    }
+                    other => {
+                        tracing::debug!(tenant = %tenant.name, effect = ?other, "side effect not carried out by the proxy")
+                    }
+                }
+            }
+        });
+    }
+
+    fn take_token(&self) -> bool {
+        let mut bucket = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
+        let (tokens, last) = &mut *bucket;
+        let now = Instant::now();
+        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * self.options.per_second)
+            .min(self.options.max_concurrent as f64);
+        *last = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    async fn warm(&self, state: &Arc<AppState>, tenant: &Arc<Tenant>, warm: WarmPrefix) {
+        let skip = |why: &str| {
+            state.metrics.warmups_skipped.fetch_add(1, Relaxed);
+            tracing::debug!(tenant = %tenant.name, anchor = warm.anchor_hash, why, "warm-up skipped");
+        };
+        let Some((agent, anchor)) = tenant.agents.anchor(warm.anchor_hash) else {
+            return skip("anchor never seen");
+        };
+        if state.metrics.in_flight.load(Relaxed) >= self.options.busy_in_flight {
+            return skip("engine busy");
+        }
+        let key = (tenant.name.clone(), warm.anchor_hash);
+        if !self
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone())
+        {
+            return skip("already warming");
+        }
+        let _release = InFlight {
+            set: &self.in_flight,
+            key,
+        };
+        if !self.take_token() {
+            return skip("rate limit");
+        }
+        let Ok(_slot) = self.slots.clone().try_acquire_owned() else {
+            return skip("concurrency limit");
+        };
+
+        let mut messages: Vec<Value> = anchor.messages.clone();
+        messages.push(json!({"role": "user", "content": "."}));
+        let mut body = json!({"model": anchor.model, "messages": messages, "max_tokens": 1, "stream": false});
+        if let Some(tools) = &anchor.tools {
+            body["tools"] = tools.clone();
+        }
+        if state.options.vllm_xargs {
+            body["vllm_xargs"] =
+                json!({"agentrt_agent": agent, "agentrt_session": "agentrt-warmup", "agentrt_warmup": true});
+        }
+        let request_id = u64::MAX - state.metrics.warmups_sent.load(Relaxed);
+        let arrival = RequestArrival {
+            request_id,
+            agent,
+            session: 0,
+            anchor_hash: warm.anchor_hash,
+            prompt_tokens: 0,
+            warmup: true,
+            at_us: state.now_us(),
+        };
+        state.tell_policy(tenant, &[Event::RequestArrival(arrival)]);
+        state.metrics.warmups_sent.fetch_add(1, Relaxed);
+        let sent = state
+            .upstream_request("/v1/chat/completions")
+            .header("x-agentrt-warmup", "1")
+            .body(serde_json::to_vec(&body).expect("values serialize"))
+            .send()
+            .await;
+        let ok = matches!(&sent, Ok(r) if r.status().is_success());
+        if !ok {
+            // Never retried: a warm-up is a guess, and retries would compete with user traffic.
+            state.metrics.warmups_failed.fetch_add(1, Relaxed);
+            tracing::debug!(tenant = %tenant.name, "warm-up failed upstream");
+        }
+        let finish = RequestFinish {
+            request_id,
+            agent,
+            session: 0,
+            prompt_tokens: 0,
+            cached_tokens: 0,
+            output_tokens: 0,
+            warmup: true,
+            ok,
+            at_us: state.now_us(),
+        };
+        state.tell_policy(tenant, &[Event::RequestFinish(finish)]);
+    }
+}
+
+/// Removes an anchor from the in-flight set when the warm-up ends, however it ends.
+struct InFlight<'a> {
+    set: &'a Mutex<HashSet<(String, u64)>>,
+    key: (String, u64),
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.set.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.key);
+    }
+}

@@ -1,0 +1,371 @@
+//! `agentrt serve` over real HTTP on loopback, with real policy components, against a stub
+//! upstream for the faults a real vLLM cannot be made to produce on demand (see stub_upstream).
+
+mod stub_upstream;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentrt_runtime::{PolicyRegistry, SlotConfig};
+use agentrt_serve::tenants::Tenants;
+use agentrt_serve::warmup::WarmupOptions;
+use agentrt_serve::{router, AppState, ServeOptions};
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+
+struct Proxy {
+    url: String,
+    state: Arc<AppState>,
+    stub: stub_upstream::Stub,
+    _cache: tempfile::TempDir,
+}
+
+async fn proxy_with(policy: &str, keys: &[(&str, &str)], upstream: Option<String>) -> Proxy {
+    let (stub_url, stub) = stub_upstream::start().await;
+    let (engine, cache) = agentrt_tests::engine();
+    let component = agentrt_tests::load(&engine, policy);
+    let keys: HashMap<String, String> = keys.iter().map(|(k, t)| (k.to_string(), t.to_string())).collect();
+    let tenants = Tenants::new(PolicyRegistry::new(engine), component, SlotConfig::new(""), keys);
+    let options = ServeOptions {
+        upstream: upstream.unwrap_or(stub_url),
+        vllm_xargs: true,
+        admin_token: Some("s3cret".into()),
+        upstream_api_key: None,
+        warmup: WarmupOptions::default(),
+    };
+    let state = Arc::new(AppState::new(options, tenants));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = router(state.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Proxy {
+        url,
+        state,
+        stub,
+        _cache: cache,
+    }
+}
+
+async fn proxy(policy: &str) -> Proxy {
+    proxy_with(policy, &[], None).await
+}
+
+fn chat(system: &str, task: &str, model: &str, stream: bool) -> Value {
+    json!({"model": model, "stream": stream, "messages": [
+        {"role": "system", "content": system},
+        {"role": "user", "content": task},
+    ]})
+}
+
+async fn post(url: &str, body: impl Into<reqwest::Body>, headers: &[(&str, &str)]) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body);
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    request.send().await.unwrap()
+}
+
+async fn post_json(p: &Proxy, body: &Value, headers: &[(&str, &str)]) -> reqwest::Response {
+    post(&format!("{}/v1/chat/completions", p.url), body.to_string(), headers).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwards_with_agent_identity_and_tells_the_policy() {
+    let p = proxy("probe").await;
+    let response = post_json(&p, &chat("You are the planner.", "Task 1", "tiny", false), &[]).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        body["choices"][0]["message"]["content"], "hi",
+        "the answer passes through"
+    );
+
+    let coder = chat("You are the coder.", "Task 1", "tiny", false);
+    assert_eq!(post_json(&p, &coder, &[("x-session-id", "s-9")]).await.status(), 200);
+    let sent = p.stub.user_requests();
+    assert_eq!(sent.len(), 2, "each request reaches the upstream exactly once");
+    let (first, second) = (&sent[0].body["vllm_xargs"], &sent[1].body["vllm_xargs"]);
+    assert_eq!(
+        (first["agentrt_agent"].as_u64(), second["agentrt_agent"].as_u64()),
+        (Some(1), Some(2))
+    );
+    assert_eq!(second["agentrt_session"], "s-9");
+    assert_eq!(first["agentrt_warmup"], false);
+
+    // The probe policy registered both agents (it forecasts one next agent per registered agent).
+    let tenant = p.state.tenants.get_or_start("default").unwrap();
+    assert_eq!(tenant.policy.predict(1).unwrap().len(), 2);
+    assert!(
+        tenant.policy.metrics().calls(agentrt_runtime::Primitive::Observe) >= 4,
+        "arrivals and finishes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_pass_through_chunk_by_chunk() {
+    let p = proxy("lru").await;
+    let response = post_json(&p, &chat("s", "t", "tiny", true), &[]).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut chunks = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        chunks.push(String::from_utf8(chunk.unwrap().to_vec()).unwrap());
+    }
+    let all = chunks.concat();
+    assert!(chunks.len() >= 3, "delivered as it came, not buffered: {chunks:?}");
+    assert!(
+        all.contains("\"a\"") && all.contains("\"b\"") && all.ends_with("data: [DONE]\n\n"),
+        "{all}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_a_clear_error_and_the_proxy_keeps_serving() {
+    let p = proxy("lru").await;
+    let response = post(
+        &format!("{}/v1/chat/completions", p.url),
+        "{\"model\": \"tiny\", \"messages\": [",
+        &[],
+    )
+    .await;
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.unwrap();
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("not valid JSON") && message.contains("line 1"),
+        "{message}"
+    );
+
+    let response = post_json(&p, &json!({"model": "tiny"}), &[]).await;
+    assert_eq!(response.status(), 400);
+    assert!(response.text().await.unwrap().contains("`messages`"));
+
+    assert_eq!(post_json(&p, &chat("s", "t", "tiny", false), &[]).await.status(), 200);
+    assert_eq!(
+        p.stub.user_requests().len(),
+        1,
+        "malformed requests never reach the upstream"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_errors_are_returned_faithfully() {
+    let p = proxy("lru").await;
+    let response = post_json(&p, &chat("s", "t", "unknown", false), &[]).await;
+    assert_eq!(response.status(), 404);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["message"], "The model `unknown` does not exist.");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_down_upstream_is_a_502_naming_it() {
+    // Bind and drop a listener: nothing listens on that port now.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let down = format!("http://127.0.0.1:{port}");
+    let p = proxy_with("lru", &[], Some(down.clone())).await;
+    let response = post_json(&p, &chat("s", "t", "tiny", false), &[]).await;
+    assert_eq!(response.status(), 502);
+    let body: Value = response.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains(&down), "{body}");
+    assert_eq!(p.state.metrics.upstream_errors.load(Relaxed), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_failing_mid_stream_ends_the_stream_with_an_error_event() {
+    let p = proxy("lru").await;
+    let response = post_json(&p, &chat("s", "t", "fail-mid-stream", true), &[]).await;
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap_or_default();
+    assert!(text.contains("\"a\""), "the chunk before the failure arrives: {text}");
+    assert!(
+        text.contains("upstream failed mid-stream"),
+        "then an error event: {text}"
+    );
+    assert_eq!(
+        post_json(&p, &chat("s", "t", "tiny", false), &[]).await.status(),
+        200,
+        "still serving"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_mid_stream_is_noticed_and_nothing_is_retried() {
+    let p = proxy("lru").await;
+    let response = post_json(&p, &chat("s", "t", "tiny", true), &[]).await;
+    let mut stream = response.bytes_stream();
+    let _first = stream.next().await.unwrap().unwrap();
+    drop(stream);
+    for _ in 0..100 {
+        if p.state.metrics.streams_cancelled.load(Relaxed) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(p.state.metrics.streams_cancelled.load(Relaxed), 1);
+    assert_eq!(p.state.metrics.in_flight.load(Relaxed), 0);
+    assert_eq!(post_json(&p, &chat("s", "t", "tiny", false), &[]).await.status(), 200);
+    assert_eq!(
+        p.stub.user_requests().len(),
+        2,
+        "the cancelled request was sent once, not retried"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_that_traps_during_a_request_does_not_fail_it() {
+    let p = proxy("probe").await;
+    let trap = [("x-agent-id", agentrt_tests::PROBE_TRAP_AGENT)];
+    let response = post_json(&p, &chat("s", "t", "tiny", false), &trap).await;
+    assert_eq!(response.status(), 200, "served despite the policy trapping");
+    assert!(p.state.metrics.policy_errors.load(Relaxed) >= 1);
+    let tenant = p.state.tenants.get_or_start("default").unwrap();
+    assert!(tenant.policy.metrics().errors("trap") >= 1);
+    assert_eq!(post_json(&p, &chat("s2", "t", "tiny", false), &[]).await.status(), 200);
+    assert!(
+        tenant.policy.predict(1).is_ok(),
+        "the policy answers again on a fresh instance"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warmups_are_marked_and_carry_only_the_anchor() {
+    // The probe asks for a warm-up of the last registered agent's anchor on every act().
+    let p = proxy("probe").await;
+    let mut body = chat("You are the tester.", "secret session content", "tiny", false);
+    body["tools"] = json!([{"type": "function", "function": {"name": "run_tests"}}]);
+    assert_eq!(post_json(&p, &body, &[]).await.status(), 200);
+    for _ in 0..100 {
+        if !p.stub.warmups().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let warmups = p.stub.warmups();
+    assert!(!warmups.is_empty(), "a warm-up was sent");
+    let w = &warmups[0].body;
+    assert_eq!(w["max_tokens"], 1);
+    assert_eq!(w["vllm_xargs"]["agentrt_warmup"], true);
+    assert_eq!(w["messages"][0]["content"], "You are the tester.");
+    assert_eq!(w["tools"], body["tools"]);
+    assert!(
+        !w.to_string().contains("secret session content"),
+        "never session content: {w}"
+    );
+    assert_eq!(
+        p.stub.user_requests().len(),
+        1,
+        "warm-ups are never counted as (or retried into) user traffic"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_are_isolated_by_api_key() {
+    let p = proxy_with("probe", &[("key-a", "alpha"), ("key-b", "beta")], None).await;
+    let a = [("authorization", "Bearer key-a")];
+    let b = [("authorization", "Bearer key-b")];
+    assert_eq!(
+        post_json(&p, &chat("agent one", "t", "tiny", false), &a).await.status(),
+        200
+    );
+    assert_eq!(
+        post_json(&p, &chat("agent two", "t", "tiny", false), &a).await.status(),
+        200
+    );
+    assert_eq!(
+        post_json(&p, &chat("agent three", "t", "tiny", false), &b)
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        post_json(&p, &chat("x", "t", "tiny", false), &[("authorization", "Bearer nope")])
+            .await
+            .status(),
+        401
+    );
+    assert_eq!(post_json(&p, &chat("x", "t", "tiny", false), &[]).await.status(), 401);
+    let alpha = p.state.tenants.get_or_start("alpha").unwrap();
+    let beta = p.state.tenants.get_or_start("beta").unwrap();
+    assert_eq!(
+        alpha.policy.predict(1).unwrap().len(),
+        2,
+        "alpha's policy saw alpha's two agents"
+    );
+    assert_eq!(
+        beta.policy.predict(1).unwrap().len(),
+        1,
+        "beta's policy saw only beta's agent"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_is_authenticated_and_swaps_policies_safely() {
+    let p = proxy("cachesage").await;
+    let url = format!("{}/admin/tenants/default/policy?fresh=true", p.url);
+    let lru = std::fs::read(agentrt_tests::component_path("lru")).unwrap();
+    let client = reqwest::Client::new();
+    let status = |r: reqwest::Response| r.status().as_u16();
+    assert_eq!(status(client.put(&url).body(lru.clone()).send().await.unwrap()), 401);
+    let wrong = client
+        .put(&url)
+        .bearer_auth("guess")
+        .body(lru.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(wrong), 401);
+
+    let garbage = client
+        .put(&url)
+        .bearer_auth("s3cret")
+        .body("not wasm")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(garbage.status(), 400);
+    assert!(garbage.text().await.unwrap().contains("not a WebAssembly binary"));
+    let tenant = p.state.tenants.get_or_start("default").unwrap();
+    assert_eq!(
+        tenant.policy.info().name,
+        "cachesage",
+        "a failed upload changes nothing"
+    );
+
+    let swapped = client.put(&url).bearer_auth("s3cret").body(lru).send().await.unwrap();
+    assert_eq!(swapped.status(), 200);
+    assert_eq!(tenant.policy.info().name, "lru");
+    let listing: Value = client
+        .get(format!("{}/admin/tenants", p.url))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listing["tenants"][0]["policy"], "lru");
+
+    let metrics = client
+        .get(format!("{}/metrics", p.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("agentrt_proxy_requests_total")
+            && metrics.contains("agentrt_policy_swaps_total{tenant=\"default\",slot=\"kv\"} 1"),
+        "{metrics}"
+    );
+}

@@ -1,0 +1,120 @@
+//! STUB UPSTREAM — a stand-in for vLLM, used only where a real one cannot cause the fault under
+//! test (an upstream that fails mid-stream, answers 404 for a model, or must report exactly what
+//! the proxy sent). The real vLLM path is exercised by tests/e2e_vllm.rs.
+//!
+//! Behaviour by request `model`: `fail-mid-stream` sends one SSE chunk then cuts the connection;
+//! `unknown` answers 404 like vLLM; anything else answers, streaming (three chunks, the last with
+//! usage) when `stream` is true.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+/// What the stub received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub body: Value,
+    pub warmup_header: bool,
+}
+
+#[derive(Clone, Default)]
+pub struct Stub {
+    pub received: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Stub {
+    pub fn user_requests(&self) -> Vec<Received> {
+        self.received
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| !r.warmup_header)
+            .cloned()
+            .collect()
+    }
+    pub fn warmups(&self) -> Vec<Received> {
+        self.received
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.warmup_header)
+            .cloned()
+            .collect()
+    }
+}
+
+pub async fn start() -> (String, Stub) {
+    let stub = Stub::default();
+    let recorder = stub.clone();
+    let app = Router::new()
+        .route(
+            "/v1/chat/completions",
+            post(move |headers: HeaderMap, Json(body): Json<Value>| {
+                let recorder = recorder.clone();
+                async move { chat(recorder, headers, body).await }
+            }),
+        )
+        .route(
+            "/v1/models",
+            get(|| async { Json(json!({"object": "list", "data": [{"id": "tiny", "object": "model"}]})) }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), stub)
+}
+
+async fn chat(stub: Stub, headers: HeaderMap, body: Value) -> Response {
+    stub.received.lock().unwrap().push(Received {
+        body: body.clone(),
+        warmup_header: headers.get("x-agentrt-warmup").is_some(),
+    });
+    let model = body["model"].as_str().unwrap_or_default().to_string();
+    if model == "unknown" {
+        let error = json!({"object": "error", "message": "The model `unknown` does not exist.", "type": "NotFoundError", "code": 404});
+        return (StatusCode::NOT_FOUND, Json(error)).into_response();
+    }
+    let usage = json!({"prompt_tokens": 12, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 8}});
+    if body["stream"].as_bool() != Some(true) && model != "fail-mid-stream" {
+        return Json(json!({"id": "c1", "object": "chat.completion", "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+            "usage": usage}))
+        .into_response();
+    }
+    let fail = model == "fail-mid-stream";
+    let chunks = futures_util::stream::unfold(0u32, move |i| {
+        let usage = usage.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            match i {
+                0 => Some((
+                    Ok::<_, std::io::Error>(Bytes::from("data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")),
+                    1,
+                )),
+                1 if fail => Some((Err(std::io::Error::other("stub cuts the stream")), 9)),
+                1 => Some((
+                    Ok(Bytes::from("data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n")),
+                    2,
+                )),
+                2 => Some((
+                    Ok(Bytes::from(format!(
+                        "data: {}\n\ndata: [DONE]\n\n",
+                        json!({"choices": [], "usage": usage})
+                    ))),
+                    3,
+                )),
+                _ => None,
+            }
+        }
+    });
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(chunks))
+        .unwrap()
+}
