@@ -97,3 +97,28 @@ fn ranking_falls_back_to_lru_when_the_policy_fails() {
     assert_eq!(probe.metrics().fallbacks(), 1);
     assert!(probe.rank(&items[1..]).fallback.is_none());
 }
+
+#[test]
+fn with_fuel_an_infinite_loop_is_stopped_by_its_instruction_budget() {
+    let cache = tempfile::tempdir().unwrap();
+    let engine = agentrt_runtime::PolicyEngine::new(agentrt_runtime::EngineOptions {
+        cpu_bound: agentrt_runtime::CpuBound::Fuel,
+        pooling: None,
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..agentrt_runtime::EngineOptions::default()
+    })
+    .unwrap();
+    let limits = SandboxLimits {
+        call_fuel: 5_000_000,
+        ..SandboxLimits::default()
+    };
+    let config = SlotConfig::new("test/probe").with_limits(limits);
+    let probe = PolicyHandle::start(&engine, load(&engine, "probe"), config).unwrap();
+    let err = probe.score(&[block_item(PROBE_LOOP_KEY, 1, 1)]).unwrap_err();
+    assert!(
+        matches!(err, PolicyError::FuelExhausted { fuel: 5_000_000, .. }),
+        "{err}"
+    );
+    healthy(&probe);
+    assert_eq!(probe.metrics().errors("fuel"), 1);
+}

@@ -175,6 +175,33 @@ fn lifecycle(c: &mut Criterion) {
     group.finish();
 }
 
+/// The CPU guard's price on the hot path: epoch deadlines (the default) vs fuel vs no guard.
+fn cpu_guards(c: &mut Criterion) {
+    use agentrt_runtime::CpuBound;
+    let cache = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(5);
+    let items = items(64, &mut rng);
+    let events = arrivals(1024, &mut rng);
+    let mut group = c.benchmark_group("cpu guard (cachesage)");
+    for (label, bound) in [("epoch deadline", CpuBound::EpochDeadline), ("fuel", CpuBound::Fuel)] {
+        let engine = PolicyEngine::new(EngineOptions {
+            cpu_bound: bound,
+            cache_dir: Some(cache.path().to_path_buf()),
+            ..EngineOptions::default()
+        })
+        .unwrap();
+        let policy = start(&engine, "cachesage");
+        teach_chain(&policy);
+        group.bench_function(BenchmarkId::new("score 64", label), |b| {
+            b.iter(|| black_box(policy.score(black_box(&items)).unwrap()))
+        });
+        group.bench_function(BenchmarkId::new("observe 1024 typed", label), |b| {
+            b.iter(|| policy.observe(black_box(&events)).unwrap())
+        });
+    }
+    group.finish();
+}
+
 fn native_vs_wasm(c: &mut Criterion) {
     use agentrt_sdk::testing::Harness;
     let cache = tempfile::tempdir().unwrap();
@@ -231,5 +258,5 @@ fn config() -> Criterion {
         .measurement_time(Duration::from_secs(2))
 }
 
-criterion_group! { name = benches; config = config(); targets = primitives, lifecycle, native_vs_wasm }
+criterion_group! { name = benches; config = config(); targets = primitives, lifecycle, cpu_guards, native_vs_wasm }
 criterion_main!(benches);

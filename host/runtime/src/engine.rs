@@ -26,6 +26,9 @@ pub struct EngineOptions {
     /// Granularity of call deadlines. Deadlines are enforced by epoch interruption: a thread bumps
     /// the engine's epoch every tick, and generated code checks it at loop headers and calls.
     pub epoch_tick: Duration,
+    /// How a call's CPU is bounded: a wall-clock deadline (epochs, the default) or an instruction
+    /// budget (fuel). See docs/policy-host.md for the measurements behind the default.
+    pub cpu_bound: CpuBound,
     /// Seed for `random-seed`: fixed for reproducible runs, `None` to draw one per engine.
     pub seed: Option<u64>,
 }
@@ -51,12 +54,24 @@ impl Default for PoolingOptions {
     }
 }
 
+/// The CPU guard on every policy call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuBound {
+    /// Interrupt a call that runs past [`crate::SandboxLimits::call_deadline`] of wall time.
+    /// Cheap (a load and compare at loop headers) but wall-clock: a descheduled thread counts.
+    EpochDeadline,
+    /// Trap a call that executes more than [`crate::SandboxLimits::call_fuel`] units (≈ Wasm
+    /// instructions). Deterministic, machine-independent, and dearer on every loop iteration.
+    Fuel,
+}
+
 impl Default for EngineOptions {
     fn default() -> Self {
         Self {
             pooling: Some(PoolingOptions::default()),
             cache_dir: default_cache_dir(),
             epoch_tick: Duration::from_millis(1),
+            cpu_bound: CpuBound::EpochDeadline,
             seed: None,
         }
     }
@@ -98,7 +113,14 @@ impl Drop for EngineInner {
 impl PolicyEngine {
     pub fn new(options: EngineOptions) -> anyhow::Result<Self> {
         let mut config = Config::new();
-        config.epoch_interruption(true);
+        match options.cpu_bound {
+            CpuBound::EpochDeadline => {
+                config.epoch_interruption(true);
+            }
+            CpuBound::Fuel => {
+                config.consume_fuel(true);
+            }
+        }
         if let Some(pooling) = &options.pooling {
             let mut pool = PoolingAllocationConfig::default();
             pool.total_component_instances(pooling.max_instances)
@@ -125,7 +147,9 @@ impl PolicyEngine {
         };
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
-        spawn_epoch_ticker(engine.clone(), options.epoch_tick, ticker_stop.clone());
+        if options.cpu_bound == CpuBound::EpochDeadline {
+            spawn_epoch_ticker(engine.clone(), options.epoch_tick, ticker_stop.clone());
+        }
 
         let seed = options.seed.unwrap_or_else(|| {
             std::time::SystemTime::now()

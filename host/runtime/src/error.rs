@@ -90,6 +90,14 @@ pub enum PolicyError {
         deadline: Duration,
     },
 
+    /// The call burned its fuel (instruction budget) and was stopped.
+    #[error("policy `{policy}` used up its fuel ({fuel}) in {primitive}")]
+    FuelExhausted {
+        policy: String,
+        primitive: Primitive,
+        fuel: u64,
+    },
+
     /// The guest tried to grow its memory past the cap.
     #[error("policy `{policy}` hit its memory cap of {cap_bytes} bytes in {primitive}")]
     OutOfMemory {
@@ -125,6 +133,7 @@ impl PolicyError {
         match self {
             PolicyError::Trap { .. } => "trap",
             PolicyError::DeadlineExceeded { .. } => "deadline",
+            PolicyError::FuelExhausted { .. } => "fuel",
             PolicyError::OutOfMemory { .. } => "oom",
             PolicyError::Rejected { .. } => "rejected",
             PolicyError::BadOutput { .. } => "bad_output",

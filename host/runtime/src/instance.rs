@@ -9,15 +9,25 @@ use wasmtime::{Store, Trap};
 use crate::bindings::exports::agentrt::policy::guest::Guest;
 use crate::bindings::Policy;
 use crate::component::PolicyComponent;
+use crate::engine::CpuBound;
 use crate::error::{PolicyError, Primitive};
 use crate::sandbox::{GuestState, SandboxLimits};
 use crate::types::{Event, Forecast, Item, PolicyInfo, SideEffect};
 use crate::PolicyEngine;
 
+/// Give the next call its CPU allowance: a fresh deadline, or a fresh tank of fuel.
+fn arm_cpu_bound(store: &mut Store<GuestState>, bound: CpuBound, deadline_ticks: u64, fuel: u64) {
+    match bound {
+        CpuBound::EpochDeadline => store.set_epoch_deadline(deadline_ticks),
+        CpuBound::Fuel => store.set_fuel(fuel).expect("fuel is enabled in this engine"),
+    }
+}
+
 pub(crate) struct PolicyInstance {
     store: Store<GuestState>,
     bindings: Policy,
     deadline_ticks: u64,
+    cpu_bound: CpuBound,
     limits: SandboxLimits,
     label: Arc<str>,
 }
@@ -34,7 +44,13 @@ impl PolicyInstance {
         let state = GuestState::new(limits, label.clone(), engine.next_seed(), engine.clock_origin());
         let mut store = Store::new(engine.wasmtime(), state);
         store.limiter(|state| &mut state.limiter);
-        store.set_epoch_deadline(engine.deadline_ticks(limits.call_deadline));
+        let cpu_bound = engine.options().cpu_bound;
+        arm_cpu_bound(
+            &mut store,
+            cpu_bound,
+            engine.deadline_ticks(limits.call_deadline),
+            limits.call_fuel,
+        );
         let bindings = component
             .pre()
             .instantiate(&mut store)
@@ -46,6 +62,7 @@ impl PolicyInstance {
             store,
             bindings,
             deadline_ticks: engine.deadline_ticks(limits.call_deadline),
+            cpu_bound,
             limits: limits.clone(),
             label,
         };
@@ -59,7 +76,12 @@ impl PolicyInstance {
         primitive: Primitive,
         f: impl FnOnce(&Guest, &mut Store<GuestState>) -> wasmtime::Result<R>,
     ) -> Result<R, PolicyError> {
-        self.store.set_epoch_deadline(self.deadline_ticks);
+        arm_cpu_bound(
+            &mut self.store,
+            self.cpu_bound,
+            self.deadline_ticks,
+            self.limits.call_fuel,
+        );
         let guest = self.bindings.agentrt_policy_guest();
         f(guest, &mut self.store).map_err(|e| self.classify(primitive, e))
     }
@@ -73,12 +95,26 @@ impl PolicyInstance {
                 cap_bytes: self.limits.memory_bytes,
             };
         }
-        if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
-            return PolicyError::DeadlineExceeded {
-                policy,
-                primitive,
-                deadline: self.limits.call_deadline,
-            };
+        // The trap code may sit under context (e.g. a wasm backtrace): look down the chain.
+        let trap = error
+            .downcast_ref::<Trap>()
+            .or_else(|| error.chain().find_map(|e| e.downcast_ref::<Trap>()));
+        match trap {
+            Some(Trap::Interrupt) => {
+                return PolicyError::DeadlineExceeded {
+                    policy,
+                    primitive,
+                    deadline: self.limits.call_deadline,
+                }
+            }
+            Some(Trap::OutOfFuel) => {
+                return PolicyError::FuelExhausted {
+                    policy,
+                    primitive,
+                    fuel: self.limits.call_fuel,
+                }
+            }
+            _ => {}
         }
         PolicyError::Trap {
             policy,

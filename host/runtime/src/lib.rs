@@ -35,7 +35,7 @@ use std::path::PathBuf;
 
 pub use artifact_cache::ArtifactCache;
 pub use component::{LoadStats, PolicyComponent, WorldShape, CONTRACT};
-pub use engine::{EngineOptions, PolicyEngine, PoolingOptions};
+pub use engine::{CpuBound, EngineOptions, PolicyEngine, PoolingOptions};
 pub use error::{LoadError, PolicyError, Primitive};
 pub use handle::{keep_order, lru_order, PolicyHandle, Ranking, SlotConfig, SwapReport};
 pub use registry::{PolicyRegistry, RegistryError};

@@ -6,7 +6,15 @@ use std::time::Duration;
 
 use crate::error::{PolicyError, Primitive};
 
-const ERROR_KINDS: [&str; 6] = ["trap", "deadline", "oom", "rejected", "bad_output", "unavailable"];
+const ERROR_KINDS: [&str; 7] = [
+    "trap",
+    "deadline",
+    "fuel",
+    "oom",
+    "rejected",
+    "bad_output",
+    "unavailable",
+];
 
 /// Calls, time and failures of one policy slot. All counters only grow.
 #[derive(Debug, Default)]

@@ -16,8 +16,10 @@ use crate::bindings::agentrt::policy::{host, types};
 pub struct SandboxLimits {
     /// Largest linear memory an instance may grow to.
     pub memory_bytes: usize,
-    /// Longest a single call may run before it is interrupted.
+    /// Longest a single call may run before it is interrupted (with `CpuBound::EpochDeadline`).
     pub call_deadline: Duration,
+    /// Fuel a single call may burn (with `CpuBound::Fuel`; ≈ Wasm instructions).
+    pub call_fuel: u64,
 }
 
 impl Default for SandboxLimits {
@@ -27,6 +29,8 @@ impl Default for SandboxLimits {
             memory_bytes: 64 << 20,
             // Generous next to a score call's microseconds, small next to a scheduler step.
             call_deadline: Duration::from_millis(20),
+            // ~10–20 ms of guest code on this machine's cores.
+            call_fuel: 50_000_000,
         }
     }
 }
