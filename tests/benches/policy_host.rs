@@ -25,9 +25,16 @@ fn engine(pooling: bool, cache: &tempfile::TempDir) -> PolicyEngine {
 
 fn start(engine: &PolicyEngine, name: &str) -> PolicyHandle {
     let component = Arc::new(engine.load_file(&component_path(name)).unwrap());
+    // Benchmarks measure cost, not limits: a generous CPU bound keeps a descheduled thread on a
+    // busy machine from turning into a failed run.
+    let limits = SandboxLimits {
+        call_deadline: Duration::from_secs(1),
+        call_fuel: u64::MAX / 2,
+        ..SandboxLimits::default()
+    };
     let config = SlotConfig {
         checkpoint_every: None,
-        ..SlotConfig::new(format!("bench/{name}"))
+        ..SlotConfig::new(format!("bench/{name}")).with_limits(limits)
     };
     PolicyHandle::start(engine, component, config).unwrap()
 }
@@ -117,7 +124,7 @@ fn primitives(c: &mut Criterion) {
         if name == "cachesage" {
             teach_chain(&policy);
         }
-        let mut group = c.benchmark_group(format!("{name}"));
+        let mut group = c.benchmark_group(name.to_string());
         group.bench_function("act (fixed call overhead)", |b| {
             b.iter(|| black_box(policy.act().unwrap()))
         });
