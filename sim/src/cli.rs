@@ -18,6 +18,9 @@ use crate::scheduler::{OpLog, Sim, SimConfig};
 use crate::trace::Trace;
 use crate::workloads::{generate, GenParams, Workload};
 
+/// Default ranking refresh period (ms of simulated time).
+pub const DEFAULT_RERANK_MS: f64 = 100.0;
+
 /// vLLM's default block size on CUDA.
 pub const BLOCK_SIZE: usize = 16;
 
@@ -62,10 +65,10 @@ pub struct ReplayOptions {
     /// Identify agents by anchor hashing alone (hide the trace's `agent` field).
     #[arg(long)]
     pub hide_agents: bool,
-    /// Re-rank the free queue through a Wasm policy at most every N scheduler steps (1 = every
-    /// step).
-    #[arg(long, default_value_t = 1)]
-    pub rerank_steps: u32,
+    /// Refresh a Wasm policy's ranking of the free queue at most every this many milliseconds of
+    /// simulated time (0 = every scheduler step). See docs/simulator.md for the measured effect.
+    #[arg(long, default_value_t = DEFAULT_RERANK_MS)]
+    pub rerank_ms: f64,
     /// Folder with the policy components (default: target/components).
     #[arg(long)]
     pub components: Option<PathBuf>,
@@ -73,10 +76,10 @@ pub struct ReplayOptions {
 
 impl ReplayOptions {
     fn rerank(&self) -> Rerank {
-        if self.rerank_steps <= 1 {
+        if self.rerank_ms <= 0.0 {
             Rerank::EveryStep
         } else {
-            Rerank::EverySteps(self.rerank_steps)
+            Rerank::EveryMs(self.rerank_ms)
         }
     }
 }
@@ -218,6 +221,9 @@ fn run_trace(a: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The summaries of one (workload index, capacity, is-headline) unit.
+type UnitResult = (usize, usize, bool, Vec<(String, PolicySummary)>);
+
 /// One (workload, capacity) replay unit of the table.
 struct Unit {
     workload: usize,
@@ -277,7 +283,7 @@ fn run_table(a: TableArgs) -> anyhow::Result<()> {
     units.sort_by_key(|u| std::cmp::Reverse(traces[u.workload].prompt_tokens() as usize * u.blocks.max(1)));
     let bar = progress((units.len() * policies.len()) as u64);
     let queue = Mutex::new(units.into_iter().collect::<Vec<_>>());
-    let results: Mutex<Vec<(usize, usize, bool, Vec<(String, PolicySummary)>)>> = Mutex::new(Vec::new());
+    let results: Mutex<Vec<UnitResult>> = Mutex::new(Vec::new());
     let errors: Mutex<Vec<anyhow::Error>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..a.jobs.max(1) {
@@ -332,7 +338,7 @@ fn write_table_outputs(
     workloads: &[Workload],
     params: &[GenParams],
     traces: &[PreparedTrace],
-    results: &[(usize, usize, bool, Vec<(String, PolicySummary)>)],
+    results: &[UnitResult],
     policies: &[PolicySpec],
     headline: usize,
     wall: f64,
@@ -455,7 +461,7 @@ fn write_table_outputs(
     let json = serde_json::json!({
         "quick": a.quick,
         "hide_agents": a.replay.hide_agents,
-        "rerank_steps": a.replay.rerank_steps,
+        "rerank_ms": a.replay.rerank_ms,
         "block_size": BLOCK_SIZE,
         "headline_capacity_blocks": headline,
         "gpu_memory": memory,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use agentrt_runtime::types::{BlockEvent, BlockOp, Event, Item, ItemKind, SideEffect};
-use agentrt_runtime::{packed, PolicyComponent, PolicyEngine, PolicyHandle, SlotConfig};
+use agentrt_runtime::{packed, PolicyComponent, PolicyEngine, PolicyHandle, SandboxLimits, SlotConfig};
 
 use crate::prefix_cache::{Block, BlockId, BlockPool, FastMap, PoolObserver};
 
@@ -205,13 +205,16 @@ impl SimPolicy for Belady {
     }
 }
 
-/// When a Wasm policy's ranking of the free queue is refreshed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// When a Wasm policy's ranking of the free queue is refreshed. A ranking is only ever taken when
+/// a cached block must be evicted; it is reused for later evictions (skipping blocks touched or
+/// re-freed since) until it is due again or runs out.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Rerank {
-    /// At most once per scheduler step (and whenever the ranking runs out).
+    /// At most once per scheduler step.
     EveryStep,
-    /// At most once every `n` steps (and whenever the ranking runs out).
-    EverySteps(u32),
+    /// At most once per this many milliseconds of simulated time — how a serving host would
+    /// refresh a ranking of the whole free queue off the critical path.
+    EveryMs(f64),
 }
 
 /// A policy component run through the real host.
@@ -225,7 +228,8 @@ pub struct WasmPolicy {
     victims: Vec<(BlockId, u32)>,
     cursor: usize,
     rerank: Rerank,
-    steps_since_rank: u32,
+    ranked_at_us: u64,
+    now_us: u64,
     stale: bool,
     items: Vec<Item>,
     stats: PolicyStats,
@@ -233,6 +237,8 @@ pub struct WasmPolicy {
     pub effects_seen: [u64; 7],
 }
 
+/// Victims materialised per ranking (the evict-first end of the order); running out re-ranks.
+const RANK_PREFIX: usize = 4096;
 /// Flush a buffer of typed events once it holds this many.
 const EVENT_BATCH: usize = 1024;
 /// Flush packed block events once the buffer holds this many words.
@@ -251,6 +257,13 @@ impl WasmPolicy {
         let config = SlotConfig {
             // Checkpoints are a serving concern; a replay measures state size explicitly.
             checkpoint_every: None,
+            // A replay ranks the whole free queue (tens of thousands of blocks) in one call, on a
+            // CPU shared with other work: the serving deadline (20 ms) would interrupt it and fall
+            // back to LRU, discarding what the policy learned. Time is measured, not enforced.
+            limits: SandboxLimits {
+                call_deadline: std::time::Duration::from_secs(5),
+                ..SandboxLimits::default()
+            },
             ..SlotConfig::new(format!("sim/{name}")).with_init(init.iter().copied())
         };
         let handle = PolicyHandle::start(engine, component, config)
@@ -264,7 +277,8 @@ impl WasmPolicy {
             victims: Vec::new(),
             cursor: 0,
             rerank,
-            steps_since_rank: 0,
+            ranked_at_us: 0,
+            now_us: 0,
             stale: true,
             items: Vec::new(),
             stats: PolicyStats::default(),
@@ -328,17 +342,38 @@ impl WasmPolicy {
             self.victims.push((id, b.epoch));
         }
         let t = Instant::now();
-        let ranking = self.handle.rank(&self.items);
+        // The host's ranking rule (`agentrt_runtime::keep_order`: score descending, then
+        // last_access descending, non-finite scores last), but only its evict-first end is
+        // materialised: a step evicts a few hundred blocks of tens of thousands of candidates,
+        // and a full sort would cost more than the policy call. The order of what is
+        // materialised is exactly the tail of `PolicyHandle::rank(..).order`, reversed.
+        let scores = match self.handle.score(&self.items) {
+            Ok(scores) if scores.len() == self.items.len() => scores,
+            Ok(_) | Err(_) => {
+                self.stats.fallbacks += 1;
+                vec![0.0; self.items.len()]
+            }
+        };
+        let key = |s: f32| if s.is_finite() { s } else { f32::NEG_INFINITY };
+        let items = &self.items;
+        let evict_first = |a: &usize, b: &usize| {
+            key(scores[*a])
+                .total_cmp(&key(scores[*b]))
+                .then_with(|| items[*a].last_access.cmp(&items[*b].last_access))
+        };
+        let mut order: Vec<usize> = (0..self.items.len()).collect();
+        if order.len() > RANK_PREFIX {
+            order.select_nth_unstable_by(RANK_PREFIX, evict_first);
+            order.truncate(RANK_PREFIX);
+        }
+        order.sort_unstable_by(evict_first);
         self.stats.score_ns += t.elapsed().as_nanos() as u64;
         self.stats.score_calls += 1;
         self.stats.score_items += self.items.len() as u64;
-        if ranking.fallback.is_some() {
-            self.stats.fallbacks += 1;
-        }
-        let ranked: Vec<(BlockId, u32)> = ranking.order.iter().rev().map(|&i| self.victims[i]).collect();
+        let ranked: Vec<(BlockId, u32)> = order.iter().map(|&i| self.victims[i]).collect();
         self.victims = ranked;
         self.stale = false;
-        self.steps_since_rank = 0;
+        self.ranked_at_us = self.now_us;
     }
 }
 
@@ -395,11 +430,11 @@ impl SimPolicy for WasmPolicy {
         }
     }
 
-    fn begin_step(&mut self, _now_us: u64) {
-        self.steps_since_rank += 1;
+    fn begin_step(&mut self, now_us: u64) {
+        self.now_us = now_us;
         let due = match self.rerank {
             Rerank::EveryStep => true,
-            Rerank::EverySteps(n) => self.steps_since_rank >= n,
+            Rerank::EveryMs(ms) => (now_us.saturating_sub(self.ranked_at_us)) as f64 >= ms * 1000.0,
         };
         if due {
             self.stale = true;

@@ -28,6 +28,8 @@ pub struct PolicySummary {
     pub warmups: u64,
     pub warmups_skipped: u64,
     pub side_effects_ignored: u64,
+    /// Trace requests longer than the whole cache, refused.
+    pub rejected: u64,
     /// Largest policy snapshot seen (bytes).
     pub state_bytes_max: usize,
     /// Wall time per delivered event in observe / observe-blocks calls (µs).
@@ -107,6 +109,7 @@ pub fn summarize(results: &[RunResult]) -> Vec<(String, PolicySummary)> {
                 warmups: r.warmups,
                 warmups_skipped: r.warmups_skipped,
                 side_effects_ignored: r.effects_ignored,
+                rejected: r.rejected,
                 state_bytes_max: s.state_bytes_max,
                 observe_us_per_event: per(s.observe_ns, s.events),
                 score_us_per_item: per(s.score_ns, s.score_items),

@@ -71,6 +71,9 @@ pub struct RunResult {
     pub warmup_tokens: u64,
     /// Warm-ups asked for but not issued (one in flight already, or the anchor resident).
     pub warmups_skipped: u64,
+    /// Trace requests longer than the whole cache (prompt + output): vLLM refuses them (its
+    /// max_model_len must fit the cache); the session goes on without them.
+    pub rejected: u64,
     /// Side effects other than warm-ups (counted, not carried out).
     pub effects_ignored: u64,
     /// Trace request uids in the order they were first admitted (Bélády's reference future).
@@ -210,7 +213,7 @@ impl<'a> Sim<'a> {
                 }
             }
             self.step()?;
-            if self.result.steps % self.cfg.state_sample_steps == 0 {
+            if self.result.steps.is_multiple_of(self.cfg.state_sample_steps) {
                 self.policy.sample_state();
             }
             self.carry_out_side_effects();
@@ -237,6 +240,12 @@ impl<'a> Sim<'a> {
             let uid = session.requests[self.next_in_session[s as usize] as usize];
             self.next_in_session[s as usize] += 1;
             let r = &self.trace.requests[uid as usize];
+            let need = (r.prompt.tokens + r.output_tokens) as usize;
+            if need.div_ceil(self.trace.block_size) > self.cfg.num_blocks - 1 {
+                self.result.rejected += 1;
+                self.next_request(s, self.now_ns.max(t));
+                continue;
+            }
             let kv = SeqKv::new(
                 r.prompt.tokens,
                 r.prompt.hashes.clone(),
@@ -476,16 +485,21 @@ impl<'a> Sim<'a> {
                 self.result.turn_us[uid as usize] = (now - arrival) as f64 / 1000.0;
                 self.result.output_tokens += u64::from(req.generated);
                 let s = req.session.expect("trace requests belong to sessions");
-                let session = &self.trace.sessions[s as usize];
-                let next = self.next_in_session[s as usize] as usize;
-                match session.requests.get(next) {
-                    Some(&uid) => {
-                        let after = (self.trace.requests[uid as usize].after_us * 1000.0) as u64;
-                        self.pending.push(Reverse((now + after, s)));
-                    }
-                    None => self.policy.event(Event::SessionEnd(session.id)),
-                }
+                self.next_request(s, now);
             }
+        }
+    }
+
+    /// Session `s` finished a request at `now`: its next one is due `after_ms` later.
+    fn next_request(&mut self, s: u32, now: u64) {
+        let session = &self.trace.sessions[s as usize];
+        let next = self.next_in_session[s as usize] as usize;
+        match session.requests.get(next) {
+            Some(&uid) => {
+                let after = (self.trace.requests[uid as usize].after_us * 1000.0) as u64;
+                self.pending.push(Reverse((now + after, s)));
+            }
+            None => self.policy.event(Event::SessionEnd(session.id)),
         }
     }
 

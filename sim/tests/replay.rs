@@ -155,7 +155,7 @@ fn reranking_less_often_still_replays() {
         &cfg,
         &PolicySpec::parse("lru"),
         None,
-        Rerank::EverySteps(8),
+        Rerank::EveryMs(500.0),
     )
     .unwrap();
     assert!(sparse.policy_stats.score_calls <= every.policy_stats.score_calls);

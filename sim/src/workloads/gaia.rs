@@ -2,8 +2,8 @@
 //! orchestrator plans and delegates; a web surfer, a coder and a file surfer act with tools in
 //! ReAct loops whose observations grow their context.
 //!
-//! Graph: `orchestrator` (plan) → repeat 3–12 times { `orchestrator` (choose next agent; its
-//! ledger grows) → the chosen agent runs 1–4 tool steps (each extends its previous prompt with its
+//! Graph: `orchestrator` (plan) → repeat 3–10 times { `orchestrator` (choose next agent; its
+//! ledger grows) → the chosen agent runs 1–3 tool steps (each extends its previous prompt with its
 //! tool call and the tool's observation; the tool's latency passes between steps) }. The web
 //! surfer is chosen most, the file surfer least: rare agents with large anchors.
 
@@ -59,7 +59,7 @@ pub(super) fn session(b: &mut SessionBuilder, rng: &mut Rng) {
     orch.push(plan);
     // Each worker's conversation persists across delegations within the session.
     let mut histories: Vec<Option<Vec<Segment>>> = vec![None, None, None];
-    let rounds = rng.range(3, 12);
+    let rounds = rng.range(3, 10);
     for round in 0..rounds {
         let instruction = b.call("orchestrator", orch.clone(), rng.lognormal_len(140.0, 0.4, 40, 400));
         orch.push(instruction.clone());
@@ -73,13 +73,13 @@ pub(super) fn session(b: &mut SessionBuilder, rng: &mut Rng) {
             ]
         });
         history.push(instruction);
-        let steps = rng.range(1, 4);
+        let steps = rng.range(1, 3);
         for _ in 0..steps {
             let action = b.call(worker.name, history.clone(), rng.lognormal_len(110.0, 0.4, 30, 400));
             b.wait(rng.lognormal_len(worker.tool_ms as f32 as f64, 0.7, 200, 60000) as f64);
             let observation = b.seg(
                 &format!("obs-{round}-{}", history.len()),
-                rng.lognormal_len(worker.obs, 0.8, 60, 6000),
+                rng.lognormal_len(worker.obs, 0.8, 60, 4000),
             );
             history.push(action);
             history.push(observation);
