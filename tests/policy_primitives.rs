@@ -187,3 +187,42 @@ fn registry_isolates_tenants_and_exports_metrics() {
         "{text}"
     );
 }
+
+#[test]
+fn packed_and_typed_scoring_agree_through_a_real_component() {
+    let (engine, _cache) = engine();
+    let policy = start(&engine, "cachesage", &[]);
+    let mut rng = Rng::new(11);
+    let mut events = vec![register(1, "a", 1), register(2, "b", 2), register(3, "c", 3)];
+    for session in 0..40u64 {
+        for agent in [1, 2, 3] {
+            events.push(Event::RequestArrival(RequestArrival {
+                request_id: 0,
+                agent,
+                session,
+                anchor_hash: u64::from(agent),
+                prompt_tokens: 10,
+                warmup: false,
+                at_us: 0,
+            }));
+        }
+    }
+    policy.observe(&events).unwrap();
+    let items: Vec<Item> = (0..200)
+        .map(|_| Item {
+            kind: [ItemKind::KvBlock, ItemKind::Request, ItemKind::ToolResult][rng.below(3) as usize],
+            key: rng.next_u64(),
+            agent: rng.below(4) as u32,
+            session: rng.below(45),
+            last_access: rng.below(1 << 40),
+            tokens: 16,
+            position: 16 * rng.below(10) as u32,
+        })
+        .collect();
+    let packed = policy.score(&items).unwrap();
+    assert_eq!(packed, policy.score_typed(&items).unwrap());
+    assert!(
+        packed.iter().any(|&s| s > 1.0),
+        "structure was learned, so survival shows in scores"
+    );
+}

@@ -54,7 +54,15 @@ pub fn load(engine: &PolicyEngine, name: &str) -> Arc<PolicyComponent> {
 
 /// Start `name` in a slot with `init` config.
 pub fn start(engine: &PolicyEngine, name: &str, init: &[(&str, &str)]) -> PolicyHandle {
-    let config = SlotConfig::new(format!("test/{name}")).with_init(init.iter().copied());
+    // A generous deadline: these tests check behaviour, not limits, and a loaded 2-core machine
+    // can deschedule a thread for longer than the 20 ms default (limits have their own tests).
+    let limits = agentrt_runtime::SandboxLimits {
+        call_deadline: std::time::Duration::from_secs(2),
+        ..agentrt_runtime::SandboxLimits::default()
+    };
+    let config = SlotConfig::new(format!("test/{name}"))
+        .with_init(init.iter().copied())
+        .with_limits(limits);
     PolicyHandle::start(engine, load(engine, name), config).unwrap_or_else(|e| panic!("starting {name}: {e}"))
 }
 

@@ -9,4 +9,6 @@ wit_bindgen::generate!({
     export_macro_name: "__export_guest",
     default_bindings_module: "::agentrt_sdk::bindings",
     runtime_path: "::agentrt_sdk::__private::wit_bindgen::rt",
+    // Policies and their tests compare values (items, forecasts, side effects) directly.
+    additional_derives: [PartialEq],
 });

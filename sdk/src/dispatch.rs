@@ -62,6 +62,10 @@ impl<P: Policy> Dispatcher<P> {
         scores
     }
 
+    pub fn score_packed(&mut self, words: &[u64]) -> Vec<f32> {
+        self.score(&packed::decode_items(words))
+    }
+
     pub fn predict(&mut self, horizon: u32) -> Vec<Forecast> {
         self.policy.predict(horizon)
     }

@@ -67,6 +67,9 @@ macro_rules! export_policy {
                 fn score(items: Vec<Item>) -> Vec<f32> {
                     POLICY.with(|d| d.score(&items))
                 }
+                fn score_packed(packed: Vec<u64>) -> Vec<f32> {
+                    POLICY.with(|d| d.score_packed(&packed))
+                }
                 fn predict(horizon: u32) -> Vec<Forecast> {
                     POLICY.with(|d| d.predict(horizon))
                 }

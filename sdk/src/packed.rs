@@ -11,7 +11,7 @@
 //! `list<block-event>`, because the host copies the words with one memcpy instead of lowering a
 //! record per event (DESIGN.md §9). The host encodes with [`words`]; the SDK decodes with [`decode`].
 
-use crate::{BlockEvent, BlockOp};
+use crate::{BlockEvent, BlockOp, Item, ItemKind};
 
 /// Words per packed event.
 pub const WORDS_PER_EVENT: usize = 3;
@@ -75,6 +75,69 @@ pub fn decode(words: &[u64]) -> impl Iterator<Item = BlockEvent> + '_ {
     })
 }
 
+/// Words per packed score item.
+pub const ITEM_WORDS: usize = 5;
+
+/// The words of one score item (layout in `wit/policy.wit`, `score-packed`). `kind_ordinal` is the
+/// `item-kind` case's position in the WIT enum (kv-block = 0, request = 1, tool-result = 2).
+#[allow(clippy::too_many_arguments)]
+pub fn item_words(
+    kind_ordinal: u8,
+    key: u64,
+    agent: u32,
+    session: u64,
+    last_access: u64,
+    tokens: u32,
+    position: u32,
+) -> [u64; ITEM_WORDS] {
+    [
+        key,
+        session,
+        last_access,
+        u64::from(tokens) | (u64::from(agent) << 32),
+        u64::from(position) | (u64::from(kind_ordinal) << 32),
+    ]
+}
+
+/// Append one item's words to `out`.
+pub fn encode_item(item: &Item, out: &mut Vec<u64>) {
+    let kind = match item.kind {
+        ItemKind::KvBlock => 0,
+        ItemKind::Request => 1,
+        ItemKind::ToolResult => 2,
+    };
+    out.extend_from_slice(&item_words(
+        kind,
+        item.key,
+        item.agent,
+        item.session,
+        item.last_access,
+        item.tokens,
+        item.position,
+    ));
+}
+
+/// Decode packed items. Unknown kinds (a newer host) decode as `kv-block`; trailing words that do
+/// not make a whole item are ignored — the host checks that one score comes back per item.
+pub fn decode_items(words: &[u64]) -> Vec<Item> {
+    words
+        .chunks_exact(ITEM_WORDS)
+        .map(|w| Item {
+            kind: match (w[4] >> 32) & 0xff {
+                1 => ItemKind::Request,
+                2 => ItemKind::ToolResult,
+                _ => ItemKind::KvBlock,
+            },
+            key: w[0],
+            session: w[1],
+            last_access: w[2],
+            tokens: w[3] as u32,
+            agent: (w[3] >> 32) as u32,
+            position: w[4] as u32,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +171,35 @@ mod tests {
             );
             assert_eq!(a.position, b.position.min(MAX_POSITION), "positions saturate");
         }
+    }
+
+    #[test]
+    fn items_round_trip() {
+        let items = [
+            Item {
+                kind: ItemKind::ToolResult,
+                key: u64::MAX,
+                agent: u32::MAX,
+                session: 7,
+                last_access: 1 << 50,
+                tokens: u32::MAX,
+                position: u32::MAX,
+            },
+            Item {
+                kind: ItemKind::KvBlock,
+                key: 1,
+                agent: 0,
+                session: 0,
+                last_access: 0,
+                tokens: 16,
+                position: 32,
+            },
+        ];
+        let mut words = Vec::new();
+        for i in &items {
+            encode_item(i, &mut words);
+        }
+        assert_eq!(decode_items(&words), items);
     }
 
     #[test]

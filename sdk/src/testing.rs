@@ -44,8 +44,13 @@ impl<P: Policy> Harness<P> {
         self.dispatcher.observe_blocks(&words);
     }
 
+    /// Score through the packed path, as the host does.
     pub fn score(&mut self, items: &[Item]) -> Vec<f32> {
-        self.dispatcher.score(items)
+        let mut words = Vec::with_capacity(items.len() * packed::ITEM_WORDS);
+        for item in items {
+            packed::encode_item(item, &mut words);
+        }
+        self.dispatcher.score_packed(&words)
     }
 
     pub fn predict(&mut self, horizon: u32) -> Vec<Forecast> {

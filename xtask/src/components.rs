@@ -52,11 +52,7 @@ pub fn build_all(root: &Path) -> Result<Vec<PathBuf>> {
         built.push(out);
     }
     let names: Vec<&str> = crates.iter().map(|c| c.name.as_str()).collect();
-    eprintln!(
-        "xtask: {} components in {OUT_DIR}/: {}",
-        built.len(),
-        names.join(", ")
-    );
+    eprintln!("xtask: {} components in {OUT_DIR}/: {}", built.len(), names.join(", "));
     Ok(built)
 }
 
@@ -107,17 +103,9 @@ fn discover(root: &Path) -> Result<Vec<PolicyCrate>> {
 
 /// Install the Wasm target if it is missing: `RUSTUP_AUTO_INSTALL=0` on CI means cargo will not.
 fn ensure_target() -> Result<()> {
-    let installed = Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .output();
+    let installed = Command::new("rustup").args(["target", "list", "--installed"]).output();
     match installed {
-        Ok(out)
-            if String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .any(|l| l.trim() == TARGET) =>
-        {
-            Ok(())
-        }
+        Ok(out) if String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == TARGET) => Ok(()),
         Ok(_) => {
             eprintln!("xtask: installing the {TARGET} target");
             run(Command::new("rustup").args(["target", "add", TARGET]))

@@ -201,10 +201,17 @@ impl PolicyHandle {
         self.with_instance(Primitive::ObserveBlocks, packed.len() / 3, |i| i.observe_blocks(packed))
     }
 
-    /// One priority per item (higher = keep).
+    /// One priority per item (higher = keep). Items cross the boundary packed (`score-packed`).
     pub fn score(&self, items: &[Item]) -> Result<Vec<f32>, PolicyError> {
         let _span = tracing::trace_span!("policy.score", policy = %self.label, items = items.len()).entered();
-        self.with_instance(Primitive::Score, items.len(), |i| i.score(items))
+        self.with_instance(Primitive::Score, items.len(), |i| i.score(items, false))
+    }
+
+    /// [`Self::score`] through the typed `score` export (`list<item>`): slower, kept to measure
+    /// the difference and to check that a policy's two exports agree.
+    pub fn score_typed(&self, items: &[Item]) -> Result<Vec<f32>, PolicyError> {
+        let _span = tracing::trace_span!("policy.score_typed", policy = %self.label, items = items.len()).entered();
+        self.with_instance(Primitive::Score, items.len(), |i| i.score(items, true))
     }
 
     /// Rank `items` from "keep most" to "evict first" by the policy's scores, ties by recency. If

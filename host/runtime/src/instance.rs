@@ -148,8 +148,26 @@ impl PolicyInstance {
         self.call(Primitive::ObserveBlocks, |g, s| g.call_observe_blocks(s, packed))
     }
 
-    pub(crate) fn score(&mut self, items: &[Item]) -> Result<Vec<f32>, PolicyError> {
-        let scores = self.call(Primitive::Score, |g, s| g.call_score(s, items))?;
+    /// Score through `score-packed` (one copy across the boundary) or, with `typed`, through
+    /// `score` (a per-field lowering; kept for comparison and for checking they agree).
+    pub(crate) fn score(&mut self, items: &[Item], typed: bool) -> Result<Vec<f32>, PolicyError> {
+        let scores = if typed {
+            self.call(Primitive::Score, |g, s| g.call_score(s, items))?
+        } else {
+            let mut words = Vec::with_capacity(items.len() * agentrt_sdk::packed::ITEM_WORDS);
+            for i in items {
+                words.extend_from_slice(&agentrt_sdk::packed::item_words(
+                    i.kind as u8,
+                    i.key,
+                    i.agent,
+                    i.session,
+                    i.last_access,
+                    i.tokens,
+                    i.position,
+                ));
+            }
+            self.call(Primitive::Score, |g, s| g.call_score_packed(s, &words))?
+        };
         if scores.len() != items.len() {
             return Err(PolicyError::BadOutput {
                 policy: self.label.to_string(),

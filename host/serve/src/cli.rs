@@ -122,7 +122,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let _kv_events = match &args.kv_events {
         Some(endpoint) => {
-            let config = agentrt_vllm::KvEventsConfig::for_vllm(endpoint, args.kv_events_replay.as_deref(), "kv");
+            let mut config = agentrt_vllm::KvEventsConfig::for_vllm(endpoint, args.kv_events_replay.as_deref(), "kv");
+            if args.eviction_socket.is_some() {
+                // The plugin already reports every store, removal and clear, with agent tags;
+                // forwarding vLLM's events too would count each block twice. Keep the
+                // subscription for its counters (gaps, restarts).
+                config.forward = agentrt_vllm::Forward {
+                    stored: false,
+                    removed: false,
+                    cleared: false,
+                };
+            }
             Some(agentrt_vllm::KvEventSubscriber::spawn(config, engine_tenant.policy.clone()).await?)
         }
         None => None,

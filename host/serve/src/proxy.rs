@@ -130,8 +130,10 @@ fn parse_body(state: &AppState, body: &Bytes) -> Result<Value, ApiError> {
     Ok(value)
 }
 
-/// Put agentrt's identity into `vllm_xargs`, keeping whatever the client put there.
-fn add_xargs(body: &mut Value, agent: u32, session_key: &str, warmup: bool) {
+/// Put agentrt's identity into `vllm_xargs`, keeping whatever the client put there. The session
+/// goes as the same 64-bit id the policy sees in request events, so that the vLLM plugin's block
+/// tags and the proxy's events name sessions alike.
+fn add_xargs(body: &mut Value, agent: u32, session: u64, warmup: bool) {
     let xargs = body
         .as_object_mut()
         .expect("checked object")
@@ -139,7 +141,7 @@ fn add_xargs(body: &mut Value, agent: u32, session_key: &str, warmup: bool) {
         .or_insert_with(|| json!({}));
     if let Some(map) = xargs.as_object_mut() {
         map.insert("agentrt_agent".into(), json!(agent));
-        map.insert("agentrt_session".into(), json!(session_key));
+        map.insert("agentrt_session".into(), json!(session));
         map.insert("agentrt_warmup".into(), json!(warmup));
     }
 }
@@ -218,7 +220,7 @@ async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
 
 fn json_with(state: &AppState, json: &mut Value, agent: u32, identity: &Identity) -> Vec<u8> {
     if state.options.vllm_xargs {
-        add_xargs(json, agent, &identity.session_key, false);
+        add_xargs(json, agent, identity.session, false);
     }
     serde_json::to_vec(json).expect("values serialize")
 }

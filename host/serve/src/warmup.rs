@@ -145,8 +145,7 @@ impl Warmups {
             body["tools"] = tools.clone();
         }
         if state.options.vllm_xargs {
-            body["vllm_xargs"] =
-                json!({"agentrt_agent": agent, "agentrt_session": "agentrt-warmup", "agentrt_warmup": true});
+            body["vllm_xargs"] = json!({"agentrt_agent": agent, "agentrt_session": 0, "agentrt_warmup": true});
         }
         let request_id = u64::MAX - state.metrics.warmups_sent.load(Relaxed);
         let arrival = RequestArrival {

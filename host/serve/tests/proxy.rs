@@ -94,7 +94,7 @@ async fn forwards_with_agent_identity_and_tells_the_policy() {
         (first["agentrt_agent"].as_u64(), second["agentrt_agent"].as_u64()),
         (Some(1), Some(2))
     );
-    assert_eq!(second["agentrt_session"], "s-9");
+    assert_eq!(second["agentrt_session"], agentrt_serve::identity::stable_hash(b"s-9"));
     assert_eq!(first["agentrt_warmup"], false);
 
     // The probe policy registered both agents (it forecasts one next agent per registered agent).
