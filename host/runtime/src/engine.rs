@@ -77,15 +77,15 @@ impl Default for EngineOptions {
     }
 }
 
-/// `$AGENTRT_CACHE_DIR`, else `$XDG_CACHE_HOME/agentrt`, else `~/.cache/agentrt`.
+/// `$AGENTRT_CACHE_DIR`, else `$XDG_CACHE_HOME/agentrt/artifacts`, else `~/.cache/agentrt/artifacts`.
 pub fn default_cache_dir() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("AGENTRT_CACHE_DIR") {
         return Some(PathBuf::from(dir));
     }
     if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
-        return Some(PathBuf::from(dir).join("agentrt"));
+        return Some(PathBuf::from(dir).join("agentrt").join("artifacts"));
     }
-    std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache").join("agentrt"))
+    std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache").join("agentrt").join("artifacts"))
 }
 
 /// Shared by every policy of a host. Cheap to clone.
