@@ -239,7 +239,7 @@ fn run_table(a: TableArgs) -> anyhow::Result<()> {
     let sweep = a
         .sweep
         .clone()
-        .unwrap_or_else(|| if a.quick { vec![0.5, 2.0] } else { vec![0.25, 0.5, 2.0] });
+        .unwrap_or_else(|| if a.quick { vec![0.5, 2.0] } else { vec![0.25, 0.5] });
     let policies = default_policies();
     let host = PolicyHost::new(a.replay.components.clone())?;
     // Fail early, before minutes of replay, if a component is missing.

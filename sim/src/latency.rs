@@ -99,7 +99,7 @@ impl LatencyModel {
 /// The KV-cache size of the headline setting: Llama-3.1-8B on one 80 GB H100 with vLLM's defaults.
 #[derive(Debug, Clone, Serialize)]
 pub struct GpuMemory {
-    /// Device memory as CUDA reports it for an H100 80 GB (bytes).
+    /// Device memory of an H100 80 GB as the driver reports it (nvidia-smi: 81559 MiB).
     pub device_bytes: f64,
     /// vLLM's `gpu_memory_utilization` default (0.32: 0.92).
     pub utilization: f64,
@@ -113,7 +113,7 @@ pub struct GpuMemory {
 impl GpuMemory {
     pub fn h100_80gb_llama31_8b() -> Self {
         Self {
-            device_bytes: 85_031_714_816.0, // 79.19 GiB
+            device_bytes: 81_559.0 * (1u64 << 20) as f64,
             utilization: 0.92,
             weight_bytes: 8.03e9 * 2.0,
             runtime_overhead_bytes: 3.0 * (1u64 << 30) as f64,

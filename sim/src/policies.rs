@@ -213,9 +213,15 @@ pub enum Rerank {
     /// At most once per scheduler step.
     EveryStep,
     /// At most once per this many milliseconds of simulated time — how a serving host would
-    /// refresh a ranking of the whole free queue off the critical path.
+    /// refresh a ranking of the whole free queue off the critical path — and only once the free
+    /// queue has churned by 1 % of the candidates ranked last time (blocks evicted or freed since):
+    /// a ranking is a function of the policy's state *and* of the candidates, and a long quiet
+    /// spell changes neither much.
     EveryMs(f64),
 }
+
+/// Fraction of the last ranking's candidates that must have churned before a timed refresh.
+const CHURN_FRACTION: f64 = 0.01;
 
 /// A policy component run through the real host.
 pub struct WasmPolicy {
@@ -230,6 +236,9 @@ pub struct WasmPolicy {
     rerank: Rerank,
     ranked_at_us: u64,
     now_us: u64,
+    /// Blocks evicted or freed since the last ranking, and how many candidates it had.
+    churn: usize,
+    ranked_candidates: usize,
     stale: bool,
     items: Vec<Item>,
     stats: PolicyStats,
@@ -279,6 +288,8 @@ impl WasmPolicy {
             rerank,
             ranked_at_us: 0,
             now_us: 0,
+            churn: 0,
+            ranked_candidates: 0,
             stale: true,
             items: Vec::new(),
             stats: PolicyStats::default(),
@@ -374,6 +385,8 @@ impl WasmPolicy {
         self.victims = ranked;
         self.stale = false;
         self.ranked_at_us = self.now_us;
+        self.churn = 0;
+        self.ranked_candidates = self.items.len();
     }
 }
 
@@ -414,6 +427,11 @@ impl PoolObserver for WasmPolicy {
 
     fn consumed(&mut self, _block: BlockId) {
         self.cursor += 1;
+        self.churn += 1;
+    }
+
+    fn freed(&mut self, _pool: &BlockPool, _block: BlockId) {
+        self.churn += 1;
     }
 }
 
@@ -434,7 +452,10 @@ impl SimPolicy for WasmPolicy {
         self.now_us = now_us;
         let due = match self.rerank {
             Rerank::EveryStep => true,
-            Rerank::EveryMs(ms) => (now_us.saturating_sub(self.ranked_at_us)) as f64 >= ms * 1000.0,
+            Rerank::EveryMs(ms) => {
+                (now_us.saturating_sub(self.ranked_at_us)) as f64 >= ms * 1000.0
+                    && self.churn as f64 >= CHURN_FRACTION * self.ranked_candidates as f64
+            }
         };
         if due {
             self.stale = true;
