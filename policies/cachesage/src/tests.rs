@@ -69,3 +69,55 @@ fn an_empty_snapshot_resets_and_a_foreign_one_is_refused() {
     assert_eq!(h.policy().params().window, 8, "config survives a reset");
     assert!(h.restore(b"PRB1xxxxxxx").unwrap_err().contains("not from this policy"));
 }
+
+#[test]
+fn content_shared_across_sessions_is_learned_from_block_events() {
+    use agentrt_sdk::{BlockEvent, BlockOp, Item, ItemKind};
+    let mut h = Harness::<CacheSage>::new([]).unwrap();
+    h.observe(&[Event::AgentRegistered(AgentRegistered {
+        agent: 1,
+        name: "coder".into(),
+        anchor_hash: 1,
+        anchor_tokens: 64,
+    })]);
+    learn_pairs(&mut h, 20, false); // agents 1 → 2 per session: structure, and agent 1 starts sessions
+                                    // Right past the anchor (the task text), blocks are reused by other sessions; deep in the
+                                    // prompt (the answer), never.
+    let mut blocks = Vec::new();
+    for i in 0..32u64 {
+        blocks.push(BlockEvent {
+            op: BlockOp::Stored,
+            agent: 1,
+            block_hash: i,
+            parent_hash: 0,
+            position: 64,
+        });
+        blocks.push(BlockEvent {
+            op: BlockOp::Touched,
+            agent: 1,
+            block_hash: i,
+            parent_hash: 0,
+            position: 64,
+        });
+        blocks.push(BlockEvent {
+            op: BlockOp::Stored,
+            agent: 1,
+            block_hash: 100 + i,
+            parent_hash: 0,
+            position: 1024,
+        });
+    }
+    h.observe_blocks(&blocks);
+    let item = |position, last_access| Item {
+        kind: ItemKind::KvBlock,
+        key: 0,
+        agent: 1,
+        session: 999,
+        last_access,
+        tokens: 16,
+        position,
+    };
+    // Both belong to an ended session; the shared depth outranks the newer dead one.
+    let scores = h.score(&[item(64, 1), item(1024, 2)]);
+    assert!(scores[0] > scores[1], "{scores:?}");
+}
