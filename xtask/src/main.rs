@@ -3,7 +3,8 @@
 //! - `build-policies` — build every policy component (policies/*, tests/guests/*) into
 //!   `target/components/<name>.wasm`.
 //! - `test` — build the components, then run every test in the workspace.
-//! - `demo` — build the components and the `agentrt` binary, then run its demo.
+//! - `demo` — build the components and the `agentrt` binary, run its demo, then the short version
+//!   of the evaluation table (`agentrt sim table --quick`, plots in `target/sim-quick/`).
 //! - `bench` — build the components, then run the criterion benchmarks.
 //!
 //! Why `wasm32-unknown-unknown` + component encoding rather than `wasm32-wasip2`: the result imports
@@ -35,10 +36,17 @@ fn main() -> Result<()> {
         }
         "demo" => {
             components::build_all(&root)?;
-            run(Command::new(cargo())
-                .current_dir(&root)
-                .args(["run", "--release", "--quiet", "-p", "agentrt", "--", "demo"])
-                .args(&rest))
+            let agentrt = |args: &[&str]| {
+                let mut cmd = Command::new(cargo());
+                cmd.current_dir(&root)
+                    .args(["run", "--release", "--quiet", "-p", "agentrt", "--"])
+                    .args(args);
+                cmd
+            };
+            // What the policies observe, score, predict and act on, on a short synthetic trace …
+            run(agentrt(&["demo"]).args(&rest))?;
+            // … then the evaluation's short version: five workloads, every policy, table + plots.
+            run(&mut agentrt(&["sim", "table", "--quick", "--out", "target/sim-quick"]))
         }
         "bench" => {
             components::build_all(&root)?;
