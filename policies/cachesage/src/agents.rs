@@ -17,55 +17,6 @@ pub struct Agent {
     pub anchor_blocks_max: u32,
     /// `act` call at which this agent was last warmed (0 = never).
     pub warmed_at: u32,
-    /// Where in this agent's prompts, past the anchor, cached blocks get reused: see [`Reuse`].
-    pub reuse: Reuse,
-}
-
-/// Buckets of the reuse profile: positions past the anchor, `REUSE_BUCKET_TOKENS` wide; the last
-/// bucket takes everything beyond.
-pub const REUSE_BUCKETS: usize = 16;
-pub const REUSE_BUCKET_TOKENS: u32 = 128;
-
-/// How often blocks at a given depth past an agent's anchor are reused (touched) per block stored.
-///
-/// Content past the anchor is reused in two ways: by the same session calling the agent again
-/// (chat history — the transition model predicts that) and by *other* sessions sharing more than
-/// the anchor (the same task, document or few-shot set right after the system prompt). The
-/// second is invisible to transitions; this profile learns it from block events, per agent and
-/// depth, in a few hundred bytes. Counts are halved when they grow large, so it follows change.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Reuse {
-    pub stored: [u32; REUSE_BUCKETS],
-    pub touched: [u32; REUSE_BUCKETS],
-}
-
-impl Reuse {
-    /// The bucket of a block at `position` for an anchor of `anchor_tokens`.
-    pub fn bucket(anchor_tokens: u32, position: u32) -> usize {
-        ((position.saturating_sub(anchor_tokens) / REUSE_BUCKET_TOKENS) as usize).min(REUSE_BUCKETS - 1)
-    }
-
-    pub fn record(&mut self, bucket: usize, touched: bool) {
-        let counter = if touched {
-            &mut self.touched[bucket]
-        } else {
-            &mut self.stored[bucket]
-        };
-        *counter += 1;
-        if *counter >= 4096 {
-            self.stored[bucket] /= 2;
-            self.touched[bucket] /= 2;
-        }
-    }
-
-    /// Reuses per stored block at this depth, capped at 1; 0 until a few blocks were seen.
-    pub fn rate(&self, bucket: usize) -> f32 {
-        let stored = self.stored[bucket];
-        if stored < 8 {
-            return 0.0;
-        }
-        (self.touched[bucket] as f32 / stored as f32).min(1.0)
-    }
 }
 
 impl Agent {

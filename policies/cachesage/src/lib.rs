@@ -10,9 +10,6 @@
 //!    within K agent steps — for an anchor block, that its agent runs anywhere; for session
 //!    content, that the same session calls the same agent again ([`survival`]) — combined with
 //!    recency as `w · p_survive + exp(-decay · age)`.
-//!    Content past the anchor that other sessions share (the same task or document after the
-//!    system prompt) is recognised by a per-agent reuse profile learned from block events
-//!    ([`agents::Reuse`]).
 //! 3. **Cross-session prefetch** (`predict` + `act`): the agent most likely to run next whose anchor
 //!    is not resident gets a warm-up, rate-limited per agent.
 //!
@@ -30,7 +27,7 @@ pub mod transitions;
 use agentrt_sdk::{info, BlockEvent, BlockOp, Config, Event, Forecast, ForecastKind, Item, Policy, PolicyInfo};
 use agentrt_sdk::{SideEffect, WarmPrefix};
 
-use agents::{AgentTable, Reuse, Slot};
+use agents::{AgentTable, Slot};
 pub use params::Params;
 use sessions::Sessions;
 use survival::{any_of, SurvivalModel};
@@ -183,15 +180,12 @@ impl CacheSage {
             // Anchors are shared by every session of the agent: any session reaching it counts.
             return self.survival[slot];
         }
-        // Session content is reused if this session calls this agent again (0 once the session
-        // ended), or — at depths where this agent's blocks are shared across sessions — if the
-        // agent runs anywhere.
-        let same_session = match self.sessions.get(item.session).and_then(|s| s.agent_slot()) {
+        // Session content is reused only if this session calls this agent again. An ended (or
+        // untracked) session's content is dead.
+        match self.sessions.get(item.session).and_then(|s| s.agent_slot()) {
             Some(current) => self.model.reach(current, slot),
             None => 0.0,
-        };
-        let shared = agent.reuse.rate(Reuse::bucket(agent.anchor_tokens, item.position)) * self.survival[slot];
-        same_session.max(shared)
+        }
     }
 
     fn next_step_probabilities(&self) -> Vec<f32> {
@@ -244,10 +238,6 @@ impl Policy for CacheSage {
         };
         let agent = self.agents.get_mut(slot).expect("found slots hold agents");
         if !agent.is_anchor_position(block.position) {
-            if matches!(block.op, BlockOp::Stored | BlockOp::Touched) {
-                let bucket = Reuse::bucket(agent.anchor_tokens, block.position);
-                agent.reuse.record(bucket, block.op == BlockOp::Touched);
-            }
             return;
         }
         match block.op {

@@ -4,13 +4,12 @@
 
 use agentrt_sdk::state::{Reader, Writer};
 
-use crate::agents::{Agent, Reuse, REUSE_BUCKETS};
+use crate::agents::Agent;
 use crate::sessions::Session;
 use crate::{CacheSage, Params};
 
 const MAGIC: [u8; 4] = *b"CSG1";
-/// 2 added the reuse profile; version-1 snapshots restore with an empty profile.
-const VERSION: u16 = 2;
+const VERSION: u16 = 1;
 
 pub fn write(p: &CacheSage) -> Vec<u8> {
     let mut w = Writer::new(MAGIC, VERSION);
@@ -24,9 +23,6 @@ pub fn write(p: &CacheSage) -> Vec<u8> {
             .u32(a.anchor_tokens)
             .u32(a.last_seen);
         w.u32(a.anchor_blocks).u32(a.anchor_blocks_max).u32(a.warmed_at);
-        for i in 0..REUSE_BUCKETS {
-            w.u32(a.reuse.stored[i]).u32(a.reuse.touched[i]);
-        }
     }
     w.u16(p.transitions.states() as u16);
     for src in 0..p.transitions.states() {
@@ -45,7 +41,7 @@ pub fn write(p: &CacheSage) -> Vec<u8> {
 
 pub fn read(state: &[u8], params: Params) -> Result<CacheSage, String> {
     let (mut r, version) = Reader::new(state, MAGIC)?;
-    if version > VERSION {
+    if version != VERSION {
         return Err(format!(
             "snapshot format {version} is newer than this CacheSage ({VERSION})"
         ));
@@ -65,15 +61,7 @@ pub fn read(state: &[u8], params: Params) -> Result<CacheSage, String> {
             anchor_blocks: r.u32()?,
             anchor_blocks_max: r.u32()?,
             warmed_at: r.u32()?,
-            reuse: Reuse::default(),
         };
-        let mut agent = agent;
-        if version >= 2 {
-            for i in 0..REUSE_BUCKETS {
-                agent.reuse.stored[i] = r.u32()?;
-                agent.reuse.touched[i] = r.u32()?;
-            }
-        }
         if slot >= capacity {
             return Err(format!(
                 "snapshot has an agent in slot {slot} but max-agents is {capacity}"
