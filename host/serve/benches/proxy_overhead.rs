@@ -1,0 +1,163 @@
+//! What `agentrt serve` adds to a request: latency (p50/p99) and throughput through the proxy vs a
+//! direct connection to the same fast local upstream, in the same run.
+//!
+//! `cargo bench -p agentrt-serve --bench proxy_overhead [-- REQUESTS CONCURRENCY]`
+//! (components must be built: `cargo xtask build-policies`). Prints a table.
+//!
+//! The upstream answers a fixed chat completion at once (an in-process HTTP server), so the
+//! difference between the two columns is the proxy: parsing, identity, the policy's `observe`
+//! calls, the upstream hop. The proxy runs CacheSage, the default policy.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyRegistry, SlotConfig};
+use agentrt_serve::tenants::Tenants;
+use agentrt_serve::warmup::WarmupOptions;
+use agentrt_serve::{router, AppState, ServeOptions};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+async fn fast_upstream() -> String {
+    let answer = json!({"id": "c", "object": "chat.completion", "model": "tiny",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 300, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 256}}});
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        post(move |Json(_): Json<Value>| {
+            let answer = answer.clone();
+            async move { Json(answer) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+async fn proxy(upstream: &str) -> String {
+    let engine = PolicyEngine::new(EngineOptions::default()).unwrap();
+    let path = agentrt_runtime::components_dir().join("cachesage.wasm");
+    let component = Arc::new(engine.load_file(&path).expect("run `cargo xtask build-policies` first"));
+    let tenants = Tenants::new(
+        PolicyRegistry::new(engine),
+        component,
+        SlotConfig::new(""),
+        HashMap::new(),
+    );
+    let options = ServeOptions {
+        upstream: upstream.to_string(),
+        vllm_xargs: true,
+        admin_token: None,
+        upstream_api_key: None,
+        warmup: WarmupOptions::default(),
+    };
+    let state = Arc::new(AppState::new(options, tenants));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router(state)).await.unwrap() });
+    url
+}
+
+/// A planner → coder → tester workload: distinct anchors (~1.2 KB system prompts), one session per task.
+fn body(i: usize) -> String {
+    let agent = ["planner", "coder", "tester"][i % 3];
+    let system = format!(
+        "You are the {agent}. {}",
+        "Follow the team's conventions carefully. ".repeat(30)
+    );
+    json!({"model": "tiny", "max_tokens": 1, "messages": [
+        {"role": "system", "content": system},
+        {"role": "user", "content": format!("Task {}", i / 3)},
+    ]})
+    .to_string()
+}
+
+/// Send `n` requests with `concurrency` in flight; per-request latencies and the wall time.
+async fn drive(url: &str, n: usize, concurrency: usize) -> (Vec<Duration>, Duration) {
+    let client = reqwest::Client::new();
+    let endpoint = format!("{url}/v1/chat/completions");
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let workers: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (client, endpoint, next) = (client.clone(), endpoint.clone(), next.clone());
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= n {
+                        return latencies;
+                    }
+                    let t = Instant::now();
+                    let response = client
+                        .post(&endpoint)
+                        .header("content-type", "application/json")
+                        .body(body(i))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert!(response.status().is_success());
+                    let _ = response.bytes().await.unwrap();
+                    latencies.push(t.elapsed());
+                }
+            })
+        })
+        .collect();
+    let mut all = Vec::with_capacity(n);
+    for w in workers {
+        all.extend(w.await.unwrap());
+    }
+    (all, started.elapsed())
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let n = args.first().copied().unwrap_or(5_000);
+    let concurrency = args.get(1).copied().unwrap_or(8);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let upstream = fast_upstream().await;
+        let proxied = proxy(&upstream).await;
+        // Warm both paths (connections, the policy's first compile-cache hit, allocations).
+        drive(&upstream, 300, concurrency).await;
+        drive(&proxied, 300, concurrency).await;
+        let mut rows = Vec::new();
+        for (label, url) in [("direct", &upstream), ("through agentrt serve", &proxied)] {
+            let (mut latencies, wall) = drive(url, n, concurrency).await;
+            latencies.sort();
+            rows.push((
+                label,
+                percentile(&latencies, 0.5),
+                percentile(&latencies, 0.99),
+                n as f64 / wall.as_secs_f64(),
+            ));
+        }
+        println!("{n} requests, {concurrency} in flight, fast local upstream, CacheSage in the proxy");
+        println!("{:<24} {:>10} {:>10} {:>12}", "path", "p50 µs", "p99 µs", "req/s");
+        for (label, p50, p99, rps) in &rows {
+            println!(
+                "{label:<24} {:>10.0} {:>10.0} {:>12.0}",
+                p50.as_secs_f64() * 1e6,
+                p99.as_secs_f64() * 1e6,
+                rps
+            );
+        }
+        let (d, p) = (&rows[0], &rows[1]);
+        println!(
+            "{:<24} {:>10.0} {:>10.0}",
+            "added by the proxy",
+            (p.1.as_secs_f64() - d.1.as_secs_f64()) * 1e6,
+            (p.2.as_secs_f64() - d.2.as_secs_f64()) * 1e6
+        );
+    });
+}
