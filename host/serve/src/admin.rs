@@ -5,7 +5,8 @@
 //!   the tenant if new, then hot-swaps its policy, carrying learned state over (`fresh=true`: start
 //!   the new policy from scratch, e.g. a different policy). A component that does not load, start
 //!   or accept the state leaves the running policy in place and answers 400.
-//! - `GET /admin/tenants` — tenants, their policies and agent counts.
+//! - `GET /admin/tenants` — tenants, their policies, agents (count and names) and distinct sessions
+//!   seen.
 
 use std::sync::Arc;
 
@@ -106,7 +107,14 @@ async fn list_tenants(State(state): State<Arc<AppState>>, headers: HeaderMap) ->
         .iter()
         .map(|t| {
             let info = t.policy.info();
-            json!({"tenant": t.name, "policy": info.name, "version": info.version, "agents": t.agents.agents()})
+            json!({
+                "tenant": t.name,
+                "policy": info.name,
+                "version": info.version,
+                "agents": t.agents.agents(),
+                "agent_names": t.agents.agent_names(),
+                "sessions": t.agents.sessions(),
+            })
         })
         .collect();
     Json(json!({ "tenants": tenants })).into_response()

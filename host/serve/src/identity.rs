@@ -9,7 +9,7 @@
 //! [`AgentDirectory`] interns agent names into policy handles (per tenant, so one tenant's policy
 //! never hears of another's agents) and remembers each anchor so a warm-up can be rebuilt.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
 use axum::http::HeaderMap;
@@ -131,6 +131,9 @@ pub fn identify_completion(headers: &HeaderMap, body: &Value) -> Identity {
 
 /// Anchors remembered per tenant, for warm-ups. Bounded: the oldest is forgotten first.
 const MAX_ANCHORS: usize = 1024;
+/// Sessions remembered per tenant, to count distinct ones. Bounded: the oldest is forgotten first
+/// (a forgotten session that comes back is counted again).
+const MAX_SESSIONS: usize = 4096;
 
 /// One tenant's agents: names → handles, and anchors by hash.
 #[derive(Default)]
@@ -143,6 +146,9 @@ struct Directory {
     handles: HashMap<String, u32>,
     anchors: HashMap<u64, (u32, Anchor)>,
     anchor_order: VecDeque<u64>,
+    sessions: HashSet<u64>,
+    session_order: VecDeque<u64>,
+    sessions_seen: u64,
 }
 
 impl AgentDirectory {
@@ -188,6 +194,35 @@ impl AgentDirectory {
 
     pub fn agents(&self) -> usize {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).handles.len()
+    }
+
+    /// Agent names, in handle order.
+    pub fn agent_names(&self) -> Vec<String> {
+        let d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut named: Vec<(u32, String)> = d.handles.iter().map(|(n, h)| (*h, n.clone())).collect();
+        named.sort();
+        named.into_iter().map(|(_, n)| n).collect()
+    }
+
+    /// Note that a request of `session` arrived; true if the session is new.
+    pub fn record_session(&self, session: u64) -> bool {
+        let mut d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if !d.sessions.insert(session) {
+            return false;
+        }
+        d.sessions_seen += 1;
+        d.session_order.push_back(session);
+        if d.session_order.len() > MAX_SESSIONS {
+            if let Some(oldest) = d.session_order.pop_front() {
+                d.sessions.remove(&oldest);
+            }
+        }
+        true
+    }
+
+    /// Distinct sessions seen so far.
+    pub fn sessions(&self) -> u64 {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).sessions_seen
     }
 }
 
@@ -270,5 +305,24 @@ mod tests {
         }
         assert!(d.anchor(0).is_none(), "the oldest anchor was forgotten");
         assert!(d.anchor(MAX_ANCHORS as u64 + 4).is_some());
+    }
+
+    #[test]
+    fn the_directory_counts_distinct_sessions_and_lists_agents() {
+        let d = AgentDirectory::default();
+        let h = HeaderMap::new();
+        for (system, task) in [("planner", "T1"), ("coder", "T1"), ("planner", "T2"), ("coder", "T2")] {
+            let (id, _) = identify_chat(&h, &chat(system, task)).unwrap();
+            d.intern(&id);
+            d.record_session(id.session);
+        }
+        assert_eq!(d.sessions(), 2, "one session per task, whichever agent calls");
+        assert_eq!(d.agent_names().len(), 2);
+        assert!(d.agent_names()[0].starts_with("anchor-"));
+        for s in 0..(MAX_SESSIONS as u64 + 10) {
+            d.record_session(s);
+        }
+        assert_eq!(d.sessions(), 2 + MAX_SESSIONS as u64 + 10);
+        assert!(d.inner.lock().unwrap().sessions.len() <= MAX_SESSIONS, "bounded");
     }
 }

@@ -20,6 +20,8 @@ pub struct ProxyMetrics {
     pub warmups_skipped: AtomicU64,
     pub warmups_failed: AtomicU64,
     pub policy_errors: AtomicU64,
+    pub anchors_tokenized: AtomicU64,
+    pub anchors_estimated: AtomicU64,
     overhead_buckets: [AtomicU64; OVERHEAD_BUCKETS_US.len()],
     overhead_count: AtomicU64,
     overhead_sum_us: AtomicU64,
@@ -79,6 +81,16 @@ impl ProxyMetrics {
                 "agentrt_proxy_policy_errors_total",
                 "Policy calls that failed during a request.",
                 &self.policy_errors,
+            ),
+            (
+                "agentrt_proxy_anchors_tokenized_total",
+                "New agents whose anchor size the upstream counted in tokens.",
+                &self.anchors_tokenized,
+            ),
+            (
+                "agentrt_proxy_anchors_estimated_total",
+                "New agents whose anchor size is a byte estimate (the upstream did not count it).",
+                &self.anchors_estimated,
             ),
         ];
         for (name, help, value) in counters {

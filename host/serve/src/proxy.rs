@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use agentrt_runtime::types::{Event, RequestArrival, RequestFinish};
 
 use crate::error::ApiError;
-use crate::identity::{identify_chat, identify_completion, Identity};
+use crate::identity::{identify_chat, identify_completion, Anchor, Identity};
 use crate::metrics::ProxyMetrics;
 use crate::tenants::{Tenant, Tenants};
 use crate::warmup::{WarmupOptions, Warmups};
@@ -156,8 +156,16 @@ async fn chat_completions(State(state): State<Arc<AppState>>, headers: HeaderMap
             state.metrics.bad_requests.fetch_add(1, Relaxed);
             ApiError::bad_request(m)
         })?;
-        let (agent, registration) = tenant.agents.intern(&identity);
+        let (agent, mut registration) = tenant.agents.intern(&identity);
+        if let Some(Event::AgentRegistered(new_agent)) = registration.as_mut() {
+            if state.options.vllm_xargs {
+                if let Some(tokens) = anchor_tokens_upstream(&state, &anchor).await {
+                    new_agent.anchor_tokens = tokens;
+                }
+            }
+        }
         tenant.agents.record_anchor(identity.anchor_hash, agent, anchor);
+        tenant.agents.record_session(identity.session);
         Ok::<_, ApiError>((
             tenant,
             json_with(&state, &mut json, agent, &identity),
@@ -192,6 +200,7 @@ async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
         let mut json = parse_body(&state, &body)?;
         let identity = identify_completion(&headers, &json);
         let (agent, registration) = tenant.agents.intern(&identity);
+        tenant.agents.record_session(identity.session);
         Ok::<_, ApiError>((
             tenant,
             json_with(&state, &mut json, agent, &identity),
@@ -216,6 +225,45 @@ async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
         received,
     )
     .await
+}
+
+/// How long a new agent's first request waits for the upstream to count its anchor's tokens.
+const TOKENIZE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The exact size in tokens of a new agent's anchor, counted once by the upstream (vLLM's
+/// `/tokenize`, which renders the system messages and tools through the model's chat template
+/// exactly as they open every prompt of the agent). Policies tell anchor blocks from session
+/// content by it (`position < anchor-tokens`), and the byte estimate (bytes / 4) is far off for
+/// tool schemas and for small tokenizers. `None` — the estimate stays — when the upstream cannot
+/// answer in time, e.g. it is not vLLM.
+async fn anchor_tokens_upstream(state: &AppState, anchor: &Anchor) -> Option<u32> {
+    if anchor.messages.is_empty() && anchor.tools.is_none() {
+        return None;
+    }
+    let mut body = json!({"model": anchor.model, "messages": anchor.messages, "add_generation_prompt": false});
+    if let Some(tools) = &anchor.tools {
+        body["tools"] = tools.clone();
+    }
+    let request = state
+        .upstream_request("/tokenize")
+        .timeout(TOKENIZE_TIMEOUT)
+        .body(serde_json::to_vec(&body).expect("values serialize"));
+    let counted = async {
+        let response = request.send().await.ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        let answer: Value = serde_json::from_slice(&response.bytes().await.ok()?).ok()?;
+        answer.get("count")?.as_u64().and_then(|n| u32::try_from(n).ok())
+    }
+    .await;
+    if counted.is_some() {
+        state.metrics.anchors_tokenized.fetch_add(1, Relaxed);
+    } else {
+        state.metrics.anchors_estimated.fetch_add(1, Relaxed);
+        tracing::debug!(model = %anchor.model, "the upstream did not count the anchor's tokens; keeping the byte estimate");
+    }
+    counted
 }
 
 fn json_with(state: &AppState, json: &mut Value, agent: u32, identity: &Identity) -> Vec<u8> {

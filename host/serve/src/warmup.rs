@@ -143,6 +143,10 @@ impl Warmups {
         let mut body = json!({"model": anchor.model, "messages": messages, "max_tokens": 1, "stream": false});
         if let Some(tools) = &anchor.tools {
             body["tools"] = tools.clone();
+            // The tools are part of the anchor (the chat template renders them), but a warm-up
+            // must not ask for a tool call: without `tool_choice` an OpenAI server defaults to
+            // "auto", which vLLM refuses (400) unless started with a tool-call parser.
+            body["tool_choice"] = json!("none");
         }
         if state.options.vllm_xargs {
             body["vllm_xargs"] = json!({"agentrt_agent": agent, "agentrt_session": 0, "agentrt_warmup": true});

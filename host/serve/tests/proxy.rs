@@ -257,6 +257,10 @@ async fn warmups_are_marked_and_carry_only_the_anchor() {
     assert_eq!(w["vllm_xargs"]["agentrt_warmup"], true);
     assert_eq!(w["messages"][0]["content"], "You are the tester.");
     assert_eq!(w["tools"], body["tools"]);
+    assert_eq!(
+        w["tool_choice"], "none",
+        "a warm-up with tools asks for no tool call (vLLM refuses \"auto\" without a parser)"
+    );
     assert!(
         !w.to_string().contains("secret session content"),
         "never session content: {w}"
@@ -368,4 +372,57 @@ async fn the_admin_api_is_authenticated_and_swaps_policies_safely() {
             && metrics.contains("agentrt_policy_swaps_total{tenant=\"default\",slot=\"kv\"} 1"),
         "{metrics}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listing_counts_agents_and_sessions() {
+    let p = proxy("lru").await;
+    for task in ["Task A", "Task B"] {
+        for system in ["You are the planner.", "You are the coder.", "You are the reviewer."] {
+            assert_eq!(
+                post_json(&p, &chat(system, task, "tiny", false), &[]).await.status(),
+                200
+            );
+        }
+    }
+    let listing: Value = reqwest::Client::new()
+        .get(format!("{}/admin/tenants", p.url))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tenant = &listing["tenants"][0];
+    assert_eq!(tenant["agents"], 3, "{listing}");
+    assert_eq!(tenant["agent_names"].as_array().unwrap().len(), 3);
+    assert_eq!(tenant["sessions"], 2, "one session per task: {listing}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_agents_anchor_is_counted_once_by_the_upstream() {
+    let p = proxy("lru").await;
+    let mut body = chat("You are the tester.", "Task 1", "tiny", false);
+    body["tools"] = json!([{"type": "function", "function": {"name": "run_tests"}}]);
+    assert_eq!(post_json(&p, &body, &[]).await.status(), 200);
+    let mut again = chat("You are the tester.", "Task 2", "tiny", false);
+    again["tools"] = body["tools"].clone();
+    assert_eq!(post_json(&p, &again, &[]).await.status(), 200);
+    let asked = p.stub.tokenized();
+    assert_eq!(asked.len(), 1, "once per agent, not per request");
+    assert_eq!(
+        asked[0]["messages"],
+        json!([{"role": "system", "content": "You are the tester."}])
+    );
+    assert_eq!(asked[0]["tools"], body["tools"]);
+    assert_eq!(asked[0]["add_generation_prompt"], false);
+    assert!(!asked[0].to_string().contains("Task 1"), "only the anchor is counted");
+    assert_eq!(p.state.metrics.anchors_tokenized.load(Relaxed), 1);
+
+    // An upstream without /tokenize (the stub's `no-tokenize` model answers 404): the byte
+    // estimate stays and the request goes through.
+    let other = chat("You are the planner.", "Task 1", "no-tokenize", false);
+    assert_eq!(post_json(&p, &other, &[]).await.status(), 200);
+    assert_eq!(p.state.metrics.anchors_estimated.load(Relaxed), 1);
 }

@@ -4,7 +4,7 @@
 //!
 //! Behaviour by request `model`: `fail-mid-stream` sends one SSE chunk then cuts the connection;
 //! `unknown` answers 404 like vLLM; anything else answers, streaming (three chunks, the last with
-//! usage) when `stream` is true.
+//! usage) when `stream` is true. `/tokenize` answers a count of 321 (404 for model `no-tokenize`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,9 +26,14 @@ pub struct Received {
 #[derive(Clone, Default)]
 pub struct Stub {
     pub received: Arc<Mutex<Vec<Received>>>,
+    /// Bodies of `/tokenize` requests.
+    pub tokenize: Arc<Mutex<Vec<Value>>>,
 }
 
 impl Stub {
+    pub fn tokenized(&self) -> Vec<Value> {
+        self.tokenize.lock().unwrap().clone()
+    }
     pub fn user_requests(&self) -> Vec<Received> {
         self.received
             .lock()
@@ -52,7 +57,22 @@ impl Stub {
 pub async fn start() -> (String, Stub) {
     let stub = Stub::default();
     let recorder = stub.clone();
+    let tokenize = stub.tokenize.clone();
     let app = Router::new()
+        .route(
+            "/tokenize",
+            post(move |Json(body): Json<Value>| {
+                let tokenize = tokenize.clone();
+                async move {
+                    let missing = body["model"] == "no-tokenize";
+                    tokenize.lock().unwrap().push(body);
+                    if missing {
+                        return StatusCode::NOT_FOUND.into_response();
+                    }
+                    Json(json!({"count": 321, "max_model_len": 2048, "tokens": []})).into_response()
+                }
+            }),
+        )
         .route(
             "/v1/chat/completions",
             post(move |headers: HeaderMap, Json(body): Json<Value>| {
