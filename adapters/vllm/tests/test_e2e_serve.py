@@ -1,0 +1,334 @@
+"""End to end: a multi-agent workload through ``agentrt serve`` in front of a real vLLM (CPU, the
+tiny model), run twice from a cold cache — once with the LRU policy, once with CacheSage — and
+judged by vLLM's own prefix-cache counters (``vllm:prefix_cache_queries_total`` /
+``vllm:prefix_cache_hits_total``).
+
+The whole path is real: the proxy identifies agents by their anchors (system prompt + tools) and
+sessions by their task, tells the policy, and forwards ``vllm_xargs``; the agentrt plugin inside
+vLLM tags blocks and asks the proxy's eviction socket which cached blocks to evict; vLLM's KV
+events reach the same policy over ZMQ; CacheSage's warm-ups go to vLLM as real requests.
+
+The workload: three agents (planner → coder → tester, then coder → tester rounds while the tester
+finds problems), each with its own system prompt and a tool definition (530–690 tokens of anchor
+with the tiny tokenizer, 16–21 blocks of 32), and many sessions interleaved four at a time, each
+with its own task. The KV cache has 80 blocks: the three anchors (~58 blocks) fit beside one
+request's own blocks, but not beside the last few requests' task text too, so LRU keeps evicting
+anchors between uses. The agent sequence is learnable: a session always starts with the planner,
+the planner hands over to the coder, the coder to the tester.
+
+Slow (two vLLM starts, 25–60 s each on two cores): AGENTRT_SKIP_VLLM_SERVE=1 skips it.
+Set AGENTRT_E2E_RESULTS=path.md to also write the measured table there (docs/results-vllm.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+import pytest
+
+from conftest import SKIP_SERVE_REASON
+
+pytestmark = pytest.mark.skipif(os.environ.get("AGENTRT_SKIP_VLLM_SERVE") == "1", reason=SKIP_SERVE_REASON)
+
+BLOCKS = 80  # KV-cache blocks of 32 tokens (--num-gpu-blocks-override)
+SESSIONS = 48  # tasks, each a planner → coder → tester (→ coder → tester)* session
+LIVE = 4  # sessions in progress at once, their requests interleaved
+MAX_TOKENS = 4
+SEED = 7
+
+# --- the workload ---------------------------------------------------------------------------------
+
+SYSTEM = {
+    "planner": (
+        "You are the planner of a small software team made of a planner, a coder and a tester. "
+        "You receive a task from a user and turn it into a short, ordered plan that the coder can follow "
+        "without asking questions. For every step name the module and the files to change, the public "
+        "functions whose behaviour changes, and the tests that must prove the change. Prefer small steps "
+        "that each leave the build green. Point out risks: data migrations, backwards compatibility, "
+        "security of user input, concurrency, and anything that needs a feature flag. Never write code "
+        "yourself and never guess file contents: use the tools to look."
+    ),
+    "coder": (
+        "You are the coder of a small software team made of a planner, a coder and a tester. You get the "
+        "user's task, the planner's numbered plan and, on later rounds, the tester's report. Implement the "
+        "next unfinished step of the plan as a minimal, reviewable patch in unified diff format. Keep the "
+        "existing style of the code base: naming, error handling, logging and comments. Do not reformat "
+        "code you do not change. Every new function gets a doc comment that says what it does and what it "
+        "returns on failure. Handle errors explicitly; never swallow an exception. If the tester reported a "
+        "failure, fix the cause, not the test. Use the tools to read files before you change them and to "
+        "run the formatter and the linter after. When a step cannot be done as planned, say why in one "
+        "sentence and propose the smallest change to the plan. End with the list of files you touched."
+    ),
+    "tester": (
+        "You are the tester of a small software team made of a planner, a coder and a tester. You get the "
+        "user's task, the plan and the coder's latest patch. Decide whether the patch does what the plan "
+        "step promised. Write or update unit tests for the changed behaviour, including the edge cases: "
+        "empty input, very large input, invalid input, concurrent callers and failures of dependencies. "
+        "Run the relevant tests with the tools and read the failures carefully. Report in this format: a "
+        "line PASS or FAIL, then for every failure the test name, the expected and the actual result, and "
+        "the most likely cause in the code. Do not fix the code yourself. Be strict about regressions: a "
+        "test that passed before the patch and fails after it is always a FAIL. Mention flaky tests "
+        "separately and never count them as passes. Keep the report short; the coder reads it next."
+    ),
+}
+
+
+def _tool(name: str, description: str, params: dict[str, str]) -> dict:
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
+        "type": "object", "properties": {k: {"type": "string", "description": v} for k, v in params.items()},
+        "required": list(params)}}}
+
+
+TOOLS = {
+    "planner": [_tool("search_code", "Search the repository for a symbol or text.", {"query": "text to look for"})],
+    "coder": [_tool("apply_patch", "Apply a unified diff to the working tree.", {"diff": "the patch"})],
+    "tester": [_tool("run_tests", "Run the tests whose names match a filter.", {"filter": "part of a test name"})],
+}
+
+TASK_WORDS = (
+    "parser cache index query retry timeout user account invoice report export import schema migration "
+    "endpoint handler worker queue batch stream buffer token session login logout audit metric alert config "
+    "flag feature rollout test fixture mock client server latency memory leak crash panic deadlock race lock "
+    "thread async await future promise json yaml csv sql table column row key value map list set tree graph "
+    "node edge path file folder module package build release"
+).split()
+
+
+@dataclass
+class Call:
+    session: str
+    agent: str
+    body: dict
+
+
+def _words(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(TASK_WORDS) for _ in range(n))
+
+
+def workload(sessions: int = SESSIONS, live: int = LIVE, seed: int = SEED) -> list[Call]:
+    """The requests in the order they are sent: ``live`` sessions at a time, one step of each in
+    turn; a finished session's place goes to the next task. Deterministic, so both policies get
+    exactly the same prompts. Each step's prompt: the agent's anchor, the task, the last three
+    steps' notes (stand-ins for the previous agents' answers) and a one-line turn marker."""
+    rng = random.Random(seed)
+    tasks = []
+    for s in range(sessions):
+        flow = ["planner", "coder", "tester"]
+        while rng.random() < 0.5 and len(flow) < 9:  # the tester found a problem: another round
+            flow += ["coder", "tester"]
+        task = f"Task {s}: " + _words(rng, rng.randint(30, 45))
+        notes = [_words(rng, rng.randint(10, 16)) for _ in flow]
+        tasks.append((f"task-{s}", task, flow, notes))
+    calls: list[Call] = []
+    pending = list(range(sessions))
+    active: list[list[int]] = []
+    while pending or active:
+        while len(active) < live and pending:
+            active.append([pending.pop(0), 0])
+        still = []
+        for slot in active:
+            index, step = slot
+            key, task, flow, notes = tasks[index]
+            agent = flow[step]
+            messages = [{"role": "system", "content": SYSTEM[agent]}, {"role": "user", "content": task}]
+            messages += [{"role": "assistant", "content": n} for n in notes[:step][-3:]]
+            messages.append({"role": "user", "content": f"{agent}, your turn."})
+            body = {"model": "tiny", "messages": messages, "tools": TOOLS[agent], "tool_choice": "none",
+                    "max_tokens": MAX_TOKENS, "temperature": 0, "stream": True,
+                    "stream_options": {"include_usage": True}}
+            calls.append(Call(key, agent, body))
+            slot[1] += 1
+            if slot[1] < len(flow):
+                still.append(slot)
+        active = still
+    return calls
+
+
+# --- running it -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    status: int
+    ttft_s: float
+    latency_s: float
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    error: str | None = None
+
+
+def stream_call(base: str, body: dict) -> Outcome:
+    """POST a streamed chat completion; time to the first byte of the first SSE event, total time,
+    the usage chunk, and any error (HTTP status, an SSE error event, no [DONE])."""
+    req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    start = time.perf_counter()
+    ttft = None
+    usage = None
+    done = False
+    error = None
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            status = r.status
+            for raw in r:
+                line = raw.decode().strip()
+                if not line.startswith("data:"):
+                    continue
+                if ttft is None:
+                    ttft = time.perf_counter() - start
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    done = True
+                    continue
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    error = json.dumps(chunk["error"])
+                if chunk.get("usage"):
+                    usage = chunk["usage"]
+    except urllib.error.HTTPError as e:
+        return Outcome(e.code, 0.0, time.perf_counter() - start, error=e.read().decode(errors="replace")[:500])
+    latency = time.perf_counter() - start
+    if not done and error is None:
+        error = "stream ended without [DONE]"
+    out = Outcome(status, ttft if ttft is not None else latency, latency, error=error)
+    if usage:
+        out.prompt_tokens = usage.get("prompt_tokens", 0)
+        out.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    return out
+
+
+@dataclass
+class Run:
+    policy: str
+    outcomes: list[Outcome] = field(default_factory=list)
+    wall_s: float = 0.0
+    vllm_queries: float = 0.0
+    vllm_hits: float = 0.0
+    proxy: dict[str, float] = field(default_factory=dict)
+    ready_s: float = 0.0
+
+    @property
+    def hit_rate(self) -> float:
+        return self.vllm_hits / self.vllm_queries if self.vllm_queries else 0.0
+
+    @property
+    def user_hit_rate(self) -> float:
+        prompt = sum(o.prompt_tokens for o in self.outcomes)
+        return sum(o.cached_tokens for o in self.outcomes) / prompt if prompt else 0.0
+
+    @property
+    def late_user_hit_rate(self) -> float:
+        """User-request hit rate over the second half of the run (CacheSage has learned by then)."""
+        late = self.outcomes[len(self.outcomes) // 2:]
+        prompt = sum(o.prompt_tokens for o in late)
+        return sum(o.cached_tokens for o in late) / prompt if prompt else 0.0
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status != 200 or o.error is not None]
+
+    def row(self) -> str:
+        ttft = statistics.mean(o.ttft_s for o in self.outcomes) * 1e3
+        p50 = statistics.median(o.ttft_s for o in self.outcomes) * 1e3
+        rps = len(self.outcomes) / self.wall_s
+        tps = sum(o.prompt_tokens for o in self.outcomes) / self.wall_s
+        return (f"| {self.policy} | {self.hit_rate:.3f} | {self.user_hit_rate:.3f} | {self.late_user_hit_rate:.3f} | "
+                f"{ttft:.1f} | {p50:.1f} | "
+                f"{rps:.1f} | {tps:.0f} | {self.proxy.get('agentrt_proxy_warmups_sent_total', 0):.0f} | "
+                f"{len(self.failed)}/{len(self.outcomes)} |")
+
+
+HEADER = ("| policy | hit rate (vLLM counters) | hit rate (user requests) | user, 2nd half | mean TTFT ms | "
+          "p50 TTFT ms | req/s | prompt tok/s | warm-ups | failed |\n|---|---|---|---|---|---|---|---|---|---|")
+
+
+def run_policy(start_stack, policy: str, calls: list[Call]) -> Run:
+    stack = start_stack(policy, blocks=BLOCKS, log_level=os.environ.get("AGENTRT_LOG", "info"))
+    run = Run(policy, ready_s=stack.vllm.ready_s or 0.0)
+    try:
+        before = stack.vllm.metrics()
+        start = time.perf_counter()
+        for call in calls:
+            run.outcomes.append(stream_call(stack.serve.base, call.body))
+        run.wall_s = time.perf_counter() - start
+        time.sleep(0.5)  # let a last warm-up land before reading the counters
+        after = stack.vllm.metrics()
+        run.vllm_queries = after.get("vllm:prefix_cache_queries_total", 0) - before.get("vllm:prefix_cache_queries_total", 0)
+        run.vllm_hits = after.get("vllm:prefix_cache_hits_total", 0) - before.get("vllm:prefix_cache_hits_total", 0)
+        run.proxy = stack.serve.metrics()
+    finally:
+        stack.stop()  # cold cache for the next policy: a fresh vLLM and a fresh proxy
+    print(f"\n[{policy}] vLLM ready in {run.ready_s:.1f} s; {len(calls)} requests in {run.wall_s:.1f} s; "
+          f"logs in {stack.workdir}")
+    return run
+
+
+def test_cachesage_beats_lru_on_a_real_vllm(start_stack):
+    calls = workload()
+    runs = [run_policy(start_stack, policy, calls) for policy in ("lru", "cachesage")]
+    lru, sage = runs
+    table = "\n".join([HEADER, *(r.row() for r in runs)])
+    print(f"\n{len(calls)} requests, {SESSIONS} sessions ({LIVE} live), {BLOCKS} blocks of 32 tokens\n{table}")
+    for r in runs:
+        print(f"[{r.policy}] proxy:", {k: v for k, v in r.proxy.items() if k.startswith("agentrt_proxy_")
+                                       and not k.startswith("agentrt_proxy_overhead")})
+    results = os.environ.get("AGENTRT_E2E_RESULTS")
+    if results:
+        with open(results, "w") as f:
+            f.write(table + "\n")
+
+    for r in runs:
+        assert not r.failed, f"{r.policy}: failed requests: {[(o.status, o.error) for o in r.failed][:5]}"
+        assert r.vllm_queries > 0, f"{r.policy}: vLLM counted no prefix-cache queries"
+        assert r.proxy.get("agentrt_proxy_requests_failed_total", 0) == 0
+        assert r.proxy.get("agentrt_policy_fallbacks_total", 0) == 0, f"{r.policy}: the policy failed and fell back"
+    assert sage.hit_rate > lru.hit_rate, (
+        f"CacheSage's hit rate {sage.hit_rate:.3f} is not above LRU's {lru.hit_rate:.3f}\n{table}")
+
+
+# --- a real framework as the client ------------------------------------------------------------------
+
+
+def load_langgraph_example():
+    pytest.importorskip("langgraph.graph", reason="langgraph is not installed: run adapters/vllm/setup-venv.sh")
+    pytest.importorskip("langchain_openai", reason="langchain-openai is not installed: run adapters/vllm/setup-venv.sh")
+    import importlib.util
+
+    from conftest import REPO
+
+    path = REPO / "examples" / "langgraph" / "graph.py"
+    spec = importlib.util.spec_from_file_location("agentrt_langgraph_example", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_langgraph_graph_through_agentrt_serve(start_stack):
+    """examples/langgraph unchanged but for base_url: the proxy must name its three ChatOpenAI nodes
+    as three agents and each run of the graph as one session, and every call must succeed."""
+    example = load_langgraph_example()
+    stack = start_stack("cachesage", admin_token="e2e-admin")
+    graph = example.build_graph(stack.serve.base + "/v1", max_tokens=8)
+    tasks = example.TASKS[:3]
+    for task in tasks:
+        result = graph.invoke({"task": task})  # ChatOpenAI(max_retries=0): a failed call raises here
+        assert all(isinstance(result[k], str) for k in ("plan", "patch", "review")), result
+    listing = stack.serve.tenants()
+    print("\nGET /admin/tenants:", json.dumps(listing))
+    (tenant,) = listing["tenants"]
+    assert tenant["agents"] == 3, f"three ChatOpenAI nodes with three system prompts are three agents: {tenant}"
+    assert tenant["sessions"] == len(tasks), f"one session per task: {tenant}"
+    proxy = stack.serve.metrics()
+    assert proxy["agentrt_proxy_requests_total"] == 3 * len(tasks)
+    assert proxy["agentrt_proxy_requests_failed_total"] == 0
+    assert proxy["agentrt_proxy_upstream_errors_total"] == 0
+    assert proxy["agentrt_proxy_bad_requests_total"] == 0
+    vllm = stack.vllm.metrics()
+    assert vllm.get("vllm:request_success_total", 0) >= 3 * len(tasks), "vLLM finished every call"
