@@ -42,6 +42,9 @@ SESSIONS = 48  # tasks, each a planner → coder → tester (→ coder → teste
 LIVE = 4  # sessions in progress at once, their requests interleaved
 MAX_TOKENS = 4
 SEED = 7
+# A session's next step comes 3 requests later (~0.1–0.3 s here); one silent for 1 s is done. The
+# proxy then reports it ended, so CacheSage stops valuing a finished task's blocks.
+SERVE_ARGS = ("--session-idle-ms", "1000")
 
 # --- the workload ---------------------------------------------------------------------------------
 
@@ -250,7 +253,7 @@ HEADER = ("| policy | hit rate (vLLM counters) | hit rate (user requests) | user
 
 
 def run_policy(start_stack, policy: str, calls: list[Call]) -> Run:
-    stack = start_stack(policy, blocks=BLOCKS, log_level=os.environ.get("AGENTRT_LOG", "info"))
+    stack = start_stack(policy, blocks=BLOCKS, serve_args=SERVE_ARGS, log_level=os.environ.get("AGENTRT_LOG", "info"))
     run = Run(policy, ready_s=stack.vllm.ready_s or 0.0)
     try:
         before = stack.vllm.metrics()
@@ -267,6 +270,11 @@ def run_policy(start_stack, policy: str, calls: list[Call]) -> Run:
         stack.stop()  # cold cache for the next policy: a fresh vLLM and a fresh proxy
     print(f"\n[{policy}] vLLM ready in {run.ready_s:.1f} s; {len(calls)} requests in {run.wall_s:.1f} s; "
           f"logs in {stack.workdir}")
+    late = len(calls) // 2
+    for agent in SYSTEM:
+        mine = [o for c, o in zip(calls[late:], run.outcomes[late:]) if c.agent == agent]
+        print(f"[{policy}] {agent}: 2nd-half mean cached tokens {statistics.mean(o.cached_tokens for o in mine):.0f}"
+              f" of {statistics.mean(o.prompt_tokens for o in mine):.0f}")
     return run
 
 

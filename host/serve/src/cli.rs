@@ -56,6 +56,11 @@ pub struct ServeArgs {
     /// Sustained warm-ups per second.
     #[arg(long, default_value_t = WarmupOptions::default().per_second)]
     pub warmup_rate: f64,
+    /// A session with no request for this long is reported ended (`session-end`) to its policy;
+    /// 0 = never. Clients send no "done" signal, so silence is the proxy's only sign that a
+    /// workflow finished; size it above the longest pause between two steps of one workflow.
+    #[arg(long, default_value_t = 60_000)]
+    pub session_idle_ms: u64,
 }
 
 fn pairs(raw: &[String], what: &str) -> anyhow::Result<Vec<(String, String)>> {
@@ -147,7 +152,25 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         args.upstream,
         engine_tenant.policy.info().name
     );
-    axum::serve(listener, router(Arc::new(state)))
+    let state = Arc::new(state);
+    if args.session_idle_ms > 0 {
+        let idle = std::time::Duration::from_millis(args.session_idle_ms);
+        let sweeper = state.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(
+                (idle / 4).clamp(std::time::Duration::from_millis(50), std::time::Duration::from_secs(5)),
+            );
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let ended = sweeper.end_idle_sessions(idle);
+                if ended > 0 {
+                    tracing::debug!(ended, "idle sessions reported ended");
+                }
+            }
+        });
+    }
+    axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     Ok(())

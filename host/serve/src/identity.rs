@@ -9,8 +9,9 @@
 //! [`AgentDirectory`] interns agent names into policy handles (per tenant, so one tenant's policy
 //! never hears of another's agents) and remembers each anchor so a warm-up can be rebuilt.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
 use serde_json::{json, Value};
@@ -131,8 +132,8 @@ pub fn identify_completion(headers: &HeaderMap, body: &Value) -> Identity {
 
 /// Anchors remembered per tenant, for warm-ups. Bounded: the oldest is forgotten first.
 const MAX_ANCHORS: usize = 1024;
-/// Sessions remembered per tenant, to count distinct ones. Bounded: the oldest is forgotten first
-/// (a forgotten session that comes back is counted again).
+/// Live sessions remembered per tenant (to count them and to end idle ones). Bounded: the oldest
+/// is forgotten first. A forgotten or ended session that comes back counts as a new one.
 const MAX_SESSIONS: usize = 4096;
 
 /// One tenant's agents: names → handles, and anchors by hash.
@@ -146,7 +147,9 @@ struct Directory {
     handles: HashMap<String, u32>,
     anchors: HashMap<u64, (u32, Anchor)>,
     anchor_order: VecDeque<u64>,
-    sessions: HashSet<u64>,
+    /// Live sessions → when their last request arrived or finished.
+    sessions: HashMap<u64, Instant>,
+    /// Live sessions, first seen first (bounds the map).
     session_order: VecDeque<u64>,
     sessions_seen: u64,
 }
@@ -204,20 +207,54 @@ impl AgentDirectory {
         named.into_iter().map(|(_, n)| n).collect()
     }
 
-    /// Note that a request of `session` arrived; true if the session is new.
+    /// Note that a request of `session` arrived or finished; true if the session is new.
     pub fn record_session(&self, session: u64) -> bool {
+        self.record_session_at(session, Instant::now())
+    }
+
+    pub fn record_session_at(&self, session: u64, now: Instant) -> bool {
         let mut d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if !d.sessions.insert(session) {
+        if let Some(last) = d.sessions.get_mut(&session) {
+            *last = now;
             return false;
         }
+        d.sessions.insert(session, now);
         d.sessions_seen += 1;
         d.session_order.push_back(session);
-        if d.session_order.len() > MAX_SESSIONS {
+        while d.session_order.len() > MAX_SESSIONS {
             if let Some(oldest) = d.session_order.pop_front() {
                 d.sessions.remove(&oldest);
             }
         }
         true
+    }
+
+    /// Forget the sessions with no request for at least `idle` and return them: the caller reports
+    /// them as ended. The proxy cannot see a workflow finish; silence is the only sign of it.
+    pub fn expire_sessions(&self, idle: Duration, now: Instant) -> Vec<u64> {
+        let mut d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let Directory {
+            sessions,
+            session_order,
+            ..
+        } = &mut *d;
+        let ended: Vec<u64> = sessions
+            .iter()
+            .filter(|(_, last)| now.saturating_duration_since(**last) >= idle)
+            .map(|(session, _)| *session)
+            .collect();
+        if !ended.is_empty() {
+            for session in &ended {
+                sessions.remove(session);
+            }
+            session_order.retain(|s| sessions.contains_key(s));
+        }
+        ended
+    }
+
+    /// Sessions live now (seen, not ended, not forgotten).
+    pub fn live_sessions(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).sessions.len()
     }
 
     /// Distinct sessions seen so far.
@@ -323,6 +360,28 @@ mod tests {
             d.record_session(s);
         }
         assert_eq!(d.sessions(), 2 + MAX_SESSIONS as u64 + 10);
-        assert!(d.inner.lock().unwrap().sessions.len() <= MAX_SESSIONS, "bounded");
+        assert!(d.live_sessions() <= MAX_SESSIONS, "bounded");
+    }
+
+    #[test]
+    fn idle_sessions_expire_and_active_ones_do_not() {
+        let d = AgentDirectory::default();
+        let t0 = Instant::now();
+        let idle = Duration::from_secs(10);
+        assert!(d.record_session_at(1, t0));
+        assert!(d.record_session_at(2, t0));
+        assert!(
+            !d.record_session_at(2, t0 + Duration::from_secs(8)),
+            "known: its clock moves on"
+        );
+        assert!(d.expire_sessions(idle, t0 + Duration::from_secs(9)).is_empty());
+        assert_eq!(d.expire_sessions(idle, t0 + Duration::from_secs(12)), vec![1]);
+        assert_eq!(d.live_sessions(), 1);
+        assert_eq!(d.expire_sessions(idle, t0 + Duration::from_secs(18)), vec![2]);
+        assert!(
+            d.record_session_at(1, t0 + Duration::from_secs(20)),
+            "an ended session that returns is new"
+        );
+        assert_eq!((d.sessions(), d.live_sessions()), (3, 1));
     }
 }

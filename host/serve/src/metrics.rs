@@ -22,6 +22,7 @@ pub struct ProxyMetrics {
     pub policy_errors: AtomicU64,
     pub anchors_tokenized: AtomicU64,
     pub anchors_estimated: AtomicU64,
+    pub sessions_ended: AtomicU64,
     overhead_buckets: [AtomicU64; OVERHEAD_BUCKETS_US.len()],
     overhead_count: AtomicU64,
     overhead_sum_us: AtomicU64,
@@ -86,6 +87,11 @@ impl ProxyMetrics {
                 "agentrt_proxy_anchors_tokenized_total",
                 "New agents whose anchor size the upstream counted in tokens.",
                 &self.anchors_tokenized,
+            ),
+            (
+                "agentrt_proxy_sessions_ended_total",
+                "Sessions reported ended to their policy after --session-idle-ms without a request.",
+                &self.sessions_ended,
             ),
             (
                 "agentrt_proxy_anchors_estimated_total",

@@ -93,6 +93,25 @@ impl AppState {
         }
     }
 
+    /// Report the sessions with no request for `idle` as ended (`session-end`) to their tenant's
+    /// policy — CacheSage learns "the session ends here" from it and stops valuing the session's
+    /// blocks. Returns how many ended. `agentrt serve` calls it periodically (`--session-idle-ms`).
+    pub fn end_idle_sessions(&self, idle: std::time::Duration) -> usize {
+        let now = Instant::now();
+        let mut ended = 0;
+        for tenant in self.tenants.list() {
+            let sessions = tenant.agents.expire_sessions(idle, now);
+            if sessions.is_empty() {
+                continue;
+            }
+            ended += sessions.len();
+            let events: Vec<Event> = sessions.into_iter().map(Event::SessionEnd).collect();
+            self.tell_policy(&tenant, &events);
+        }
+        self.metrics.sessions_ended.fetch_add(ended as u64, Relaxed);
+        ended
+    }
+
     /// Give events to a tenant's policy; a failure is logged and counted, never fatal.
     pub fn tell_policy(&self, tenant: &Tenant, events: &[Event]) {
         if let Err(e) = tenant.policy.observe(events) {
@@ -310,6 +329,8 @@ impl FinishGuard {
             finish.cached_tokens = field(usage.pointer("/prompt_tokens_details/cached_tokens")).unwrap_or(0);
         }
         self.state.tell_policy(&self.tenant, &[Event::RequestFinish(finish)]);
+        // A long request keeps its session alive: idleness counts from the last answer too.
+        self.tenant.agents.record_session(finish.session);
         self.state.warmups.kick(self.state.clone(), self.tenant.clone());
     }
 }

@@ -426,3 +426,33 @@ async fn a_new_agents_anchor_is_counted_once_by_the_upstream() {
     assert_eq!(post_json(&p, &other, &[]).await.status(), 200);
     assert_eq!(p.state.metrics.anchors_estimated.load(Relaxed), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sessions_are_reported_ended_to_the_policy() {
+    let p = proxy("probe").await;
+    for task in ["Task A", "Task B"] {
+        assert_eq!(
+            post_json(&p, &chat("You are the planner.", task, "tiny", false), &[])
+                .await
+                .status(),
+            200
+        );
+    }
+    let tenant = p.state.tenants.get_or_start("default").unwrap();
+    assert_eq!(tenant.agents.live_sessions(), 2);
+    assert_eq!(
+        p.state.end_idle_sessions(Duration::from_secs(3600)),
+        0,
+        "nothing is idle for an hour"
+    );
+    let observed = tenant.policy.metrics().calls(agentrt_runtime::Primitive::Observe);
+    assert_eq!(p.state.end_idle_sessions(Duration::ZERO), 2);
+    assert_eq!(
+        tenant.policy.metrics().calls(agentrt_runtime::Primitive::Observe),
+        observed + 1,
+        "both session-end events went to the policy in one call"
+    );
+    assert_eq!(tenant.agents.live_sessions(), 0);
+    assert_eq!(p.state.metrics.sessions_ended.load(Relaxed), 2);
+    assert_eq!(p.state.end_idle_sessions(Duration::ZERO), 0, "each session ends once");
+}
