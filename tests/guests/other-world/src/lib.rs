@@ -3,6 +3,8 @@
 
 wit_bindgen::generate!({ path: "wit", world: "greeter" });
 
+// Only exported (and so only constructed) in the wasm32 build.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 struct Greeter;
 
 impl Guest for Greeter {
