@@ -216,6 +216,8 @@ class Run:
     vllm_hits: float = 0.0
     proxy: dict[str, float] = field(default_factory=dict)
     ready_s: float = 0.0
+    score_calls: float = 0.0  # RANKs the plugin sent that reached the policy
+    block_items: float = 0.0  # block events (tags, touches, removals) the policy observed
 
     @property
     def hit_rate(self) -> float:
@@ -248,6 +250,12 @@ class Run:
                 f"{len(self.failed)}/{len(self.outcomes)} |")
 
 
+def series(text: str, name: str, label: str) -> float:
+    """Sum of the Prometheus series ``name`` whose labels contain ``label``."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") and label in line)
+
+
 HEADER = ("| policy | hit rate (vLLM counters) | hit rate (user requests) | user, 2nd half | mean TTFT ms | "
           "p50 TTFT ms | req/s | prompt tok/s | warm-ups | failed |\n|---|---|---|---|---|---|---|---|---|---|")
 
@@ -266,6 +274,9 @@ def run_policy(start_stack, policy: str, calls: list[Call]) -> Run:
         run.vllm_queries = after.get("vllm:prefix_cache_queries_total", 0) - before.get("vllm:prefix_cache_queries_total", 0)
         run.vllm_hits = after.get("vllm:prefix_cache_hits_total", 0) - before.get("vllm:prefix_cache_hits_total", 0)
         run.proxy = stack.serve.metrics()
+        text = stack.serve.metrics_text()
+        run.score_calls = series(text, "agentrt_policy_calls_total", 'primitive="score"')
+        run.block_items = series(text, "agentrt_policy_items_total", 'primitive="observe-blocks"')
     finally:
         stack.stop()  # cold cache for the next policy: a fresh vLLM and a fresh proxy
     print(f"\n[{policy}] vLLM ready in {run.ready_s:.1f} s; {len(calls)} requests in {run.wall_s:.1f} s; "
@@ -285,6 +296,7 @@ def test_cachesage_beats_lru_on_a_real_vllm(start_stack):
     table = "\n".join([HEADER, *(r.row() for r in runs)])
     print(f"\n{len(calls)} requests, {SESSIONS} sessions ({LIVE} live), {BLOCKS} blocks of 32 tokens\n{table}")
     for r in runs:
+        print(f"[{r.policy}] policy: {r.score_calls:.0f} rankings, {r.block_items:.0f} block events")
         print(f"[{r.policy}] proxy:", {k: v for k, v in r.proxy.items() if k.startswith("agentrt_proxy_")
                                        and not k.startswith("agentrt_proxy_overhead")})
     results = os.environ.get("AGENTRT_E2E_RESULTS")
@@ -297,6 +309,10 @@ def test_cachesage_beats_lru_on_a_real_vllm(start_stack):
         assert r.vllm_queries > 0, f"{r.policy}: vLLM counted no prefix-cache queries"
         assert r.proxy.get("agentrt_proxy_requests_failed_total", 0) == 0
         assert r.proxy.get("agentrt_policy_fallbacks_total", 0) == 0, f"{r.policy}: the policy failed and fell back"
+        assert r.score_calls > 0, f"{r.policy}: vLLM never asked the policy to rank an eviction"
+        assert r.block_items > 0, f"{r.policy}: no block tags reached the policy"
+        assert r.proxy.get("agentrt_proxy_anchors_tokenized_total", 0) == len(SYSTEM), "vLLM counted each anchor"
+    assert sage.proxy.get("agentrt_proxy_warmups_failed_total", 0) == 0, "vLLM refused CacheSage's warm-ups"
     assert sage.hit_rate > lru.hit_rate, (
         f"CacheSage's hit rate {sage.hit_rate:.3f} is not above LRU's {lru.hit_rate:.3f}\n{table}")
 
