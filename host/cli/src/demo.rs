@@ -1,6 +1,8 @@
 //! `agentrt demo`: the built-in policies on a short synthetic multi-agent trace — a
-//! planner → coder → tester loop over a few sessions — printing what each observes, scores,
-//! predicts and acts on.
+//! planner → coder → tester loop over a dozen sessions, one unrelated auditor call, and a new
+//! session stopped just before its tester — printing what each observes, scores, predicts and acts
+//! on. LRU evicts the tester's anchor (the oldest) just before it is needed; CacheSage evicts the
+//! auditor's and asks for a warm-up of the tester's.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,13 +17,21 @@ pub struct DemoArgs {
     #[arg(long)]
     components: Option<PathBuf>,
     /// Sessions to run through the loop.
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = 12)]
     sessions: u32,
 }
 
 /// The policies the demo runs, in order, when their components exist.
 const DEMO_POLICIES: &[&str] = &["lru", "cachesage"];
-const AGENTS: [(&str, u64); 3] = [("planner", 0x91a7), ("coder", 0xc0de), ("tester", 0x7e57)];
+const AGENTS: [(&str, u64); 4] = [
+    ("planner", 0x91a7),
+    ("coder", 0xc0de),
+    ("tester", 0x7e57),
+    ("auditor", 0xa0d1),
+];
+/// The loop's agents; the auditor runs once, on its own, and is not part of it.
+const LOOP: usize = 3;
+const AUDITOR: usize = 3;
 const ANCHOR_BLOCKS: u64 = 4;
 
 pub fn run(args: DemoArgs) -> anyhow::Result<()> {
@@ -72,20 +82,24 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
     let mut last_access = vec![0u64; AGENTS.len()];
     let mut clock = 0u64;
     let mut request_id = 0u64;
+    // One request of `agent` in `session`: the clock ticks and the agent's anchor is used.
+    let mut arrive = |agent: usize, session: u64, events: &mut Vec<Event>| {
+        request_id += 1;
+        clock += 1;
+        last_access[agent] = clock;
+        events.push(Event::RequestArrival(RequestArrival {
+            request_id,
+            agent: agent as u32 + 1,
+            session,
+            anchor_hash: AGENTS[agent].1,
+            prompt_tokens: 900,
+            warmup: false,
+            at_us: clock * 1000,
+        }));
+    };
     for session in 0..sessions as u64 {
-        for (agent, (_, anchor)) in AGENTS.iter().enumerate() {
-            request_id += 1;
-            clock += 1;
-            last_access[agent] = clock;
-            events.push(Event::RequestArrival(RequestArrival {
-                request_id,
-                agent: agent as u32 + 1,
-                session: session + 1,
-                anchor_hash: *anchor,
-                prompt_tokens: 900,
-                warmup: false,
-                at_us: clock * 1000,
-            }));
+        for agent in 0..LOOP {
+            arrive(agent, session + 1, &mut events);
             for i in 0..ANCHOR_BLOCKS {
                 let op = if session == 0 {
                     BlockOp::Stored
@@ -107,20 +121,27 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
         }
         events.push(Event::SessionEnd(session + 1));
     }
-    // Stop mid-loop: the planner and coder of a new session ran; the tester is next.
+    // A one-off auditor session, then a new loop session stops mid-way: the planner and the
+    // coder ran; the tester is next. The auditor's anchor is newer than the tester's, so LRU
+    // would evict the tester's first — just before the tester needs it.
+    arrive(AUDITOR, sessions as u64 + 1, &mut events);
+    events.push(Event::SessionEnd(sessions as u64 + 1));
     for agent in 0..2 {
-        request_id += 1;
-        clock += 1;
-        last_access[agent] = clock;
-        events.push(Event::RequestArrival(RequestArrival {
-            request_id,
+        arrive(agent, sessions as u64 + 2, &mut events);
+    }
+    for (agent, op) in [(AUDITOR, BlockOp::Stored), (2, BlockOp::Removed)] {
+        // The auditor's anchor was cached; the tester's last anchor block was evicted meanwhile.
+        let i = ANCHOR_BLOCKS - 1;
+        let parent = anchor_block(agent, i - 1);
+        let position = (i * 16) as u32;
+        let ev = BlockEvent {
+            op,
             agent: agent as u32 + 1,
-            session: sessions as u64 + 1,
-            anchor_hash: AGENTS[agent].1,
-            prompt_tokens: 900,
-            warmup: false,
-            at_us: clock * 1000,
-        }));
+            block_hash: anchor_block(agent, i),
+            parent_hash: parent,
+            position,
+        };
+        packed::encode(&ev, &mut blocks);
     }
     policy.observe(&events)?;
     policy.observe_blocks(&blocks)?;
@@ -152,7 +173,7 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
             item.last_access
         );
     }
-    let evict_first = &items[*ranking.order.last().expect("three items")];
+    let evict_first = &items[*ranking.order.last().expect("four items")];
     println!("evict     {} first", AGENTS[evict_first.agent as usize - 1].0);
 
     let forecasts = policy.predict(3)?;
