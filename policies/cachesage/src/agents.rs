@@ -20,9 +20,12 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// True when a block at `position` lies inside this agent's anchor.
-    pub fn is_anchor_position(&self, position: u32) -> bool {
-        position < self.anchor_tokens
+    /// True when a block of `block_tokens` at `position` lies wholly inside this agent's anchor.
+    /// The block that straddles the anchor's end also holds the start of a session's own content,
+    /// so it differs per session and is not part of the shared anchor. `block_tokens` 0 (not yet
+    /// known) counts any block that starts inside.
+    pub fn is_anchor_position(&self, position: u32, block_tokens: u32) -> bool {
+        position.saturating_add(block_tokens.max(1)) <= self.anchor_tokens
     }
 
     pub fn anchor_resident(&self) -> bool {

@@ -49,6 +49,9 @@ pub struct CacheSage {
     step: u32,
     /// `act` calls so far: the clock of warm-up cooldowns.
     acts: u32,
+    /// The engine's block size in tokens, learned from block positions (the smallest non-zero
+    /// position is one block in); 0 until seen. Not in snapshots: relearned from the next events.
+    block_tokens: u32,
     /// Derived from `transitions`; rebuilt lazily when stale.
     model: SurvivalModel,
     model_stale: bool,
@@ -73,6 +76,7 @@ impl CacheSage {
             params,
             step: 0,
             acts: 0,
+            block_tokens: 0,
             model: SurvivalModel::default(),
             model_stale: true,
             survival_stale: true,
@@ -176,7 +180,7 @@ impl CacheSage {
             return 0.0;
         };
         let agent = self.agents.get(slot).expect("found slots hold agents");
-        if agent.is_anchor_position(item.position) {
+        if agent.is_anchor_position(item.position, item.tokens) {
             // Anchors are shared by every session of the agent: any session reaching it counts.
             return self.survival[slot];
         }
@@ -233,11 +237,14 @@ impl Policy for CacheSage {
             }
             return;
         }
+        if block.position > 0 && (self.block_tokens == 0 || block.position < self.block_tokens) {
+            self.block_tokens = block.position;
+        }
         let Some(slot) = self.agents.find(block.agent) else {
             return;
         };
         let agent = self.agents.get_mut(slot).expect("found slots hold agents");
-        if !agent.is_anchor_position(block.position) {
+        if !agent.is_anchor_position(block.position, self.block_tokens) {
             return;
         }
         match block.op {

@@ -57,7 +57,11 @@ fn registration_sets_the_anchor_size_used_to_classify_blocks() {
     let p = h.policy();
     let slot = p.agents.find(7).unwrap();
     let agent = p.agents.get(slot).unwrap();
-    assert!(agent.is_anchor_position(496) && !agent.is_anchor_position(512));
+    assert!(
+        agent.is_anchor_position(480, 32) && !agent.is_anchor_position(496, 32),
+        "the straddling block is not anchor"
+    );
+    assert!(agent.is_anchor_position(496, 16) && !agent.is_anchor_position(512, 16));
 }
 
 #[test]
