@@ -165,85 +165,77 @@ fn add_xargs(body: &mut Value, agent: u32, session: u64, warmup: bool) {
     }
 }
 
+/// A request ready to go upstream: whose it is, who sent it, and the amended body.
+struct Prepared {
+    tenant: Arc<Tenant>,
+    body: Vec<u8>,
+    identity: Identity,
+    agent: u32,
+    /// The `agent-registered` event to send first, when the agent is new to this tenant.
+    registration: Option<Event>,
+}
+
 async fn chat_completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
     let received = Instant::now();
     state.metrics.requests.fetch_add(1, Relaxed);
-    let result = async {
-        let tenant = state.tenants.for_request(&headers)?;
-        let mut json = parse_body(&state, &body)?;
-        let (identity, anchor) = identify_chat(&headers, &json).map_err(|m| {
-            state.metrics.bad_requests.fetch_add(1, Relaxed);
-            ApiError::bad_request(m)
-        })?;
-        let (agent, mut registration) = tenant.agents.intern(&identity);
-        if let Some(Event::AgentRegistered(new_agent)) = registration.as_mut() {
-            if state.options.vllm_xargs {
-                if let Some(tokens) = anchor_tokens_upstream(&state, &anchor).await {
-                    new_agent.anchor_tokens = tokens;
-                }
-            }
-        }
-        tenant.agents.record_anchor(identity.anchor_hash, agent, anchor);
-        tenant.agents.record_session(identity.session);
-        Ok::<_, ApiError>((
-            tenant,
-            json_with(&state, &mut json, agent, &identity),
-            identity,
-            agent,
-            registration,
-        ))
+    match prepare_chat(&state, &headers, &body).await {
+        Ok(prepared) => forward(state, "/v1/chat/completions", prepared, received).await,
+        Err(e) => failed(&state, e),
     }
-    .await;
-    let (tenant, body, identity, agent, registration) = match result {
-        Ok(parts) => parts,
-        Err(e) => return failed(&state, e),
-    };
-    forward(
-        state,
-        tenant,
-        "/v1/chat/completions",
-        body,
-        identity,
-        agent,
-        registration,
-        received,
-    )
-    .await
 }
 
 async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
     let received = Instant::now();
     state.metrics.requests.fetch_add(1, Relaxed);
-    let result = async {
-        let tenant = state.tenants.for_request(&headers)?;
-        let mut json = parse_body(&state, &body)?;
+    let prepared = state.tenants.for_request(&headers).and_then(|tenant| {
+        let json = parse_body(&state, &body)?;
         let identity = identify_completion(&headers, &json);
         let (agent, registration) = tenant.agents.intern(&identity);
-        tenant.agents.record_session(identity.session);
-        Ok::<_, ApiError>((
-            tenant,
-            json_with(&state, &mut json, agent, &identity),
-            identity,
-            agent,
-            registration,
-        ))
+        Ok(prepare(&state, tenant, json, identity, agent, registration))
+    });
+    match prepared {
+        Ok(prepared) => forward(state, "/v1/completions", prepared, received).await,
+        Err(e) => failed(&state, e),
     }
-    .await;
-    let (tenant, body, identity, agent, registration) = match result {
-        Ok(parts) => parts,
-        Err(e) => return failed(&state, e),
-    };
-    forward(
-        state,
+}
+
+async fn prepare_chat(state: &AppState, headers: &HeaderMap, body: &Bytes) -> Result<Prepared, ApiError> {
+    let tenant = state.tenants.for_request(headers)?;
+    let json = parse_body(state, body)?;
+    let (identity, anchor) = identify_chat(headers, &json).map_err(|m| {
+        state.metrics.bad_requests.fetch_add(1, Relaxed);
+        ApiError::bad_request(m)
+    })?;
+    let (agent, mut registration) = tenant.agents.intern(&identity);
+    if let Some(Event::AgentRegistered(new_agent)) = registration.as_mut() {
+        if state.options.vllm_xargs {
+            if let Some(tokens) = anchor_tokens_upstream(state, &anchor).await {
+                new_agent.anchor_tokens = tokens;
+            }
+        }
+    }
+    tenant.agents.record_anchor(identity.anchor_hash, agent, anchor);
+    Ok(prepare(state, tenant, json, identity, agent, registration))
+}
+
+/// Record the session and amend the body: the part every route shares.
+fn prepare(
+    state: &AppState,
+    tenant: Arc<Tenant>,
+    mut json: Value,
+    identity: Identity,
+    agent: u32,
+    registration: Option<Event>,
+) -> Prepared {
+    tenant.agents.record_session(identity.session);
+    let body = json_with(state, &mut json, agent, &identity);
+    Prepared {
         tenant,
-        "/v1/completions",
         body,
         identity,
         agent,
         registration,
-        received,
-    )
-    .await
+    }
 }
 
 /// How long a new agent's first request waits for the upstream to count its anchor's tokens.
@@ -344,17 +336,14 @@ impl Drop for FinishGuard {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn forward(
-    state: Arc<AppState>,
-    tenant: Arc<Tenant>,
-    path: &str,
-    body: Vec<u8>,
-    identity: Identity,
-    agent: u32,
-    registration: Option<Event>,
-    received: Instant,
-) -> Response {
+async fn forward(state: Arc<AppState>, path: &str, prepared: Prepared, received: Instant) -> Response {
+    let Prepared {
+        tenant,
+        body,
+        identity,
+        agent,
+        registration,
+    } = prepared;
     let request_id = state.next_request_id.fetch_add(1, Relaxed);
     let mut events: Vec<Event> = registration.into_iter().collect();
     events.push(Event::RequestArrival(RequestArrival {
