@@ -2,7 +2,9 @@
 //!
 //! - `build-policies` — build every policy component (policies/*, tests/guests/*) into
 //!   `target/components/<name>.wasm`.
-//! - `test` — build the components, then run every test in the workspace.
+//! - `test` — build the components, run every test in the workspace, then the vLLM adapter's
+//!   Python tests (pytest in `.venv-vllm`, made by `adapters/vllm/setup-venv.sh`; skipped, saying
+//!   so, without it).
 //! - `demo` — build the components and the `agentrt` binary, run its demo, then the short version
 //!   of the evaluation table (`agentrt sim table --quick`, plots in `target/sim-quick/`).
 //! - `bench` — build the components, then run the criterion benchmarks.
@@ -32,7 +34,8 @@ fn main() -> Result<()> {
             run(Command::new(cargo())
                 .current_dir(&root)
                 .args(["test", "--workspace"])
-                .args(&rest))
+                .args(&rest))?;
+            vllm_adapter_tests(&root)
         }
         "demo" => {
             components::build_all(&root)?;
@@ -56,6 +59,25 @@ fn main() -> Result<()> {
                 .args(&rest))
         }
         _ => bail!("{USAGE}"),
+    }
+}
+
+/// The vLLM plugin's tests and the real-vLLM end-to-end tests, in the venv that has vLLM.
+fn vllm_adapter_tests(root: &Path) -> Result<()> {
+    let python = root.join(".venv-vllm/bin/python");
+    if !python.exists() {
+        eprintln!("xtask: SKIPPED the vLLM adapter tests: no .venv-vllm (run `bash adapters/vllm/setup-venv.sh`)");
+        return Ok(());
+    }
+    let status = Command::new(&python)
+        .current_dir(root)
+        .args(["-m", "pytest", "adapters/vllm/tests", "-q", "-rs"])
+        .status()
+        .context("starting pytest")?;
+    // Exit 5 means pytest collected nothing (every module skipped itself): not a failure.
+    match status.code() {
+        Some(0) | Some(5) => Ok(()),
+        _ => bail!("the vLLM adapter tests failed ({status})"),
     }
 }
 
