@@ -86,11 +86,19 @@ fn learns_a_chain_and_predicts_the_next_agent() {
     assert_eq!(probability_of(&forecasts, ForecastKind::NextAgent, 1000, TESTER), 1.0);
     assert_eq!(probability_of(&forecasts, ForecastKind::NextAgent, 1000, PLANNER), 0.0);
 
-    // After the tester, the loop goes round once more (planner) or the session ends: 1/2 each.
+    // After the tester the loop goes round once more, and after the second tester the session
+    // ends. A chain over agents alone would say 1/2 each both times; the state keeps the call's
+    // depth in the session, so each is certain.
     policy.observe(&[arrival(TESTER, 1000)]).unwrap();
     let forecasts = policy.predict(1).unwrap();
-    assert_eq!(probability_of(&forecasts, ForecastKind::NextAgent, 1000, PLANNER), 0.5);
-    assert_eq!(probability_of(&forecasts, ForecastKind::SessionEnd, 1000, 0), 0.5);
+    assert_eq!(probability_of(&forecasts, ForecastKind::NextAgent, 1000, PLANNER), 1.0);
+    assert_eq!(probability_of(&forecasts, ForecastKind::SessionEnd, 1000, 0), 0.0);
+    policy
+        .observe(&[arrival(PLANNER, 1000), arrival(CODER, 1000), arrival(TESTER, 1000)])
+        .unwrap();
+    let forecasts = policy.predict(1).unwrap();
+    assert_eq!(probability_of(&forecasts, ForecastKind::SessionEnd, 1000, 0), 1.0);
+    assert_eq!(probability_of(&forecasts, ForecastKind::NextAgent, 1000, PLANNER), 0.0);
 }
 
 #[test]
@@ -116,6 +124,19 @@ fn anchors_of_agents_about_to_run_outrank_newer_blocks_of_agents_that_are_not() 
     // Evicted first: the dead session content and the auditor's anchor (recency decides between them).
     assert_eq!(ranking.order[2..], [2, 1]);
     assert_ne!(ranking.order, lru_order(&items), "not LRU once structure is learned");
+}
+
+#[test]
+fn content_shared_across_sessions_lives_as_long_as_its_agent() {
+    let (engine, _cache) = engine();
+    let policy = start(&engine, "cachesage", &[]);
+    learn_chain(&policy);
+    // Past the tester's anchor, same age: a block only ended session 7 used, and one several
+    // sessions used (the host reports it with session 0, e.g. a few-shot block or a question).
+    // The tester runs next in session 1000, so the shared one is likely reused; the other is dead.
+    let items = vec![block(TESTER, 7, 160, 30), block(TESTER, 0, 160, 30)];
+    let ranking = policy.rank(&items);
+    assert_eq!(ranking.order, [1, 0], "shared content is kept, dead content goes");
 }
 
 #[test]

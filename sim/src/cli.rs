@@ -92,7 +92,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub capacity_blocks: Option<usize>,
     /// Comma-separated policies (lru, ttl, cachesage, cachesage-evict, belady, lru-native, or a
-    /// component name).
+    /// component name); a Wasm one may carry `init` settings as `:key=value`, e.g.
+    /// `cachesage:w=8,cachesage:k=2` compares two variants in one run.
     #[arg(long, value_delimiter = ',')]
     pub policies: Option<Vec<String>>,
     /// Write every figure as JSON here.

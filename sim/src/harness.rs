@@ -47,13 +47,21 @@ impl PolicySpec {
     }
 
     /// Parse a name: `lru`, `ttl`, `cachesage`, `cachesage-evict`, `belady`, `lru-native`, or any
-    /// component stem in the components folder.
+    /// component stem in the components folder — a Wasm one optionally followed by its `init`
+    /// configuration as `:key=value` pairs (`cachesage:w=8:k=2`), so that variants of one component
+    /// can be compared in one run.
     pub fn parse(name: &str) -> Self {
-        match name {
+        let mut parts = name.split(':');
+        let stem = parts.next().unwrap_or_default();
+        let extra: Vec<(&str, &str)> = parts.filter_map(|kv| kv.split_once('=')).collect();
+        match stem {
             "lru-native" => PolicySpec::NativeLru,
             "belady" => PolicySpec::Belady,
-            "cachesage-evict" => Self::wasm("cachesage-evict", "cachesage", &[("prefetch", "false")]),
-            other => Self::wasm(other, other, &[]),
+            "cachesage-evict" => {
+                let init: Vec<_> = [("prefetch", "false")].into_iter().chain(extra).collect();
+                Self::wasm(name, "cachesage", &init)
+            }
+            other => Self::wasm(name, other, &extra),
         }
     }
 }
@@ -196,4 +204,35 @@ pub fn run_all(
         results[i] = Some(result);
     }
     Ok(results.into_iter().map(|r| r.expect("every policy ran")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_name_may_carry_its_component_configuration() {
+        let pairs = |v: &[(&str, &str)]| {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            PolicySpec::parse("cachesage:w=8:k=2"),
+            PolicySpec::Wasm {
+                name: "cachesage:w=8:k=2".into(),
+                component: "cachesage".into(),
+                init: pairs(&[("w", "8"), ("k", "2")]),
+            }
+        );
+        assert_eq!(
+            PolicySpec::parse("cachesage-evict:window=8"),
+            PolicySpec::Wasm {
+                name: "cachesage-evict:window=8".into(),
+                component: "cachesage".into(),
+                init: pairs(&[("prefetch", "false"), ("window", "8")]),
+            }
+        );
+        assert_eq!(PolicySpec::parse("belady"), PolicySpec::Belady);
+    }
 }

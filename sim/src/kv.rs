@@ -109,7 +109,7 @@ impl KvManager {
                 seq.blocks.is_empty(),
                 "hits are only adopted by a request with no blocks"
             );
-            self.pool.touch(new_computed, seq.agent, obs);
+            self.pool.touch(new_computed, seq.agent, seq.session, obs);
             seq.blocks.extend_from_slice(new_computed);
             seq.num_cached_blocks = seq.blocks.len();
         }

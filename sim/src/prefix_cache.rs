@@ -42,7 +42,8 @@ pub struct Block {
     /// Bumped every time the block (re)enters the free queue, so a ranking taken earlier can tell
     /// that its entry for this block is stale.
     pub epoch: u32,
-    /// The agent whose request stored the block, and its session.
+    /// The agent whose request stored the block, and its session — 0 once a request of another
+    /// session has hit the block: shared content belongs to no one session.
     pub agent: u32,
     pub session: u64,
     /// Token offset of the block's first token in its prompt.
@@ -216,14 +217,19 @@ impl BlockPool {
         blocks.iter().filter(|&&b| self.blocks[b as usize].ref_cnt == 0).count()
     }
 
-    /// `BlockPool.touch`: a prefix hit on `blocks` by `agent`.
-    pub fn touch(&mut self, blocks: &[BlockId], agent: u32, obs: &mut dyn PoolObserver) {
+    /// `BlockPool.touch`: a prefix hit on `blocks` by a request of `agent` in `session`.
+    pub fn touch(&mut self, blocks: &[BlockId], agent: u32, session: u64, obs: &mut dyn PoolObserver) {
         for &id in blocks {
             if self.blocks[id as usize].ref_cnt == 0 {
                 self.unlink(id);
             }
             let b = &mut self.blocks[id as usize];
             b.ref_cnt += 1;
+            if session != b.session {
+                // Another session reuses it: from now on it is shared content, not one session's
+                // (the host's convention for `item.session`, see wit/policy.wit).
+                b.session = 0;
+            }
             self.stats.touched += 1;
             // The event carries the toucher: that is who is using the block now.
             let mut shown = b.clone();
@@ -471,7 +477,7 @@ mod tests {
         let hit = pool.longest_hit(&[1, 2, 99], 3);
         assert_eq!(hit, a);
         assert_eq!(pool.count_free(&hit), 2);
-        pool.touch(&hit, 2, &mut log);
+        pool.touch(&hit, 2, 0, &mut log);
         assert_eq!(pool.num_cached_free(), 0);
         assert_eq!(pool.block(a[0]).ref_cnt, 1);
         // Only the empty block is left to allocate: the touched ones cannot be evicted.
@@ -483,6 +489,27 @@ mod tests {
         let before = pool.block(a[0]).stamp;
         pool.free(hit.iter().rev().copied(), &mut log);
         assert!(pool.block(a[0]).stamp > before);
+    }
+
+    #[test]
+    fn a_block_another_session_hits_becomes_shared() {
+        let mut pool = BlockPool::new(4);
+        let mut log = Log::default();
+        let a = store(&mut pool, &[1, 2], &mut log); // stored by session 1
+        pool.free(a.iter().rev().copied(), &mut log);
+        pool.touch(&a[..1], 1, 1, &mut log);
+        assert_eq!(
+            pool.block(a[0]).session,
+            1,
+            "its own session's hit keeps it that session's"
+        );
+        pool.touch(&a[..1], 2, 7, &mut log);
+        assert_eq!(pool.block(a[0]).session, 0, "session 7 reused it: shared");
+        assert_eq!(
+            pool.block(a[1]).session,
+            1,
+            "the block session 7 did not reach is unchanged"
+        );
     }
 
     #[test]

@@ -116,6 +116,10 @@ class PoolTracker:
                 lru = self.free_by_agent.get(info.agent)
                 if lru is not None:
                     lru.pop(blk.block_id, None)
+            if info is not None and tag is not None and info.session != tag.session:
+                # Another session reuses it: shared content, no one session's (item.session = 0,
+                # as wit/policy.wit defines it).
+                info.session = 0
             if report and info is not None:
                 self.client.block_event(wire.OP_TOUCHED, agent, info.position, info.hash, info.parent)
 

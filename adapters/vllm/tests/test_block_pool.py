@@ -92,6 +92,23 @@ def test_one_round_trip_per_step(installed, start_host):
     host.stop()
 
 
+def test_blocks_another_session_reuses_are_reported_as_shared(installed, start_host):
+    host = start_host("lru")
+    engine, tracker = attached_engine(installed, host.socket_path)
+    own = harness.prompt(7, 320)
+    engine.run_request(PLANNER, agent="planner", session="s1")
+    engine.run_request(own, agent="worker", session="s2")
+    engine.run_request(own, agent="worker", session="s2")  # its own session again
+    engine.run_request(PLANNER, agent="planner", session="s3")  # another session reuses it
+    owners = [info.session for info in tracker.info.values()]
+    assert owners.count(0) >= 10, "the planner's blocks, reused by s3, belong to no one session"
+    # vLLM recomputes a prompt's last block rather than hit it, so s3 never touched that one.
+    assert owners.count(wire.fnv1a64("s1")) == 1
+    assert owners.count(wire.fnv1a64("s2")) >= 9, "s2's blocks, reused only by s2, stay s2's"
+    tracker.client.close()
+    host.stop()
+
+
 class SilentHost:
     """MOCK for a fault the real service cannot be made to show: a host that accepts the
     connection and reads everything but never answers. Records the RANK frames it got."""

@@ -5,11 +5,13 @@
 //! which and keeps — or brings back — the anchors of agents that are about to run:
 //!
 //! 1. **Transition learner** (`observe`): request arrivals give a sliding-window Markov matrix
-//!    n(a' | a) per session, with START and END states ([`transitions`]). Warm-ups are not learned.
+//!    over session states — the agent that ran and how many calls into its session ([`nodes`]) —
+//!    with START and END states ([`transitions`]). Warm-ups are not learned.
 //! 2. **Survival scorer** (`score`): for each candidate block, the chance that it is used again
-//!    within K agent steps — for an anchor block, that its agent runs anywhere; for session
-//!    content, that the same session calls the same agent again ([`survival`]) — combined with
-//!    recency as `w · p_survive + exp(-decay · age)`.
+//!    within K agent steps — for an anchor block, or a block several sessions shared (the host
+//!    reports it with session 0), that its agent runs anywhere; for one session's content, that
+//!    the same session calls the same agent again ([`survival`]) — combined with recency as
+//!    `w · p_survive + exp(-decay · age)`.
 //! 3. **Cross-session prefetch** (`predict` + `act`): the agent most likely to run next whose anchor
 //!    is not resident gets a warm-up, rate-limited per agent.
 //!
@@ -18,6 +20,7 @@
 //! `max-sessions` (≈ 9 KB snapshot at the defaults; see [`CacheSage::state_bytes`]).
 
 pub mod agents;
+pub mod nodes;
 pub mod params;
 pub mod sessions;
 mod snapshot;
@@ -130,8 +133,8 @@ impl CacheSage {
     fn source_counts(&self) -> Vec<(usize, u32)> {
         let mut counts = vec![0u32; self.transitions.states()];
         for s in self.sessions.iter() {
-            if let Some(slot) = s.agent_slot() {
-                counts[slot] += 1;
+            if let Some(node) = s.node() {
+                counts[node] += 1;
             }
         }
         counts[self.transitions.start()] += 1;
@@ -148,20 +151,23 @@ impl CacheSage {
         if let Some(agent) = self.agents.get_mut(slot) {
             agent.last_seen = self.step;
         }
-        let src = match self.sessions.get(session) {
-            Some(s) => s.agent_slot(),
-            None => Some(self.transitions.start()),
+        let (src, depth) = match self.sessions.get(session) {
+            Some(s) => (s.node(), u32::from(s.calls)),
+            None => (Some(self.transitions.start()), 0),
         };
+        let node = nodes::node(slot, depth);
         if let Some(src) = src {
-            self.transitions.record(src, slot);
+            self.transitions.record(src, node);
         }
-        self.sessions.set(session, slot, self.step);
+        let model = &self.model;
+        self.sessions
+            .set(session, node, self.step, |n| n.map_or(1.0, |n| model.next_end(n)));
         self.mark_stale();
     }
 
     fn learn_session_end(&mut self, session: u64) {
         if let Some(s) = self.sessions.remove(session) {
-            if let Some(src) = s.agent_slot() {
+            if let Some(src) = s.node() {
                 self.transitions.record(src, self.transitions.end());
             }
             self.mark_stale();
@@ -180,13 +186,14 @@ impl CacheSage {
             return 0.0;
         };
         let agent = self.agents.get(slot).expect("found slots hold agents");
-        if agent.is_anchor_position(item.position, item.tokens) {
-            // Anchors are shared by every session of the agent: any session reaching it counts.
+        if agent.is_anchor_position(item.position, item.tokens) || item.session == 0 {
+            // Anchors — and content that several sessions shared, such as a few-shot block or a
+            // question many sessions ask — are reused by any session that reaches the agent.
             return self.survival[slot];
         }
-        // Session content is reused only if this session calls this agent again. An ended (or
-        // untracked) session's content is dead.
-        match self.sessions.get(item.session).and_then(|s| s.agent_slot()) {
+        // One session's content is reused only if that session calls this agent again. An ended
+        // (or untracked) session's content is dead.
+        match self.sessions.get(item.session).and_then(|s| s.node()) {
             Some(current) => self.model.reach(current, slot),
             None => 0.0,
         }
@@ -280,7 +287,7 @@ impl Policy for CacheSage {
         let mut recent: Vec<_> = self.sessions.iter().copied().collect();
         recent.sort_by_key(|s| std::cmp::Reverse(s.stamp));
         for session in recent.iter().take(PREDICT_MAX_SESSIONS) {
-            let Some(current) = session.agent_slot() else { continue };
+            let Some(current) = session.node() else { continue };
             let mut next: Vec<(Slot, f32)> = self
                 .agents
                 .iter()
@@ -299,7 +306,7 @@ impl Policy for CacheSage {
                     steps: 1,
                 });
             }
-            let end = self.model.next(current, self.transitions.end());
+            let end = self.model.next_end(current);
             if end > 0.0 {
                 out.push(Forecast {
                     kind: ForecastKind::SessionEnd,

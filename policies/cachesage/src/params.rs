@@ -59,7 +59,7 @@ impl Default for Params {
 }
 
 /// Hard ceilings that keep state inside its budget whatever the configuration says.
-pub const MAX_AGENTS_LIMIT: usize = 64;
+pub const MAX_AGENTS_LIMIT: usize = 42;
 pub const MAX_WINDOW_LIMIT: usize = 255;
 pub const MAX_SESSIONS_LIMIT: usize = 1024;
 
@@ -109,7 +109,7 @@ impl Params {
         in_range(
             "max-agents",
             (1..=MAX_AGENTS_LIMIT).contains(&p.max_agents),
-            "must be 1..=64",
+            "must be 1..=42 (states are one byte)",
         )?;
         in_range(
             "max-sessions",

@@ -1,15 +1,20 @@
 //! CacheSage's snapshot: agents, the transition windows, live sessions and the clocks — enough for
 //! a new instance (or version) to continue exactly where this one was. Derived data (the survival
 //! graph) is rebuilt, not stored.
+//!
+//! Format 2 keys transitions and sessions by session state ([`crate::nodes`]); format 1 (by agent
+//! alone, before states had depths) is still read: its rows and sessions land in each agent's
+//! deepest bucket, the state that stands for "somewhere in a session".
 
 use agentrt_sdk::state::{Reader, Writer};
 
 use crate::agents::Agent;
-use crate::sessions::Session;
+use crate::nodes;
+use crate::sessions::{Session, NO_NODE};
 use crate::{CacheSage, Params};
 
 const MAGIC: [u8; 4] = *b"CSG1";
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
 
 pub fn write(p: &CacheSage) -> Vec<u8> {
     let mut w = Writer::new(MAGIC, VERSION);
@@ -34,14 +39,14 @@ pub fn write(p: &CacheSage) -> Vec<u8> {
     }
     w.u32(p.sessions.len() as u32);
     for s in p.sessions.iter() {
-        w.u64(s.id).u8(s.agent).u32(s.stamp);
+        w.u64(s.id).u8(s.node).u8(s.calls).u32(s.stamp);
     }
     w.finish()
 }
 
 pub fn read(state: &[u8], params: Params) -> Result<CacheSage, String> {
     let (mut r, version) = Reader::new(state, MAGIC)?;
-    if version != VERSION {
+    if version > VERSION || version == 0 {
         return Err(format!(
             "snapshot format {version} is newer than this CacheSage ({VERSION})"
         ));
@@ -69,21 +74,24 @@ pub fn read(state: &[u8], params: Params) -> Result<CacheSage, String> {
         }
         p.agents.restore_slot(slot, agent);
     }
-    // Rows map by agent slot; the START row is the last one, whatever the sizes.
+    // Rows map by state; the START row (and END column) is the last one, whatever the sizes.
     let rows = r.u16()? as usize;
+    let terminal = p.transitions.start();
+    let state = |index: usize| -> usize {
+        match index {
+            i if i + 1 == rows => terminal,
+            i if version == 1 => nodes::node(i, nodes::DEPTHS as u32 - 1),
+            i => i,
+        }
+    };
     for row in 0..rows {
         let len = r.u8()? as usize;
         let mut ring = Vec::with_capacity(len);
         for _ in 0..len {
-            let dst = r.u8()? as usize;
-            // END was the last column of the writer's matrix.
-            ring.push(if dst == rows - 1 {
-                p.transitions.end() as u8
-            } else {
-                dst as u8
-            });
+            let dst = state(r.u8()? as usize);
+            ring.push(dst.min(usize::from(u8::MAX)) as u8);
         }
-        let src = if row == rows - 1 { p.transitions.start() } else { row };
+        let src = state(row);
         if src < p.transitions.states() {
             p.transitions.set_row(src, &ring);
         }
@@ -91,9 +99,21 @@ pub fn read(state: &[u8], params: Params) -> Result<CacheSage, String> {
     let sessions = r.u32()? as usize;
     let mut restored = Vec::with_capacity(sessions.min(4096));
     for _ in 0..sessions {
+        let id = r.u64()?;
+        let node = r.u8()?;
+        let (node, calls) = match version {
+            1 if node == NO_NODE => (NO_NODE, nodes::DEPTHS as u8),
+            1 => (
+                nodes::node(node as usize, nodes::DEPTHS as u32 - 1) as u8,
+                nodes::DEPTHS as u8,
+            ),
+            _ => (node, r.u8()?),
+        };
+        let node = if (node as usize) < terminal { node } else { NO_NODE };
         restored.push(Session {
-            id: r.u64()?,
-            agent: r.u8()?,
+            id,
+            node,
+            calls,
             stamp: r.u32()?,
         });
     }

@@ -1,22 +1,30 @@
 //! The survival scorer's model: which agents are likely to run within the next K steps.
 //!
 //! Exact K-step probabilities need matrix powers; instead, the edges above `threshold` (and above
-//! uniform) of rows that are significantly non-uniform form a sparse graph, and a hop-limited search from
-//! each source keeps the best path probability reaching each agent within K hops ("hop-count BFS"
-//! weighted by the edges it crosses). The graph is rebuilt only when the matrix changed since the
-//! last use, never per scored item.
+//! uniform) of rows that are significantly non-uniform form a sparse graph over session states
+//! ([`crate::nodes`]), and a hop-limited search from each source keeps the best path probability
+//! reaching each node within K hops ("hop-count BFS" weighted by the edges it crosses). What the
+//! scorer asks is per *agent* — "does this agent run again?" — so each source keeps the best
+//! over the agent's nodes. The graph is rebuilt only when the matrix changed since the last use,
+//! never per scored item.
 
+use crate::agents::Slot;
+use crate::nodes;
 use crate::params::Params;
 use crate::transitions::{State, Transitions};
 
-/// The learned graph: for every source, the agents reachable within K hops and how likely.
+/// The learned graph: for every source state, the agents reachable within K hops and how likely.
 #[derive(Debug, Clone, Default)]
 pub struct SurvivalModel {
-    /// `reach[src * states + dst]`: best path probability from src to dst within K hops.
+    /// `reach[src * agents + slot]`: best path probability from src to any node of the agent
+    /// within K hops.
     reach: Vec<f32>,
-    /// `next[src * states + dst]`: the one-step probability, significant edges only.
+    /// `next[src * agents + slot]`: the one-step probability of the agent (any depth),
+    /// significant edges only.
     next: Vec<f32>,
-    states: usize,
+    /// `next_end[src]`: the one-step probability that the session ends, significant edges only.
+    next_end: Vec<f32>,
+    agents: usize,
     /// False when no edge is significant: the policy then ranks exactly like LRU.
     pub has_structure: bool,
 }
@@ -25,29 +33,45 @@ impl SurvivalModel {
     pub fn build(t: &Transitions, p: &Params) -> Self {
         let states = t.states();
         let end = t.end();
+        let agents = (states - 1) / nodes::DEPTHS;
         let distinct = t.distinct_destinations().max(2);
         let uniform = 1.0 / distinct as f32;
+        let mut model = Self {
+            reach: vec![0.0; states * agents],
+            next: vec![0.0; states * agents],
+            next_end: vec![0.0; states],
+            agents,
+            has_structure: false,
+        };
         // Adjacency lists of significant edges (END is a sink: never expanded).
         let mut adjacency: Vec<Vec<(State, f32)>> = vec![Vec::new(); states];
-        let mut next = vec![0.0; states * states];
-        let mut has_structure = false;
         for (src, edges) in adjacency.iter_mut().enumerate() {
-            if u32::from(t.total(src)) < p.min_samples || !t.row_is_significant(src, distinct, p.z) {
+            let total = t.total(src);
+            if u32::from(total) < p.min_samples || !t.row_is_significant(src, distinct, p.z) {
                 continue;
             }
-            for dst in 0..states {
-                let prob = t.probability(src, dst);
+            for (dst, count) in t.row_counts(src) {
+                let prob = f32::from(count) / f32::from(total);
                 if prob >= p.threshold && prob > uniform {
                     edges.push((dst, prob));
-                    next[src * states + dst] = prob;
-                    has_structure = true;
+                    model.has_structure = true;
+                    if dst == end {
+                        model.next_end[src] = prob;
+                    } else {
+                        let cell = &mut model.next[src * agents + nodes::slot_of(dst)];
+                        *cell += prob;
+                    }
                 }
             }
         }
-        let mut reach = vec![0.0f32; states * states];
+        let mut best = vec![0.0f32; states];
         let mut frontier: Vec<(State, f32)> = Vec::new();
         let mut expanded: Vec<(State, f32)> = Vec::new();
         for src in 0..states {
+            if adjacency[src].is_empty() {
+                continue;
+            }
+            best.iter_mut().for_each(|b| *b = 0.0);
             frontier.clear();
             frontier.push((src, 1.0));
             for _hop in 0..p.k {
@@ -58,9 +82,8 @@ impl SurvivalModel {
                     }
                     for &(dst, edge) in &adjacency[node] {
                         let via = prob * edge;
-                        let best = &mut reach[src * states + dst];
-                        if via > *best {
-                            *best = via;
+                        if via > best[dst] {
+                            best[dst] = via;
                             expanded.push((dst, via));
                         }
                     }
@@ -70,23 +93,27 @@ impl SurvivalModel {
                     break;
                 }
             }
+            for (node, &prob) in best.iter().enumerate().filter(|&(n, &b)| n != end && b > 0.0) {
+                let cell = &mut model.reach[src * agents + nodes::slot_of(node)];
+                *cell = cell.max(prob);
+            }
         }
-        Self {
-            reach,
-            next,
-            states,
-            has_structure,
-        }
+        model
     }
 
-    /// P(dst runs within K steps | a session is at src), approximated.
-    pub fn reach(&self, src: State, dst: State) -> f32 {
-        self.reach.get(src * self.states + dst).copied().unwrap_or(0.0)
+    /// P(the agent in `slot` runs within K steps | a session is at src), approximated.
+    pub fn reach(&self, src: State, slot: Slot) -> f32 {
+        self.reach.get(src * self.agents + slot).copied().unwrap_or(0.0)
     }
 
-    /// P(dst runs next | src), significant edges only.
-    pub fn next(&self, src: State, dst: State) -> f32 {
-        self.next.get(src * self.states + dst).copied().unwrap_or(0.0)
+    /// P(the agent in `slot` runs next | src), significant edges only.
+    pub fn next(&self, src: State, slot: Slot) -> f32 {
+        self.next.get(src * self.agents + slot).copied().unwrap_or(0.0)
+    }
+
+    /// P(the session ends next | src), significant edges only.
+    pub fn next_end(&self, src: State) -> f32 {
+        self.next_end.get(src).copied().unwrap_or(0.0)
     }
 }
 
@@ -101,14 +128,15 @@ pub fn any_of(sources: impl Iterator<Item = (f32, u32)>) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nodes::node;
 
     fn chain() -> Transitions {
-        // 0 → 1 → 2 → 0 …, deterministic.
+        // Agents 0 → 1 → 2 → 0 …, deterministic (every call at depth 0: only agents matter).
         let mut t = Transitions::new(4, 32);
         for _ in 0..10 {
-            t.record(0, 1);
-            t.record(1, 2);
-            t.record(2, 0);
+            t.record(node(0, 0), node(1, 0));
+            t.record(node(1, 0), node(2, 0));
+            t.record(node(2, 0), node(0, 0));
         }
         t
     }
@@ -121,10 +149,11 @@ mod tests {
         };
         let m = SurvivalModel::build(&chain(), &p);
         assert!(m.has_structure);
-        assert_eq!(m.next(0, 1), 1.0);
-        assert_eq!(m.reach(0, 1), 1.0);
-        assert_eq!(m.reach(0, 2), 1.0, "two hops");
-        assert_eq!(m.reach(0, 0), 0.0, "three hops is beyond K = 2");
+        let a0 = node(0, 0);
+        assert_eq!(m.next(a0, 1), 1.0);
+        assert_eq!(m.reach(a0, 1), 1.0);
+        assert_eq!(m.reach(a0, 2), 1.0, "two hops");
+        assert_eq!(m.reach(a0, 0), 0.0, "three hops is beyond K = 2");
         let m3 = SurvivalModel::build(
             &chain(),
             &Params {
@@ -132,14 +161,33 @@ mod tests {
                 ..Params::default()
             },
         );
-        assert_eq!(m3.reach(0, 0), 1.0);
+        assert_eq!(m3.reach(a0, 0), 1.0);
+    }
+
+    #[test]
+    fn depth_tells_a_session_that_continues_from_one_that_ends() {
+        // assistant (call 0) → judge (1) → assistant (2) → judge (3) → END, many sessions.
+        let (assistant, judge) = (0, 1);
+        let mut t = Transitions::new(2, 32);
+        for _ in 0..20 {
+            t.record(t.start(), node(assistant, 0));
+            t.record(node(assistant, 0), node(judge, 1));
+            t.record(node(judge, 1), node(assistant, 2));
+            t.record(node(assistant, 2), node(judge, 3));
+            t.record(node(judge, 3), t.end());
+        }
+        let m = SurvivalModel::build(&t, &Params::default());
+        assert_eq!(m.next(node(judge, 1), assistant), 1.0, "after the first judgment");
+        assert_eq!(m.next_end(node(judge, 1)), 0.0);
+        assert_eq!(m.next_end(node(judge, 3)), 1.0, "after the second");
+        assert_eq!(m.reach(node(judge, 3), assistant), 0.0);
     }
 
     #[test]
     fn too_few_samples_or_uniform_rows_are_not_structure() {
         let mut t = Transitions::new(4, 32);
-        t.record(0, 1);
-        t.record(0, 1);
+        t.record(0, 6);
+        t.record(0, 6);
         assert!(
             !SurvivalModel::build(&t, &Params::default()).has_structure,
             "2 < min-samples"
@@ -149,7 +197,7 @@ mod tests {
         for round in 0..8 {
             for src in 0..4 {
                 for k in 0..4 {
-                    u.record(src, (src + k + round) % 4);
+                    u.record(node(src, 0), node((src + k + round) % 4, 0));
                 }
             }
         }

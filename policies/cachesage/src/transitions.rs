@@ -1,107 +1,125 @@
-//! The transition learner: a first-order Markov matrix of agent transitions over a sliding window.
+//! The transition learner: a first-order Markov matrix over session states ([`crate::nodes`]) on a
+//! sliding window.
 //!
-//! Rows are sources — every agent slot, plus `START` (a session's first request); columns are
-//! destinations — every agent slot, plus `END` (the session ended). Each row keeps the last
-//! `window` destinations it saw in a ring, and the counts n(a' | a) of what is in the ring, so the
-//! matrix forgets at the rate the workload changes and an update is O(1).
+//! Rows are sources — every node, plus `START` (a session's first request); columns are
+//! destinations — every node, plus `END` (the session ended). Each row keeps the last `window`
+//! destinations it saw in a ring, so the matrix forgets at the rate the workload changes and an
+//! update is O(1). Counts are derived from the ring when the (lazily rebuilt) survival graph needs
+//! them: a dense count matrix would be nodes² cells, almost all zero.
 
-use crate::agents::Slot;
+use crate::nodes::{self, Node};
 
-/// A source or destination index: an agent slot, or `START`/`END` (both = `max_agents`).
-pub type State = usize;
+/// A source or destination index: a node, or `START`/`END` (both = [`Transitions::terminal`]).
+pub type State = Node;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transitions {
-    agents: usize,
+    nodes: usize,
     window: usize,
     /// Per row: the ring of recent destinations, oldest at `head` once full.
     rings: Vec<Vec<u8>>,
     heads: Vec<u8>,
-    /// `counts[src * (agents + 1) + dst]`.
-    counts: Vec<u16>,
-    totals: Vec<u16>,
 }
 
 impl Transitions {
+    /// A matrix for `agents` agent slots. Their nodes and the terminal must fit in a byte.
     pub fn new(agents: usize, window: usize) -> Self {
-        let states = agents + 1;
+        let nodes = nodes::count(agents);
+        assert!(
+            nodes < usize::from(u8::MAX),
+            "{agents} agents do not fit one-byte states"
+        );
         Self {
-            agents,
+            nodes,
             window,
-            rings: vec![Vec::with_capacity(window); states],
-            heads: vec![0; states],
-            counts: vec![0; states * states],
-            totals: vec![0; states],
+            rings: vec![Vec::new(); nodes + 1],
+            heads: vec![0; nodes + 1],
         }
     }
 
     /// The `START` row and the `END` column.
     pub fn start(&self) -> State {
-        self.agents
+        self.nodes
     }
     pub fn end(&self) -> State {
-        self.agents
+        self.nodes
     }
+    /// Rows (and columns): every node plus the terminal.
     pub fn states(&self) -> usize {
-        self.agents + 1
-    }
-
-    fn cell(&self, src: State, dst: State) -> usize {
-        src * (self.agents + 1) + dst
+        self.nodes + 1
     }
 
     /// Count one transition src → dst, forgetting the row's oldest one if its window is full.
     pub fn record(&mut self, src: State, dst: State) {
-        let ring_len = self.rings[src].len();
-        if ring_len == self.window {
+        let ring = &mut self.rings[src];
+        if ring.len() == self.window {
             let head = self.heads[src] as usize;
-            let old = self.rings[src][head] as usize;
-            let cell = self.cell(src, old);
-            self.counts[cell] -= 1;
-            self.rings[src][head] = dst as u8;
+            ring[head] = dst as u8;
             self.heads[src] = ((head + 1) % self.window) as u8;
         } else {
-            self.rings[src].push(dst as u8);
-            self.totals[src] += 1;
+            ring.push(dst as u8);
         }
-        let cell = self.cell(src, dst);
-        self.counts[cell] += 1;
+    }
+
+    /// Transitions remembered out of `src`.
+    pub fn total(&self, src: State) -> u16 {
+        self.rings[src].len() as u16
+    }
+
+    /// n(dst | src) for every destination `src` has seen, ascending by destination.
+    pub fn row_counts(&self, src: State) -> Vec<(State, u16)> {
+        let mut seen: Vec<u8> = self.rings[src].clone();
+        seen.sort_unstable();
+        let mut counts: Vec<(State, u16)> = Vec::new();
+        for dst in seen {
+            match counts.last_mut() {
+                Some((last, n)) if *last == dst as State => *n += 1,
+                _ => counts.push((dst as State, 1)),
+            }
+        }
+        counts
     }
 
     pub fn count(&self, src: State, dst: State) -> u16 {
-        self.counts[self.cell(src, dst)]
-    }
-
-    pub fn total(&self, src: State) -> u16 {
-        self.totals[src]
+        self.rings[src].iter().filter(|&&d| d as State == dst).count() as u16
     }
 
     /// P(dst | src), 0 for an empty row.
     pub fn probability(&self, src: State, dst: State) -> f32 {
-        match self.totals[src] {
+        match self.total(src) {
             0 => 0.0,
             n => f32::from(self.count(src, dst)) / f32::from(n),
         }
     }
 
-    /// Destinations that appear anywhere in the matrix: the "uniform" baseline is 1/this.
+    /// Distinct destinations a row could choose among: the agents that appear as a destination
+    /// anywhere in the matrix, plus `END` if it does. The "uniform" baseline is 1/this. Agents,
+    /// not nodes: a row's destinations all sit at the one depth after its own, so a row is "as
+    /// random as can be" when it spreads over the agents.
     pub fn distinct_destinations(&self) -> usize {
-        (0..self.states())
-            .filter(|&dst| (0..self.states()).any(|src| self.count(src, dst) > 0))
-            .count()
+        let mut seen = vec![false; self.states()];
+        for &dst in self.rings.iter().flatten() {
+            let dst = dst as usize;
+            let key = if dst == self.end() { dst } else { nodes::slot_of(dst) };
+            seen[key] = true;
+        }
+        seen.into_iter().filter(|&s| s).count()
     }
 
-    /// Forget everything about `slot` (its agent was aged out and the slot reused): its row, and
-    /// its appearances as a destination in other rows.
-    pub fn forget(&mut self, slot: Slot) {
-        self.set_row(slot, &[]);
+    /// Forget everything about the agent in `slot` (it was aged out and the slot reused): the
+    /// rows of its nodes, and their appearances as destinations in other rows.
+    pub fn forget(&mut self, slot: crate::agents::Slot) {
+        let gone = nodes::nodes_of(slot);
+        for node in gone.clone() {
+            self.set_row(node, &[]);
+        }
         for src in 0..self.states() {
-            // Only rows that saw the slot as a destination need rewriting.
-            if self.count(src, slot) > 0 {
+            // Only rows that saw one of the nodes as a destination need rewriting.
+            if self.rings[src].iter().any(|&d| gone.contains(&(d as usize))) {
                 let keep: Vec<u8> = self
                     .ordered_ring(src)
                     .into_iter()
-                    .filter(|&d| d as usize != slot)
+                    .filter(|&d| !gone.contains(&(d as usize)))
                     .collect();
                 self.set_row(src, &keep);
             }
@@ -120,13 +138,13 @@ impl Transitions {
             return false;
         }
         let expected = n / distinct as f32;
-        let seen: f32 = (0..self.states())
-            .map(|dst| f32::from(self.count(src, dst)))
-            .filter(|&observed| observed > 0.0)
-            .map(|observed| (observed - expected).powi(2) / expected)
+        let counts = self.row_counts(src);
+        let seen: f32 = counts
+            .iter()
+            .map(|&(_, observed)| (f32::from(observed) - expected).powi(2) / expected)
             .sum();
         // Destinations this row never saw each contribute (0 - E)² / E = E.
-        let unseen = distinct.saturating_sub((0..self.states()).filter(|&d| self.count(src, d) > 0).count());
+        let unseen = distinct.saturating_sub(counts.len());
         let chi2 = seen + unseen as f32 * expected;
         chi2 > chi_square_critical((distinct - 1) as f32, z)
     }
@@ -142,15 +160,11 @@ impl Transitions {
         ring[head..].iter().chain(&ring[..head]).copied().collect()
     }
 
-    /// Replace a row with `destinations` (oldest first; only the newest `window` are kept).
+    /// Replace a row with `destinations` (oldest first; only the newest `window` are kept;
+    /// destinations outside the matrix are dropped).
     pub fn set_row(&mut self, src: State, destinations: &[u8]) {
-        for dst in 0..self.states() {
-            let cell = self.cell(src, dst);
-            self.counts[cell] = 0;
-        }
         self.rings[src].clear();
         self.heads[src] = 0;
-        self.totals[src] = 0;
         let start = destinations.len().saturating_sub(self.window);
         for &dst in &destinations[start..] {
             if (dst as usize) < self.states() {
@@ -173,18 +187,24 @@ mod tests {
 
     #[test]
     fn the_window_slides_and_counts_follow() {
+        use crate::nodes::node;
+        let (src, b, c) = (node(0, 0), node(1, 1), node(2, 1));
         let mut t = Transitions::new(3, 4);
-        for dst in [1, 1, 1, 1] {
-            t.record(0, dst);
+        for _ in 0..4 {
+            t.record(src, b);
         }
-        assert_eq!(t.probability(0, 1), 1.0);
-        for dst in [2, 2, 2] {
-            t.record(0, dst);
+        assert_eq!(t.probability(src, b), 1.0);
+        for _ in 0..3 {
+            t.record(src, c);
         }
-        // Window of 4: one 1 and three 2s remain.
-        assert_eq!((t.count(0, 1), t.count(0, 2), t.total(0)), (1, 3, 4));
-        assert_eq!(t.ordered_ring(0), vec![1, 2, 2, 2]);
+        // Window of 4: one b and three c remain.
+        assert_eq!((t.count(src, b), t.count(src, c), t.total(src)), (1, 3, 4));
+        assert_eq!(t.ordered_ring(src), vec![b as u8, c as u8, c as u8, c as u8]);
+        assert_eq!(t.row_counts(src), vec![(b, 1), (c, 3)]);
         assert_eq!(t.distinct_destinations(), 2);
+        t.record(b, t.end());
+        t.record(c, node(1, 2));
+        assert_eq!(t.distinct_destinations(), 3, "agents 1 and 2, and END; not nodes");
     }
 
     #[test]
@@ -206,15 +226,21 @@ mod tests {
     }
 
     #[test]
-    fn forgetting_an_agent_removes_its_row_and_column() {
+    fn forgetting_an_agent_removes_its_rows_and_columns() {
+        use crate::nodes::node;
         let mut t = Transitions::new(3, 8);
-        t.record(0, 1);
-        t.record(0, 2);
-        t.record(1, 0);
-        t.record(t.start(), 1);
+        let (a0, b0, b3, c0) = (node(0, 0), node(1, 0), node(1, 3), node(2, 0));
+        t.record(a0, b0);
+        t.record(a0, b3);
+        t.record(a0, c0);
+        t.record(b0, a0);
+        t.record(t.start(), b0);
         t.forget(1);
-        assert_eq!(t.total(1), 0);
-        assert_eq!((t.count(0, 1), t.count(0, 2), t.total(0)), (0, 1, 1));
+        assert_eq!(t.total(b0), 0);
+        assert_eq!(
+            (t.count(a0, b0), t.count(a0, b3), t.count(a0, c0), t.total(a0)),
+            (0, 0, 1, 1)
+        );
         assert_eq!(t.total(t.start()), 0);
     }
 }
