@@ -479,16 +479,19 @@ fn write_table_outputs(
         format!("{md}{}", verdict.replace("\n  ", "\n    ")),
     )?;
     let title = format!("Token hit rate at the headline cache ({} blocks)", headline);
-    std::fs::write(
-        a.out.join("hit-rate.svg"),
-        crate::plot::hit_rate_bars(&title, &wnames, &names, &bars),
-    )?;
-    std::fs::write(
-        a.out.join("capacity.svg"),
-        crate::plot::capacity_lines("Token hit rate against cache capacity", &wnames, &names, &caps, &series),
-    )?;
+    let plots = [
+        ("hit-rate", crate::plot::hit_rate_bars(&title, &wnames, &names, &bars)),
+        (
+            "capacity",
+            crate::plot::capacity_lines("Token hit rate against cache capacity", &wnames, &names, &caps, &series),
+        ),
+    ];
+    for (stem, svg) in &plots {
+        std::fs::write(a.out.join(format!("{stem}.svg")), svg)?;
+        crate::png::write_png(svg, &a.out.join(format!("{stem}.png")))?;
+    }
     println!(
-        "results → {} (results.json, table.md, hit-rate.svg, capacity.svg)",
+        "results → {} (results.json, table.md, hit-rate.svg/.png, capacity.svg/.png)",
         a.out.display()
     );
     Ok(())

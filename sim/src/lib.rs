@@ -15,6 +15,7 @@ pub mod harness;
 pub mod kv;
 pub mod latency;
 pub mod plot;
+pub mod png;
 pub mod policies;
 pub mod prefix_cache;
 pub mod prepare;
