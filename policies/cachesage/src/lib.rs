@@ -191,9 +191,14 @@ impl CacheSage {
             // question many sessions ask — are reused by any session that reaches the agent.
             return self.survival[slot];
         }
-        // One session's content is reused only if that session calls this agent again. An ended
-        // (or untracked) session's content is dead.
-        match self.sessions.get(item.session).and_then(|s| s.node()) {
+        // One session's content is reused only if that session calls this agent again — or is
+        // calling it now: a request that arrived may still be queued, its hit not yet taken. An
+        // ended (or untracked) session's content is dead.
+        let Some(session) = self.sessions.get(item.session) else {
+            return 0.0;
+        };
+        match session.node() {
+            Some(current) if session.in_flight > 0 && nodes::slot_of(current) == slot => 1.0,
             Some(current) => self.model.reach(current, slot),
             None => 0.0,
         }
@@ -230,6 +235,7 @@ impl Policy for CacheSage {
             }
             // Warm-ups are the policy's own doing: learning them would teach it its own guesses.
             Event::RequestArrival(r) if !r.warmup => self.learn_arrival(r.agent, r.session, r.anchor_hash),
+            Event::RequestFinish(r) if !r.warmup => self.sessions.finished(r.session),
             Event::SessionEnd(session) => self.learn_session_end(*session),
             _ => {}
         }

@@ -53,7 +53,7 @@ impl Default for Params {
             prefetch_threshold: 0.5,
             warmup_cooldown: 16,
             max_agents: 32,
-            max_sessions: 512,
+            max_sessions: 1024,
         }
     }
 }

@@ -20,6 +20,10 @@ pub struct Session {
     pub node: u8,
     /// Requests the session made so far (saturating): the depth of its next call.
     pub calls: u8,
+    /// Requests of the session that arrived and have not finished (saturating). While one is in
+    /// flight — queued or running — the history of its agent is about to be (or being) reused
+    /// even though the chain says that agent does not run *again*.
+    pub in_flight: u8,
     /// Step of the session's last request.
     pub stamp: u32,
 }
@@ -60,6 +64,7 @@ impl Sessions {
                 let s = &mut self.sorted[i];
                 s.node = node as u8;
                 s.calls = s.calls.saturating_add(1);
+                s.in_flight = s.in_flight.saturating_add(1);
                 s.stamp = stamp;
             }
             Err(_) => {
@@ -81,10 +86,19 @@ impl Sessions {
                         id,
                         node: node as u8,
                         calls: 1,
+                        in_flight: 1,
                         stamp,
                     },
                 );
             }
+        }
+    }
+
+    /// A request of session `id` finished.
+    pub fn finished(&mut self, id: u64) {
+        if let Ok(i) = self.sorted.binary_search_by_key(&id, |s| s.id) {
+            let s = &mut self.sorted[i];
+            s.in_flight = s.in_flight.saturating_sub(1);
         }
     }
 
@@ -137,6 +151,9 @@ mod tests {
         s.set(20, 2, 3, ends_at_9);
         s.set(30, 3, 4, ends_at_9); // update: 30 is now the most recent, one call deeper
         assert_eq!(s.get(30).unwrap().calls, 2);
+        assert_eq!(s.get(30).unwrap().in_flight, 2);
+        s.finished(30);
+        assert_eq!(s.get(30).unwrap().in_flight, 1);
         s.set(40, 0, 5, ends_at_9); // over the cap: 10 is likely over, though not the oldest
         assert!(s.get(10).is_none());
         s.set(50, 0, 6, ends_at_9); // no likely-ended one left: 20, the least recent, goes

@@ -39,7 +39,7 @@ pub fn write(p: &CacheSage) -> Vec<u8> {
     }
     w.u32(p.sessions.len() as u32);
     for s in p.sessions.iter() {
-        w.u64(s.id).u8(s.node).u8(s.calls).u32(s.stamp);
+        w.u64(s.id).u8(s.node).u8(s.calls).u8(s.in_flight).u32(s.stamp);
     }
     w.finish()
 }
@@ -101,19 +101,22 @@ pub fn read(state: &[u8], params: Params) -> Result<CacheSage, String> {
     for _ in 0..sessions {
         let id = r.u64()?;
         let node = r.u8()?;
-        let (node, calls) = match version {
-            1 if node == NO_NODE => (NO_NODE, nodes::DEPTHS as u8),
+        // Format 1 had no depth and no in-flight count: the deepest bucket, nothing in flight.
+        let (node, calls, in_flight) = match version {
+            1 if node == NO_NODE => (NO_NODE, nodes::DEPTHS as u8, 0),
             1 => (
                 nodes::node(node as usize, nodes::DEPTHS as u32 - 1) as u8,
                 nodes::DEPTHS as u8,
+                0,
             ),
-            _ => (node, r.u8()?),
+            _ => (node, r.u8()?, r.u8()?),
         };
         let node = if (node as usize) < terminal { node } else { NO_NODE };
         restored.push(Session {
             id,
             node,
             calls,
+            in_flight,
             stamp: r.u32()?,
         });
     }

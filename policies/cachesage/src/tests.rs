@@ -73,3 +73,42 @@ fn an_empty_snapshot_resets_and_a_foreign_one_is_refused() {
     assert_eq!(h.policy().params().window, 8, "config survives a reset");
     assert!(h.restore(b"PRB1xxxxxxx").unwrap_err().contains("not from this policy"));
 }
+
+fn finish(agent: u32, session: u64) -> Event {
+    Event::RequestFinish(agentrt_sdk::RequestFinish {
+        request_id: 0,
+        agent,
+        session,
+        prompt_tokens: 100,
+        cached_tokens: 0,
+        output_tokens: 10,
+        warmup: false,
+        ok: true,
+        at_us: 0,
+    })
+}
+
+#[test]
+fn a_request_in_flight_keeps_its_agents_history_until_it_finishes() {
+    use agentrt_sdk::{Item, ItemKind};
+    let mut h = Harness::<CacheSage>::new([]).unwrap();
+    learn_pairs(&mut h, 20, false); // 1 → 2 → END
+                                    // Session 99 called agent 2, its last: the chain says agent 2 does not run again, but the
+                                    // request may still be queued, its prefix hit not yet taken.
+    h.observe(&[arrival(1, 99, false), finish(1, 99), arrival(2, 99, false)]);
+    let history = Item {
+        kind: ItemKind::KvBlock,
+        key: 1,
+        agent: 2,
+        session: 99,
+        last_access: 10,
+        tokens: 16,
+        position: 4096,
+    };
+    let queued = h.score(std::slice::from_ref(&history))[0];
+    h.observe(&[finish(2, 99)]);
+    let done = h.score(std::slice::from_ref(&history))[0];
+    let w = h.policy().params().w;
+    assert!(queued >= w, "in flight: {queued}");
+    assert!(done < w / 2.0, "finished, never called again: {done}");
+}
