@@ -32,6 +32,7 @@ fn arrival(agent: u32, session: u64) -> Event {
         session,
         anchor_hash: anchor_hash(agent),
         prompt_tokens: 500,
+        continues: None,
         warmup: false,
         at_us: 0,
     })

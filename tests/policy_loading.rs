@@ -22,7 +22,7 @@ fn a_core_module_is_refused_as_not_a_component() {
 #[test]
 fn another_world_is_refused_naming_the_missing_export() {
     let err = load_error(&component_bytes("other-world"));
-    assert!(err.contains("missing export `agentrt:policy/guest@0.1.0`"), "{err}");
+    assert!(err.contains("missing export `agentrt:policy/guest@0.2.0`"), "{err}");
     assert!(err.contains("`greet`"), "says what it exports instead: {err}");
 }
 
@@ -98,7 +98,7 @@ fn the_world_shape_lists_imports_and_exports() {
     let lru = load(&engine, "lru");
     let world = lru.world(engine.wasmtime());
     let (name, funcs) = &world.exports[0];
-    assert_eq!(name, "agentrt:policy/guest@0.1.0");
+    assert_eq!(name, "agentrt:policy/guest@0.2.0");
     for f in [
         "info",
         "init",

@@ -16,6 +16,7 @@ fn all_event_kinds() -> Vec<Event> {
             session: 10,
             anchor_hash: 0xaaaa,
             prompt_tokens: 1200,
+            continues: None,
             warmup: false,
             at_us: 5,
         }),
@@ -202,6 +203,7 @@ fn packed_and_typed_scoring_agree_through_a_real_component() {
                 session,
                 anchor_hash: u64::from(agent),
                 prompt_tokens: 10,
+                continues: None,
                 warmup: false,
                 at_us: 0,
             }));

@@ -8,6 +8,8 @@
 
 use std::collections::HashMap;
 
+use agentrt_runtime::types::Continuation;
+
 use crate::tokens::{block_hashes, hash_str, segment_tokens};
 use crate::trace::{Segment, Trace};
 
@@ -56,6 +58,9 @@ pub struct PreparedRequest {
     /// so the later prompt hits the blocks the answer filled, as in vLLM, which caches generated
     /// blocks. `None`: the answer is never quoted verbatim and gets tokens of its own.
     pub output_ids: Option<Vec<u32>>,
+    /// How the prompt continues this agent's previous prompt in the session (`None` for the
+    /// agent's first call there): what the proxy reports as `request-arrival.continues`.
+    pub continues: Option<Continuation>,
 }
 
 /// One session: its requests in file order.
@@ -162,9 +167,31 @@ impl PreparedTrace {
                 prompt: prepare_prompt(&r.prompt, block_size),
                 output_tokens: r.output_tokens,
                 output_ids: None,
+                continues: None,
             });
         }
         for session in &sessions {
+            for (k, &uid) in session.requests.iter().enumerate() {
+                let agent = requests[uid as usize].agent;
+                let previous = session.requests[..k]
+                    .iter()
+                    .rev()
+                    .find(|&&j| requests[j as usize].agent == agent);
+                if let Some(&j) = previous {
+                    let before = &trace.requests[j as usize].prompt;
+                    let now = &trace.requests[uid as usize].prompt;
+                    let shared = before
+                        .iter()
+                        .zip(now)
+                        .take_while(|(a, b)| a == b)
+                        .map(|(a, _)| a.tokens)
+                        .sum();
+                    requests[uid as usize].continues = Some(Continuation {
+                        shared_tokens: shared,
+                        previous_tokens: before.iter().map(|s| s.tokens).sum(),
+                    });
+                }
+            }
             for (k, &uid) in session.requests.iter().enumerate() {
                 let r = &trace.requests[uid as usize];
                 let quoted = session.requests[k + 1..].iter().find_map(|&later| {

@@ -280,6 +280,10 @@ impl<'a> Sim<'a> {
             session: req.kv.session,
             anchor_hash: req.anchor_hash,
             prompt_tokens: req.prompt_tokens,
+            continues: match req.origin {
+                Origin::Trace(uid) => self.trace.requests[uid as usize].continues,
+                Origin::Warmup(_) => None,
+            },
             warmup,
             at_us: us(req.arrival_ns),
         }));

@@ -51,6 +51,7 @@ fn arrivals(n: usize, rng: &mut Rng) -> Vec<Event> {
                 session: rng.below(64),
                 anchor_hash: 0xa000 + u64::from(agent),
                 prompt_tokens: 900,
+                continues: None,
                 warmup: false,
                 at_us: i as u64,
             })
@@ -107,6 +108,7 @@ fn teach_chain(policy: &PolicyHandle) {
                 session,
                 anchor_hash: 0xa000 + u64::from(agent),
                 prompt_tokens: 900,
+                continues: None,
                 warmup: false,
                 at_us: 0,
             }));

@@ -93,6 +93,7 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
             session,
             anchor_hash: AGENTS[agent].1,
             prompt_tokens: 900,
+            continues: None,
             warmup: false,
             at_us: clock * 1000,
         }));

@@ -12,7 +12,7 @@ use crate::error::LoadError;
 use crate::sandbox::GuestState;
 
 /// The contract this host implements.
-pub const CONTRACT: &str = "agentrt:policy@0.1.0";
+pub const CONTRACT: &str = "agentrt:policy@0.2.0";
 const GUEST_EXPORT: &str = "agentrt:policy/guest";
 /// Interfaces a policy may import. Everything else (WASI included) is refused at load.
 const GRANTED_IMPORTS: &[&str] = &["agentrt:policy/host", "agentrt:policy/types"];

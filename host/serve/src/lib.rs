@@ -16,6 +16,7 @@
 
 pub mod admin;
 pub mod cli;
+pub mod continuation;
 pub mod error;
 pub mod identity;
 pub mod metrics;

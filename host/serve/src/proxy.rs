@@ -19,8 +19,9 @@ use axum::Router;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 
-use agentrt_runtime::types::{Event, RequestArrival, RequestFinish};
+use agentrt_runtime::types::{Continuation, Event, RequestArrival, RequestFinish};
 
+use crate::continuation::PromptShape;
 use crate::error::ApiError;
 use crate::identity::{identify_chat, identify_completion, Anchor, Identity};
 use crate::metrics::ProxyMetrics;
@@ -173,6 +174,8 @@ struct Prepared {
     agent: u32,
     /// The `agent-registered` event to send first, when the agent is new to this tenant.
     registration: Option<Event>,
+    /// How the prompt continues the agent's previous one in the session.
+    continues: Option<Continuation>,
 }
 
 async fn chat_completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -191,7 +194,9 @@ async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
         let json = parse_body(&state, &body)?;
         let identity = identify_completion(&headers, &json);
         let (agent, registration) = tenant.agents.intern(&identity);
-        Ok(prepare(&state, tenant, json, identity, agent, registration))
+        let prompt = json.get("prompt").map(Value::to_string).unwrap_or_default();
+        let shape = PromptShape::of_text(&prompt);
+        Ok(prepare(&state, tenant, json, identity, agent, registration, shape))
     });
     match prepared {
         Ok(prepared) => forward(state, "/v1/completions", prepared, received).await,
@@ -215,10 +220,11 @@ async fn prepare_chat(state: &AppState, headers: &HeaderMap, body: &Bytes) -> Re
         }
     }
     tenant.agents.record_anchor(identity.anchor_hash, agent, anchor);
-    Ok(prepare(state, tenant, json, identity, agent, registration))
+    let shape = PromptShape::of_chat(&json);
+    Ok(prepare(state, tenant, json, identity, agent, registration, shape))
 }
 
-/// Record the session and amend the body: the part every route shares.
+/// Record the session and the prompt's shape, and amend the body: the part every route shares.
 fn prepare(
     state: &AppState,
     tenant: Arc<Tenant>,
@@ -226,8 +232,10 @@ fn prepare(
     identity: Identity,
     agent: u32,
     registration: Option<Event>,
+    shape: PromptShape,
 ) -> Prepared {
     tenant.agents.record_session(identity.session);
+    let continues = tenant.continuations.observe(identity.session, agent, shape);
     let body = json_with(state, &mut json, agent, &identity);
     Prepared {
         tenant,
@@ -235,6 +243,7 @@ fn prepare(
         identity,
         agent,
         registration,
+        continues,
     }
 }
 
@@ -343,6 +352,7 @@ async fn forward(state: Arc<AppState>, path: &str, prepared: Prepared, received:
         identity,
         agent,
         registration,
+        continues,
     } = prepared;
     let request_id = state.next_request_id.fetch_add(1, Relaxed);
     let mut events: Vec<Event> = registration.into_iter().collect();
@@ -352,6 +362,7 @@ async fn forward(state: Arc<AppState>, path: &str, prepared: Prepared, received:
         session: identity.session,
         anchor_hash: identity.anchor_hash,
         prompt_tokens: identity.prompt_tokens,
+        continues,
         warmup: false,
         at_us: state.now_us(),
     }));

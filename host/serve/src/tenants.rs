@@ -13,6 +13,7 @@ use axum::http::HeaderMap;
 
 use agentrt_runtime::{PolicyComponent, PolicyHandle, PolicyRegistry, SlotConfig};
 
+use crate::continuation::Continuations;
 use crate::error::ApiError;
 use crate::identity::AgentDirectory;
 
@@ -25,6 +26,8 @@ pub struct Tenant {
     pub name: String,
     pub policy: Arc<PolicyHandle>,
     pub agents: Arc<AgentDirectory>,
+    /// The last prompt shape of each (session, agent): whether a call carries its history forward.
+    pub continuations: Continuations,
 }
 
 pub struct Tenants {
@@ -87,6 +90,7 @@ impl Tenants {
             name: name.to_string(),
             policy,
             agents: Arc::new(AgentDirectory::default()),
+            continuations: Continuations::default(),
         });
         live.insert(name.to_string(), tenant.clone());
         Ok(tenant)

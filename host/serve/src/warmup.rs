@@ -158,6 +158,7 @@ impl Warmups {
             session: 0,
             anchor_hash: warm.anchor_hash,
             prompt_tokens: 0,
+            continues: None,
             warmup: true,
             at_us: state.now_us(),
         };

@@ -107,6 +107,32 @@ async fn forwards_with_agent_identity_and_tells_the_policy() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policy_hears_how_a_call_continues_its_agents_previous_prompt() {
+    use agentrt_serve::continuation::PromptShape;
+    let p = proxy("probe").await;
+    let turn1 = chat("You are helpful.", "What is 2 + 2?", "tiny", false);
+    let mut turn2 = turn1.clone();
+    let messages = turn2["messages"].as_array_mut().unwrap();
+    messages.push(json!({"role": "assistant", "content": "4"}));
+    messages.push(json!({"role": "user", "content": "And 3 + 3?"}));
+    let session = [("x-session-id", "s-1"), ("x-agent-id", "helper")];
+    assert_eq!(post_json(&p, &turn1, &session).await.status(), 200);
+    assert_eq!(post_json(&p, &turn2, &session).await.status(), 200);
+    // Another session's first call of the agent continues nothing.
+    let elsewhere = [("x-session-id", "s-2"), ("x-agent-id", "helper")];
+    assert_eq!(post_json(&p, &turn2, &elsewhere).await.status(), 200);
+
+    let tenant = p.state.tenants.get_or_start("default").unwrap();
+    let mut probe = agentrt_sdk::testing::Harness::<agentrt_test_probe::Probe>::new([]).unwrap();
+    probe.restore(&tenant.policy.snapshot().unwrap()).unwrap();
+    assert_eq!(
+        probe.policy().continued_tokens,
+        u64::from(PromptShape::of_chat(&turn1).tokens()),
+        "turn 2 carried all of turn 1 forward; nothing else continued"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_pass_through_chunk_by_chunk() {
     let p = proxy("lru").await;
     let response = post_json(&p, &chat("s", "t", "tiny", true), &[]).await;

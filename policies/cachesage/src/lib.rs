@@ -20,6 +20,7 @@
 //! `max-sessions` (≈ 9 KB snapshot at the defaults; see [`CacheSage::state_bytes`]).
 
 pub mod agents;
+pub mod continuity;
 pub mod nodes;
 pub mod params;
 pub mod sessions;
@@ -28,9 +29,10 @@ pub mod survival;
 pub mod transitions;
 
 use agentrt_sdk::{info, BlockEvent, BlockOp, Config, Event, Forecast, ForecastKind, Item, Policy, PolicyInfo};
-use agentrt_sdk::{SideEffect, WarmPrefix};
+use agentrt_sdk::{RequestArrival, SideEffect, WarmPrefix};
 
 use agents::{AgentTable, Slot};
+use continuity::Continuity;
 pub use params::Params;
 use sessions::Sessions;
 use survival::{any_of, SurvivalModel};
@@ -48,6 +50,8 @@ pub struct CacheSage {
     agents: AgentTable,
     transitions: Transitions,
     sessions: Sessions,
+    /// Per node: does a call there carry its agent's previous prompt forward?
+    continuity: Continuity,
     /// Request arrivals learned so far: the clock of `last_seen` and session stamps.
     step: u32,
     /// `act` calls so far: the clock of warm-up cooldowns.
@@ -75,6 +79,7 @@ impl CacheSage {
             agents: AgentTable::new(params.max_agents),
             transitions: Transitions::new(params.max_agents, params.window),
             sessions: Sessions::new(params.max_sessions),
+            continuity: Continuity::new(nodes::count(params.max_agents)),
             survival: vec![0.0; params.max_agents],
             params,
             step: 0,
@@ -141,7 +146,8 @@ impl CacheSage {
         counts.into_iter().enumerate().filter(|&(_, c)| c > 0).collect()
     }
 
-    fn learn_arrival(&mut self, handle: u32, session: u64, anchor_hash: u64) {
+    fn learn_arrival(&mut self, arrival: &RequestArrival) {
+        let (handle, session, anchor_hash) = (arrival.agent, arrival.session, arrival.anchor_hash);
         self.step = self.step.wrapping_add(1);
         let interned = self.agents.intern(handle, anchor_hash, 0, self.step);
         if interned.evicted {
@@ -156,6 +162,9 @@ impl CacheSage {
             None => (Some(self.transitions.start()), 0),
         };
         let node = nodes::node(slot, depth);
+        if let Some(c) = arrival.continues {
+            self.continuity.learn(node, c.shared_tokens, c.previous_tokens);
+        }
         if let Some(src) = src {
             self.transitions.record(src, node);
         }
@@ -176,6 +185,7 @@ impl CacheSage {
 
     fn forget_slot(&mut self, slot: Slot) {
         self.transitions.forget(slot);
+        self.continuity.forget(nodes::nodes_of(slot));
         self.sessions.forget_agent(slot);
         self.mark_stale();
     }
@@ -191,17 +201,22 @@ impl CacheSage {
             // question many sessions ask — are reused by any session that reaches the agent.
             return self.survival[slot];
         }
-        // One session's content is reused only if that session calls this agent again — or is
-        // calling it now: a request that arrived may still be queued, its hit not yet taken. An
-        // ended (or untracked) session's content is dead.
+        // One session's content is reused only if that session calls this agent again with a
+        // prompt that carries it forward — or is calling it now: a request that arrived may still
+        // be queued, its hit not yet taken. An ended (or untracked) session's content is dead.
         let Some(session) = self.sessions.get(item.session) else {
             return 0.0;
         };
-        match session.node() {
-            Some(current) if session.in_flight > 0 && nodes::slot_of(current) == slot => 1.0,
-            Some(current) => self.model.reach(current, slot),
-            None => 0.0,
+        let Some(current) = session.node() else {
+            return 0.0;
+        };
+        let carried = |node| self.continuity.keeps(node, item.position, item.tokens);
+        if session.in_flight > 0 && nodes::slot_of(current) == slot {
+            return carried(current);
         }
+        nodes::nodes_of(slot)
+            .map(|node| self.model.reach_node(current, node) * carried(node))
+            .fold(0.0, f32::max)
     }
 
     fn next_step_probabilities(&self) -> Vec<f32> {
@@ -234,7 +249,7 @@ impl Policy for CacheSage {
                 }
             }
             // Warm-ups are the policy's own doing: learning them would teach it its own guesses.
-            Event::RequestArrival(r) if !r.warmup => self.learn_arrival(r.agent, r.session, r.anchor_hash),
+            Event::RequestArrival(r) if !r.warmup => self.learn_arrival(r),
             Event::RequestFinish(r) if !r.warmup => self.sessions.finished(r.session),
             Event::SessionEnd(session) => self.learn_session_end(*session),
             _ => {}

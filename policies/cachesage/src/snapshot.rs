@@ -4,17 +4,19 @@
 //!
 //! Format 2 keys transitions and sessions by session state ([`crate::nodes`]); format 1 (by agent
 //! alone, before states had depths) is still read: its rows and sessions land in each agent's
-//! deepest bucket, the state that stands for "somewhere in a session".
+//! deepest bucket, the state that stands for "somewhere in a session". Format 3 adds what each node
+//! learned about continuation ([`crate::continuity`]); formats 1 and 2 start that afresh.
 
 use agentrt_sdk::state::{Reader, Writer};
 
 use crate::agents::Agent;
+use crate::continuity::NodeContinuity;
 use crate::nodes;
 use crate::sessions::{Session, NO_NODE};
 use crate::{CacheSage, Params};
 
 const MAGIC: [u8; 4] = *b"CSG1";
-const VERSION: u16 = 2;
+const VERSION: u16 = 3;
 
 pub fn write(p: &CacheSage) -> Vec<u8> {
     let mut w = Writer::new(MAGIC, VERSION);
@@ -40,6 +42,11 @@ pub fn write(p: &CacheSage) -> Vec<u8> {
     w.u32(p.sessions.len() as u32);
     for s in p.sessions.iter() {
         w.u64(s.id).u8(s.node).u8(s.calls).u8(s.in_flight).u32(s.stamp);
+    }
+    let learned: Vec<_> = p.continuity.learned().collect();
+    w.u16(learned.len() as u16);
+    for (node, c) in learned {
+        w.u8(node as u8).u16(c.calls).u16(c.extended).u32(c.partial_shared);
     }
     w.finish()
 }
@@ -121,6 +128,23 @@ pub fn read(state: &[u8], params: Params) -> Result<CacheSage, String> {
         });
     }
     p.sessions.restore(restored);
+    if version >= 3 {
+        for _ in 0..r.u16()? {
+            let node = r.u8()? as usize;
+            let c = NodeContinuity {
+                calls: r.u16()?,
+                extended: r.u16()?,
+                partial_shared: r.u32()?,
+            };
+            if c.extended > c.calls {
+                return Err(format!(
+                    "snapshot: node {node} extended {} of {} calls",
+                    c.extended, c.calls
+                ));
+            }
+            p.continuity.restore(node, c);
+        }
+    }
     r.finish()?;
     Ok(p)
 }

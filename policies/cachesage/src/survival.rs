@@ -19,6 +19,10 @@ pub struct SurvivalModel {
     /// `reach[src * agents + slot]`: best path probability from src to any node of the agent
     /// within K hops.
     reach: Vec<f32>,
+    /// `reach_node[src * states + node]`: the same to one node (a session's own history needs
+    /// to know *which* call of the agent comes next, to ask whether that call carries it).
+    reach_node: Vec<f32>,
+    states: usize,
     /// `next[src * agents + slot]`: the one-step probability of the agent (any depth),
     /// significant edges only.
     next: Vec<f32>,
@@ -38,6 +42,8 @@ impl SurvivalModel {
         let uniform = 1.0 / distinct as f32;
         let mut model = Self {
             reach: vec![0.0; states * agents],
+            reach_node: vec![0.0; states * states],
+            states,
             next: vec![0.0; states * agents],
             next_end: vec![0.0; states],
             agents,
@@ -93,6 +99,7 @@ impl SurvivalModel {
                     break;
                 }
             }
+            model.reach_node[src * states..(src + 1) * states].copy_from_slice(&best);
             for (node, &prob) in best.iter().enumerate().filter(|&(n, &b)| n != end && b > 0.0) {
                 let cell = &mut model.reach[src * agents + nodes::slot_of(node)];
                 *cell = cell.max(prob);
@@ -104,6 +111,11 @@ impl SurvivalModel {
     /// P(the agent in `slot` runs within K steps | a session is at src), approximated.
     pub fn reach(&self, src: State, slot: Slot) -> f32 {
         self.reach.get(src * self.agents + slot).copied().unwrap_or(0.0)
+    }
+
+    /// P(a session at `src` reaches `node` within K steps), approximated.
+    pub fn reach_node(&self, src: State, node: State) -> f32 {
+        self.reach_node.get(src * self.states + node).copied().unwrap_or(0.0)
     }
 
     /// P(the agent in `slot` runs next | src), significant edges only.

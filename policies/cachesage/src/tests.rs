@@ -13,6 +13,7 @@ fn arrival(agent: u32, session: u64, warmup: bool) -> Event {
         session,
         anchor_hash: 0x100 + u64::from(agent),
         prompt_tokens: 100,
+        continues: None,
         warmup,
         at_us: 0,
     })
@@ -111,4 +112,88 @@ fn a_request_in_flight_keeps_its_agents_history_until_it_finishes() {
     let w = h.policy().params().w;
     assert!(queued >= w, "in flight: {queued}");
     assert!(done < w / 2.0, "finished, never called again: {done}");
+}
+
+fn arrival_continuing(agent: u32, session: u64, shared: u32, previous: u32) -> Event {
+    Event::RequestArrival(RequestArrival {
+        request_id: 0,
+        agent,
+        session,
+        anchor_hash: 0x100 + u64::from(agent),
+        prompt_tokens: 1000,
+        continues: Some(agentrt_sdk::Continuation {
+            shared_tokens: shared,
+            previous_tokens: previous,
+        }),
+        warmup: false,
+        at_us: 0,
+    })
+}
+
+/// Sessions 1 → 2 → 1 → 2 → END where agent 1's second call extends its first (chat memory) and
+/// agent 2's second call starts over from a 300-token common part (another template, a task
+/// restated). Leaves session 99 after its first call of agent 2.
+fn learn_two_turns(h: &mut Harness<CacheSage>) {
+    for s in 0..20 {
+        h.observe(&[
+            arrival(1, s, false),
+            finish(1, s),
+            arrival(2, s, false),
+            finish(2, s),
+            arrival_continuing(1, s, 600, 400),
+            finish(1, s),
+            arrival_continuing(2, s, 300, 900),
+            finish(2, s),
+            Event::SessionEnd(s),
+        ]);
+    }
+    h.observe(&[
+        arrival(1, 99, false),
+        finish(1, 99),
+        arrival(2, 99, false),
+        finish(2, 99),
+    ]);
+}
+
+fn history(agent: u32, position: u32) -> agentrt_sdk::Item {
+    agentrt_sdk::Item {
+        kind: agentrt_sdk::ItemKind::KvBlock,
+        key: u64::from(position),
+        agent,
+        session: 99,
+        last_access: 10,
+        tokens: 16,
+        position,
+    }
+}
+
+#[test]
+fn history_is_kept_only_as_far_as_the_next_call_carries_it() {
+    let mut h = Harness::<CacheSage>::new([]).unwrap();
+    learn_two_turns(&mut h);
+    let w = h.policy().params().w;
+    let scores = h.score(&[history(1, 500), history(2, 200), history(2, 600)]);
+    assert!(scores[0] >= w, "agent 1 extends its history: kept ({})", scores[0]);
+    assert!(
+        scores[1] >= w,
+        "agent 2 carries its first 300 tokens: kept ({})",
+        scores[1]
+    );
+    assert!(
+        scores[2] < w / 2.0,
+        "agent 2 runs again but starts over past 300: dead ({})",
+        scores[2]
+    );
+}
+
+#[test]
+fn a_snapshot_carries_what_was_learned_about_continuation() {
+    let mut h = Harness::<CacheSage>::new([]).unwrap();
+    learn_two_turns(&mut h);
+    let snap = h.snapshot();
+    let mut other = Harness::<CacheSage>::new([]).unwrap();
+    other.restore(&snap).unwrap();
+    assert_eq!(other.policy().continuity, h.policy().continuity);
+    let items = [history(1, 500), history(2, 600)];
+    assert_eq!(other.score(&items), h.score(&items));
 }

@@ -181,6 +181,7 @@ mod tests {
             session: 99,
             anchor_hash: 0,
             prompt_tokens: 10,
+            continues: None,
             warmup: false,
             at_us,
         })

@@ -28,6 +28,8 @@ pub struct Probe {
     pub agents: Vec<(u32, u64)>,
     pub events: u64,
     pub prompt_tokens: u64,
+    /// Sum of `continues.shared-tokens` over arrivals: what the host said calls carried forward.
+    pub continued_tokens: u64,
     /// Stored, touched, removed, cleared.
     pub blocks: [u64; 4],
     pub block_hash_sum: u64,
@@ -51,7 +53,10 @@ impl Policy for Probe {
         match event {
             Event::AgentRegistered(a) if a.name == TRAP_AGENT => panic!("probe was told to trap"),
             Event::AgentRegistered(a) => self.agents.push((a.agent, a.anchor_hash)),
-            Event::RequestArrival(r) => self.prompt_tokens += u64::from(r.prompt_tokens),
+            Event::RequestArrival(r) => {
+                self.prompt_tokens += u64::from(r.prompt_tokens);
+                self.continued_tokens += r.continues.map_or(0, |c| u64::from(c.shared_tokens));
+            }
             Event::ToolCall(t) if t.tool == GROW_TOOL => {
                 let mut hoard: Vec<Vec<u8>> = Vec::new();
                 loop {
@@ -142,7 +147,7 @@ impl Policy for Probe {
     }
 
     fn snapshot(&self) -> Vec<u8> {
-        let mut w = Writer::new(MAGIC, 1);
+        let mut w = Writer::new(MAGIC, 2);
         w.u32(self.agents.len() as u32);
         for &(agent, anchor) in &self.agents {
             w.u32(agent).u64(anchor);
@@ -151,12 +156,12 @@ impl Policy for Probe {
         for b in self.blocks {
             w.u64(b);
         }
-        w.u64(self.block_hash_sum).f32(self.bias);
+        w.u64(self.block_hash_sum).f32(self.bias).u64(self.continued_tokens);
         w.finish()
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<(), String> {
-        let (mut r, _version) = Reader::new(state, MAGIC)?;
+        let (mut r, version) = Reader::new(state, MAGIC)?;
         let mut next = Probe::default();
         for _ in 0..r.u32()? {
             next.agents.push((r.u32()?, r.u64()?));
@@ -168,6 +173,9 @@ impl Policy for Probe {
         }
         next.block_hash_sum = r.u64()?;
         next.bias = r.f32()?;
+        if version >= 2 {
+            next.continued_tokens = r.u64()?;
+        }
         r.finish()?;
         *self = next;
         Ok(())
