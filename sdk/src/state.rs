@@ -35,6 +35,13 @@ impl Writer {
         self.buf.extend_from_slice(&v.to_le_bytes());
         self
     }
+    /// Bytes written so far: lets a policy keep its snapshot inside a budget.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
     pub fn finish(self) -> Vec<u8> {
         self.buf
     }

@@ -5,7 +5,9 @@
 //! Format 2 keys transitions and sessions by session state ([`crate::nodes`]); format 1 (by agent
 //! alone, before states had depths) is still read: its rows and sessions land in each agent's
 //! deepest bucket, the state that stands for "somewhere in a session". Format 3 adds what each node
-//! learned about continuation ([`crate::continuity`]); formats 1 and 2 start that afresh.
+//! learned about continuation ([`crate::continuity`]; formats 1 and 2 start that afresh) and puts
+//! the sessions last, most recent first, so that a snapshot stops inside [`STATE_BUDGET`] whatever
+//! the caps.
 
 use agentrt_sdk::state::{Reader, Writer};
 
@@ -17,6 +19,10 @@ use crate::{CacheSage, Params};
 
 const MAGIC: [u8; 4] = *b"CSG1";
 const VERSION: u16 = 3;
+/// The most a snapshot may take: CacheSage's state budget.
+pub const STATE_BUDGET: usize = 20 * 1024;
+/// A session in a snapshot: id, node, depth, requests in flight, stamp.
+const SESSION_BYTES: usize = 8 + 1 + 1 + 1 + 4;
 
 pub fn write(p: &CacheSage) -> Vec<u8> {
     let mut w = Writer::new(MAGIC, VERSION);
@@ -39,14 +45,22 @@ pub fn write(p: &CacheSage) -> Vec<u8> {
             w.u8(dst);
         }
     }
-    w.u32(p.sessions.len() as u32);
-    for s in p.sessions.iter() {
-        w.u64(s.id).u8(s.node).u8(s.calls).u8(s.in_flight).u32(s.stamp);
-    }
     let learned: Vec<_> = p.continuity.learned().collect();
     w.u16(learned.len() as u16);
     for (node, c) in learned {
         w.u8(node as u8).u16(c.calls).u16(c.extended).u32(c.partial_shared);
+    }
+    // Sessions last, most recent first, as many as the budget leaves room for: at the default
+    // caps everything else takes at most ~9 KB and the sessions table 15 KB, so in the worst case
+    // the least recently active sessions are not carried over (a restored policy treats them as
+    // ended; they come back with their next request).
+    let room = STATE_BUDGET.saturating_sub(w.len() + 4) / SESSION_BYTES;
+    let mut sessions: Vec<_> = p.sessions.iter().collect();
+    sessions.sort_by_key(|s| std::cmp::Reverse(s.stamp));
+    sessions.truncate(room);
+    w.u32(sessions.len() as u32);
+    for s in sessions {
+        w.u64(s.id).u8(s.node).u8(s.calls).u8(s.in_flight).u32(s.stamp);
     }
     w.finish()
 }
@@ -103,6 +117,23 @@ pub fn read(state: &[u8], params: Params) -> Result<CacheSage, String> {
             p.transitions.set_row(src, &ring);
         }
     }
+    if version >= 3 {
+        for _ in 0..r.u16()? {
+            let node = r.u8()? as usize;
+            let c = NodeContinuity {
+                calls: r.u16()?,
+                extended: r.u16()?,
+                partial_shared: r.u32()?,
+            };
+            if c.extended > c.calls {
+                return Err(format!(
+                    "snapshot: node {node} extended {} of {} calls",
+                    c.extended, c.calls
+                ));
+            }
+            p.continuity.restore(node, c);
+        }
+    }
     let sessions = r.u32()? as usize;
     let mut restored = Vec::with_capacity(sessions.min(4096));
     for _ in 0..sessions {
@@ -128,23 +159,6 @@ pub fn read(state: &[u8], params: Params) -> Result<CacheSage, String> {
         });
     }
     p.sessions.restore(restored);
-    if version >= 3 {
-        for _ in 0..r.u16()? {
-            let node = r.u8()? as usize;
-            let c = NodeContinuity {
-                calls: r.u16()?,
-                extended: r.u16()?,
-                partial_shared: r.u32()?,
-            };
-            if c.extended > c.calls {
-                return Err(format!(
-                    "snapshot: node {node} extended {} of {} calls",
-                    c.extended, c.calls
-                ));
-            }
-            p.continuity.restore(node, c);
-        }
-    }
     r.finish()?;
     Ok(p)
 }

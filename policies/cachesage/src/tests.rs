@@ -197,3 +197,33 @@ fn a_snapshot_carries_what_was_learned_about_continuation() {
     let items = [history(1, 500), history(2, 600)];
     assert_eq!(other.score(&items), h.score(&items));
 }
+
+#[test]
+fn the_snapshot_stays_inside_the_budget_with_every_table_full() {
+    // 32 agents called in a scrambled order by 3,000 sessions of 8 calls that never end: every
+    // node's window fills, every node learns continuation, the session table is full.
+    let mut h = Harness::<CacheSage>::new([]).unwrap();
+    let mut x = 12345u64;
+    for s in 0..3000u64 {
+        let mut events = Vec::new();
+        for call in 0..8u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let agent = 1 + ((x >> 33) % 32) as u32;
+            events.push(arrival_continuing(agent, s, (call * 100) as u32, 500));
+        }
+        h.observe(&events);
+    }
+    let snap = h.snapshot();
+    assert!(snap.len() <= crate::snapshot::STATE_BUDGET, "{} bytes", snap.len());
+    let mut other = Harness::<CacheSage>::new([]).unwrap();
+    other.restore(&snap).unwrap();
+    let (kept, all) = (other.policy().sessions.len(), h.policy().sessions.len());
+    println!("worst-case snapshot: {} bytes, {kept} of {all} sessions", snap.len());
+    assert!(
+        kept < all && kept > 300,
+        "the most recent {kept} of {all} sessions carried over"
+    );
+    let newest = h.policy().sessions.iter().max_by_key(|s| s.stamp).unwrap().id;
+    assert!(other.policy().sessions.get(newest).is_some());
+    assert_eq!(other.policy().continuity, h.policy().continuity);
+}
