@@ -17,7 +17,7 @@
 //!
 //! With no significant structure learned (cold start, near-uniform transitions) every score is
 //! recency alone, so the ranking is exactly LRU's. State is bounded by `max-agents`, `window` and
-//! `max-sessions`, and a snapshot never exceeds 20 KB (10–16 KB on the evaluation's workloads; see
+//! `max-sessions`, and a snapshot never exceeds 20 KB (2–16 KB on the evaluation's workloads; see
 //! [`CacheSage::state_bytes`]).
 
 pub mod agents;

@@ -11,7 +11,7 @@
 use crate::agents::Slot;
 use crate::nodes;
 use crate::params::Params;
-use crate::transitions::{State, Transitions};
+use crate::transitions::{is_significant, State, Transitions};
 
 /// The learned graph: for every source state, the agents reachable within K hops and how likely.
 #[derive(Debug, Clone, Default)]
@@ -52,12 +52,12 @@ impl SurvivalModel {
         // Adjacency lists of significant edges (END is a sink: never expanded).
         let mut adjacency: Vec<Vec<(State, f32)>> = vec![Vec::new(); states];
         for (src, edges) in adjacency.iter_mut().enumerate() {
-            let total = t.total(src);
-            if u32::from(total) < p.min_samples || !t.row_is_significant(src, distinct, p.z) {
+            let Some(counts) = usable_row(t, src, p, distinct) else {
                 continue;
-            }
-            for (dst, count) in t.row_counts(src) {
-                let prob = f32::from(count) / f32::from(total);
+            };
+            let total: u32 = counts.iter().map(|&(_, c)| u32::from(c)).sum();
+            for (dst, count) in counts {
+                let prob = f32::from(count) / total as f32;
                 if prob >= p.threshold && prob > uniform {
                     edges.push((dst, prob));
                     model.has_structure = true;
@@ -129,6 +129,41 @@ impl SurvivalModel {
     }
 }
 
+/// The counts a node's edges come from: its own row once that has `min-samples` transitions and is
+/// significant; until then, the row of its agent at every depth merged (each destination moved to
+/// the depth after this node's) — back-off, as in n-gram models. Depth splits an agent's
+/// transitions over up to `DEPTHS` rows, so a short run or a deep, rare node would otherwise learn
+/// nothing where the agent-level chain already knows the next agent.
+fn usable_row(t: &Transitions, src: State, p: &Params, distinct: usize) -> Option<Vec<(State, u16)>> {
+    let usable = |counts: &[(State, u16)]| {
+        let total: u32 = counts.iter().map(|&(_, c)| u32::from(c)).sum();
+        total >= p.min_samples && is_significant(counts, distinct, p.z)
+    };
+    let own = t.row_counts(src);
+    if usable(&own) {
+        return Some(own);
+    }
+    if src == t.start() {
+        return None;
+    }
+    let next_depth = (src % nodes::DEPTHS + 1) as u32;
+    let mut merged: Vec<(State, u16)> = Vec::new();
+    for node in nodes::nodes_of(nodes::slot_of(src)) {
+        for (dst, count) in t.row_counts(node) {
+            let dst = if dst == t.end() {
+                dst
+            } else {
+                nodes::node(nodes::slot_of(dst), next_depth)
+            };
+            match merged.iter_mut().find(|(d, _)| *d == dst) {
+                Some((_, c)) => *c = c.saturating_add(count),
+                None => merged.push((dst, count)),
+            }
+        }
+    }
+    usable(&merged).then_some(merged)
+}
+
 /// Combine independent sources: 1 − Π (1 − p_i)^c_i, where `c_i` sessions sit at source i.
 pub fn any_of(sources: impl Iterator<Item = (f32, u32)>) -> f32 {
     let miss: f32 = sources
@@ -193,6 +228,21 @@ mod tests {
         assert_eq!(m.next_end(node(judge, 1)), 0.0);
         assert_eq!(m.next_end(node(judge, 3)), 1.0, "after the second");
         assert_eq!(m.reach(node(judge, 3), assistant), 0.0);
+    }
+
+    #[test]
+    fn a_node_with_too_few_calls_backs_off_to_its_agent_at_every_depth() {
+        // Planner (0) → coder (1), seen many times at depth 0 but twice at depth 4.
+        let mut t = Transitions::new(2, 32);
+        for _ in 0..20 {
+            t.record(node(0, 0), node(1, 1));
+        }
+        t.record(node(0, 4), node(1, 5));
+        t.record(node(0, 4), node(1, 5));
+        let m = SurvivalModel::build(&t, &Params::default());
+        assert_eq!(m.next(node(0, 4), 1), 1.0, "the planner's own chain, moved to depth 5");
+        assert_eq!(m.reach_node(node(0, 4), node(1, 5)), 1.0);
+        assert_eq!(m.reach_node(node(0, 4), node(1, 1)), 0.0, "not back to depth 1");
     }
 
     #[test]

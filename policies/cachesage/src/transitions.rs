@@ -133,20 +133,7 @@ impl Transitions {
     /// (Pearson rather than the G-test: with windows of tens of samples, expected counts are
     /// small, where the G-test is known to reject too often.)
     pub fn row_is_significant(&self, src: State, distinct: usize, z: f32) -> bool {
-        let n = f32::from(self.total(src));
-        if n == 0.0 || distinct < 2 {
-            return false;
-        }
-        let expected = n / distinct as f32;
-        let counts = self.row_counts(src);
-        let seen: f32 = counts
-            .iter()
-            .map(|&(_, observed)| (f32::from(observed) - expected).powi(2) / expected)
-            .sum();
-        // Destinations this row never saw each contribute (0 - E)² / E = E.
-        let unseen = distinct.saturating_sub(counts.len());
-        let chi2 = seen + unseen as f32 * expected;
-        chi2 > chi_square_critical((distinct - 1) as f32, z)
+        is_significant(&self.row_counts(src), distinct, z)
     }
 
     /// A row's ring, oldest first.
@@ -172,6 +159,24 @@ impl Transitions {
             }
         }
     }
+}
+
+/// Pearson's chi-square test of a row's `counts` against uniform over `distinct` destinations (see
+/// [`Transitions::row_is_significant`]).
+pub fn is_significant(counts: &[(State, u16)], distinct: usize, z: f32) -> bool {
+    let n: f32 = counts.iter().map(|&(_, c)| f32::from(c)).sum();
+    if n == 0.0 || distinct < 2 {
+        return false;
+    }
+    let expected = n / distinct as f32;
+    let seen: f32 = counts
+        .iter()
+        .map(|&(_, observed)| (f32::from(observed) - expected).powi(2) / expected)
+        .sum();
+    // Destinations this row never saw each contribute (0 - E)² / E = E.
+    let unseen = distinct.saturating_sub(counts.len());
+    let chi2 = seen + unseen as f32 * expected;
+    chi2 > chi_square_critical((distinct - 1) as f32, z)
 }
 
 /// The chi-square critical value for `df` degrees of freedom at the upper-tail probability whose
