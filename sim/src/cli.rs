@@ -13,7 +13,7 @@ use crate::harness::{default_policies, run_all, PolicyHost, PolicySpec};
 use crate::latency::{GpuMemory, LatencyModel};
 use crate::policies::Rerank;
 use crate::prepare::PreparedTrace;
-use crate::report::{run_json, summarize, table, PolicySummary};
+use crate::report::{markdown_rows, run_json, summarize, table, PolicySummary, MARKDOWN_HEADER};
 use crate::scheduler::{OpLog, Sim, SimConfig};
 use crate::trace::Trace;
 use crate::workloads::{generate, GenParams, Workload};
@@ -352,8 +352,7 @@ fn write_table_outputs(
     let mut bars = Vec::new();
     let mut caps = Vec::new();
     let mut series = Vec::new();
-    md.push_str("| workload | policy | hit % | Δ pp vs LRU | gap closed | TTFT mean ms | TTFT p99 ms | turn ms | out tok/s | warm-up tok | state B | observe µs/ev | score µs/item |\n");
-    md.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    md.push_str(MARKDOWN_HEADER);
     for (wi, w) in workloads.iter().enumerate() {
         let mine: Vec<_> = results.iter().filter(|r| r.0 == wi).collect();
         let head = mine
@@ -371,24 +370,7 @@ fn write_table_outputs(
             headline * BLOCK_SIZE / 1000
         );
         print!("{}", table(head));
-        for (p, s) in head {
-            md.push_str(&format!(
-                "| {} | {} | {:.1} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {:.3} | {:.3} |\n",
-                w.name(),
-                p,
-                s.hit_rate * 100.0,
-                s.delta_pp_vs_lru.map_or("–".into(), |d| format!("{d:+.1}")),
-                s.gap_closed.map_or("–".into(), |g| format!("{:.0}%", g * 100.0)),
-                s.ttft_ms_mean,
-                s.ttft_ms_p99,
-                s.turn_ms_mean,
-                s.throughput_tok_s,
-                s.warmup_tokens,
-                s.state_bytes_max,
-                s.observe_us_per_event,
-                s.score_us_per_item
-            ));
-        }
+        md.push_str(&markdown_rows(w.name(), head));
         bars.push(
             names
                 .iter()

@@ -155,6 +155,36 @@ fn opt(x: Option<f64>, digits: usize) -> String {
     }
 }
 
+/// The share of the LRU→Bélády gap, as a percentage ("–" when there is no gap).
+fn gap(s: &PolicySummary) -> String {
+    s.gap_closed.map_or("–".to_string(), |g| format!("{:.0}%", g * 100.0))
+}
+
+/// Header of the Markdown table [`markdown_rows`] fills (docs/results.md, `table.md`).
+pub const MARKDOWN_HEADER: &str = "| workload | policy | hit % | Δ pp vs LRU | gap closed | TTFT mean ms | TTFT p99 ms | turn ms | out tok/s | warm-up tok | state B | observe µs/ev | score µs/item |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+
+/// One Markdown row per policy of one workload's results.
+pub fn markdown_rows(workload: &str, summaries: &[(String, PolicySummary)]) -> String {
+    let mut out = String::new();
+    for (name, s) in summaries {
+        out.push_str(&format!(
+            "| {workload} | {name} | {:.1} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {:.3} | {:.3} |\n",
+            s.hit_rate * 100.0,
+            opt(s.delta_pp_vs_lru, 1),
+            gap(s),
+            s.ttft_ms_mean,
+            s.ttft_ms_p99,
+            s.turn_ms_mean,
+            s.throughput_tok_s,
+            s.warmup_tokens,
+            s.state_bytes_max,
+            s.observe_us_per_event,
+            s.score_us_per_item
+        ));
+    }
+    out
+}
+
 /// A fixed-width table of one trace's results.
 pub fn table(summaries: &[(String, PolicySummary)]) -> String {
     let mut out = String::new();
@@ -179,7 +209,7 @@ pub fn table(summaries: &[(String, PolicySummary)]) -> String {
             name,
             s.hit_rate * 100.0,
             opt(s.delta_pp_vs_lru, 1),
-            s.gap_closed.map_or("–".to_string(), |g| format!("{:.0}%", g * 100.0)),
+            gap(s),
             s.ttft_ms_mean,
             s.ttft_ms_p99,
             s.turn_ms_mean,
