@@ -1,7 +1,8 @@
 //! `agentrt sim`: generate traces, replay one under every policy, or run the whole evaluation
 //! table. The `agentrt` binary only forwards to [`run`].
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -9,11 +10,12 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::audit::EvictionAudit;
 use crate::harness::{default_policies, run_all, PolicyHost, PolicySpec};
 use crate::latency::{GpuMemory, LatencyModel};
 use crate::policies::Rerank;
 use crate::prepare::PreparedTrace;
-use crate::report::{markdown_rows, run_json, summarize, table, PolicySummary, MARKDOWN_HEADER};
+use crate::report::{markdown_rows, regret_table, run_json, summarize, table, PolicySummary, MARKDOWN_HEADER};
 use crate::scheduler::{OpLog, Sim, SimConfig};
 use crate::trace::Trace;
 use crate::workloads::{generate, GenParams, Workload};
@@ -99,6 +101,11 @@ pub struct RunArgs {
     /// Write every figure as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Record every eviction of every policy here (JSON Lines: policy, time, agent, session, kind
+    /// of content, and when a later request asked for it again) and print where each policy's
+    /// misses come from.
+    #[arg(long)]
+    pub eviction_log: Option<PathBuf>,
     /// Replay under native LRU and write the block-pool operations for sim/fidelity/ here.
     #[arg(long)]
     pub op_log: Option<PathBuf>,
@@ -199,7 +206,8 @@ fn run_trace(a: RunArgs) -> anyhow::Result<()> {
     };
     let host = PolicyHost::new(a.replay.components.clone())?;
     let bar = progress(policies.len() as u64);
-    let results = run_all(&host, &prepared, &cfg, &policies, a.replay.rerank(), |r| {
+    let audit = a.eviction_log.is_some();
+    let results = run_all(&host, &prepared, &cfg, &policies, a.replay.rerank(), audit, |r| {
         bar.set_message(format!("{} done", r.policy));
         bar.inc(1);
     })?;
@@ -214,12 +222,27 @@ fn run_trace(a: RunArgs) -> anyhow::Result<()> {
         BLOCK_SIZE
     );
     print!("{}", table(&summaries));
+    if let Some(path) = &a.eviction_log {
+        let audits: Vec<&EvictionAudit> = results.iter().filter_map(|r| r.audit.as_ref()).collect();
+        write_eviction_log(path, &prepared, &audits)?;
+        print!("\n{}", regret_table(&prepared, &audits));
+        println!("every eviction → {}", path.display());
+    }
     if let Some(path) = &a.json {
         let json = run_json(&a.trace.display().to_string(), blocks, BLOCK_SIZE, &summaries);
         std::fs::write(path, serde_json::to_string_pretty(&json)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+fn write_eviction_log(path: &Path, trace: &PreparedTrace, audits: &[&EvictionAudit]) -> anyhow::Result<()> {
+    let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    for audit in audits {
+        audit.write_jsonl(trace, &mut out)?;
+    }
+    out.flush().with_context(|| format!("writing {}", path.display()))
 }
 
 /// The summaries of one (workload index, capacity, is-headline) unit.
@@ -295,7 +318,7 @@ fn run_table(a: TableArgs) -> anyhow::Result<()> {
                 let trace = &traces[unit.workload];
                 let cfg = SimConfig::new(unit.blocks);
                 let name = workloads[unit.workload].name();
-                let outcome = run_all(&host, trace, &cfg, &policies, a.replay.rerank(), |r| {
+                let outcome = run_all(&host, trace, &cfg, &policies, a.replay.rerank(), false, |r| {
                     bar.set_message(format!("{name} @ {} blocks: {}", unit.blocks, r.policy));
                     bar.inc(1);
                 });

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use agentrt_runtime::{EngineOptions, PolicyComponent, PolicyEngine, PoolingOptions};
 use anyhow::Context;
 
+use crate::audit::Audited;
 use crate::policies::{Belady, NativeLru, Rerank, SimPolicy, WasmPolicy};
 use crate::prepare::PreparedTrace;
 use crate::scheduler::{RunResult, Sim, SimConfig};
@@ -153,6 +154,19 @@ pub fn run_one(
     reference_order: Option<&[u32]>,
     rerank: Rerank,
 ) -> anyhow::Result<RunResult> {
+    replay(host, trace, cfg, policy, reference_order, rerank, false)
+}
+
+/// [`run_one`], recording every eviction in [`RunResult::audit`] when `audit` is set.
+fn replay(
+    host: &PolicyHost,
+    trace: &PreparedTrace,
+    cfg: &SimConfig,
+    policy: &PolicySpec,
+    reference_order: Option<&[u32]>,
+    rerank: Rerank,
+    audit: bool,
+) -> anyhow::Result<RunResult> {
     let mut boxed: Box<dyn SimPolicy> = match policy {
         PolicySpec::NativeLru => Box::new(NativeLru),
         PolicySpec::Belady => {
@@ -164,19 +178,29 @@ pub fn run_one(
             Box::new(host.start(name, component, init, trace.block_size, rerank)?)
         }
     };
-    let mut result = Sim::new(cfg.clone(), trace, boxed.as_mut()).run()?;
+    let mut result = if audit {
+        let mut audited = Audited::new(boxed.as_mut(), trace);
+        let mut result = Sim::new(cfg.clone(), trace, &mut audited).run()?;
+        let mut audit = audited.into_audit();
+        audit.policy = policy.name().to_string();
+        result.audit = Some(audit);
+        result
+    } else {
+        Sim::new(cfg.clone(), trace, boxed.as_mut()).run()?
+    };
     result.policy = policy.name().to_string();
     Ok(result)
 }
 
-/// Replay `trace` under every policy in `policies` (LRU first when Bélády needs it). `done` is
-/// called after each run.
+/// Replay `trace` under every policy in `policies` (LRU first when Bélády needs it), recording
+/// every eviction when `audit` is set. `done` is called after each run.
 pub fn run_all(
     host: &PolicyHost,
     trace: &PreparedTrace,
     cfg: &SimConfig,
     policies: &[PolicySpec],
     rerank: Rerank,
+    audit: bool,
     mut done: impl FnMut(&RunResult),
 ) -> anyhow::Result<Vec<RunResult>> {
     let mut results: Vec<Option<RunResult>> = vec![None; policies.len()];
@@ -195,7 +219,7 @@ pub fn run_all(
             let lru = run_one(host, trace, cfg, &PolicySpec::NativeLru, None, rerank)?;
             reference = Some(lru.admission_order);
         }
-        let result = run_one(host, trace, cfg, policy, reference.as_deref(), rerank)
+        let result = replay(host, trace, cfg, policy, reference.as_deref(), rerank, audit)
             .with_context(|| format!("policy {}", policy.name()))?;
         if is_lru(policy) && reference.is_none() {
             reference = Some(result.admission_order.clone());

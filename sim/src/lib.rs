@@ -8,8 +8,10 @@
 //! Module map: [`trace`] (the JSONL format) → [`prepare`] (token ids, block hashes, agents) →
 //! [`scheduler`] (vLLM's scheduler over [`kv`] and [`prefix_cache`], timed by [`latency`]) with a
 //! policy from [`policies`]; [`workloads`] generate traces; [`harness`] runs every policy and
-//! [`report`] / [`plot`] present the results; [`cli`] is `agentrt sim`.
+//! [`report`] / [`plot`] present the results; [`audit`] says which evictions a later request
+//! regretted; [`cli`] is `agentrt sim`.
 
+pub mod audit;
 pub mod cli;
 pub mod harness;
 pub mod kv;

@@ -1,10 +1,12 @@
 //! Turn run results into the figures the evaluation reports: per policy, token hit rate, Δ pp vs
 //! LRU, the fraction of the LRU → Bélády gap closed, TTFT (mean, p99), per-turn latency,
 //! throughput, warm-up tokens, policy state size and policy time per event — as JSON and as a
-//! terminal table.
+//! terminal table; and, for audited runs, which evictions a later request regretted.
 
 use serde::Serialize;
 
+use crate::audit::{Content, EvictionAudit, Tally};
+use crate::prepare::PreparedTrace;
 use crate::scheduler::RunResult;
 
 /// Every figure of one policy on one trace and cache size.
@@ -223,6 +225,68 @@ pub fn table(summaries: &[(String, PolicySummary)]) -> String {
     out
 }
 
+/// Agents listed in the regret table's per-agent part (those with the most regrets).
+const REGRET_TABLE_AGENTS: usize = 12;
+
+/// Where each policy's misses come from: evictions a later request undid, by kind of content and
+/// by agent, for audited runs (`agentrt sim run --eviction-log`).
+pub fn regret_table(trace: &PreparedTrace, audits: &[&EvictionAudit]) -> String {
+    let share = |t: Tally| format!("{}/{}", t.regretted, t.evicted);
+    let mut out = String::from("evictions a later request undid (regretted / evicted):\n");
+    out.push_str(&format!(
+        "{:<16} {:>9} {:>10} {:>6} {:>11} {:>15} {:>15} {:>15} {:>10}\n",
+        "policy", "evicted", "regretted", "%", "tokens", "anchor", "shared", "session", "gap ms p50"
+    ));
+    for a in audits {
+        let by_content = a.by_content();
+        let content = |c: Content| share(by_content.get(&c).copied().unwrap_or_default());
+        let evicted = a.evictions.len() as u64;
+        out.push_str(&format!(
+            "{:<16} {:>9} {:>10} {:>6.1} {:>11} {:>15} {:>15} {:>15} {:>10}\n",
+            a.policy,
+            evicted,
+            a.regretted(),
+            100.0 * a.regretted() as f64 / evicted.max(1) as f64,
+            a.regretted_tokens(),
+            content(Content::Anchor),
+            content(Content::Shared),
+            content(Content::Session),
+            a.median_regret_gap_us()
+                .map_or("-".to_string(), |us| format!("{:.0}", us as f64 / 1000.0)),
+        ));
+    }
+    // Agents ranked by their most-regretted policy: where a policy and Bélády differ most.
+    let by_agent: Vec<_> = audits.iter().map(|a| a.by_agent()).collect();
+    let mut agents: Vec<u32> = by_agent.iter().flat_map(|m| m.keys().copied()).collect();
+    agents.sort_unstable();
+    agents.dedup();
+    let regretted = |m: &std::collections::BTreeMap<u32, Tally>, agent: u32| m.get(&agent).map_or(0, |t| t.regretted);
+    agents.sort_by_key(|&agent| std::cmp::Reverse(by_agent.iter().map(|m| regretted(m, agent)).max()));
+    if agents.is_empty() {
+        return out;
+    }
+    out.push_str("\nregretted blocks by agent:\n");
+    out.push_str(&format!("{:<24}", "agent"));
+    for a in audits {
+        out.push_str(&format!(" {:>16}", a.policy));
+    }
+    out.push('\n');
+    for &agent in agents.iter().take(REGRET_TABLE_AGENTS) {
+        let name = trace
+            .agent(agent)
+            .map_or_else(|| format!("#{agent}"), |a| a.name.clone());
+        out.push_str(&format!("{name:<24}"));
+        for m in &by_agent {
+            out.push_str(&format!(" {:>16}", regretted(m, agent)));
+        }
+        out.push('\n');
+    }
+    if agents.len() > REGRET_TABLE_AGENTS {
+        out.push_str(&format!("({} more agents)\n", agents.len() - REGRET_TABLE_AGENTS));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,5 +317,37 @@ mod tests {
         let json = run_json("t.jsonl", 100, 16, &s);
         assert_eq!(json["policies"]["belady"]["hit_rate"], 0.8);
         assert!(table(&s).contains("cachesage"));
+    }
+
+    #[test]
+    fn the_regret_table_breaks_regrets_down_by_content_and_agent() {
+        use crate::audit::Eviction;
+        let text = r#"{"session": "s1", "agent": "coder", "after_ms": 0, "prompt": [{"seg": "sys/coder", "tokens": 16}], "output_tokens": 1}"#;
+        let trace = PreparedTrace::new(&crate::trace::Trace::parse(text).unwrap(), 16, false);
+        let eviction = |content, requested_again_us| Eviction {
+            at_us: 1_000,
+            hash: 1,
+            agent: 1,
+            session: 1,
+            position: 0,
+            content,
+            requested_again_us,
+        };
+        let audit = EvictionAudit {
+            policy: "lru".into(),
+            block_size: 16,
+            evictions: vec![
+                eviction(Content::Session, Some(3_000)),
+                eviction(Content::Session, None),
+                eviction(Content::Shared, Some(5_000)),
+            ],
+        };
+        let text = regret_table(&trace, &[&audit]);
+        let row = text.lines().find(|l| l.starts_with("lru")).unwrap();
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        // policy, evicted, regretted, %, tokens, anchor, shared, session, median gap (ms)
+        assert_eq!(cells, ["lru", "3", "2", "66.7", "32", "0/0", "1/1", "1/2", "4"]);
+        let coder = text.lines().find(|l| l.starts_with("coder")).unwrap();
+        assert_eq!(coder.split_whitespace().collect::<Vec<_>>(), ["coder", "2"]);
     }
 }

@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use agentrt_runtime::types::{AgentRegistered, Event, RequestArrival, RequestFinish, SideEffect};
 
+use crate::audit::EvictionAudit;
 use crate::kv::{KvManager, SeqKv};
 use crate::latency::{LatencyModel, StepWork};
 use crate::policies::{PolicyStats, SimPolicy};
@@ -79,6 +80,8 @@ pub struct RunResult {
     /// Trace request uids in the order they were first admitted (Bélády's reference future).
     pub admission_order: Vec<u32>,
     pub policy_stats: PolicyStats,
+    /// Every eviction and whether it was regretted, when the replay was audited.
+    pub audit: Option<EvictionAudit>,
     /// Wall time of the replay (seconds).
     pub wall_s: f64,
 }

@@ -38,6 +38,7 @@ fn run(host: &PolicyHost, trace: &PreparedTrace, blocks: usize, names: &[&str]) 
         &SimConfig::new(blocks),
         &policies,
         Rerank::EveryStep,
+        false,
         |_| {},
     )
     .expect("replay")
@@ -160,4 +161,46 @@ fn reranking_less_often_still_replays() {
     .unwrap();
     assert!(sparse.policy_stats.score_calls <= every.policy_stats.score_calls);
     assert_eq!(sparse.prompt_tokens, every.prompt_tokens);
+}
+
+#[test]
+fn an_audit_accounts_for_every_eviction_and_changes_no_decision() {
+    let host = host();
+    let trace = small(Workload::Mtbench, 60, 7);
+    let names = ["lru-native", "lru", "belady"];
+    let policies: Vec<PolicySpec> = names.iter().map(|n| PolicySpec::parse(n)).collect();
+    let cfg = SimConfig::new(300);
+    let audited = run_all(&host, &trace, &cfg, &policies, Rerank::EveryStep, true, |_| {}).unwrap();
+    let plain = run_all(&host, &trace, &cfg, &policies, Rerank::EveryStep, false, |_| {}).unwrap();
+    for (a, p) in audited.iter().zip(&plain) {
+        assert!(p.audit.is_none());
+        let audit = a.audit.as_ref().expect("audited");
+        assert_eq!((a.hit_tokens, a.evictions), (p.hit_tokens, p.evictions), "{}", a.policy);
+        assert_eq!(audit.evictions.len() as u64, a.evictions, "{}", a.policy);
+        let by_content = audit.by_content();
+        assert_eq!(by_content.values().map(|t| t.regretted).sum::<u64>(), audit.regretted());
+        // A regretted block is one a request recomputed: never more than the tokens it missed.
+        assert!(
+            audit.regretted_tokens() <= a.prompt_tokens - a.hit_tokens,
+            "{}: {} regretted tokens, {} missed",
+            a.policy,
+            audit.regretted_tokens(),
+            a.prompt_tokens - a.hit_tokens
+        );
+    }
+    let regretted: Vec<u64> = audited.iter().map(|r| r.audit.as_ref().unwrap().regretted()).collect();
+    assert!(
+        regretted[0] > 0,
+        "the cache must be under pressure for this to mean anything"
+    );
+    assert_eq!(
+        regretted[0], regretted[1],
+        "LRU in Wasm evicts exactly what native LRU does"
+    );
+    assert!(
+        regretted[2] < regretted[0],
+        "Bélády regrets fewer evictions ({}) than LRU ({})",
+        regretted[2],
+        regretted[0]
+    );
 }
