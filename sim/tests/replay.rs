@@ -204,3 +204,25 @@ fn an_audit_accounts_for_every_eviction_and_changes_no_decision() {
         regretted[0]
     );
 }
+
+#[test]
+fn a_python_policy_replays_and_with_weight_0_is_exactly_lru() {
+    let host = host();
+    let trace = small(Workload::Gsm8k, 40, 11);
+    let r = run(&host, &trace, 400, &["lru-native", "frequency:weight=0", "frequency"]);
+    assert!(r[0].evictions > 0, "the cache must be under pressure");
+    for python in &r[1..] {
+        let stats = &python.policy_stats;
+        assert!(
+            stats.score_calls > 0 && stats.events > 0,
+            "{}: the policy ran",
+            python.policy
+        );
+        assert_eq!(stats.fallbacks, 0, "{}: every ranking came from Python", python.policy);
+    }
+    // Recency alone, computed in Python, is LRU: the same hits, evictions and admission order.
+    assert_eq!(r[1].hit_tokens, r[0].hit_tokens);
+    assert_eq!(r[1].evictions, r[0].evictions);
+    assert_eq!(r[1].admission_order, r[0].admission_order);
+    assert!(r[2].policy_stats.state_bytes_max > 0, "the rates are state");
+}

@@ -121,7 +121,8 @@ fn primitives(c: &mut Criterion) {
     let cache = tempfile::tempdir().unwrap();
     let engine = engine(true, &cache);
     let mut rng = Rng::new(3);
-    for name in ["lru", "cachesage"] {
+    // `frequency` is the Python policy (CPython inside the component): the cost of the language.
+    for name in ["lru", "cachesage", "frequency"] {
         let policy = start(&engine, name);
         if name == "cachesage" {
             teach_chain(&policy);
@@ -158,9 +159,14 @@ fn primitives(c: &mut Criterion) {
 fn lifecycle(c: &mut Criterion) {
     let cache = tempfile::tempdir().unwrap();
     let mut group = c.benchmark_group("lifecycle");
-    for (label, pooling) in [("default allocator", false), ("pooling allocator", true)] {
+    let slots = [
+        ("default allocator", false, "cachesage"),
+        ("pooling allocator", true, "cachesage"),
+        ("python, pooling allocator", true, "frequency"),
+    ];
+    for (label, pooling, name) in slots {
         let engine = engine(pooling, &cache);
-        let component = Arc::new(engine.load_file(&component_path("cachesage")).unwrap());
+        let component = Arc::new(engine.load_file(&component_path(name)).unwrap());
         group.bench_function(BenchmarkId::new("start slot (instantiate + init + info)", label), |b| {
             b.iter(|| {
                 let config = SlotConfig {

@@ -1,4 +1,5 @@
-//! Build policy crates for `wasm32-unknown-unknown` and encode each core module as a component.
+//! Build policy crates for `wasm32-unknown-unknown` and encode each core module as a component;
+//! then the Python policies ([`crate::python_policies`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -51,7 +52,11 @@ pub fn build_all(root: &Path) -> Result<Vec<PathBuf>> {
         encode_component(&core, &out)?;
         built.push(out);
     }
-    let names: Vec<&str> = crates.iter().map(|c| c.name.as_str()).collect();
+    built.extend(crate::python_policies::build_all(root, &out_dir)?);
+    let names: Vec<String> = built
+        .iter()
+        .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .collect();
     eprintln!("xtask: {} components in {OUT_DIR}/: {}", built.len(), names.join(", "));
     Ok(built)
 }

@@ -1,7 +1,8 @@
 //! Build orchestration: `cargo xtask <command>`.
 //!
 //! - `build-policies` — build every policy component (policies/*, tests/guests/*) into
-//!   `target/components/<name>.wasm`.
+//!   `target/components/<name>.wasm`: Rust crates as below, Python ones (`policies/*/app.py`) with
+//!   componentize-py, which it installs from PyPI on first use (needs `python3`).
 //! - `test` — build the components, run every test in the workspace, then the vLLM adapter's
 //!   Python tests (pytest in `.venv-vllm`, made by `adapters/vllm/setup-venv.sh`; skipped, saying
 //!   so, without it).
@@ -14,6 +15,7 @@
 //! in principle — and it is half the size (DESIGN.md §9: 28 KB vs 56 KB for the same policy).
 
 mod components;
+mod python_policies;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -42,6 +42,10 @@ pub struct PoolingOptions {
     pub max_memory_bytes: usize,
     /// Bytes of each slot's memory kept resident between uses, so reuse does not page-fault.
     pub keep_resident_bytes: usize,
+    /// Core (module) instances reserved per policy instance. A Rust policy needs 1–2; a Python
+    /// one built by componentize-py instantiates ~38 (CPython, its libraries, the WASI stubs).
+    /// Slots are address space reserved up front, not memory in use.
+    pub core_instances_per_instance: u32,
 }
 
 impl Default for PoolingOptions {
@@ -50,6 +54,7 @@ impl Default for PoolingOptions {
             max_instances: 128,
             max_memory_bytes: 256 << 20,
             keep_resident_bytes: 1 << 20,
+            core_instances_per_instance: 48,
         }
     }
 }
@@ -124,7 +129,7 @@ impl PolicyEngine {
         if let Some(pooling) = &options.pooling {
             let mut pool = PoolingAllocationConfig::default();
             pool.total_component_instances(pooling.max_instances)
-                .total_core_instances(pooling.max_instances * 4)
+                .total_core_instances(pooling.max_instances * pooling.core_instances_per_instance)
                 .total_memories(pooling.max_instances * 2)
                 .total_tables(pooling.max_instances * 2)
                 .max_memory_size(pooling.max_memory_bytes)
