@@ -317,7 +317,6 @@ impl FinishGuard {
             return;
         }
         self.done = true;
-        self.state.metrics.in_flight.fetch_sub(1, Relaxed);
         let mut finish = self.template;
         finish.ok = ok;
         finish.at_us = self.state.now_us();
@@ -332,6 +331,8 @@ impl FinishGuard {
         self.state.tell_policy(&self.tenant, &[Event::RequestFinish(finish)]);
         // A long request keeps its session alive: idleness counts from the last answer too.
         self.tenant.agents.record_session(finish.session);
+        // In flight until its end has reached the policy: a caller that sees 0 sees every finish.
+        self.state.metrics.in_flight.fetch_sub(1, Relaxed);
         self.state.warmups.kick(self.state.clone(), self.tenant.clone());
     }
 }
