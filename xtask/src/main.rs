@@ -3,8 +3,8 @@
 //! - `build-policies` — build every policy component (policies/*, tests/guests/*) into
 //!   `target/components/<name>.wasm`: Rust crates as below, Python ones (`policies/*/app.py`) with
 //!   componentize-py, which it installs from PyPI on first use (needs `python3`).
-//! - `test` — build the components, run every test in the workspace, then the vLLM adapter's
-//!   Python tests (pytest in `.venv-vllm`, made by `adapters/vllm/setup-venv.sh`; skipped, saying
+//! - `test` — build the components, run every test in the workspace, the Python policies' and
+//!   the Python SDK's native tests (pytest), then the vLLM adapter's Python tests (pytest in `.venv-vllm`, made by `adapters/vllm/setup-venv.sh`; skipped, saying
 //!   so, without it).
 //! - `demo` — build the components and the `agentrt` binary, run its demo, then the short version
 //!   of the evaluation table (`agentrt sim table --quick`, plots in `target/sim-quick/`).
@@ -37,6 +37,7 @@ fn main() -> Result<()> {
                 .current_dir(&root)
                 .args(["test", "--workspace"])
                 .args(&rest))?;
+            python_policies::test_all(&root)?;
             vllm_adapter_tests(&root)
         }
         "demo" => {
