@@ -67,13 +67,34 @@ pub struct EvictionAudit {
 }
 
 /// Evictions and regrets of one group (a kind of content, or an agent).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Tally {
     pub evicted: u64,
     pub regretted: u64,
 }
 
+/// An audit's figures for `sim run --json` (each policy's `regret`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RegretSummary {
+    pub evicted: u64,
+    pub regretted_blocks: u64,
+    pub regretted_tokens: u64,
+    /// By kind of content: `anchor`, `shared`, `session`.
+    pub by_content: BTreeMap<&'static str, Tally>,
+    pub median_regret_gap_ms: Option<f64>,
+}
+
 impl EvictionAudit {
+    pub fn summary(&self) -> RegretSummary {
+        RegretSummary {
+            evicted: self.evictions.len() as u64,
+            regretted_blocks: self.regretted(),
+            regretted_tokens: self.regretted_tokens(),
+            by_content: self.by_content().into_iter().map(|(c, t)| (c.name(), t)).collect(),
+            median_regret_gap_ms: self.median_regret_gap_us().map(|us| us as f64 / 1000.0),
+        }
+    }
+
     /// Blocks asked for again after their eviction.
     pub fn regretted(&self) -> u64 {
         self.evictions.iter().filter(|e| e.requested_again_us.is_some()).count() as u64

@@ -103,7 +103,7 @@ pub struct RunArgs {
     pub json: Option<PathBuf>,
     /// Record every eviction of every policy here (JSON Lines: policy, time, agent, session, kind
     /// of content, and when a later request asked for it again) and print where each policy's
-    /// misses come from.
+    /// misses come from; `--json` then carries each policy's `regret` figures too.
     #[arg(long)]
     pub eviction_log: Option<PathBuf>,
     /// Replay under native LRU and write the block-pool operations for sim/fidelity/ here.

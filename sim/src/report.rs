@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use crate::audit::{Content, EvictionAudit, Tally};
+use crate::audit::{Content, EvictionAudit, RegretSummary, Tally};
 use crate::prepare::PreparedTrace;
 use crate::scheduler::RunResult;
 
@@ -50,6 +50,9 @@ pub struct PolicySummary {
     pub steps: u64,
     /// Wall time of the replay (seconds).
     pub wall_s: f64,
+    /// Evictions a later request undid, for audited runs (`--eviction-log`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub regret: Option<RegretSummary>,
 }
 
 fn mean(xs: &[f64]) -> f64 {
@@ -125,6 +128,7 @@ pub fn summarize(results: &[RunResult]) -> Vec<(String, PolicySummary)> {
                 preemptions: r.preemptions,
                 steps: r.steps,
                 wall_s: r.wall_s,
+                regret: r.audit.as_ref().map(EvictionAudit::summary),
             };
             (r.policy.clone(), summary)
         })
@@ -349,5 +353,13 @@ mod tests {
         assert_eq!(cells, ["lru", "3", "2", "66.7", "32", "0/0", "1/1", "1/2", "4"]);
         let coder = text.lines().find(|l| l.starts_with("coder")).unwrap();
         assert_eq!(coder.split_whitespace().collect::<Vec<_>>(), ["coder", "2"]);
+
+        let json = serde_json::to_value(audit.summary()).unwrap();
+        assert_eq!(json["regretted_tokens"], 32);
+        assert_eq!(
+            json["by_content"]["session"],
+            serde_json::json!({"evicted": 2, "regretted": 1})
+        );
+        assert_eq!(json["median_regret_gap_ms"], 4.0);
     }
 }

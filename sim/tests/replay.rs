@@ -188,6 +188,11 @@ fn an_audit_accounts_for_every_eviction_and_changes_no_decision() {
             a.prompt_tokens - a.hit_tokens
         );
     }
+    // `--json` carries the audit's figures for audited runs only.
+    let summaries = agentrt_sim::report::summarize(&audited);
+    let regret = summaries[0].1.regret.as_ref().expect("audited");
+    assert_eq!(regret.regretted_blocks, audited[0].audit.as_ref().unwrap().regretted());
+    assert!(agentrt_sim::report::summarize(&plain)[0].1.regret.is_none());
     let regretted: Vec<u64> = audited.iter().map(|r| r.audit.as_ref().unwrap().regretted()).collect();
     assert!(
         regretted[0] > 0,
