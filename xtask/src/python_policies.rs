@@ -31,18 +31,14 @@ pub fn build_all(root: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
     if apps.is_empty() {
         return Ok(Vec::new());
     }
-    let mut shared_inputs = files_under(&root.join(SDK_DIR))?;
-    shared_inputs.extend(files_under(&root.join("wit"))?);
+    let mut shared_inputs = source_files(&root.join(SDK_DIR))?;
+    shared_inputs.extend(source_files(&root.join("wit"))?);
     let mut tools: Option<Toolchain> = None;
     let mut built = Vec::new();
     for dir in apps {
         let name = dir.file_name().unwrap().to_string_lossy().into_owned();
         let out = out_dir.join(format!("{name}.wasm"));
-        // The policy's own tests are not part of it.
-        let mut inputs: Vec<PathBuf> = files_under(&dir)?
-            .into_iter()
-            .filter(|f| !f.file_name().is_some_and(|n| n.to_string_lossy().starts_with("test_")))
-            .collect();
+        let mut inputs = source_files(&dir)?;
         inputs.extend(shared_inputs.iter().cloned());
         if !is_current(&out, &inputs) {
             let tools = match &tools {
@@ -107,18 +103,23 @@ fn discover(policies: &Path) -> Result<Vec<PathBuf>> {
     Ok(dirs)
 }
 
-/// Regular files under `dir`, skipping Python's caches.
-fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
+/// The files under `dir` a component is built from: not Python's caches, not tests (`tests/`,
+/// `test_*.py`), so editing a test does not rebuild a component.
+fn source_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         for entry in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
             let path = entry?.path();
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
             if path.is_dir() {
-                if path.file_name().is_some_and(|n| n != "__pycache__") {
+                if name != "__pycache__" && name != "tests" {
                     stack.push(path);
                 }
-            } else {
+            } else if !name.starts_with("test_") {
                 files.push(path);
             }
         }

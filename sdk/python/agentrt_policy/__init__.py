@@ -76,25 +76,19 @@ class Config:
             raise ConfigError(f"unknown config key(s) {', '.join(unknown)}; known: {', '.join(sorted(known)) or 'none'}")
 
     def get_float(self, key: str, default: float, low: float = float("-inf"), high: float = float("inf")) -> float:
-        raw = self._values.get(key)
-        if raw is None:
-            return default
-        try:
-            value = float(raw)
-        except ValueError:
-            raise ConfigError(f"config key {key}: {raw!r} is not a number") from None
-        if not low <= value <= high:
-            raise ConfigError(f"config key {key}: {value} is outside [{low}, {high}]")
-        return value
+        return self._get(key, default, float, "a number", low, high)
 
     def get_int(self, key: str, default: int, low: int, high: int) -> int:
+        return self._get(key, default, int, "an integer", low, high)
+
+    def _get(self, key: str, default, convert, what: str, low, high):
         raw = self._values.get(key)
         if raw is None:
             return default
         try:
-            value = int(raw)
+            value = convert(raw)
         except ValueError:
-            raise ConfigError(f"config key {key}: {raw!r} is not an integer") from None
+            raise ConfigError(f"config key {key}: {raw!r} is not {what}") from None
         if not low <= value <= high:
             raise ConfigError(f"config key {key}: {value} is outside [{low}, {high}]")
         return value
