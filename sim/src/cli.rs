@@ -3,7 +3,6 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -18,6 +17,7 @@ use crate::prepare::PreparedTrace;
 use crate::report::{markdown_rows, regret_table, run_json, summarize, table, PolicySummary, MARKDOWN_HEADER};
 use crate::scheduler::{OpLog, Sim, SimConfig};
 use crate::trace::Trace;
+use crate::workloads::fleet::FleetParams;
 use crate::workloads::{generate, GenParams, Workload};
 
 /// Default ranking refresh period (ms of simulated time).
@@ -39,8 +39,10 @@ pub enum SimCommand {
     Gen(GenArgs),
     /// Replay one trace under every policy and report.
     Run(RunArgs),
-    /// All five workloads at the headline setting plus a capacity sweep: table, JSON, plots.
+    /// All six workloads at the headline setting plus a capacity sweep: table, JSON, plots.
     Table(TableArgs),
+    /// The many-application workload over fleet sizes and anchor scales: table, JSON, plot.
+    FleetSweep(crate::fleet_sweep::FleetSweepArgs),
 }
 
 #[derive(Args, Debug)]
@@ -58,8 +60,34 @@ pub struct GenArgs {
     pub rate: Option<f64>,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    #[command(flatten)]
+    pub fleet: FleetArgs,
     #[arg(long)]
     pub out: PathBuf,
+}
+
+/// Settings of the `fleet` workload (many agent applications sharing one engine).
+#[derive(Args, Debug, Clone)]
+pub struct FleetArgs {
+    /// fleet: agent applications sharing the engine.
+    #[arg(long, default_value_t = FleetParams::default().applications)]
+    pub applications: usize,
+    /// fleet: multiplier on every anchor's size.
+    #[arg(long, default_value_t = FleetParams::default().anchor_scale)]
+    pub anchor_scale: f64,
+    /// fleet: Zipf exponent of application popularity.
+    #[arg(long, default_value_t = FleetParams::default().zipf)]
+    pub zipf: f64,
+}
+
+impl FleetArgs {
+    pub fn params(&self) -> FleetParams {
+        FleetParams {
+            applications: self.applications,
+            anchor_scale: self.anchor_scale,
+            zipf: self.zipf,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -77,7 +105,7 @@ pub struct ReplayOptions {
 }
 
 impl ReplayOptions {
-    fn rerank(&self) -> Rerank {
+    pub(crate) fn rerank(&self) -> Rerank {
         if self.rerank_ms <= 0.0 {
             Rerank::EveryStep
         } else {
@@ -118,7 +146,7 @@ pub struct TableArgs {
     /// The short version (1/8 of the sessions, concurrency and cache; two capacities).
     #[arg(long)]
     pub quick: bool,
-    /// Workloads to run (default: all five).
+    /// Workloads to run (default: all six).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub workloads: Option<Vec<Workload>>,
     /// Capacity sweep as fractions of the headline cache.
@@ -139,6 +167,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         SimCommand::Gen(a) => gen(a),
         SimCommand::Run(a) => run_trace(a),
         SimCommand::Table(a) => run_table(a),
+        SimCommand::FleetSweep(a) => crate::fleet_sweep::run(a),
     }
 }
 
@@ -153,6 +182,7 @@ fn gen(a: GenArgs) -> anyhow::Result<()> {
     params.concurrency = a.concurrency.unwrap_or(params.concurrency);
     params.rate = a.rate;
     params.seed = a.seed;
+    params.fleet = a.fleet.params();
     let trace = generate(a.workload, &params);
     trace.save(&a.out)?;
     println!(
@@ -166,7 +196,7 @@ fn gen(a: GenArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn progress(total: u64) -> ProgressBar {
+pub(crate) fn progress(total: u64) -> ProgressBar {
     let bar = ProgressBar::new(total);
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} replays  {msg}")
@@ -306,42 +336,18 @@ fn run_table(a: TableArgs) -> anyhow::Result<()> {
     // Largest first, so the two workers finish together.
     units.sort_by_key(|u| std::cmp::Reverse(traces[u.workload].prompt_tokens() as usize * u.blocks.max(1)));
     let bar = progress((units.len() * policies.len()) as u64);
-    let queue = Mutex::new(units.into_iter().collect::<Vec<_>>());
-    let results: Mutex<Vec<UnitResult>> = Mutex::new(Vec::new());
-    let errors: Mutex<Vec<anyhow::Error>> = Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..a.jobs.max(1) {
-            scope.spawn(|| loop {
-                let Some(unit) = queue.lock().unwrap_or_else(|p| p.into_inner()).pop() else {
-                    break;
-                };
-                let trace = &traces[unit.workload];
-                let cfg = SimConfig::new(unit.blocks);
-                let name = workloads[unit.workload].name();
-                let outcome = run_all(&host, trace, &cfg, &policies, a.replay.rerank(), false, |r| {
-                    bar.set_message(format!("{name} @ {} blocks: {}", unit.blocks, r.policy));
-                    bar.inc(1);
-                });
-                match outcome {
-                    Ok(runs) => results.lock().unwrap_or_else(|p| p.into_inner()).push((
-                        unit.workload,
-                        unit.blocks,
-                        unit.headline,
-                        summarize(&runs),
-                    )),
-                    Err(e) => errors
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(e.context(format!("{name} @ {} blocks", unit.blocks))),
-                }
-            });
-        }
-    });
+    let mut results: Vec<UnitResult> = crate::parallel::run_units(a.jobs, units, |unit| {
+        let trace = &traces[unit.workload];
+        let cfg = SimConfig::new(unit.blocks);
+        let name = workloads[unit.workload].name();
+        let runs = run_all(&host, trace, &cfg, &policies, a.replay.rerank(), false, |r| {
+            bar.set_message(format!("{name} @ {} blocks: {}", unit.blocks, r.policy));
+            bar.inc(1);
+        })
+        .with_context(|| format!("{name} @ {} blocks", unit.blocks))?;
+        Ok((unit.workload, unit.blocks, unit.headline, summarize(&runs)))
+    })?;
     bar.finish_and_clear();
-    if let Some(e) = errors.into_inner().unwrap_or_else(|p| p.into_inner()).pop() {
-        return Err(e);
-    }
-    let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
     results.sort_by_key(|(w, b, _, _)| (*w, *b));
     let wall = started.elapsed().as_secs_f64();
     write_table_outputs(

@@ -47,7 +47,8 @@ impl PolicySpec {
         }
     }
 
-    /// Parse a name: `lru`, `ttl`, `cachesage`, `cachesage-evict`, `belady`, `lru-native`, or any
+    /// Parse a name: `lru`, `ttl`, `cachesage`, `cachesage-evict` (no warm-ups),
+    /// `cachesage-classic` (the published model), `belady`, `lru-native`, or any
     /// component stem in the components folder — a Wasm one optionally followed by its `init`
     /// configuration as `:key=value` pairs (`cachesage:w=8:k=2`), so that variants of one component
     /// can be compared in one run.
@@ -62,6 +63,10 @@ impl PolicySpec {
                 let init: Vec<_> = [("prefetch", "false")].into_iter().chain(extra).collect();
                 Self::wasm(name, "cachesage", &init)
             }
+            "cachesage-classic" => {
+                let init: Vec<_> = [("model", "classic")].into_iter().chain(extra).collect();
+                Self::wasm(name, "cachesage", &init)
+            }
             other => Self::wasm(name, other, &extra),
         }
     }
@@ -69,10 +74,17 @@ impl PolicySpec {
 
 /// The policies of the evaluation, in report order.
 pub fn default_policies() -> Vec<PolicySpec> {
-    ["lru", "ttl", "cachesage", "cachesage-evict", "belady"]
-        .iter()
-        .map(|n| PolicySpec::parse(n))
-        .collect()
+    [
+        "lru",
+        "ttl",
+        "cachesage",
+        "cachesage-evict",
+        "cachesage-classic",
+        "belady",
+    ]
+    .iter()
+    .map(|n| PolicySpec::parse(n))
+    .collect()
 }
 
 /// Loads components once and starts policies.

@@ -13,9 +13,11 @@
 
 pub mod audit;
 pub mod cli;
+pub mod fleet_sweep;
 pub mod harness;
 pub mod kv;
 pub mod latency;
+pub mod parallel;
 pub mod plot;
 pub mod png;
 pub mod policies;

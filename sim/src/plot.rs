@@ -112,6 +112,20 @@ pub fn capacity_lines(
     capacities: &[Vec<usize>],
     series: &[Vec<Vec<f64>>],
 ) -> String {
+    line_panels(title, "cache blocks", workloads, policies, capacities, series)
+}
+
+/// One panel per entry of `panels`, x on a log scale: `series[panel][p]` = hit rates at
+/// `xs[panel]` for policy `p`. Ticks of 1,000 and more are written in thousands.
+pub fn line_panels(
+    title: &str,
+    x_label: &str,
+    panels: &[String],
+    policies: &[String],
+    xs: &[Vec<usize>],
+    series: &[Vec<Vec<f64>>],
+) -> String {
+    let (workloads, capacities) = (panels, xs);
     let panel_w = 260.0;
     let (pw, ph) = (panel_w - 70.0, 220.0);
     let w = panel_w * workloads.len().max(1) as f64 + 20.0;
@@ -142,20 +156,25 @@ pub fn capacity_lines(
             }
         };
         for &c in caps {
+            let tick = if c >= 1000 {
+                format!("{}k", (c as f64 / 1000.0).round())
+            } else {
+                c.to_string()
+            };
             let _ = writeln!(
                 out,
-                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\">{}k</text>",
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\">{tick}</text>",
                 x_of(c),
                 top + ph + 16.0,
-                (c as f64 / 1000.0).round()
             );
         }
         let _ = writeln!(
             out,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{} (cache blocks)</text>",
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{} ({})</text>",
             left + pw / 2.0,
             top + ph + 36.0,
-            escape(name)
+            escape(name),
+            escape(x_label)
         );
         for (pi, ys) in series[wi].iter().enumerate() {
             let points: Vec<String> = caps

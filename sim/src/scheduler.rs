@@ -15,7 +15,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::io::Write;
 use std::time::Instant;
 
-use agentrt_runtime::types::{AgentRegistered, Event, RequestArrival, RequestFinish, SideEffect};
+use agentrt_runtime::types::{AgentRegistered, EngineLoad, Event, RequestArrival, RequestFinish, SideEffect};
 
 use crate::audit::EvictionAudit;
 use crate::kv::{KvManager, SeqKv};
@@ -140,6 +140,8 @@ pub struct Sim<'a> {
     pending: BinaryHeap<Reverse<(u64, u32)>>,
     next_in_session: Vec<u32>,
     warmup_in_flight: Vec<bool>,
+    /// (waiting, running) at the last `engine-load` event.
+    reported_load: Option<(u32, u32)>,
     result: RunResult,
     first_arrival_ns: Option<u64>,
     ops: Option<OpLog<'a>>,
@@ -175,6 +177,7 @@ impl<'a> Sim<'a> {
             pending,
             next_in_session: vec![0; trace.sessions.len()],
             warmup_in_flight: vec![false; trace.agents.len() + 1],
+            reported_load: None,
             result,
             first_arrival_ns: None,
             ops: None,
@@ -511,12 +514,31 @@ impl<'a> Sim<'a> {
     }
 
     fn carry_out_side_effects(&mut self) {
+        self.report_load();
         for effect in self.policy.act() {
             match effect {
                 SideEffect::WarmPrefix(w) => self.warm(w.agent, w.anchor_hash),
                 _ => self.result.effects_ignored += 1,
             }
         }
+    }
+
+    /// Tell the policy the engine's load (`engine-load`) when it changed since the last report, so
+    /// that it can hold side effects back while requests wait (a warm-up's prefill would delay
+    /// them).
+    fn report_load(&mut self) {
+        let load = (self.waiting.len() as u32, self.running.len() as u32);
+        if self.reported_load == Some(load) {
+            return;
+        }
+        self.reported_load = Some(load);
+        self.policy.event(Event::EngineLoad(EngineLoad {
+            queue_depth: load.0,
+            running: load.1,
+            free_blocks: self.kv.pool.num_free() as u32,
+            total_blocks: self.kv.pool.num_blocks() as u32,
+            at_us: us(self.now_ns),
+        }));
     }
 
     /// Issue a warm-up for an agent's anchor unless one is in flight or the anchor is resident.

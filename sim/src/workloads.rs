@@ -1,6 +1,7 @@
 //! Five multi-agent workload generators shaped after the paper's (MMLU debate, MT-Bench with a
 //! judge, GAIA planner + tool agents, GSM8K solver → verifier, HumanEval coder → tester →
-//! debugger). Each writes the trace format ([`crate::trace`]); graphs, length distributions and
+//! debugger), and a sixth, `fleet`: many agent applications sharing one engine ([`fleet`]). Each
+//! writes the trace format ([`crate::trace`]); graphs, length distributions and
 //! their sources are in docs/workloads.md.
 //!
 //! Common shape: every session is one task run through a graph of agents; agents start with an
@@ -10,6 +11,7 @@
 //! Sessions arrive as a Poisson process whose rate is set so that about `concurrency` sessions are
 //! active at once on an unloaded server.
 
+pub mod fleet;
 pub mod gaia;
 pub mod gsm8k;
 pub mod humaneval;
@@ -19,7 +21,7 @@ pub mod mtbench;
 use crate::rng::Rng;
 use crate::trace::{Segment, Trace, TraceRequest};
 
-/// The five workloads.
+/// The workloads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Workload {
@@ -28,15 +30,17 @@ pub enum Workload {
     Gaia,
     Gsm8k,
     Humaneval,
+    Fleet,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 5] = [
+    pub const ALL: [Workload; 6] = [
         Workload::Mmlu,
         Workload::Mtbench,
         Workload::Gaia,
         Workload::Gsm8k,
         Workload::Humaneval,
+        Workload::Fleet,
     ];
 
     pub fn name(self) -> &'static str {
@@ -46,17 +50,20 @@ impl Workload {
             Workload::Gaia => "gaia",
             Workload::Gsm8k => "gsm8k",
             Workload::Humaneval => "humaneval",
+            Workload::Fleet => "fleet",
         }
     }
 
-    /// Build one session (its requests, `after_ms` relative within the session).
-    fn session(self, b: &mut SessionBuilder, rng: &mut Rng) {
+    /// Build one session (its requests, `after_ms` relative within the session). `fleet` draws
+    /// its application from the trace's catalog.
+    fn session(self, b: &mut SessionBuilder, rng: &mut Rng, catalog: Option<&fleet::Catalog>) {
         match self {
             Workload::Mmlu => mmlu::session(b, rng),
             Workload::Mtbench => mtbench::session(b, rng),
             Workload::Gaia => gaia::session(b, rng),
             Workload::Gsm8k => gsm8k::session(b, rng),
             Workload::Humaneval => humaneval::session(b, rng),
+            Workload::Fleet => catalog.expect("fleet traces draw a catalog").session(b, rng),
         }
     }
 
@@ -69,12 +76,14 @@ impl Workload {
             Workload::Gaia => (240, 60.0),
             Workload::Gsm8k => (1600, 400.0),
             Workload::Humaneval => (900, 200.0),
+            Workload::Fleet => (1200, 36.0),
         };
         GenParams {
             sessions,
             concurrency,
             rate: None,
             seed: 1,
+            fleet: fleet::FleetParams::default(),
         }
     }
 }
@@ -88,6 +97,8 @@ pub struct GenParams {
     /// Session arrivals per second (Poisson); overrides `concurrency`.
     pub rate: Option<f64>,
     pub seed: u64,
+    /// Settings of the `fleet` workload (ignored by the others).
+    pub fleet: fleet::FleetParams,
 }
 
 /// Builds one session's requests.
@@ -149,11 +160,12 @@ fn estimated_duration_ms(requests: &[TraceRequest]) -> f64 {
 /// Generate a trace.
 pub fn generate(workload: Workload, params: &GenParams) -> Trace {
     let mut root = Rng::new(params.seed ^ crate::tokens::hash_str(workload.name()));
+    let catalog = (workload == Workload::Fleet).then(|| fleet::Catalog::for_params(params));
     let mut sessions: Vec<Vec<TraceRequest>> = Vec::with_capacity(params.sessions);
     for i in 0..params.sessions {
         let mut rng = root.fork(i as u64);
         let mut b = SessionBuilder::new(format!("{}-{i}", workload.name()));
-        workload.session(&mut b, &mut rng);
+        workload.session(&mut b, &mut rng, catalog.as_ref());
         sessions.push(b.requests);
     }
     let mean_ms = sessions.iter().map(|s| estimated_duration_ms(s)).sum::<f64>() / sessions.len().max(1) as f64;
@@ -186,6 +198,7 @@ mod tests {
                 concurrency: 3.0,
                 rate: None,
                 seed: 3,
+                fleet: fleet::FleetParams::default(),
             };
             let trace = generate(w, &params);
             assert_eq!(trace, generate(w, &params), "{w:?} is not reproducible");

@@ -31,6 +31,7 @@ fn mixed_trace() -> Trace {
             concurrency: 8.0,
             rate: Some(50.0),
             seed: 40 + i as u64,
+            fleet: Default::default(),
         };
         requests.extend(generate(*w, &params).requests);
     }

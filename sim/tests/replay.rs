@@ -13,6 +13,7 @@ fn small(workload: Workload, sessions: usize, seed: u64) -> PreparedTrace {
         concurrency: sessions as f64 / 2.0,
         rate: None,
         seed,
+        fleet: Default::default(),
     };
     PreparedTrace::new(&generate(workload, &params), 16, false)
 }
@@ -129,6 +130,7 @@ fn hidden_agents_are_identified_by_anchor_and_replay_the_same_cache() {
         concurrency: 6.0,
         rate: None,
         seed: 9,
+        fleet: Default::default(),
     };
     let trace = generate(Workload::Mmlu, &params);
     let named = PreparedTrace::new(&trace, 16, false);

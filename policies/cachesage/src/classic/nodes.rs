@@ -9,7 +9,7 @@
 //! `DEPTHS - 1` on share one state: long loops (ReAct, reflection) are where the chain is
 //! stationary anyway, and the state count stays small enough for one byte per transition.
 
-use crate::agents::Slot;
+use crate::classic::agents::Slot;
 
 /// A Markov state: `slot * DEPTHS + depth`, or the `START`/`END` terminal ([`terminal`]).
 pub type Node = usize;

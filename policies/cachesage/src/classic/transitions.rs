@@ -1,4 +1,4 @@
-//! The transition learner: a first-order Markov matrix over session states ([`crate::nodes`]) on a
+//! The transition learner: a first-order Markov matrix over session states ([`crate::classic::nodes`]) on a
 //! sliding window.
 //!
 //! Rows are sources — every node, plus `START` (a session's first request); columns are
@@ -7,7 +7,7 @@
 //! update is O(1). Counts are derived from the ring when the (lazily rebuilt) survival graph needs
 //! them: a dense count matrix would be nodes² cells, almost all zero.
 
-use crate::nodes::{self, Node};
+use crate::classic::nodes::{self, Node};
 
 /// A source or destination index: a node, or `START`/`END` (both = [`Transitions::terminal`]).
 pub type State = Node;
@@ -108,7 +108,7 @@ impl Transitions {
 
     /// Forget everything about the agent in `slot` (it was aged out and the slot reused): the
     /// rows of its nodes, and their appearances as destinations in other rows.
-    pub fn forget(&mut self, slot: crate::agents::Slot) {
+    pub fn forget(&mut self, slot: crate::classic::agents::Slot) {
         let gone = nodes::nodes_of(slot);
         for node in gone.clone() {
             self.set_row(node, &[]);
@@ -192,7 +192,7 @@ mod tests {
 
     #[test]
     fn the_window_slides_and_counts_follow() {
-        use crate::nodes::node;
+        use crate::classic::nodes::node;
         let (src, b, c) = (node(0, 0), node(1, 1), node(2, 1));
         let mut t = Transitions::new(3, 4);
         for _ in 0..4 {
@@ -232,7 +232,7 @@ mod tests {
 
     #[test]
     fn forgetting_an_agent_removes_its_rows_and_columns() {
-        use crate::nodes::node;
+        use crate::classic::nodes::node;
         let mut t = Transitions::new(3, 8);
         let (a0, b0, b3, c0) = (node(0, 0), node(1, 0), node(1, 3), node(2, 0));
         t.record(a0, b0);

@@ -2,16 +2,16 @@
 //!
 //! Exact K-step probabilities need matrix powers; instead, the edges above `threshold` (and above
 //! uniform) of rows that are significantly non-uniform form a sparse graph over session states
-//! ([`crate::nodes`]), and a hop-limited search from each source keeps the best path probability
+//! ([`crate::classic::nodes`]), and a hop-limited search from each source keeps the best path probability
 //! reaching each node within K hops ("hop-count BFS" weighted by the edges it crosses). What the
 //! scorer asks is per *agent* — "does this agent run again?" — so each source keeps the best
 //! over the agent's nodes. The graph is rebuilt only when the matrix changed since the last use,
 //! never per scored item.
 
-use crate::agents::Slot;
-use crate::nodes;
-use crate::params::Params;
-use crate::transitions::{is_significant, State, Transitions};
+use crate::classic::agents::Slot;
+use crate::classic::nodes;
+use crate::classic::params::Params;
+use crate::classic::transitions::{is_significant, State, Transitions};
 
 /// The learned graph: for every source state, the agents reachable within K hops and how likely.
 #[derive(Debug, Clone, Default)]
@@ -175,7 +175,7 @@ pub fn any_of(sources: impl Iterator<Item = (f32, u32)>) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nodes::node;
+    use crate::classic::nodes::node;
 
     fn chain() -> Transitions {
         // Agents 0 → 1 → 2 → 0 …, deterministic (every call at depth 0: only agents matter).

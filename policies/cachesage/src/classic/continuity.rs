@@ -10,7 +10,7 @@
 //! position p is worth keeping for that node with probability
 //! `extends + (1 − extends) · [p + block ≤ shared]`.
 
-use crate::nodes::Node;
+use crate::classic::nodes::Node;
 
 /// Observations before a node's figures are used; until then a call counts as extending (the
 /// policy's behaviour before this was learned).

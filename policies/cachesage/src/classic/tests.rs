@@ -4,7 +4,7 @@
 use agentrt_sdk::testing::Harness;
 use agentrt_sdk::{AgentRegistered, Event, RequestArrival};
 
-use crate::CacheSage;
+use crate::classic::CacheSage;
 
 fn arrival(agent: u32, session: u64, warmup: bool) -> Event {
     Event::RequestArrival(RequestArrival {
@@ -214,7 +214,11 @@ fn the_snapshot_stays_inside_the_budget_with_every_table_full() {
         h.observe(&events);
     }
     let snap = h.snapshot();
-    assert!(snap.len() <= crate::snapshot::STATE_BUDGET, "{} bytes", snap.len());
+    assert!(
+        snap.len() <= crate::classic::snapshot::STATE_BUDGET,
+        "{} bytes",
+        snap.len()
+    );
     let mut other = Harness::<CacheSage>::new([]).unwrap();
     other.restore(&snap).unwrap();
     let (kept, all) = (other.policy().sessions.len(), h.policy().sessions.len());

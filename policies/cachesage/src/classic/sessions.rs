@@ -7,8 +7,8 @@
 //! A sorted `Vec` rather than a hash map: 16 bytes per session and no per-entry overhead, so the
 //! table stays inside the state budget; a lookup is a binary search (~10 probes for 1024).
 
-use crate::agents::Slot;
-use crate::nodes::{self, Node};
+use crate::classic::agents::Slot;
+use crate::classic::nodes::{self, Node};
 
 /// Marks a session whose agent was aged out.
 pub const NO_NODE: u8 = u8::MAX;

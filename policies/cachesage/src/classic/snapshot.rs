@@ -2,20 +2,20 @@
 //! a new instance (or version) to continue exactly where this one was. Derived data (the survival
 //! graph) is rebuilt, not stored.
 //!
-//! Format 2 keys transitions and sessions by session state ([`crate::nodes`]); format 1 (by agent
+//! Format 2 keys transitions and sessions by session state ([`crate::classic::nodes`]); format 1 (by agent
 //! alone, before states had depths) is still read: its rows and sessions land in each agent's
 //! deepest bucket, the state that stands for "somewhere in a session". Format 3 adds what each node
-//! learned about continuation ([`crate::continuity`]; formats 1 and 2 start that afresh) and puts
+//! learned about continuation ([`crate::classic::continuity`]; formats 1 and 2 start that afresh) and puts
 //! the sessions last, most recent first, so that a snapshot stops inside [`STATE_BUDGET`] whatever
 //! the caps.
 
 use agentrt_sdk::state::{Reader, Writer};
 
-use crate::agents::Agent;
-use crate::continuity::NodeContinuity;
-use crate::nodes;
-use crate::sessions::{Session, NO_NODE};
-use crate::{CacheSage, Params};
+use crate::classic::agents::Agent;
+use crate::classic::continuity::NodeContinuity;
+use crate::classic::nodes;
+use crate::classic::sessions::{Session, NO_NODE};
+use crate::classic::{CacheSage, Params};
 
 const MAGIC: [u8; 4] = *b"CSG1";
 const VERSION: u16 = 3;
