@@ -1,4 +1,5 @@
-//! CacheSage through the real component in the real host: it learns a multi-agent chain, predicts
+//! CacheSage's classic model (`model=classic`, the published design) through the real component in
+//! the real host (the scaled model, the default, is tested in `cachesage_scaled.rs`): it learns a multi-agent chain, predicts
 //! the next agent with the right probabilities, keeps the anchors of agents about to run, warms a
 //! missing anchor, ranks like LRU when there is nothing to learn, and keeps its state bounded.
 
@@ -70,6 +71,15 @@ fn learn_chain(policy: &PolicyHandle) {
     policy.observe(&events).unwrap();
 }
 
+/// CacheSage with `model=classic` and `extra` settings.
+fn classic(engine: &agentrt_runtime::PolicyEngine, extra: &[(&str, &str)]) -> PolicyHandle {
+    let init: Vec<(&str, &str)> = [("model", "classic")]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    start(engine, "cachesage", &init)
+}
+
 fn probability_of(forecasts: &[Forecast], kind: ForecastKind, session: u64, agent: u32) -> f32 {
     forecasts
         .iter()
@@ -80,7 +90,7 @@ fn probability_of(forecasts: &[Forecast], kind: ForecastKind, session: u64, agen
 #[test]
 fn learns_a_chain_and_predicts_the_next_agent() {
     let (engine, _cache) = engine();
-    let policy = start(&engine, "cachesage", &[]);
+    let policy = classic(&engine, &[]);
     learn_chain(&policy);
     let forecasts = policy.predict(1).unwrap();
     // Session 1000 is at the coder; the coder is always followed by the tester.
@@ -105,7 +115,7 @@ fn learns_a_chain_and_predicts_the_next_agent() {
 #[test]
 fn anchors_of_agents_about_to_run_outrank_newer_blocks_of_agents_that_are_not() {
     let (engine, _cache) = engine();
-    let policy = start(&engine, "cachesage", &[]);
+    let policy = classic(&engine, &[]);
     learn_chain(&policy);
     let items = vec![
         block(TESTER, 5, 48, 10),   // tester's anchor, oldest: the tester runs next in session 1000
@@ -130,7 +140,7 @@ fn anchors_of_agents_about_to_run_outrank_newer_blocks_of_agents_that_are_not() 
 #[test]
 fn content_shared_across_sessions_lives_as_long_as_its_agent() {
     let (engine, _cache) = engine();
-    let policy = start(&engine, "cachesage", &[]);
+    let policy = classic(&engine, &[]);
     learn_chain(&policy);
     // Past the tester's anchor, same age: a block only ended session 7 used, and one several
     // sessions used (the host reports it with session 0, e.g. a few-shot block or a question).
@@ -143,7 +153,7 @@ fn content_shared_across_sessions_lives_as_long_as_its_agent() {
 #[test]
 fn ranks_exactly_like_lru_on_random_transitions() {
     let (engine, _cache) = engine();
-    let policy = start(&engine, "cachesage", &[]);
+    let policy = classic(&engine, &[]);
     let mut rng = Rng::new(42);
     let agents = 6u32;
     let mut events: Vec<Event> = (1..=agents).map(registered).collect();
@@ -171,7 +181,7 @@ fn ranks_exactly_like_lru_on_random_transitions() {
 #[test]
 fn cold_start_ranks_like_lru() {
     let (engine, _cache) = engine();
-    let policy = start(&engine, "cachesage", &[]);
+    let policy = classic(&engine, &[]);
     let items: Vec<Item> = (0..10)
         .map(|i| block(1 + i % 3, 1, 0, (i as u64 * 7919) % 101))
         .collect();
@@ -181,7 +191,7 @@ fn cold_start_ranks_like_lru() {
 #[test]
 fn warms_the_next_agents_anchor_once_when_it_is_not_resident() {
     let (engine, _cache) = engine();
-    let policy = start(&engine, "cachesage", &[("warmup-cooldown", "4")]);
+    let policy = classic(&engine, &[("warmup-cooldown", "4")]);
     learn_chain(&policy);
     // Every anchor is cached in full …
     let mut words = Vec::new();
@@ -241,7 +251,7 @@ fn warms_the_next_agents_anchor_once_when_it_is_not_resident() {
         assert!(policy.act().unwrap().is_empty());
     }
     // With prefetch off, never.
-    let evict_only = start(&engine, "cachesage", &[("prefetch", "false")]);
+    let evict_only = classic(&engine, &[("prefetch", "false")]);
     learn_chain(&evict_only);
     assert!(evict_only.act().unwrap().is_empty());
 }
@@ -249,7 +259,7 @@ fn warms_the_next_agents_anchor_once_when_it_is_not_resident() {
 #[test]
 fn state_stays_bounded_with_thousands_of_agents_and_sessions() {
     let (engine, _cache) = engine();
-    let policy = start(&engine, "cachesage", &[]);
+    let policy = classic(&engine, &[]);
     let mut rng = Rng::new(7);
     let mut largest = 0;
     for batch in 0..200u64 {
@@ -270,7 +280,7 @@ fn state_stays_bounded_with_thousands_of_agents_and_sessions() {
 #[test]
 fn snapshot_carries_the_learned_matrix_across_a_hot_swap() {
     let (engine, _cache) = engine();
-    let policy = start(&engine, "cachesage", &[]);
+    let policy = classic(&engine, &[]);
     learn_chain(&policy);
     let before = policy.predict(1).unwrap();
     policy.swap(load(&engine, "cachesage")).unwrap();

@@ -232,7 +232,7 @@ fn support(app: &App, b: &mut SessionBuilder, rng: &mut Rng) {
     let first = b.seg("user-0", rng.lognormal_len(60.0, 0.7, 10, 600));
     let route = b.call(
         &triage.name,
-        with_anchor(triage, &[first.clone()]),
+        with_anchor(triage, std::slice::from_ref(&first)),
         rng.lognormal_len(40.0, 0.4, 10, 200),
     );
     let mut chat = with_anchor(specialist, &[first, route]);
@@ -259,7 +259,7 @@ fn support(app: &App, b: &mut SessionBuilder, rng: &mut Rng) {
 fn pipeline(app: &App, b: &mut SessionBuilder, rng: &mut Rng) {
     let task = b.seg("task", rng.lognormal_len(150.0, 0.7, 30, 1500));
     let researcher = app.agent("researcher");
-    let mut notes = with_anchor(researcher, &[task.clone()]);
+    let mut notes = with_anchor(researcher, std::slice::from_ref(&task));
     let steps = rng.range(1, 4);
     tool_steps(b, rng, researcher, &mut notes, steps, "research");
     let findings = b.call(&researcher.name, notes, rng.lognormal_len(400.0, 0.4, 80, 1200));
@@ -304,7 +304,7 @@ fn coding(app: &App, b: &mut SessionBuilder, rng: &mut Rng) {
     let planner = app.agent("planner");
     let plan = b.call(
         &planner.name,
-        with_anchor(planner, &[issue.clone()]),
+        with_anchor(planner, std::slice::from_ref(&issue)),
         rng.lognormal_len(250.0, 0.4, 50, 800),
     );
     let (coder, tester, reviewer) = (app.agent("coder"), app.agent("tester"), app.agent("reviewer"));
@@ -333,7 +333,7 @@ fn coding(app: &App, b: &mut SessionBuilder, rng: &mut Rng) {
 fn research(app: &App, b: &mut SessionBuilder, rng: &mut Rng) {
     let task = b.seg("task", rng.lognormal_len(120.0, 0.7, 30, 1500));
     let orchestrator = app.agent("orchestrator");
-    let mut ledger = with_anchor(orchestrator, &[task.clone()]);
+    let mut ledger = with_anchor(orchestrator, std::slice::from_ref(&task));
     let plan = b.call(
         &orchestrator.name,
         ledger.clone(),
@@ -353,7 +353,7 @@ fn research(app: &App, b: &mut SessionBuilder, rng: &mut Rng) {
         ledger.push(instruction.clone());
         let w = rng.weighted(&weights);
         let worker = workers[w];
-        let history = histories[w].get_or_insert_with(|| with_anchor(worker, &[task.clone()]));
+        let history = histories[w].get_or_insert_with(|| with_anchor(worker, std::slice::from_ref(&task)));
         history.push(instruction);
         let steps = rng.range(1, 3);
         tool_steps(b, rng, worker, history, steps, &format!("r{round}"));
