@@ -19,7 +19,7 @@
 //! validate) → `instance` (one sandboxed Store; internal) → [`handle`] (containment, fallback,
 //! checkpoints, hot swap) → [`registry`] (tenant × slot). [`sandbox`] holds the limits and the
 //! host imports; [`metrics`] the counters; [`component_file`] reads component files under a size
-//! limit.
+//! limit; [`policy_log`] escapes, truncates and rate-limits what policies log.
 
 mod artifact_cache;
 mod bindings;
@@ -30,6 +30,7 @@ pub mod error;
 pub mod handle;
 mod instance;
 pub mod metrics;
+pub mod policy_log;
 pub mod registry;
 pub mod sandbox;
 
