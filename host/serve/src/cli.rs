@@ -10,7 +10,7 @@ use anyhow::Context;
 use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyRegistry, SlotConfig};
 
 use crate::proxy::{router, AppState, ServeOptions};
-use crate::tenants::{Tenants, DEFAULT_TENANT};
+use crate::tenants::{parse_tenant_key, Tenants, DEFAULT_TENANT};
 use crate::warmup::WarmupOptions;
 
 #[derive(clap::Args, Debug)]
@@ -32,7 +32,8 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTRT_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
     /// `API_KEY=TENANT` (repeatable): requests carrying the key belong to the tenant. Without any,
-    /// every request belongs to `default`.
+    /// every request belongs to `default`. Split at the last `=`, so keys may end in `=` (base64
+    /// padding); tenant names are 1–64 letters, digits, `-`, `_` or `.`.
     #[arg(long = "tenant", value_name = "KEY=TENANT")]
     pub tenants: Vec<String>,
     /// API key to send upstream.
@@ -73,6 +74,19 @@ fn pairs(raw: &[String], what: &str) -> anyhow::Result<Vec<(String, String)>> {
         .collect()
 }
 
+/// The `--tenant API_KEY=TENANT` options as API key → tenant name. A key given twice is refused:
+/// which tenant it selects would depend on the order of the options.
+pub fn tenant_keys(raw: &[String]) -> anyhow::Result<HashMap<String, String>> {
+    let mut keys = HashMap::new();
+    for option in raw {
+        let (key, tenant) = parse_tenant_key(option).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
+        if keys.insert(key, tenant).is_some() {
+            anyhow::bail!("--tenant: an API key is given more than once");
+        }
+    }
+    Ok(keys)
+}
+
 /// Run the proxy until Ctrl-C / SIGTERM.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -91,7 +105,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         init: pairs(&args.policy_config, "--policy-config")?,
         ..SlotConfig::new("")
     };
-    let keys: HashMap<String, String> = pairs(&args.tenants, "--tenant")?.into_iter().collect();
+    let keys = tenant_keys(&args.tenants)?;
     let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, keys);
     let options = ServeOptions {
         upstream: args.upstream.clone(),
