@@ -13,6 +13,7 @@ use axum::http::HeaderMap;
 
 use agentrt_runtime::{PolicyComponent, PolicyHandle, PolicyRegistry, SlotConfig};
 
+use crate::auth::bearer;
 use crate::continuation::Continuations;
 use crate::error::ApiError;
 use crate::identity::AgentDirectory;
@@ -146,16 +147,6 @@ pub fn validate_tenant_name(name: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// The token of an `Authorization: Bearer …` header.
-pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get("authorization")?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")
-        .map(str::trim)
 }
 
 #[cfg(test)]
