@@ -1,6 +1,7 @@
 //! A policy that loops, eats memory or panics is stopped, reported with a typed error, and the
 //! host answers the next call on a fresh instance.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentrt_runtime::types::{Event, ToolCall};
@@ -121,4 +122,71 @@ fn with_fuel_an_infinite_loop_is_stopped_by_its_instruction_budget() {
     );
     healthy(&probe);
     assert_eq!(probe.metrics().errors("fuel"), 1);
+}
+
+/// Where a test's tracing output goes.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+#[test]
+fn a_policy_flooding_the_log_cannot_forge_lines_and_is_rate_limited() {
+    let limits = SandboxLimits::default();
+    let (probe, _e, _c) = probe_with(limits.clone());
+    let captured = Captured::default();
+    let sink = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::TRACE)
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        probe.observe(&[register(9, PROBE_LOG_FLOOD_AGENT, 9)]).unwrap();
+        // A moment later the bucket has a line again: the first line says what was dropped.
+        std::thread::sleep(Duration::from_millis(200));
+        probe.observe(&[register(10, PROBE_LOG_FLOOD_AGENT, 10)]).unwrap();
+    });
+    let log = captured.text();
+    let lines: Vec<&str> = log.lines().collect();
+    let written = lines.iter().filter(|l| l.contains("probe line")).count() as u64;
+    let burst = u64::from(limits.log_burst);
+    assert!(
+        (burst..burst + 10).contains(&written),
+        "{written} of {} lines written, for a burst of {burst}",
+        2 * PROBE_LOG_FLOOD_LINES
+    );
+    assert_eq!(probe.metrics().log_lines_dropped(), 2 * PROBE_LOG_FLOOD_LINES - written);
+    for line in &lines {
+        assert!(
+            !line.trim_start().starts_with("ERROR agentrt_serve"),
+            "a policy forged a host log line: {line}"
+        );
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("probe line 0\\nERROR agentrt_serve: forged") && l.contains("test/probe")),
+        "the newline is escaped and the line tagged with its slot: {log}"
+    );
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("log lines dropped")).count(),
+        1,
+        "one summary line for the dropped ones: {log}"
+    );
+    assert!(lines.iter().any(|l| l.contains("dropped=")), "{log}");
 }

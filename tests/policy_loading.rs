@@ -118,3 +118,55 @@ fn the_world_shape_lists_imports_and_exports() {
         world.imports
     );
 }
+
+fn engine_with_max_component_bytes(limit: u64) -> (agentrt_runtime::PolicyEngine, tempfile::TempDir) {
+    let cache = tempfile::tempdir().expect("temp dir");
+    let engine = agentrt_runtime::PolicyEngine::new(agentrt_runtime::EngineOptions {
+        pooling: None,
+        cache_dir: Some(cache.path().to_path_buf()),
+        max_component_bytes: limit,
+        ..agentrt_runtime::EngineOptions::default()
+    })
+    .expect("engine");
+    (engine, cache)
+}
+
+#[test]
+fn an_endless_file_is_refused_at_the_default_limit_not_read_to_the_end() {
+    // `agentrt policy check /dev/zero` once read 22 GB before failing.
+    let (engine, _cache) = engine_with_max_component_bytes(agentrt_runtime::DEFAULT_MAX_COMPONENT_BYTES);
+    let err = engine
+        .load_file("/dev/zero".as_ref())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "/dev/zero: larger than the {}-byte limit on component files; not loaded",
+            agentrt_runtime::DEFAULT_MAX_COMPONENT_BYTES
+        )
+    );
+}
+
+#[test]
+fn a_component_file_over_the_limit_is_refused_naming_the_path_and_the_limit() {
+    let path = component_path("lru");
+    let size = std::fs::metadata(&path).unwrap().len();
+    let (engine, _cache) = engine_with_max_component_bytes(size - 1);
+    let err = engine.load_file(&path).err().expect("refused").to_string();
+    assert!(
+        err.contains(&path.display().to_string()) && err.contains(&format!("{}-byte limit", size - 1)),
+        "{err}"
+    );
+    // The same bytes handed over directly (an admin upload) meet the same limit.
+    let err = engine
+        .load_bytes("upload", &std::fs::read(&path).unwrap())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.starts_with("upload: ") && err.contains("limit"), "{err}");
+    // At the limit it loads.
+    let (engine, _cache) = engine_with_max_component_bytes(size);
+    assert!(engine.load_file(&path).is_ok());
+}

@@ -12,6 +12,8 @@ pub const PROBE_LOOP_KEY: u64 = 0xdead_1007;
 pub const PROBE_GROW_TOOL: u64 = 0x6120_3000;
 pub const PROBE_PANIC_HORIZON: u32 = 666;
 pub const PROBE_TRAP_AGENT: &str = "probe-trap";
+pub const PROBE_LOG_FLOOD_AGENT: &str = "probe-log-flood";
+pub const PROBE_LOG_FLOOD_LINES: u64 = 1000;
 
 /// Path of a built component; fails with the command to run when it is missing.
 pub fn component_path(name: &str) -> PathBuf {

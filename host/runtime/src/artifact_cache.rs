@@ -14,6 +14,11 @@ use std::path::{Path, PathBuf};
 use wasmtime::component::Component;
 use wasmtime::Engine;
 
+use crate::component_file::read_component_file;
+
+/// Largest compiled artifact read back: compiled code runs to a few times its component's size.
+const MAX_ARTIFACT_BYTES: u64 = 1 << 30;
+
 /// A directory of compiled artifacts for one engine configuration.
 #[derive(Debug, Clone)]
 pub struct ArtifactCache {
@@ -47,7 +52,16 @@ impl ArtifactCache {
         // Read into memory rather than `deserialize_file`, which maps the file: a mapped artifact
         // truncated underneath a running host (by another process, or a disk-full rewrite) would
         // kill the host with SIGBUS. The copy costs microseconds.
-        let bytes = std::fs::read(&path).ok()?;
+        // Bounded like a component file: the directory is the host's, but a stray file there must
+        // not take the host's memory. A miss recompiles.
+        let bytes = match read_component_file(&path, MAX_ARTIFACT_BYTES) {
+            Ok(bytes) => bytes,
+            Err(e) if path.exists() => {
+                tracing::warn!(error = %e, "skipping compiled artifact");
+                return None;
+            }
+            Err(_) => return None,
+        };
         // SAFETY: the file was written by `put` from `Component::serialize` with this engine's
         // configuration (the name carries its compatibility hash), in a directory the host owns;
         // wasmtime still checks the header and version before using it.

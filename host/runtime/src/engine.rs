@@ -12,6 +12,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use crate::artifact_cache::ArtifactCache;
 use crate::bindings::Policy;
 use crate::component::PolicyComponent;
+use crate::component_file::{read_component_file, DEFAULT_MAX_COMPONENT_BYTES};
 use crate::error::LoadError;
 use crate::sandbox::GuestState;
 
@@ -31,6 +32,9 @@ pub struct EngineOptions {
     pub cpu_bound: CpuBound,
     /// Seed for `random-seed`: fixed for reproducible runs, `None` to draw one per engine.
     pub seed: Option<u64>,
+    /// Largest component accepted, from a file or as bytes
+    /// ([`crate::component_file::DEFAULT_MAX_COMPONENT_BYTES`] by default).
+    pub max_component_bytes: u64,
 }
 
 /// Sizes of the pooling allocator.
@@ -78,6 +82,7 @@ impl Default for EngineOptions {
             epoch_tick: Duration::from_millis(1),
             cpu_bound: CpuBound::EpochDeadline,
             seed: None,
+            max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES,
         }
     }
 }
@@ -175,16 +180,23 @@ impl PolicyEngine {
         })
     }
 
-    /// Load, compile (or fetch from the cache) and validate a component file.
+    /// Load, compile (or fetch from the cache) and validate a component file, read under
+    /// [`EngineOptions::max_component_bytes`].
     pub fn load_file(&self, path: &Path) -> Result<PolicyComponent, LoadError> {
-        let name = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|e| LoadError::new(&name, format!("cannot read: {e}")))?;
-        self.load_bytes(&name, &bytes)
+        let bytes = read_component_file(path, self.inner.options.max_component_bytes)?;
+        self.load_bytes(&path.display().to_string(), &bytes)
     }
 
     /// Load, compile (or fetch from the cache) and validate a component from bytes; `name` is
     /// used in messages.
     pub fn load_bytes(&self, name: &str, bytes: &[u8]) -> Result<PolicyComponent, LoadError> {
+        let limit = self.inner.options.max_component_bytes;
+        if bytes.len() as u64 > limit {
+            return Err(LoadError::new(
+                name,
+                format!("larger than the {limit}-byte limit on components; not loaded"),
+            ));
+        }
         let _span = tracing::debug_span!("policy.load", name, bytes = bytes.len()).entered();
         PolicyComponent::load(
             &self.inner.engine,

@@ -12,6 +12,7 @@ use crate::component::PolicyComponent;
 use crate::error::{PolicyError, Primitive};
 use crate::instance::PolicyInstance;
 use crate::metrics::PolicyMetrics;
+use crate::policy_log::PolicyLog;
 use crate::sandbox::SandboxLimits;
 use crate::types::{Event, Forecast, Item, PolicyInfo, SideEffect};
 use crate::PolicyEngine;
@@ -87,6 +88,8 @@ pub struct PolicyHandle {
     label: Arc<str>,
     live: Mutex<Live>,
     metrics: PolicyMetrics,
+    /// Kept across restarts and swaps: a failing policy does not get a fresh log budget.
+    log: Arc<PolicyLog>,
 }
 
 impl PolicyHandle {
@@ -97,9 +100,21 @@ impl PolicyHandle {
         config: SlotConfig,
     ) -> Result<Self, PolicyError> {
         let label: Arc<str> = Arc::from(config.label.as_str());
-        let mut instance = PolicyInstance::start(engine, &component, &config.limits, label.clone(), &config.init)?;
-        let info = instance.info()?;
         let metrics = PolicyMetrics::default();
+        let log = Arc::new(PolicyLog::new(
+            label.clone(),
+            &config.limits,
+            metrics.log_lines_dropped_counter(),
+        ));
+        let mut instance = PolicyInstance::start(
+            engine,
+            &component,
+            &config.limits,
+            label.clone(),
+            log.clone(),
+            &config.init,
+        )?;
+        let info = instance.info()?;
         metrics.set_memory_bytes(instance.memory_bytes());
         Ok(Self {
             engine: engine.clone(),
@@ -113,6 +128,7 @@ impl PolicyHandle {
             }),
             config,
             metrics,
+            log,
         })
     }
 
@@ -183,6 +199,7 @@ impl PolicyHandle {
             component,
             &self.config.limits,
             self.label.clone(),
+            self.log.clone(),
             &self.config.init,
         )
     }

@@ -11,6 +11,7 @@ use crate::bindings::Policy;
 use crate::component::PolicyComponent;
 use crate::engine::CpuBound;
 use crate::error::{PolicyError, Primitive};
+use crate::policy_log::PolicyLog;
 use crate::sandbox::{GuestState, SandboxLimits};
 use crate::types::{Event, Forecast, Item, PolicyInfo, SideEffect};
 use crate::PolicyEngine;
@@ -39,9 +40,10 @@ impl PolicyInstance {
         component: &PolicyComponent,
         limits: &SandboxLimits,
         label: Arc<str>,
+        log: Arc<PolicyLog>,
         config: &[(String, String)],
     ) -> Result<Self, PolicyError> {
-        let state = GuestState::new(limits, label.clone(), engine.next_seed(), engine.clock_origin());
+        let state = GuestState::new(limits, log, engine.next_seed(), engine.clock_origin());
         let mut store = Store::new(engine.wasmtime(), state);
         store.limiter(|state| &mut state.limiter);
         let cpu_bound = engine.options().cpu_bound;

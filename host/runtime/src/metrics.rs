@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{PolicyError, Primitive};
@@ -28,6 +29,8 @@ pub struct PolicyMetrics {
     restarts: AtomicU64,
     swaps: AtomicU64,
     memory_bytes: AtomicU64,
+    /// `host.log` lines over the slot's rate limit (counted by [`crate::policy_log::PolicyLog`]).
+    log_lines_dropped: Arc<AtomicU64>,
 }
 
 fn index(p: Primitive) -> usize {
@@ -83,6 +86,12 @@ impl PolicyMetrics {
     pub fn swaps(&self) -> u64 {
         self.swaps.load(Relaxed)
     }
+    pub fn log_lines_dropped(&self) -> u64 {
+        self.log_lines_dropped.load(Relaxed)
+    }
+    pub(crate) fn log_lines_dropped_counter(&self) -> Arc<AtomicU64> {
+        self.log_lines_dropped.clone()
+    }
 
     /// Append this slot's series to `out`; `labels` is e.g. `tenant="a",slot="kv"`.
     pub fn render_prometheus(&self, labels: &str, out: &mut String) {
@@ -113,6 +122,11 @@ impl PolicyMetrics {
         let _ = writeln!(out, "agentrt_policy_fallbacks_total{{{labels}}} {}", self.fallbacks());
         let _ = writeln!(out, "agentrt_policy_restarts_total{{{labels}}} {}", self.restarts());
         let _ = writeln!(out, "agentrt_policy_swaps_total{{{labels}}} {}", self.swaps());
+        let _ = writeln!(
+            out,
+            "agentrt_policy_log_lines_dropped_total{{{labels}}} {}",
+            self.log_lines_dropped()
+        );
         let _ = writeln!(
             out,
             "agentrt_policy_memory_bytes{{{labels}}} {}",
@@ -155,6 +169,11 @@ pub fn prometheus_header(out: &mut String) {
             "Instances re-created after a failure.",
         ),
         ("agentrt_policy_swaps_total", "counter", "Hot swaps completed."),
+        (
+            "agentrt_policy_log_lines_dropped_total",
+            "counter",
+            "Policy log lines dropped over the slot's rate limit.",
+        ),
         (
             "agentrt_policy_memory_bytes",
             "gauge",

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use wasmtime::ResourceLimiter;
 
 use crate::bindings::agentrt::policy::{host, types};
+use crate::policy_log::PolicyLog;
 
 /// Per-instance limits, set per tenant.
 #[derive(Debug, Clone)]
@@ -20,6 +21,11 @@ pub struct SandboxLimits {
     pub call_deadline: Duration,
     /// Fuel a single call may burn (with `CpuBound::Fuel`; ≈ Wasm instructions).
     pub call_fuel: u64,
+    /// Sustained `host.log` lines per second the slot may write; more are dropped and counted
+    /// (see [`crate::policy_log`]).
+    pub log_lines_per_second: u32,
+    /// Lines the slot may write at once before the rate applies.
+    pub log_burst: u32,
 }
 
 impl Default for SandboxLimits {
@@ -31,6 +37,9 @@ impl Default for SandboxLimits {
             call_deadline: Duration::from_millis(20),
             // ~10–20 ms of guest code on this machine's cores.
             call_fuel: 50_000_000,
+            // A policy logs when something is wrong; a line per call is a bug, not a diagnosis.
+            log_lines_per_second: 20,
+            log_burst: 100,
         }
     }
 }
@@ -78,21 +87,21 @@ impl ResourceLimiter for GuestLimiter {
 /// The store's data: what the host imports need, and the limiter.
 pub struct GuestState {
     pub(crate) limiter: GuestLimiter,
-    /// `tenant/slot` or the component name: tags the policy's log lines.
-    label: Arc<str>,
+    /// The slot's log: tags, escapes, truncates and rate-limits the policy's lines.
+    log: Arc<PolicyLog>,
     seed: u64,
     clock_origin: Instant,
 }
 
 impl GuestState {
-    pub(crate) fn new(limits: &SandboxLimits, label: Arc<str>, seed: u64, clock_origin: Instant) -> Self {
+    pub(crate) fn new(limits: &SandboxLimits, log: Arc<PolicyLog>, seed: u64, clock_origin: Instant) -> Self {
         Self {
             limiter: GuestLimiter {
                 memory_cap: limits.memory_bytes,
                 hit_memory_cap: false,
                 memory_in_use: 0,
             },
-            label,
+            log,
             seed,
             clock_origin,
         }
@@ -107,16 +116,7 @@ impl host::Host for GuestState {
     }
 
     fn log(&mut self, level: types::LogLevel, message: String) {
-        // Bounded: a policy must not be able to flood the host's log with one line.
-        let message: String = message.chars().take(1024).collect();
-        let policy = &*self.label;
-        match level {
-            types::LogLevel::Trace => tracing::trace!(policy, "{message}"),
-            types::LogLevel::Debug => tracing::debug!(policy, "{message}"),
-            types::LogLevel::Info => tracing::info!(policy, "{message}"),
-            types::LogLevel::Warn => tracing::warn!(policy, "{message}"),
-            types::LogLevel::Error => tracing::error!(policy, "{message}"),
-        }
+        self.log.write(level, &message);
     }
 
     fn random_seed(&mut self) -> u64 {

@@ -52,12 +52,26 @@ async fn proxy(upstream: &str) -> String {
         vllm_xargs: true,
         admin_token: None,
         upstream_api_key: None,
+        metrics_token: None,
         warmup: WarmupOptions::default(),
+        limits: agentrt_serve::Limits::default(),
     };
     let state = Arc::new(AppState::new(options, tenants));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router(state)).await.unwrap() });
+    // Through the real accept loop, so the figure includes what the front door's limits cost.
+    tokio::spawn(async move {
+        let app = router(state.clone());
+        agentrt_serve::connections::serve(
+            listener,
+            app,
+            &state.options.limits,
+            state.connections.clone(),
+            std::future::pending(),
+        )
+        .await
+        .unwrap()
+    });
     url
 }
 

@@ -1,5 +1,7 @@
 //! The admin API: install or hot-swap a tenant's policy, list tenants. Every route requires
-//! `Authorization: Bearer <admin token>`; without a configured token the API is disabled.
+//! `Authorization: Bearer <admin token>`; without a configured token the API is disabled. The
+//! token is checked before a byte of the body is read, and an upload is read under
+//! `--max-upload-bytes` (64 MiB by default).
 //!
 //! - `PUT /admin/tenants/{tenant}/policy[?fresh=true]` — body: a policy component (`.wasm`). Starts
 //!   the tenant if new, then hot-swaps its policy, carrying learned state over (`fresh=true`: start
@@ -10,26 +12,24 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use axum::{Json, Router};
 use serde_json::json;
 
+use crate::auth::require_bearer;
 use crate::error::ApiError;
+use crate::limits::{closing_connection, read_body};
 use crate::proxy::AppState;
-use crate::tenants::{bearer, KV_SLOT};
-
-/// Policy components can be large (a Python policy is ~18 MB).
-const MAX_COMPONENT_BYTES: usize = 64 << 20;
+use crate::tenants::{validate_tenant_name, KV_SLOT};
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/admin/tenants/{tenant}/policy", put(put_policy))
         .route("/admin/tenants", get(list_tenants))
-        .layer(DefaultBodyLimit::max(MAX_COMPONENT_BYTES))
 }
 
 fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
@@ -38,17 +38,7 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
             "the admin API is disabled: start `agentrt serve` with --admin-token",
         ));
     };
-    let given =
-        bearer(headers).ok_or_else(|| ApiError::unauthorized("missing `Authorization: Bearer <admin token>`"))?;
-    if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
-        return Err(ApiError::unauthorized("wrong admin token"));
-    }
-    Ok(())
-}
-
-/// Compare without an early exit, so response time does not reveal how much of a guess matched.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    require_bearer(headers, expected, "admin token")
 }
 
 async fn put_policy(
@@ -56,11 +46,18 @@ async fn put_policy(
     Path(tenant): Path<String>,
     Query(query): Query<SwapQuery>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
-    if let Err(e) = authorize(&state, &headers) {
-        return e.into_response();
-    }
+    let checked =
+        authorize(&state, &headers).and_then(|()| validate_tenant_name(&tenant).map_err(ApiError::bad_request));
+    let read = match checked {
+        Ok(()) => read_body(body, state.options.limits.max_upload_bytes, "--max-upload-bytes").await,
+        Err(e) => Err(e),
+    };
+    let body = match read {
+        Ok(body) => body,
+        Err(e) => return closing_connection(e.into_response()),
+    };
     let engine = state.tenants.registry().engine().clone();
     let name = format!("admin upload for {tenant}");
     let component = match tokio::task::spawn_blocking(move || engine.load_bytes(&name, &body)).await {
@@ -118,16 +115,4 @@ async fn list_tenants(State(state): State<Arc<AppState>>, headers: HeaderMap) ->
         })
         .collect();
     Json(json!({ "tenants": tenants })).into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::constant_time_eq;
-
-    #[test]
-    fn token_comparison() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
-    }
 }

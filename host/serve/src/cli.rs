@@ -4,13 +4,15 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 
 use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyRegistry, SlotConfig};
 
+use crate::limits::Limits;
 use crate::proxy::{router, AppState, ServeOptions};
-use crate::tenants::{Tenants, DEFAULT_TENANT};
+use crate::tenants::{parse_tenant_key, Tenants, DEFAULT_TENANT};
 use crate::warmup::WarmupOptions;
 
 #[derive(clap::Args, Debug)]
@@ -32,7 +34,8 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTRT_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
     /// `API_KEY=TENANT` (repeatable): requests carrying the key belong to the tenant. Without any,
-    /// every request belongs to `default`.
+    /// every request belongs to `default`. Split at the last `=`, so keys may end in `=` (base64
+    /// padding); tenant names are 1–64 letters, digits, `-`, `_` or `.`.
     #[arg(long = "tenant", value_name = "KEY=TENANT")]
     pub tenants: Vec<String>,
     /// API key to send upstream.
@@ -61,6 +64,66 @@ pub struct ServeArgs {
     /// workflow finished; size it above the longest pause between two steps of one workflow.
     #[arg(long, default_value_t = 60_000)]
     pub session_idle_ms: u64,
+    /// Bearer token `/metrics` requires (or env AGENTRT_METRICS_TOKEN). Without one `/metrics` is
+    /// open to anyone who can connect, and it names every tenant.
+    #[arg(long, env = "AGENTRT_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// The front door's limits (docs/security.md); defaults are [`Limits::default`].
+#[derive(clap::Args, Debug)]
+pub struct LimitArgs {
+    /// Client connections open at once; a connection beyond it is closed at once.
+    #[arg(long, default_value_t = Limits::default().max_connections)]
+    pub max_connections: usize,
+    /// A connection must send a request's complete headers within this long of being accepted
+    /// (or of its previous response), or it is closed.
+    #[arg(long, default_value_t = Limits::default().header_read_timeout.as_millis() as u64)]
+    pub header_read_timeout_ms: u64,
+    /// Largest request body on the OpenAI routes; larger ones get 413.
+    #[arg(long, default_value_t = Limits::default().max_body_bytes)]
+    pub max_body_bytes: usize,
+    /// Largest policy component the admin API accepts; larger ones get 413.
+    #[arg(long, default_value_t = Limits::default().max_upload_bytes)]
+    pub max_upload_bytes: usize,
+    /// Time to connect to the upstream; then 504.
+    #[arg(long, default_value_t = Limits::default().upstream_connect_timeout.as_millis() as u64)]
+    pub upstream_connect_timeout_ms: u64,
+    /// Time from sending a request upstream to its response headers; then 504. vLLM sends a
+    /// non-streamed reply's headers when the whole completion is done, so size it above the
+    /// longest queueing plus generation.
+    #[arg(long, default_value_t = Limits::default().upstream_first_byte_timeout.as_millis() as u64)]
+    pub upstream_first_byte_timeout_ms: u64,
+    /// Longest silence between two pieces of an upstream response; then 504 (or, mid-stream, an
+    /// SSE error event).
+    #[arg(long, default_value_t = Limits::default().upstream_idle_timeout.as_millis() as u64)]
+    pub upstream_idle_timeout_ms: u64,
+    /// Largest non-streamed upstream reply; larger ones get 502. Streams are not buffered.
+    #[arg(long, default_value_t = Limits::default().max_upstream_reply_bytes)]
+    pub max_upstream_reply_bytes: usize,
+}
+
+impl LimitArgs {
+    pub fn limits(&self) -> anyhow::Result<Limits> {
+        anyhow::ensure!(self.max_connections > 0, "--max-connections must be at least 1");
+        anyhow::ensure!(
+            self.header_read_timeout_ms > 0,
+            "--header-read-timeout-ms must be at least 1"
+        );
+        let ms = Duration::from_millis;
+        Ok(Limits {
+            max_connections: self.max_connections,
+            header_read_timeout: ms(self.header_read_timeout_ms),
+            max_body_bytes: self.max_body_bytes,
+            max_upload_bytes: self.max_upload_bytes,
+            upstream_connect_timeout: ms(self.upstream_connect_timeout_ms),
+            upstream_first_byte_timeout: ms(self.upstream_first_byte_timeout_ms),
+            upstream_idle_timeout: ms(self.upstream_idle_timeout_ms),
+            max_upstream_reply_bytes: self.max_upstream_reply_bytes,
+        })
+    }
 }
 
 fn pairs(raw: &[String], what: &str) -> anyhow::Result<Vec<(String, String)>> {
@@ -73,6 +136,19 @@ fn pairs(raw: &[String], what: &str) -> anyhow::Result<Vec<(String, String)>> {
         .collect()
 }
 
+/// The `--tenant API_KEY=TENANT` options as API key → tenant name. A key given twice is refused:
+/// which tenant it selects would depend on the order of the options.
+pub fn tenant_keys(raw: &[String]) -> anyhow::Result<HashMap<String, String>> {
+    let mut keys = HashMap::new();
+    for option in raw {
+        let (key, tenant) = parse_tenant_key(option).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
+        if keys.insert(key, tenant).is_some() {
+            anyhow::bail!("--tenant: an API key is given more than once");
+        }
+    }
+    Ok(keys)
+}
+
 /// Run the proxy until Ctrl-C / SIGTERM.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -80,6 +156,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let limits = args.limits.limits()?;
     let engine = PolicyEngine::new(EngineOptions::default())?;
     let path = if args.policy.ends_with(".wasm") {
         PathBuf::from(&args.policy)
@@ -91,13 +168,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         init: pairs(&args.policy_config, "--policy-config")?,
         ..SlotConfig::new("")
     };
-    let keys: HashMap<String, String> = pairs(&args.tenants, "--tenant")?.into_iter().collect();
+    let keys = tenant_keys(&args.tenants)?;
     let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, keys);
     let options = ServeOptions {
         upstream: args.upstream.clone(),
         vllm_xargs: !args.no_vllm_xargs,
         admin_token: args.admin_token,
         upstream_api_key: args.upstream_api_key,
+        metrics_token: args.metrics_token,
+        limits,
         warmup: WarmupOptions {
             max_concurrent: args.warmup_concurrency,
             per_second: args.warmup_rate,
@@ -170,9 +249,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             }
         });
     }
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    let app = router(state.clone());
+    crate::connections::serve(
+        listener,
+        app,
+        &state.options.limits,
+        state.connections.clone(),
+        shutdown_signal(),
+    )
+    .await?;
     Ok(())
 }
 

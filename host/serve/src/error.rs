@@ -28,6 +28,22 @@ impl ApiError {
             message: message.into(),
         }
     }
+    /// The upstream did not answer in time; the message names which timeout and its flag.
+    pub fn upstream_timeout(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::GATEWAY_TIMEOUT,
+            kind: "upstream_timeout_error",
+            message: message.into(),
+        }
+    }
+    /// A request body over the proxy's limit.
+    pub fn payload_too_large(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            kind: "invalid_request_error",
+            message: message.into(),
+        }
+    }
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self {
             status: StatusCode::UNAUTHORIZED,

@@ -12,17 +12,25 @@
 //! - [`warmup`]: the policy's `act()` side effects, off the critical path — a warm-up is a real
 //!   upstream request carrying only the anchor and a minimal user message;
 //! - [`admin`]: authenticated policy management (install, hot swap) per tenant;
-//! - [`metrics`]: Prometheus counters for the proxy and every policy slot.
+//! - [`metrics`]: Prometheus counters for the proxy and every policy slot;
+//! - [`limits`], [`connections`], [`upstream`]: the front door's limits (connections, header
+//!   and upstream timeouts, body and reply sizes), the accept loop that enforces the connection
+//!   ones, and waiting on the upstream under the rest; [`auth`]: bearer tokens.
 
 pub mod admin;
+pub mod auth;
 pub mod cli;
+pub mod connections;
 pub mod continuation;
 pub mod error;
 pub mod identity;
+pub mod limits;
 pub mod metrics;
 pub mod proxy;
 pub mod tenants;
+pub mod upstream;
 pub mod warmup;
 
 pub use cli::{run, ServeArgs};
+pub use limits::Limits;
 pub use proxy::{router, AppState, ServeOptions};

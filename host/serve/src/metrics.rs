@@ -13,6 +13,7 @@ pub struct ProxyMetrics {
     pub requests: AtomicU64,
     pub requests_failed: AtomicU64,
     pub upstream_errors: AtomicU64,
+    pub upstream_timeouts: AtomicU64,
     pub bad_requests: AtomicU64,
     pub streams_cancelled: AtomicU64,
     pub in_flight: AtomicU64,
@@ -52,6 +53,11 @@ impl ProxyMetrics {
                 "agentrt_proxy_upstream_errors_total",
                 "Upstream unreachable or failed mid-response.",
                 &self.upstream_errors,
+            ),
+            (
+                "agentrt_proxy_upstream_timeouts_total",
+                "Upstream failures that were a connect, first-byte or idle timeout.",
+                &self.upstream_timeouts,
             ),
             (
                 "agentrt_proxy_bad_requests_total",
@@ -128,5 +134,48 @@ impl ProxyMetrics {
         let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
         let _ = writeln!(out, "{name}_sum {}", self.overhead_sum_us.load(Relaxed) as f64 / 1e6);
         let _ = writeln!(out, "{name}_count {count}");
+    }
+}
+
+/// The accept loop's counters ([`crate::connections`]).
+#[derive(Default)]
+pub struct ConnectionMetrics {
+    pub open: AtomicU64,
+    pub accepted: AtomicU64,
+    pub refused: AtomicU64,
+    pub header_timeouts: AtomicU64,
+}
+
+impl ConnectionMetrics {
+    pub fn render(&self, out: &mut String) {
+        let counters = [
+            (
+                "agentrt_proxy_connections_accepted_total",
+                "Connections accepted.",
+                &self.accepted,
+            ),
+            (
+                "agentrt_proxy_connections_refused_total",
+                "Connections closed at once: --max-connections were open.",
+                &self.refused,
+            ),
+            (
+                "agentrt_proxy_header_timeouts_total",
+                "Connections closed for sending no complete request headers within --header-read-timeout-ms.",
+                &self.header_timeouts,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                value.load(Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP agentrt_proxy_connections_open Client connections open.\n# TYPE agentrt_proxy_connections_open gauge\nagentrt_proxy_connections_open {}",
+            self.open.load(Relaxed)
+        );
     }
 }

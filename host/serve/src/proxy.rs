@@ -1,8 +1,10 @@
 //! The OpenAI-compatible routes: identify the caller, tell the tenant's policy, forward upstream,
 //! pass the answer back as it comes, and tell the policy how it went.
 //!
-//! The request body is read once, parsed once, amended (`vllm_xargs` with the agent, session and
-//! warm-up flag, which vLLM hands to the engine as `SamplingParams.extra_args`) and serialized once.
+//! A request is authenticated from its headers before its body is read, and the body is read
+//! under `--max-body-bytes` (see [`crate::limits`]). It is read once, parsed once, amended
+//! (`vllm_xargs` with the agent, session and warm-up flag, which vLLM hands to the engine as
+//! `SamplingParams.extra_args`) and serialized once.
 //! Responses stream through chunk by chunk; upstream errors come back with their own status and
 //! body. Policy calls never fail a request: a failing policy is logged, counted and bypassed.
 
@@ -11,12 +13,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use futures_util::StreamExt;
 use serde_json::{json, Value};
 
 use agentrt_runtime::types::{Continuation, Event, RequestArrival, RequestFinish};
@@ -24,12 +25,11 @@ use agentrt_runtime::types::{Continuation, Event, RequestArrival, RequestFinish}
 use crate::continuation::PromptShape;
 use crate::error::ApiError;
 use crate::identity::{identify_chat, identify_completion, Anchor, Identity};
-use crate::metrics::ProxyMetrics;
+use crate::limits::{closing_connection, read_body, Limits};
+use crate::metrics::{ConnectionMetrics, ProxyMetrics};
 use crate::tenants::{Tenant, Tenants};
+use crate::upstream;
 use crate::warmup::{WarmupOptions, Warmups};
-
-/// Largest request body accepted (long agent contexts are large; admin uploads have their own).
-const MAX_BODY_BYTES: usize = 32 << 20;
 
 /// How the proxy runs.
 #[derive(Debug, Clone)]
@@ -43,7 +43,10 @@ pub struct ServeOptions {
     pub admin_token: Option<String>,
     /// Sent upstream as `Authorization: Bearer …` (clients' keys are agentrt's, never forwarded).
     pub upstream_api_key: Option<String>,
+    /// Bearer token `/metrics` requires; `None` leaves it open (it names every tenant).
+    pub metrics_token: Option<String>,
     pub warmup: WarmupOptions,
+    pub limits: Limits,
 }
 
 /// Everything a handler needs.
@@ -52,6 +55,8 @@ pub struct AppState {
     pub client: reqwest::Client,
     pub tenants: Tenants,
     pub metrics: ProxyMetrics,
+    /// Counted by the accept loop ([`crate::connections::serve`]), shown on `/metrics`.
+    pub connections: Arc<ConnectionMetrics>,
     pub warmups: Warmups,
     /// Where `pin`/`unpin` side effects go when the vLLM eviction service runs.
     pub engine_pins: Option<Arc<agentrt_vllm::PinTable>>,
@@ -61,13 +66,17 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(options: ServeOptions, tenants: Tenants) -> Self {
-        let client = reqwest::Client::builder().build().expect("a plain HTTP client builds");
+        let client = reqwest::Client::builder()
+            .connect_timeout(options.limits.upstream_connect_timeout)
+            .build()
+            .expect("a plain HTTP client builds");
         let warmups = Warmups::new(options.warmup.clone());
         Self {
             options,
             client,
             tenants,
             metrics: ProxyMetrics::default(),
+            connections: Arc::default(),
             warmups,
             engine_pins: None,
             clock: Instant::now(),
@@ -113,6 +122,14 @@ impl AppState {
         ended
     }
 
+    /// Count an upstream failure (and, apart, the timeouts among them).
+    pub fn upstream_failed(&self, error: &ApiError) {
+        self.metrics.upstream_errors.fetch_add(1, Relaxed);
+        if error.status == StatusCode::GATEWAY_TIMEOUT {
+            self.metrics.upstream_timeouts.fetch_add(1, Relaxed);
+        }
+    }
+
     /// Give events to a tenant's policy; a failure is logged and counted, never fatal.
     pub fn tell_policy(&self, tenant: &Tenant, events: &[Event]) {
         if let Err(e) = tenant.policy.observe(events) {
@@ -129,7 +146,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .merge(crate::admin::routes())
         .with_state(state)
 }
@@ -178,25 +194,45 @@ struct Prepared {
     continues: Option<Continuation>,
 }
 
-async fn chat_completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
-    let received = Instant::now();
+/// The caller's tenant from the headers, then the body: nothing is read for a stranger.
+async fn authenticate_then_read(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Arc<Tenant>, Bytes), ApiError> {
+    let tenant = state.tenants.for_request(headers)?;
+    let body = read_body(body, state.options.limits.max_body_bytes, "--max-body-bytes").await?;
+    Ok((tenant, body))
+}
+
+async fn chat_completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     state.metrics.requests.fetch_add(1, Relaxed);
-    match prepare_chat(&state, &headers, &body).await {
+    let (tenant, body) = match authenticate_then_read(&state, &headers, body).await {
+        Ok(read) => read,
+        Err(e) => return closing_connection(failed(&state, e)),
+    };
+    // The proxy's overhead counts from here: the client's upload time is not the proxy's.
+    let received = Instant::now();
+    match prepare_chat(&state, tenant, &headers, &body).await {
         Ok(prepared) => forward(state, "/v1/chat/completions", prepared, received).await,
         Err(e) => failed(&state, e),
     }
 }
 
-async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
-    let received = Instant::now();
+async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     state.metrics.requests.fetch_add(1, Relaxed);
-    let prepared = state.tenants.for_request(&headers).and_then(|tenant| {
-        let json = parse_body(&state, &body)?;
+    let (tenant, body) = match authenticate_then_read(&state, &headers, body).await {
+        Ok(read) => read,
+        Err(e) => return closing_connection(failed(&state, e)),
+    };
+    // The proxy's overhead counts from here: the client's upload time is not the proxy's.
+    let received = Instant::now();
+    let prepared = parse_body(&state, &body).map(|json| {
         let identity = identify_completion(&headers, &json);
         let (agent, registration) = tenant.agents.intern(&identity);
         let prompt = json.get("prompt").map(Value::to_string).unwrap_or_default();
         let shape = PromptShape::of_text(&prompt);
-        Ok(prepare(&state, tenant, json, identity, agent, registration, shape))
+        prepare(&state, tenant, json, identity, agent, registration, shape)
     });
     match prepared {
         Ok(prepared) => forward(state, "/v1/completions", prepared, received).await,
@@ -204,8 +240,12 @@ async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
     }
 }
 
-async fn prepare_chat(state: &AppState, headers: &HeaderMap, body: &Bytes) -> Result<Prepared, ApiError> {
-    let tenant = state.tenants.for_request(headers)?;
+async fn prepare_chat(
+    state: &AppState,
+    tenant: Arc<Tenant>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Prepared, ApiError> {
     let json = parse_body(state, body)?;
     let (identity, anchor) = identify_chat(headers, &json).map_err(|m| {
         state.metrics.bad_requests.fetch_add(1, Relaxed);
@@ -388,21 +428,19 @@ async fn forward(state: Arc<AppState>, path: &str, prepared: Prepared, received:
     // The policy's next move does not wait for the upstream.
     state.warmups.kick(state.clone(), tenant.clone());
 
-    let sent = state.upstream_request(path).body(body).send();
+    let request = state.upstream_request(path).body(body);
+    let sent = upstream::send(request, &state.options.upstream, &state.options.limits);
     state.metrics.observe_overhead(received.elapsed());
-    let upstream = match sent.await {
+    let reply = match sent.await {
         Ok(response) => response,
         Err(e) => {
-            state.metrics.upstream_errors.fetch_add(1, Relaxed);
+            state.upstream_failed(&e);
             guard.finish(false, None);
-            return failed(
-                &state,
-                ApiError::upstream(format!("upstream {} unreachable: {e}", state.options.upstream)),
-            );
+            return failed(&state, e);
         }
     };
-    let status = StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let content_type = upstream
+    let status = StatusCode::from_u16(reply.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let content_type = reply
         .headers()
         .get(reqwest::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -414,9 +452,9 @@ async fn forward(state: Arc<AppState>, path: &str, prepared: Prepared, received:
         .as_deref()
         .is_some_and(|c| c.starts_with("text/event-stream"));
     let mut response = if is_stream {
-        Response::new(Body::from_stream(relay_stream(upstream, guard, status.is_success())))
+        Response::new(Body::from_stream(relay_stream(reply, guard, status.is_success())))
     } else {
-        match upstream.bytes().await {
+        match upstream::read_reply(reply, &state.options.limits).await {
             Ok(bytes) => {
                 let usage: Option<Value> = serde_json::from_slice::<Value>(&bytes)
                     .ok()
@@ -425,12 +463,9 @@ async fn forward(state: Arc<AppState>, path: &str, prepared: Prepared, received:
                 Response::new(Body::from(bytes))
             }
             Err(e) => {
-                state.metrics.upstream_errors.fetch_add(1, Relaxed);
+                state.upstream_failed(&e);
                 guard.finish(false, None);
-                return failed(
-                    &state,
-                    ApiError::upstream(format!("upstream failed while answering: {e}")),
-                );
+                return failed(&state, e);
             }
         }
     };
@@ -442,19 +477,21 @@ async fn forward(state: Arc<AppState>, path: &str, prepared: Prepared, received:
 }
 
 /// Pass an SSE stream through chunk by chunk, noticing the usage chunk (when the client asked for
-/// one) and the end. If the upstream fails mid-stream the client gets an SSE error event, so it
-/// never mistakes a cut stream for a complete one.
+/// one) and the end. If the upstream fails or falls silent (`--upstream-idle-timeout-ms`)
+/// mid-stream the client gets an SSE error event, so it never mistakes a cut stream for a
+/// complete one.
 fn relay_stream(
-    upstream: reqwest::Response,
+    reply: reqwest::Response,
     guard: FinishGuard,
     ok_status: bool,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
     let state = guard.state.clone();
     let mut guard = Some(guard);
     let mut usage: Option<Value> = None;
-    let mut chunks = upstream.bytes_stream();
+    let mut chunks = Box::pin(reply.bytes_stream());
     async_stream(move |yield_| async move {
-        while let Some(chunk) = chunks.next().await {
+        let limits = &state.options.limits;
+        while let Some(chunk) = upstream::next_chunk(&mut chunks, limits, "mid-stream").await {
             match chunk {
                 Ok(bytes) => {
                     if let Some(u) = find_usage(&bytes) {
@@ -465,9 +502,8 @@ fn relay_stream(
                     }
                 }
                 Err(e) => {
-                    state.metrics.upstream_errors.fetch_add(1, Relaxed);
-                    let event = json!({"error": {"message": format!("upstream failed mid-stream: {e}"), "type": "upstream_error"}});
-                    let _ = yield_(Ok(Bytes::from(format!("data: {event}\n\n")))).await;
+                    state.upstream_failed(&e);
+                    let _ = yield_(Ok(Bytes::from(format!("data: {}\n\n", e.body())))).await;
                     if let Some(g) = guard.take() {
                         g.finish(false, None);
                     }
@@ -520,24 +556,32 @@ async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
     if let Some(key) = &state.options.upstream_api_key {
         request = request.bearer_auth(key);
     }
-    match request.send().await {
-        Ok(upstream) => {
-            let status = StatusCode::from_u16(upstream.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-            match upstream.bytes().await {
-                Ok(bytes) => (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
-                Err(e) => ApiError::upstream(format!("upstream failed while answering: {e}")).into_response(),
-            }
+    let limits = &state.options.limits;
+    let answered = match upstream::send(request, &state.options.upstream, limits).await {
+        Ok(reply) => {
+            let status = StatusCode::from_u16(reply.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+            upstream::read_reply(reply, limits).await.map(|bytes| (status, bytes))
         }
+        Err(e) => Err(e),
+    };
+    match answered {
+        Ok((status, bytes)) => (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
         Err(e) => {
-            state.metrics.upstream_errors.fetch_add(1, Relaxed);
-            ApiError::upstream(format!("upstream {} unreachable: {e}", state.options.upstream)).into_response()
+            state.upstream_failed(&e);
+            e.into_response()
         }
     }
 }
 
-async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Some(token) = &state.options.metrics_token {
+        if let Err(e) = crate::auth::require_bearer(&headers, token, "metrics token") {
+            return e.into_response();
+        }
+    }
     let mut out = String::new();
     state.metrics.render(&mut out);
+    state.connections.render(&mut out);
     out.push_str(&state.tenants.registry().render_prometheus());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

@@ -13,6 +13,7 @@ use axum::http::HeaderMap;
 
 use agentrt_runtime::{PolicyComponent, PolicyHandle, PolicyRegistry, SlotConfig};
 
+use crate::auth::bearer;
 use crate::continuation::Continuations;
 use crate::error::ApiError;
 use crate::identity::AgentDirectory;
@@ -110,12 +111,63 @@ impl Tenants {
     }
 }
 
-/// The token of an `Authorization: Bearer …` header.
-pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get("authorization")?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")
-        .map(str::trim)
+/// The longest tenant name: names become registry slots (`NAME/kv`) and metric labels.
+const MAX_TENANT_NAME: usize = 64;
+
+/// Parse one `--tenant API_KEY=TENANT` value. It splits at the *last* `=`: API keys are often
+/// base64 and end in `=` padding, while tenant names cannot contain `=` (they are restricted to
+/// letters, digits, `-`, `_` and `.`, which are safe in slot names and Prometheus labels). The
+/// error never repeats the value: it holds a secret.
+pub fn parse_tenant_key(raw: &str) -> Result<(String, String), String> {
+    let expected = "expected API_KEY=TENANT";
+    let (key, name) = raw
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{expected}: there is no `=`"))?;
+    if key.is_empty() {
+        return Err(format!("{expected}: the API key is empty"));
+    }
+    validate_tenant_name(name).map_err(|e| format!("{expected}: {e}"))?;
+    Ok((key.to_string(), name.to_string()))
+}
+
+/// A tenant name is 1–64 ASCII letters, digits, `-`, `_` or `.`.
+pub fn validate_tenant_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the tenant name is empty".into());
+    }
+    if name.len() > MAX_TENANT_NAME {
+        return Err(format!("the tenant name is longer than {MAX_TENANT_NAME} characters"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(format!(
+            "the tenant name {name:?} contains {c:?}; use letters, digits, `-`, `_` or `.`"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_tenant_key;
+
+    #[test]
+    fn tenant_keys_split_at_the_last_equals_sign() {
+        let pair = |k: &str, t: &str| Ok((k.to_string(), t.to_string()));
+        // A base64 key with `==` padding: the first `=` is part of the key.
+        assert_eq!(
+            parse_tenant_key("c2VjcmV0IGtleQ===alpha"),
+            pair("c2VjcmV0IGtleQ==", "alpha")
+        );
+        assert_eq!(parse_tenant_key("plain=team-a.prod_1"), pair("plain", "team-a.prod_1"));
+        assert!(parse_tenant_key("no-separator").unwrap_err().contains("no `=`"));
+        assert!(parse_tenant_key("=alpha").unwrap_err().contains("API key is empty"));
+        assert!(parse_tenant_key("key=").unwrap_err().contains("tenant name is empty"));
+        assert!(parse_tenant_key("key=a/b").unwrap_err().contains("'/'"));
+        assert!(parse_tenant_key(&format!("key={}", "a".repeat(65)))
+            .unwrap_err()
+            .contains("longer than 64"));
+    }
 }

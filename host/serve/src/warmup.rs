@@ -164,12 +164,12 @@ impl Warmups {
         };
         state.tell_policy(tenant, &[Event::RequestArrival(arrival)]);
         state.metrics.warmups_sent.fetch_add(1, Relaxed);
-        let sent = state
+        let request = state
             .upstream_request("/v1/chat/completions")
             .header("x-agentrt-warmup", "1")
-            .body(serde_json::to_vec(&body).expect("values serialize"))
-            .send()
-            .await;
+            .body(serde_json::to_vec(&body).expect("values serialize"));
+        // Under the first-byte timeout: a hanging upstream must not hold a warm-up slot forever.
+        let sent = crate::upstream::send(request, &state.options.upstream, &state.options.limits).await;
         let ok = matches!(&sent, Ok(r) if r.status().is_success());
         if !ok {
             // Never retried: a warm-up is a guess, and retries would compete with user traffic.

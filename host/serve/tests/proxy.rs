@@ -2,77 +2,14 @@
 //! upstream for the faults a real vLLM cannot be made to produce on demand (see stub_upstream).
 
 mod stub_upstream;
+mod support;
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 use std::time::Duration;
 
-use agentrt_runtime::{PolicyRegistry, SlotConfig};
-use agentrt_serve::tenants::Tenants;
-use agentrt_serve::warmup::WarmupOptions;
-use agentrt_serve::{router, AppState, ServeOptions};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-
-struct Proxy {
-    url: String,
-    state: Arc<AppState>,
-    stub: stub_upstream::Stub,
-    _cache: tempfile::TempDir,
-}
-
-async fn proxy_with(policy: &str, keys: &[(&str, &str)], upstream: Option<String>) -> Proxy {
-    let (stub_url, stub) = stub_upstream::start().await;
-    let (engine, cache) = agentrt_tests::engine();
-    let component = agentrt_tests::load(&engine, policy);
-    let keys: HashMap<String, String> = keys.iter().map(|(k, t)| (k.to_string(), t.to_string())).collect();
-    let tenants = Tenants::new(PolicyRegistry::new(engine), component, SlotConfig::new(""), keys);
-    let options = ServeOptions {
-        upstream: upstream.unwrap_or(stub_url),
-        vllm_xargs: true,
-        admin_token: Some("s3cret".into()),
-        upstream_api_key: None,
-        warmup: WarmupOptions::default(),
-    };
-    let state = Arc::new(AppState::new(options, tenants));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = router(state.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    Proxy {
-        url,
-        state,
-        stub,
-        _cache: cache,
-    }
-}
-
-async fn proxy(policy: &str) -> Proxy {
-    proxy_with(policy, &[], None).await
-}
-
-fn chat(system: &str, task: &str, model: &str, stream: bool) -> Value {
-    json!({"model": model, "stream": stream, "messages": [
-        {"role": "system", "content": system},
-        {"role": "user", "content": task},
-    ]})
-}
-
-async fn post(url: &str, body: impl Into<reqwest::Body>, headers: &[(&str, &str)]) -> reqwest::Response {
-    let mut request = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body);
-    for (k, v) in headers {
-        request = request.header(*k, *v);
-    }
-    request.send().await.unwrap()
-}
-
-async fn post_json(p: &Proxy, body: &Value, headers: &[(&str, &str)]) -> reqwest::Response {
-    post(&format!("{}/v1/chat/completions", p.url), body.to_string(), headers).await
-}
+use support::{chat, post, post_json, proxy, proxy_with, settle};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwards_with_agent_identity_and_tells_the_policy() {
@@ -451,17 +388,6 @@ async fn a_new_agents_anchor_is_counted_once_by_the_upstream() {
     let other = chat("You are the planner.", "Task 1", "no-tokenize", false);
     assert_eq!(post_json(&p, &other, &[]).await.status(), 200);
     assert_eq!(p.state.metrics.anchors_estimated.load(Relaxed), 1);
-}
-
-/// Wait until no request is in flight: every request-finish has been told to the policy.
-async fn settle(p: &Proxy) {
-    for _ in 0..500 {
-        if p.state.metrics.in_flight.load(Relaxed) == 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("requests still in flight after 5 s");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,6 +5,14 @@
 //! Behaviour by request `model`: `fail-mid-stream` sends one SSE chunk then cuts the connection;
 //! `unknown` answers 404 like vLLM; anything else answers, streaming (three chunks, the last with
 //! usage) when `stream` is true. `/tokenize` answers a count of 321 (404 for model `no-tokenize`).
+//!
+//! FAULT INJECTION, for the proxy's upstream limits (a real vLLM does not hang or flood on
+//! demand): `hang-before-headers` never answers; `hang-mid-body` sends the start of a
+//! non-streamed reply, then nothing; `hang-mid-stream` sends one SSE chunk, then nothing;
+//! `huge-reply` answers 2 MiB with a `Content-Length`, `huge-reply-chunked` 2 MiB without one.
+
+// Each test binary uses part of the stub.
+#![allow(dead_code)]
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,6 +22,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use futures_util::StreamExt;
 use serde_json::{json, Value};
 
 /// What the stub received.
@@ -100,6 +109,12 @@ async fn chat(stub: Stub, headers: HeaderMap, body: Value) -> Response {
         let error = json!({"object": "error", "message": "The model `unknown` does not exist.", "type": "NotFoundError", "code": 404});
         return (StatusCode::NOT_FOUND, Json(error)).into_response();
     }
+    if model == "hang-before-headers" {
+        std::future::pending::<()>().await;
+    }
+    if let Some(fault) = fault(&model) {
+        return fault;
+    }
     let usage = json!({"prompt_tokens": 12, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 8}});
     if body["stream"].as_bool() != Some(true) && model != "fail-mid-stream" {
         return Json(json!({"id": "c1", "object": "chat.completion", "model": model,
@@ -119,7 +134,7 @@ async fn chat(stub: Stub, headers: HeaderMap, body: Value) -> Response {
                 )),
                 1 if fail => Some((Err(std::io::Error::other("stub cuts the stream")), 9)),
                 1 => Some((
-                    Ok(Bytes::from("data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n")),
+                    Ok::<_, std::io::Error>(Bytes::from("data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n")),
                     2,
                 )),
                 2 => Some((
@@ -137,4 +152,42 @@ async fn chat(stub: Stub, headers: HeaderMap, body: Value) -> Response {
         .header("content-type", "text/event-stream")
         .body(Body::from_stream(chunks))
         .unwrap()
+}
+
+/// Size of the `huge-reply` models' answers.
+pub const HUGE_REPLY_BYTES: usize = 2 << 20;
+
+/// The fault-injection models' answers (see the module's doc).
+fn fault(model: &str) -> Option<Response> {
+    let never = || futures_util::stream::pending::<Result<Bytes, std::io::Error>>();
+    let response = match model {
+        "hang-mid-body" => {
+            let start =
+                futures_util::stream::once(async { Ok::<_, std::io::Error>(Bytes::from_static(b"{\"id\": \"c1\", ")) });
+            Response::builder()
+                .header("content-type", "application/json")
+                .body(Body::from_stream(start.chain(never())))
+        }
+        "hang-mid-stream" => {
+            let first = futures_util::stream::once(async {
+                Ok::<_, std::io::Error>(Bytes::from("data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"))
+            });
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(first.chain(never())))
+        }
+        "huge-reply" => Response::builder()
+            .header("content-type", "application/json")
+            .body(Body::from(vec![b' '; HUGE_REPLY_BYTES])),
+        "huge-reply-chunked" => {
+            let chunks = futures_util::stream::iter(
+                (0..HUGE_REPLY_BYTES / 65536).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b' '; 65536]))),
+            );
+            Response::builder()
+                .header("content-type", "application/json")
+                .body(Body::from_stream(chunks))
+        }
+        _ => return None,
+    };
+    Some(response.unwrap())
 }

@@ -7,7 +7,9 @@
 //! - `score` with an item whose key is [`LOOP_KEY`] never returns (CPU deadline);
 //! - `observe` of a tool call whose tool is [`GROW_TOOL`] allocates without bound (memory cap);
 //! - `predict(PANIC_HORIZON)` panics (a trap);
-//! - `observe` of an agent registered under the name [`TRAP_AGENT`] panics (a trap mid-request).
+//! - `observe` of an agent registered under the name [`TRAP_AGENT`] panics (a trap mid-request);
+//! - `observe` of an agent registered under the name [`LOG_FLOOD_AGENT`] logs
+//!   [`LOG_FLOOD_LINES`] lines, each trying to forge a host log line with a newline.
 
 use agentrt_sdk::state::{Reader, Writer};
 use agentrt_sdk::{
@@ -19,6 +21,8 @@ pub const LOOP_KEY: u64 = 0xdead_1007;
 pub const GROW_TOOL: u64 = 0x6120_3000;
 pub const PANIC_HORIZON: u32 = 666;
 pub const TRAP_AGENT: &str = "probe-trap";
+pub const LOG_FLOOD_AGENT: &str = "probe-log-flood";
+pub const LOG_FLOOD_LINES: u32 = 1000;
 const MAGIC: [u8; 4] = *b"PRB1";
 
 /// Everything the probe has seen.
@@ -52,6 +56,12 @@ impl Policy for Probe {
         self.events += 1;
         match event {
             Event::AgentRegistered(a) if a.name == TRAP_AGENT => panic!("probe was told to trap"),
+            Event::AgentRegistered(a) if a.name == LOG_FLOOD_AGENT => {
+                for i in 0..LOG_FLOOD_LINES {
+                    let forged = format!("probe line {i}\nERROR agentrt_serve: forged by the policy");
+                    agentrt_sdk::host::log(agentrt_sdk::LogLevel::Warn, &forged);
+                }
+            }
             Event::AgentRegistered(a) => self.agents.push((a.agent, a.anchor_hash)),
             Event::RequestArrival(r) => {
                 self.prompt_tokens += u64::from(r.prompt_tokens);

@@ -1,0 +1,93 @@
+//! Accepting connections: the proxy's own accept loop, because `axum::serve` has neither a cap on
+//! open connections nor a header-read timeout, and without them a client that opens connections
+//! and never finishes a request (slowloris) holds a file descriptor each until the process runs
+//! out and nobody — `/healthz` included — can connect.
+//!
+//! - At most [`Limits::max_connections`] are open at once. A connection accepted beyond
+//!   that is closed at once: refused, never queued, so the descriptors held stay bounded.
+//! - A connection must deliver a request's complete headers within
+//!   [`Limits::header_read_timeout`] of being accepted, and of its previous response
+//!   (an idle keep-alive connection is closed after the same time); hyper closes it otherwise.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+use crate::limits::Limits;
+use crate::metrics::ConnectionMetrics;
+
+/// Serve `app` on `listener` under `limits` until `shutdown` resolves, then stop accepting, let
+/// requests in flight finish and return once every connection has closed.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: &Limits,
+    metrics: Arc<ConnectionMetrics>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    // Connections watch this to start a graceful shutdown (finish the request, then close).
+    let (closing_tx, closing_rx) = watch::channel(false);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // EMFILE and the like: back off instead of spinning; the connections that
+                    // close meanwhile give descriptors back.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // Dropping the stream closes it: refused, not queued.
+            metrics.refused.fetch_add(1, Relaxed);
+            continue;
+        };
+        metrics.accepted.fetch_add(1, Relaxed);
+        metrics.open.fetch_add(1, Relaxed);
+        let service = TowerToHyperService::new(app.clone());
+        let metrics = metrics.clone();
+        let header_read_timeout = limits.header_read_timeout;
+        let mut closing = closing_rx.clone();
+        tokio::spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read_timeout);
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            let mut connection = std::pin::pin!(connection);
+            let result = tokio::select! {
+                result = connection.as_mut() => result,
+                // The loop sends once, after its last accept: any change means "closing".
+                _ = closing.changed() => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(e) = result {
+                if e.is_timeout() {
+                    metrics.header_timeouts.fetch_add(1, Relaxed);
+                }
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            metrics.open.fetch_sub(1, Relaxed);
+            drop(slot);
+        });
+    }
+    drop(listener);
+    let _ = closing_tx.send(true);
+    // Every connection holds a slot until it ends: having them all back means all are closed.
+    let _all = slots.acquire_many(limits.max_connections as u32).await;
+    Ok(())
+}

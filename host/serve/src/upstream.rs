@@ -1,0 +1,81 @@
+//! Waiting on the upstream under the limits: every wait has a timeout and every buffered reply a
+//! size cap, so an upstream that hangs or floods ends the request with an error naming what ran
+//! out (and the flag that sets it) instead of holding the request, and its client, open forever.
+//!
+//! The connect timeout is the HTTP client's own (set where it is built, [`crate::AppState::new`]);
+//! the rest are here: response headers within the first-byte timeout, each later piece of the
+//! body within the idle timeout, a non-streamed reply within its size cap.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use futures_util::{Stream, StreamExt};
+
+use crate::error::ApiError;
+use crate::limits::Limits;
+
+/// Send a request and wait for the upstream's response headers.
+pub async fn send(
+    request: reqwest::RequestBuilder,
+    upstream: &str,
+    limits: &Limits,
+) -> Result<reqwest::Response, ApiError> {
+    let waited = limits.upstream_first_byte_timeout;
+    match tokio::time::timeout(waited, request.send()).await {
+        Ok(Ok(response)) => Ok(response),
+        Ok(Err(e)) if e.is_connect() && e.is_timeout() => Err(ApiError::upstream_timeout(format!(
+            "upstream {upstream}: no connection within {} (--upstream-connect-timeout-ms)",
+            ms(limits.upstream_connect_timeout)
+        ))),
+        Ok(Err(e)) => Err(ApiError::upstream(format!("upstream {upstream} unreachable: {e}"))),
+        Err(_) => Err(ApiError::upstream_timeout(format!(
+            "upstream {upstream} sent no response within {} (--upstream-first-byte-timeout-ms)",
+            ms(waited)
+        ))),
+    }
+}
+
+/// The next piece of a response body (`None` at its end), waiting at most the idle timeout.
+/// `when` says where in the response a failure happened, for the message ("mid-stream").
+pub async fn next_chunk<S>(body: &mut S, limits: &Limits, when: &str) -> Option<Result<Bytes, ApiError>>
+where
+    S: Stream<Item = reqwest::Result<Bytes>> + Unpin,
+{
+    match tokio::time::timeout(limits.upstream_idle_timeout, body.next()).await {
+        Ok(None) => None,
+        Ok(Some(Ok(bytes))) => Some(Ok(bytes)),
+        Ok(Some(Err(e))) => Some(Err(ApiError::upstream(format!("upstream failed {when}: {e}")))),
+        Err(_) => Some(Err(ApiError::upstream_timeout(format!(
+            "upstream failed {when}: it sent nothing for {} (--upstream-idle-timeout-ms)",
+            ms(limits.upstream_idle_timeout)
+        )))),
+    }
+}
+
+/// A whole non-streamed reply, piece by piece under the idle timeout, refused once it passes
+/// the size cap (at once when its `Content-Length` says it will).
+pub async fn read_reply(response: reqwest::Response, limits: &Limits) -> Result<Bytes, ApiError> {
+    let cap = limits.max_upstream_reply_bytes;
+    let too_large = || {
+        ApiError::upstream(format!(
+            "upstream reply is larger than {cap} bytes (--max-upstream-reply-bytes)"
+        ))
+    };
+    if response.content_length().is_some_and(|n| n > cap as u64) {
+        return Err(too_large());
+    }
+    let mut body = response.bytes_stream();
+    let mut reply = Vec::new();
+    while let Some(chunk) = next_chunk(&mut body, limits, "while answering").await {
+        let chunk = chunk?;
+        if reply.len() + chunk.len() > cap {
+            return Err(too_large());
+        }
+        reply.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(reply))
+}
+
+fn ms(d: Duration) -> String {
+    format!("{} ms", d.as_millis())
+}

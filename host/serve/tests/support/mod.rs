@@ -1,0 +1,134 @@
+//! Shared set-up of the serve tests: a proxy on loopback — the real router behind the real accept
+//! loop — in front of the stub upstream, and small request helpers.
+// Each test binary uses part of this module.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentrt_runtime::{PolicyRegistry, SlotConfig};
+use agentrt_serve::tenants::Tenants;
+use agentrt_serve::warmup::WarmupOptions;
+use agentrt_serve::{router, AppState, Limits, ServeOptions};
+use serde_json::{json, Value};
+
+use crate::stub_upstream;
+
+pub struct Proxy {
+    pub url: String,
+    pub state: Arc<AppState>,
+    pub stub: stub_upstream::Stub,
+    _cache: tempfile::TempDir,
+}
+
+/// How a test's proxy is set up: `Setup::new(policy).start()` is what most tests use.
+pub struct Setup {
+    pub policy: &'static str,
+    /// API key → tenant; empty = single-tenant.
+    pub keys: HashMap<String, String>,
+    /// Another upstream than the stub.
+    pub upstream: Option<String>,
+    pub admin_token: Option<String>,
+    pub metrics_token: Option<String>,
+    pub limits: Limits,
+}
+
+impl Setup {
+    pub fn new(policy: &'static str) -> Self {
+        Self {
+            policy,
+            keys: HashMap::new(),
+            upstream: None,
+            admin_token: Some("s3cret".into()),
+            metrics_token: None,
+            limits: Limits::default(),
+        }
+    }
+
+    pub async fn start(self) -> Proxy {
+        let (stub_url, stub) = stub_upstream::start().await;
+        let (engine, cache) = agentrt_tests::engine();
+        let component = agentrt_tests::load(&engine, self.policy);
+        let tenants = Tenants::new(PolicyRegistry::new(engine), component, SlotConfig::new(""), self.keys);
+        let options = ServeOptions {
+            upstream: self.upstream.unwrap_or(stub_url),
+            vllm_xargs: true,
+            admin_token: self.admin_token,
+            upstream_api_key: None,
+            metrics_token: self.metrics_token,
+            warmup: WarmupOptions::default(),
+            limits: self.limits,
+        };
+        let state = Arc::new(AppState::new(options, tenants));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let serving = state.clone();
+        tokio::spawn(async move {
+            let app = router(serving.clone());
+            agentrt_serve::connections::serve(
+                listener,
+                app,
+                &serving.options.limits,
+                serving.connections.clone(),
+                std::future::pending(),
+            )
+            .await
+            .unwrap()
+        });
+        Proxy {
+            url,
+            state,
+            stub,
+            _cache: cache,
+        }
+    }
+}
+
+pub async fn proxy_with(policy: &'static str, keys: &[(&str, &str)], upstream: Option<String>) -> Proxy {
+    Setup {
+        keys: keys.iter().map(|(k, t)| (k.to_string(), t.to_string())).collect(),
+        upstream,
+        ..Setup::new(policy)
+    }
+    .start()
+    .await
+}
+
+pub async fn proxy(policy: &'static str) -> Proxy {
+    Setup::new(policy).start().await
+}
+
+pub fn chat(system: &str, task: &str, model: &str, stream: bool) -> Value {
+    json!({"model": model, "stream": stream, "messages": [
+        {"role": "system", "content": system},
+        {"role": "user", "content": task},
+    ]})
+}
+
+pub async fn post(url: &str, body: impl Into<reqwest::Body>, headers: &[(&str, &str)]) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body);
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    request.send().await.unwrap()
+}
+
+pub async fn post_json(p: &Proxy, body: &Value, headers: &[(&str, &str)]) -> reqwest::Response {
+    post(&format!("{}/v1/chat/completions", p.url), body.to_string(), headers).await
+}
+
+/// Wait until no request is in flight: every request-finish has been told to the policy.
+pub async fn settle(p: &Proxy) {
+    for _ in 0..500 {
+        if p.state.metrics.in_flight.load(Relaxed) == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("requests still in flight after 5 s");
+}
