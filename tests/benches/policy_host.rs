@@ -267,11 +267,136 @@ fn native_vs_wasm(c: &mut Criterion) {
     group.finish();
 }
 
+/// Agents and live sessions of the fleet-scale benchmark: one engine serving thousands of agents.
+const FLEET_AGENTS: u32 = 10_000;
+const FLEET_LIVE_SESSIONS: u64 = 2_000;
+
+/// 10,000 agents in 2,500 four-agent pipelines; 20,000 sessions ran, the last 2,000 still live.
+fn teach_fleet(policy: &PolicyHandle) -> u64 {
+    let mut events: Vec<Event> = (1..=FLEET_AGENTS)
+        .map(|agent| {
+            Event::AgentRegistered(AgentRegistered {
+                agent,
+                name: format!("agent-{agent}"),
+                anchor_hash: 0xa000 + u64::from(agent),
+                anchor_tokens: 2048,
+            })
+        })
+        .collect();
+    let mut at_us = 0;
+    for session in 0..20_000u64 {
+        let app = (session % 2_500) as u32;
+        for step in 0..4u32 {
+            let agent = 1 + app * 4 + step;
+            at_us += 1_000;
+            events.push(Event::RequestArrival(RequestArrival {
+                request_id: at_us,
+                agent,
+                session,
+                anchor_hash: 0xa000 + u64::from(agent),
+                prompt_tokens: 3000,
+                continues: None,
+                warmup: false,
+                at_us,
+            }));
+            events.push(Event::RequestFinish(RequestFinish {
+                request_id: at_us,
+                agent,
+                session,
+                prompt_tokens: 3000,
+                cached_tokens: 0,
+                output_tokens: 100,
+                warmup: false,
+                ok: true,
+                at_us: at_us + 500,
+            }));
+        }
+        if session < 20_000 - FLEET_LIVE_SESSIONS {
+            events.push(Event::SessionEnd(session));
+        }
+        if events.len() > 4096 {
+            policy.observe(&events).unwrap();
+            events.clear();
+        }
+    }
+    policy.observe(&events).unwrap();
+    at_us
+}
+
+/// CacheSage's scaled model (the default) at fleet scale: block events, scoring with and without
+/// a refresh of the live sessions' forecasts, and the state size.
+fn fleet_scale(c: &mut Criterion) {
+    let cache = tempfile::tempdir().unwrap();
+    let engine = engine(true, &cache);
+    let mut rng = Rng::new(11);
+    let policy = start(&engine, "cachesage");
+    let mut at_us = teach_fleet(&policy);
+    println!(
+        "cachesage (scaled) state at {FLEET_AGENTS} agents, {FLEET_LIVE_SESSIONS} live sessions: {} bytes",
+        policy.snapshot().unwrap().len()
+    );
+    let mut group = c.benchmark_group("cachesage at 10,000 agents");
+    let mut words = Vec::new();
+    for i in 0..1024u32 {
+        let ev = BlockEvent {
+            op: if i % 3 == 0 { BlockOp::Stored } else { BlockOp::Touched },
+            agent: 1 + rng.below(u64::from(FLEET_AGENTS)) as u32,
+            block_hash: rng.next_u64(),
+            parent_hash: rng.next_u64(),
+            position: 16 * (i % 256),
+        };
+        packed::encode(&ev, &mut words);
+    }
+    group.throughput(Throughput::Elements(1024));
+    group.bench_function("observe-blocks packed 1024", |b| {
+        b.iter(|| policy.observe_blocks(black_box(&words)).unwrap())
+    });
+    // Candidates of live sessions' agents: anchors and session content, mixed.
+    let live: Vec<Item> = (0..64u64)
+        .map(|i| {
+            let session = 20_000 - FLEET_LIVE_SESSIONS + rng.below(FLEET_LIVE_SESSIONS);
+            let agent = 1 + ((session % 2_500) as u32) * 4 + (i % 4) as u32;
+            Item {
+                kind: ItemKind::KvBlock,
+                key: rng.next_u64(),
+                agent,
+                session,
+                last_access: rng.below(100_000),
+                tokens: 16,
+                position: 16 * (i as u32 % 256),
+            }
+        })
+        .collect();
+    group.throughput(Throughput::Elements(64));
+    group.bench_function("score 64", |b| {
+        b.iter(|| black_box(policy.score(black_box(&live)).unwrap()))
+    });
+    // A request arrived since the last ranking: the forecasts of all live sessions are redone.
+    group.bench_function("score 64 after an arrival (refresh of 2,000 sessions)", |b| {
+        b.iter(|| {
+            at_us += 1_000;
+            let arrival = Event::RequestArrival(RequestArrival {
+                request_id: at_us,
+                agent: 1,
+                session: 19_999,
+                anchor_hash: 0xa001,
+                prompt_tokens: 3000,
+                continues: None,
+                warmup: false,
+                at_us,
+            });
+            policy.observe(std::slice::from_ref(&arrival)).unwrap();
+            black_box(policy.score(black_box(&live)).unwrap())
+        })
+    });
+    group.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
 }
 
-criterion_group! { name = benches; config = config(); targets = primitives, lifecycle, cpu_guards, native_vs_wasm }
+criterion_group! { name = benches; config = config(); targets = primitives, lifecycle, cpu_guards, native_vs_wasm, fleet_scale }
 criterion_main!(benches);

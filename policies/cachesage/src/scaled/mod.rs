@@ -21,11 +21,13 @@
 //! agents in ~1 MB. Before any agent has been called twice every score is recency: exactly LRU.
 //!
 //! Prefetch (`act`): the live session's most likely next agent whose anchor is not resident and
-//! whose call is at least a moment away gets a warm-up, unless the engine has requests waiting.
+//! whose call is at least a moment away gets a warm-up — unless the engine has requests waiting,
+//! the warm-up budget is spent, or the blocks it would push out ([`frontier`]) are wanted sooner.
 
 pub mod agents;
 pub mod clock;
 pub mod forecast;
+pub mod frontier;
 pub mod params;
 pub mod sessions;
 mod snapshot;
@@ -38,6 +40,7 @@ use agentrt_sdk::{RequestArrival, RequestFinish, SideEffect, WarmPrefix};
 use agents::{AgentStats, AgentTable};
 use clock::StampClock;
 use forecast::{handover_ms, walk, Predicted, MIN_LEAD_MS};
+use frontier::Frontier;
 pub use params::Params;
 use sessions::Sessions;
 
@@ -70,6 +73,8 @@ pub struct Scaled {
     rates_stale: bool,
     /// Prompt tokens warm-ups may still prefill: `warmup-budget` of every user request's prompt.
     warmup_tokens: f32,
+    /// What the next evictions are worth, from the latest ranking.
+    frontier: Frontier,
 }
 
 impl Default for Scaled {
@@ -92,6 +97,7 @@ impl Scaled {
             rates_at_us: 0,
             rates_stale: true,
             warmup_tokens: 0.0,
+            frontier: Frontier::default(),
         }
     }
 
@@ -283,7 +289,7 @@ impl Scaled {
         }
         self.refresh_rates();
         let mut by_session: HashMap<u64, Vec<(u32, f32)>> = HashMap::new();
-        items
+        let scores: Vec<f32> = items
             .iter()
             .map(|item| {
                 let Some(agent) = self.agents.get(item.agent) else {
@@ -309,7 +315,9 @@ impl Scaled {
                     .find(|(a, _)| *a == item.agent)
                     .map_or(0.0, |(_, r)| r * keeps)
             })
-            .collect()
+            .collect();
+        self.frontier.record(&scores, self.now_us);
+        scores
     }
 
     /// `1 / age`, in uses per second, for a block nothing else is known about.
@@ -379,6 +387,7 @@ impl Scaled {
         if !self.params.prefetch || self.queue_depth > self.params.warmup_max_queue || !self.has_structure() {
             return Vec::new();
         }
+        self.refresh_rates();
         let now = self.now_us;
         let cooldown_us = u64::from(self.params.warmup_cooldown_ms) * 1000;
         // The likeliest next call of any live session, soonest first among equals, whose anchor
@@ -397,7 +406,11 @@ impl Scaled {
                 let Some(target) = self.agents.get(next) else { continue };
                 let cooling = target.warmed_at_us != 0 && now.saturating_sub(target.warmed_at_us) < cooldown_us;
                 let affordable = target.anchor_tokens as f32 <= self.warmup_tokens;
-                if target.anchor_resident() || cooling || target.anchor_hash == 0 || !affordable {
+                // Worth what it pushes out: the anchor must be wanted sooner than the blocks
+                // its warm-up would evict.
+                let blocks = target.anchor_tokens.div_ceil(self.block_tokens.max(16)) as usize;
+                let worth = self.anchor_rate(target) > self.frontier.cost(blocks, now);
+                if target.anchor_resident() || cooling || target.anchor_hash == 0 || !affordable || !worth {
                     continue;
                 }
                 let better = best.is_none_or(|b| p > b.p || (p == b.p && (ms, next) < (b.ms, b.agent)));

@@ -145,6 +145,31 @@ fn the_next_agents_missing_anchor_is_warmed_unless_the_engine_is_busy_or_the_bud
     );
     assert!(m.act().is_empty(), "cooling down");
 
+    // Not when the blocks a warm-up would push out are wanted sooner than the anchor it brings.
+    let mut crowded = Scaled::with_params(generous.clone());
+    for a in 1..=3 {
+        register(&mut crowded, a);
+    }
+    for s in 0..3 {
+        pipeline_session(&mut crowded, s, s * 20_000, [1, 2, 3], true);
+    }
+    call(&mut crowded, 50, 1, true, 80_000, 1_000);
+    // Every candidate is a block of a request in flight right now (imminent).
+    call(&mut crowded, 60, 3, true, 80_500, 100_000);
+    let hot: Vec<Item> = (0..400).map(|i| block(3, 60, ANCHOR + 16 * i, u64::from(i))).collect();
+    crowded.observe(&Event::RequestArrival(RequestArrival {
+        request_id: 9,
+        agent: 3,
+        session: 60,
+        anchor_hash: 0xa003,
+        prompt_tokens: 10_000,
+        continues: None,
+        warmup: false,
+        at_us: 80_600_000,
+    }));
+    crowded.score(&hot);
+    assert!(crowded.act().is_empty(), "the frontier is worth more than the anchor");
+
     // Ten calls of ~4.6 k tokens at the default 5 % budget do not pay for a 4 k-token anchor.
     let mut frugal = Scaled::default();
     for a in 1..=3 {
