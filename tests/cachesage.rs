@@ -39,19 +39,6 @@ fn arrival(agent: u32, session: u64) -> Event {
     })
 }
 
-/// A block item: `position` < ANCHOR_TOKENS is part of the agent's anchor.
-fn block(agent: u32, session: u64, position: u32, last_access: u64) -> Item {
-    Item {
-        kind: ItemKind::KvBlock,
-        key: u64::from(agent) << 32 | u64::from(position),
-        agent,
-        session,
-        last_access,
-        tokens: 16,
-        position,
-    }
-}
-
 /// Sessions loop planner → coder → tester → planner → coder → tester → end, two at a time; one
 /// early auditor session that ended. Leaves session 1000 at the coder.
 fn learn_chain(policy: &PolicyHandle) {
@@ -118,10 +105,10 @@ fn anchors_of_agents_about_to_run_outrank_newer_blocks_of_agents_that_are_not() 
     let policy = classic(&engine, &[]);
     learn_chain(&policy);
     let items = vec![
-        block(TESTER, 5, 48, 10),   // tester's anchor, oldest: the tester runs next in session 1000
-        block(AUDITOR, 999, 0, 50), // auditor's anchor: nobody leads to the auditor
-        block(CODER, 7, 200, 60),   // content of an ended session: dead
-        block(PLANNER, 3, 16, 40),  // planner's anchor: new sessions start with the planner
+        session_block(TESTER, 5, 48, 10), // tester's anchor, oldest: the tester runs next in session 1000
+        session_block(AUDITOR, 999, 0, 50), // auditor's anchor: nobody leads to the auditor
+        session_block(CODER, 7, 200, 60), // content of an ended session: dead
+        session_block(PLANNER, 3, 16, 40), // planner's anchor: new sessions start with the planner
     ];
     let ranking = policy.rank(&items);
     assert!(ranking.fallback.is_none());
@@ -145,7 +132,7 @@ fn content_shared_across_sessions_lives_as_long_as_its_agent() {
     // Past the tester's anchor, same age: a block only ended session 7 used, and one several
     // sessions used (the host reports it with session 0, e.g. a few-shot block or a question).
     // The tester runs next in session 1000, so the shared one is likely reused; the other is dead.
-    let items = vec![block(TESTER, 7, 160, 30), block(TESTER, 0, 160, 30)];
+    let items = vec![session_block(TESTER, 7, 160, 30), session_block(TESTER, 0, 160, 30)];
     let ranking = policy.rank(&items);
     assert_eq!(ranking.order, [1, 0], "shared content is kept, dead content goes");
 }
@@ -169,7 +156,7 @@ fn ranks_exactly_like_lru_on_random_transitions() {
         let items: Vec<Item> = (0..64)
             .map(|_| {
                 let agent = rng.below(u64::from(agents) + 1) as u32;
-                block(agent, rng.below(40), 16 * rng.below(20) as u32, rng.below(1_000_000))
+                session_block(agent, rng.below(40), 16 * rng.below(20) as u32, rng.below(1_000_000))
             })
             .collect();
         let scores = policy.score(&items).unwrap();
@@ -183,7 +170,7 @@ fn cold_start_ranks_like_lru() {
     let (engine, _cache) = engine();
     let policy = classic(&engine, &[]);
     let items: Vec<Item> = (0..10)
-        .map(|i| block(1 + i % 3, 1, 0, (i as u64 * 7919) % 101))
+        .map(|i| session_block(1 + i % 3, 1, 0, (i as u64 * 7919) % 101))
         .collect();
     assert_eq!(policy.rank(&items).order, lru_order(&items));
 }

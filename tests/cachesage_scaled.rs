@@ -62,18 +62,6 @@ fn session(agents: &[u32], session: u64, start_ms: u64, ends: bool) -> Vec<Event
     events
 }
 
-fn block(agent: u32, session: u64, position: u32, last_access: u64) -> Item {
-    Item {
-        kind: ItemKind::KvBlock,
-        key: u64::from(agent) << 32 | u64::from(position),
-        agent,
-        session,
-        last_access,
-        tokens: 16,
-        position,
-    }
-}
-
 fn scaled(engine: &agentrt_runtime::PolicyEngine) -> PolicyHandle {
     start(engine, "cachesage", &[])
 }
@@ -88,7 +76,11 @@ fn an_application_seen_once_protects_its_next_agent_while_its_session_is_live() 
     events.extend(call(1, 92, true, 120_000)); // A again: agent 1 ran, its tool is running
     policy.observe(&events).unwrap();
     // Agent 2's anchor is the oldest candidate; B's anchor and the ended session's content newer.
-    let items = [block(2, 91, 0, 1), block(5, 90, 0, 5), block(3, 91, 128, 9)];
+    let items = [
+        session_block(2, 91, 0, 1),
+        session_block(5, 90, 0, 5),
+        session_block(3, 91, 128, 9),
+    ];
     let ranking = policy.rank(&items);
     assert!(ranking.fallback.is_none(), "{:?}", ranking.fallback);
     assert_eq!(
@@ -109,7 +101,7 @@ fn a_popular_applications_anchor_outranks_a_quiet_ones() {
         events.extend(session(&[1, 2, 3], s, 100_000 + s * 10_000, true));
     }
     policy.observe(&events).unwrap();
-    let items = [block(3, 9, 0, 1), block(6, 501, 0, 2)];
+    let items = [session_block(3, 9, 0, 1), session_block(6, 501, 0, 2)];
     assert_eq!(policy.rank(&items).order, vec![0, 1]);
 }
 
@@ -119,7 +111,7 @@ fn cold_start_ranks_like_lru() {
     let policy = scaled(&engine);
     policy.observe(&(1..=3).map(registered).collect::<Vec<_>>()).unwrap();
     let items: Vec<Item> = (0..20)
-        .map(|i| block(1 + i % 3, 7, (i % 5) * 16, u64::from(i * 7 % 20)))
+        .map(|i| session_block(1 + i % 3, 7, (i % 5) * 16, u64::from(i * 7 % 20)))
         .collect();
     assert_eq!(keep_order(&items, &policy.score(&items).unwrap()), lru_order(&items));
 }

@@ -77,6 +77,20 @@ pub fn register(agent: u32, name: &str, anchor_hash: u64) -> Event {
     })
 }
 
+/// A 16-token KV block of `agent`'s request in `session`, at token `position` of its prompt (keyed
+/// by agent and position).
+pub fn session_block(agent: u32, session: u64, position: u32, last_access: u64) -> Item {
+    Item {
+        kind: ItemKind::KvBlock,
+        key: u64::from(agent) << 32 | u64::from(position),
+        agent,
+        session,
+        last_access,
+        tokens: 16,
+        position,
+    }
+}
+
 pub fn block_item(key: u64, agent: u32, last_access: u64) -> Item {
     Item {
         kind: ItemKind::KvBlock,

@@ -1,8 +1,8 @@
 //! `agentrt demo`: the built-in policies on a short synthetic multi-agent trace — a
-//! planner → coder → tester loop over a dozen sessions, one unrelated auditor call, and a new
+//! planner → coder → tester loop over a dozen sessions, an unrelated auditor called twice, and a new
 //! session stopped just before its tester — printing what each observes, scores, predicts and acts
 //! on. LRU evicts the tester's anchor (the oldest) just before it is needed; CacheSage evicts the
-//! auditor's and asks for a warm-up of the tester's.
+//! rarely used auditor's and asks for a warm-up of the tester's.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,6 +33,10 @@ const AGENTS: [(&str, u64); 4] = [
 const LOOP: usize = 3;
 const AUDITOR: usize = 3;
 const ANCHOR_BLOCKS: u64 = 4;
+/// A call's duration, the time between a session's calls, and between sessions' starts (ms).
+const CALL_MS: u64 = 1_000;
+const STEP_MS: u64 = 3_000;
+const SESSION_EVERY_MS: u64 = 10_000;
 
 pub fn run(args: DemoArgs) -> anyhow::Result<()> {
     let dir = args.components.unwrap_or_else(agentrt_runtime::components_dir);
@@ -80,27 +84,42 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
         .collect();
     let mut blocks = Vec::new();
     let mut last_access = vec![0u64; AGENTS.len()];
-    let mut clock = 0u64;
+    let mut stamp = 0u64;
     let mut request_id = 0u64;
-    // One request of `agent` in `session`: the clock ticks and the agent's anchor is used.
-    let mut arrive = |agent: usize, session: u64, events: &mut Vec<Event>| {
+    // One call of `agent` in `session` at `at_ms`: it takes 1 s, and its anchor is used (the
+    // engine's stamp ticks).
+    let mut call = |agent: usize, session: u64, at_ms: u64, events: &mut Vec<Event>| {
         request_id += 1;
-        clock += 1;
-        last_access[agent] = clock;
+        stamp += 1;
+        last_access[agent] = stamp;
+        let (id, handle) = (request_id, agent as u32 + 1);
         events.push(Event::RequestArrival(RequestArrival {
-            request_id,
-            agent: agent as u32 + 1,
+            request_id: id,
+            agent: handle,
             session,
             anchor_hash: AGENTS[agent].1,
             prompt_tokens: 900,
             continues: None,
             warmup: false,
-            at_us: clock * 1000,
+            at_us: at_ms * 1000,
+        }));
+        events.push(Event::RequestFinish(RequestFinish {
+            request_id: id,
+            agent: handle,
+            session,
+            prompt_tokens: 900,
+            cached_tokens: 0,
+            output_tokens: 50,
+            warmup: false,
+            ok: true,
+            at_us: (at_ms + CALL_MS) * 1000,
         }));
     };
+    // Loop sessions start every 10 s; inside one, a call every 3 s (1 s of model, 2 s of tool).
     for session in 0..sessions as u64 {
+        let start_ms = session * SESSION_EVERY_MS;
         for agent in 0..LOOP {
-            arrive(agent, session + 1, &mut events);
+            call(agent, session + 1, start_ms + agent as u64 * STEP_MS, &mut events);
             for i in 0..ANCHOR_BLOCKS {
                 let op = if session == 0 {
                     BlockOp::Stored
@@ -122,13 +141,18 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
         }
         events.push(Event::SessionEnd(session + 1));
     }
-    // A one-off auditor session, then a new loop session stops mid-way: the planner and the
-    // coder ran; the tester is next. The auditor's anchor is newer than the tester's, so LRU
-    // would evict the tester's first — just before the tester needs it.
-    arrive(AUDITOR, sessions as u64 + 1, &mut events);
-    events.push(Event::SessionEnd(sessions as u64 + 1));
+    // The auditor runs on its own now and then: once early on, once just now. Then a new loop
+    // session stops mid-way: the planner and the coder ran; the tester is next, in a second or
+    // two. The auditor's anchor is newer than the tester's, so LRU would evict the tester's
+    // first — just before the tester needs it.
+    let end_ms = sessions as u64 * SESSION_EVERY_MS;
+    for (n, at_ms) in [5_000, end_ms - 2_000].into_iter().enumerate() {
+        let session = sessions as u64 + 1 + n as u64;
+        call(AUDITOR, session, at_ms, &mut events);
+        events.push(Event::SessionEnd(session));
+    }
     for agent in 0..2 {
-        arrive(agent, sessions as u64 + 2, &mut events);
+        call(agent, sessions as u64 + 3, end_ms + agent as u64 * STEP_MS, &mut events);
     }
     for (agent, op) in [(AUDITOR, BlockOp::Stored), (2, BlockOp::Removed)] {
         // The auditor's anchor was cached; the tester's last anchor block was evicted meanwhile.
@@ -144,6 +168,14 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
         };
         packed::encode(&ev, &mut blocks);
     }
+    // Half a second after the coder finished.
+    events.push(Event::EngineLoad(EngineLoad {
+        queue_depth: 0,
+        running: 0,
+        free_blocks: 0,
+        total_blocks: 64,
+        at_us: (end_ms + STEP_MS + CALL_MS + 500) * 1000,
+    }));
     policy.observe(&events)?;
     policy.observe_blocks(&blocks)?;
     println!(

@@ -17,6 +17,7 @@
 //! Both fall back to exact LRU before they have learned anything, and both keep their snapshot
 //! bounded (20 KB for a workload of up to 32 agents).
 
+pub mod anchor;
 pub mod classic;
 pub mod scaled;
 

@@ -1,6 +1,8 @@
 //! The agents CacheSage knows: host handles interned into a fixed number of dense slots, each
 //! with its anchor (hash, size) and how much of that anchor is resident in the KV cache.
 
+use crate::anchor::Residency;
+
 /// A dense agent index, `0..max_agents`.
 pub type Slot = usize;
 
@@ -11,10 +13,8 @@ pub struct Agent {
     pub anchor_tokens: u32,
     /// Step of the agent's last request; the least recent agent is aged out first.
     pub last_seen: u32,
-    /// Anchor blocks resident now (stored − removed), and the most ever resident together:
-    /// the anchor is whole when the two are equal.
-    pub anchor_blocks: u32,
-    pub anchor_blocks_max: u32,
+    /// The anchor's blocks in the cache.
+    pub residency: Residency,
     /// `act` call at which this agent was last warmed (0 = never).
     pub warmed_at: u32,
 }
@@ -25,11 +25,7 @@ impl Agent {
     /// so it differs per session and is not part of the shared anchor. `block_tokens` 0 (not yet
     /// known) counts any block that starts inside.
     pub fn is_anchor_position(&self, position: u32, block_tokens: u32) -> bool {
-        position.saturating_add(block_tokens.max(1)) <= self.anchor_tokens
-    }
-
-    pub fn anchor_resident(&self) -> bool {
-        self.anchor_blocks_max > 0 && self.anchor_blocks >= self.anchor_blocks_max
+        crate::anchor::is_anchor_position(self.anchor_tokens, position, block_tokens)
     }
 }
 

@@ -32,6 +32,7 @@ pub mod transitions;
 use agentrt_sdk::{info, BlockEvent, BlockOp, Config, Event, Forecast, ForecastKind, Item, Policy, PolicyInfo};
 use agentrt_sdk::{RequestArrival, SideEffect, WarmPrefix};
 
+use crate::anchor::BlockSize;
 use agents::{AgentTable, Slot};
 use continuity::Continuity;
 pub use params::Params;
@@ -57,9 +58,8 @@ pub struct CacheSage {
     step: u32,
     /// `act` calls so far: the clock of warm-up cooldowns.
     acts: u32,
-    /// The engine's block size in tokens, learned from block positions (the smallest non-zero
-    /// position is one block in); 0 until seen. Not in snapshots: relearned from the next events.
-    block_tokens: u32,
+    /// The engine's block size, learned from block positions.
+    block_size: BlockSize,
     /// Derived from `transitions`; rebuilt lazily when stale.
     model: SurvivalModel,
     model_stale: bool,
@@ -85,7 +85,7 @@ impl CacheSage {
             params,
             step: 0,
             acts: 0,
-            block_tokens: 0,
+            block_size: BlockSize::default(),
             model: SurvivalModel::default(),
             model_stale: true,
             survival_stale: true,
@@ -261,28 +261,17 @@ impl Policy for CacheSage {
         if block.op == BlockOp::AllCleared {
             for slot in 0..self.agents.capacity() {
                 if let Some(agent) = self.agents.get_mut(slot) {
-                    agent.anchor_blocks = 0;
+                    agent.residency.clear();
                 }
             }
             return;
         }
-        if block.position > 0 && (self.block_tokens == 0 || block.position < self.block_tokens) {
-            self.block_tokens = block.position;
-        }
-        let Some(slot) = self.agents.find(block.agent) else {
-            return;
-        };
-        let agent = self.agents.get_mut(slot).expect("found slots hold agents");
-        if !agent.is_anchor_position(block.position, self.block_tokens) {
-            return;
-        }
-        match block.op {
-            BlockOp::Stored => {
-                agent.anchor_blocks += 1;
-                agent.anchor_blocks_max = agent.anchor_blocks_max.max(agent.anchor_blocks);
+        self.block_size.learn(block.position);
+        let block_tokens = self.block_size.tokens();
+        if let Some(agent) = self.agents.find(block.agent).and_then(|slot| self.agents.get_mut(slot)) {
+            if agent.is_anchor_position(block.position, block_tokens) {
+                agent.residency.record(block.op);
             }
-            BlockOp::Removed => agent.anchor_blocks = agent.anchor_blocks.saturating_sub(1),
-            BlockOp::Touched | BlockOp::AllCleared => {}
         }
     }
 
@@ -377,7 +366,7 @@ impl Policy for CacheSage {
                 continue;
             };
             let cooling = agent.warmed_at != 0 && acts.wrapping_sub(agent.warmed_at) < cooldown;
-            if agent.anchor_resident() || cooling || agent.anchor_hash == 0 {
+            if agent.residency.resident() || cooling || agent.anchor_hash == 0 {
                 continue;
             }
             agent.warmed_at = acts;

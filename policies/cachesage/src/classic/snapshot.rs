@@ -35,7 +35,7 @@ pub fn write(p: &CacheSage) -> Vec<u8> {
             .u64(a.anchor_hash)
             .u32(a.anchor_tokens)
             .u32(a.last_seen);
-        w.u32(a.anchor_blocks).u32(a.anchor_blocks_max).u32(a.warmed_at);
+        w.u32(a.residency.blocks).u32(a.residency.max).u32(a.warmed_at);
     }
     w.u16(p.transitions.states() as u16);
     for src in 0..p.transitions.states() {
@@ -84,8 +84,10 @@ pub fn read(state: &[u8], params: Params) -> Result<CacheSage, String> {
             anchor_hash: r.u64()?,
             anchor_tokens: r.u32()?,
             last_seen: r.u32()?,
-            anchor_blocks: r.u32()?,
-            anchor_blocks_max: r.u32()?,
+            residency: crate::anchor::Residency {
+                blocks: r.u32()?,
+                max: r.u32()?,
+            },
             warmed_at: r.u32()?,
         };
         if slot >= capacity {

@@ -5,6 +5,8 @@
 
 use std::collections::HashMap;
 
+use crate::anchor::Residency;
+
 /// Successors kept per agent. Pipelines and loops of real agent teams branch little (a worker
 /// returns to its orchestrator, a coder loops on itself or hands to a tester): four heavy hitters
 /// cover them, and the rest of a row is noise.
@@ -52,8 +54,7 @@ pub struct AgentStats {
     pub extends: u16,
     pub shared_mean: f32,
     // Not in snapshots: relearned from block events and act calls.
-    pub anchor_blocks: u32,
-    pub anchor_blocks_max: u32,
+    pub residency: Residency,
     pub warmed_at_us: u64,
 }
 
@@ -198,11 +199,7 @@ impl AgentStats {
     }
 
     pub fn is_anchor_position(&self, position: u32, block_tokens: u32) -> bool {
-        position.saturating_add(block_tokens.max(1)) <= self.anchor_tokens
-    }
-
-    pub fn anchor_resident(&self) -> bool {
-        self.anchor_blocks_max > 0 && self.anchor_blocks >= self.anchor_blocks_max
+        crate::anchor::is_anchor_position(self.anchor_tokens, position, block_tokens)
     }
 }
 

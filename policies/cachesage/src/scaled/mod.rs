@@ -37,6 +37,7 @@ use std::collections::HashMap;
 use agentrt_sdk::{BlockEvent, BlockOp, Config, Event, Forecast, ForecastKind, Item};
 use agentrt_sdk::{RequestArrival, RequestFinish, SideEffect, WarmPrefix};
 
+use crate::anchor::BlockSize;
 use agents::{AgentStats, AgentTable};
 use clock::StampClock;
 use forecast::{handover_ms, walk, Predicted, MIN_LEAD_MS};
@@ -63,8 +64,8 @@ pub struct Scaled {
     clock: StampClock,
     /// Latest host time seen in an event (µs).
     now_us: u64,
-    /// The engine's block size (tokens), learned from block positions; 0 until seen.
-    block_tokens: u32,
+    /// The engine's block size, learned from block positions.
+    block_size: BlockSize,
     /// Requests waiting in the engine at the last `engine-load` sample.
     queue_depth: u32,
     /// Expected uses per second of each agent's anchor from live sessions (derived).
@@ -91,7 +92,7 @@ impl Scaled {
             params,
             clock: StampClock::default(),
             now_us: 0,
-            block_tokens: 0,
+            block_size: BlockSize::default(),
             queue_depth: 0,
             anchor_rates: HashMap::new(),
             rates_at_us: 0,
@@ -203,27 +204,16 @@ impl Scaled {
     pub fn observe_block(&mut self, block: &BlockEvent) {
         if block.op == BlockOp::AllCleared {
             for a in self.agents.iter_mut() {
-                a.anchor_blocks = 0;
+                a.residency.clear();
             }
             return;
         }
-        if block.position > 0 && (self.block_tokens == 0 || block.position < self.block_tokens) {
-            self.block_tokens = block.position;
-        }
-        let block_tokens = self.block_tokens;
-        let Some(agent) = self.agents.get_mut(block.agent) else {
-            return;
-        };
-        if !agent.is_anchor_position(block.position, block_tokens) {
-            return;
-        }
-        match block.op {
-            BlockOp::Stored => {
-                agent.anchor_blocks += 1;
-                agent.anchor_blocks_max = agent.anchor_blocks_max.max(agent.anchor_blocks);
+        self.block_size.learn(block.position);
+        let block_tokens = self.block_size.tokens();
+        if let Some(agent) = self.agents.get_mut(block.agent) {
+            if agent.is_anchor_position(block.position, block_tokens) {
+                agent.residency.record(block.op);
             }
-            BlockOp::Removed => agent.anchor_blocks = agent.anchor_blocks.saturating_sub(1),
-            BlockOp::Touched | BlockOp::AllCleared => {}
         }
     }
 
@@ -407,10 +397,14 @@ impl Scaled {
                 let cooling = target.warmed_at_us != 0 && now.saturating_sub(target.warmed_at_us) < cooldown_us;
                 let affordable = target.anchor_tokens as f32 <= self.warmup_tokens;
                 // Worth what it pushes out: the anchor must be wanted sooner than the blocks
-                // its warm-up would evict.
-                let blocks = target.anchor_tokens.div_ceil(self.block_tokens.max(16)) as usize;
+                // its warm-up would evict — as many as it misses (the rest are prefix hits).
+                let whole = target.anchor_tokens.div_ceil(self.block_size.tokens().max(16));
+                let blocks = match target.residency.max {
+                    0 => whole,
+                    max => max.saturating_sub(target.residency.blocks),
+                } as usize;
                 let worth = self.anchor_rate(target) > self.frontier.cost(blocks, now);
-                if target.anchor_resident() || cooling || target.anchor_hash == 0 || !affordable || !worth {
+                if target.residency.resident() || cooling || target.anchor_hash == 0 || !affordable || !worth {
                     continue;
                 }
                 let better = best.is_none_or(|b| p > b.p || (p == b.p && (ms, next) < (b.ms, b.agent)));
