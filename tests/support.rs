@@ -14,6 +14,7 @@ pub const PROBE_PANIC_HORIZON: u32 = 666;
 pub const PROBE_TRAP_AGENT: &str = "probe-trap";
 pub const PROBE_LOG_FLOOD_AGENT: &str = "probe-log-flood";
 pub const PROBE_LOG_FLOOD_LINES: u64 = 1000;
+pub const PROBE_SICK_AGENT: &str = "probe-sick";
 pub const PROBE_SNAPSHOT_LOOP_AGENT: &str = "probe-snapshot-loop";
 pub const PROBE_ACT_FLOOD_AGENT: &str = "probe-act-flood";
 pub const PROBE_LONG_STRING_AGENT: &str = "probe-long-string";

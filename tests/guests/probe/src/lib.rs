@@ -10,6 +10,9 @@
 //! - `observe` of an agent registered under the name [`TRAP_AGENT`] panics (a trap mid-request);
 //! - `observe` of an agent registered under the name [`LOG_FLOOD_AGENT`] logs
 //!   [`LOG_FLOOD_LINES`] lines, each trying to forge a host log line with a newline;
+//! - once an agent named [`SICK_AGENT`] is registered, `observe` panics on every registration,
+//!   arrival or finish of *another* agent (a policy broken for good by its traffic: the
+//!   registration is replayed on every restart, and its own request still goes through);
 //! - once an agent named [`SNAPSHOT_LOOP_AGENT`] is registered, `snapshot` never returns (while
 //!   every other primitive keeps working);
 //! - once an agent named [`ACT_FLOOD_AGENT`] / [`LONG_STRING_AGENT`] / [`PREDICT_FLOOD_AGENT`] /
@@ -29,6 +32,7 @@ pub const PANIC_HORIZON: u32 = 666;
 pub const TRAP_AGENT: &str = "probe-trap";
 pub const LOG_FLOOD_AGENT: &str = "probe-log-flood";
 pub const LOG_FLOOD_LINES: u32 = 1000;
+pub const SICK_AGENT: &str = "probe-sick";
 pub const SNAPSHOT_LOOP_AGENT: &str = "probe-snapshot-loop";
 pub const ACT_FLOOD_AGENT: &str = "probe-act-flood";
 pub const LONG_STRING_AGENT: &str = "probe-long-string";
@@ -55,6 +59,8 @@ pub struct Probe {
     pub bias: f32,
     /// Names of the misbehaviour cues registered (not part of the snapshot).
     pub cues: Vec<String>,
+    /// The handle of the [`SICK_AGENT`], once registered.
+    pub sick_agent: Option<u32>,
 }
 
 impl Probe {
@@ -75,6 +81,15 @@ impl Policy for Probe {
     }
 
     fn observe(&mut self, event: &Event) {
+        if let Some(sick) = self.sick_agent {
+            let agent = match event {
+                Event::AgentRegistered(a) => Some(a.agent),
+                Event::RequestArrival(r) => Some(r.agent),
+                Event::RequestFinish(f) => Some(f.agent),
+                _ => None,
+            };
+            assert!(agent.is_none_or(|a| a == sick), "probe is sick");
+        }
         self.events += 1;
         match event {
             Event::AgentRegistered(a) if a.name == TRAP_AGENT => panic!("probe was told to trap"),
@@ -87,6 +102,11 @@ impl Policy for Probe {
             Event::AgentRegistered(a) => {
                 if a.name.starts_with("probe-") {
                     self.cues.push(a.name.clone());
+                }
+                if a.name == SICK_AGENT {
+                    // Not among the agents `act` warms: warm-ups would be successful calls.
+                    self.sick_agent = Some(a.agent);
+                    return;
                 }
                 self.agents.push((a.agent, a.anchor_hash))
             }
