@@ -281,10 +281,10 @@ impl PolicyHandle {
         let Some(previous) = live.previous.take_if(|p| p.swapped_at.elapsed() <= window) else {
             return false;
         };
-        let instance = match self.resume(&previous.component, previous.state.as_deref(), &[]) {
+        let mut state = previous.state;
+        let instance = match self.resume(&previous.component, &mut state, &mut Journal::default()) {
             Ok(instance) => instance,
             Err(e) => {
-                let e = PolicyError::from(e);
                 tracing::warn!(policy = %self.label, error = %e, "rollback failed: the previous component does not start");
                 return false;
             }
@@ -299,7 +299,7 @@ impl PolicyHandle {
         );
         live.instance = Some(instance);
         live.info = previous.info;
-        live.checkpoint = previous.state;
+        live.checkpoint = state;
         live.last_checkpoint = Instant::now();
         live.journal.clear();
         live.breaker.reset();
@@ -309,17 +309,7 @@ impl PolicyHandle {
 
     fn ensure_instance<'a>(&self, live: &'a mut Live) -> Result<&'a mut PolicyInstance, PolicyError> {
         if live.instance.is_none() {
-            let fresh = self.resume(&live.component, live.checkpoint.as_deref(), live.journal.entries());
-            let fresh = match fresh {
-                Ok(fresh) => fresh,
-                Err(Resume::Replay(e)) => {
-                    // Something in the journal no longer replays: resume from the checkpoint.
-                    tracing::warn!(policy = %self.label, error = %e, "replaying since the checkpoint failed; resuming from the checkpoint alone");
-                    live.journal.clear();
-                    self.resume(&live.component, live.checkpoint.as_deref(), &[])?
-                }
-                Err(e) => return Err(e.into()),
-            };
+            let fresh = self.resume(&live.component, &mut live.checkpoint, &mut live.journal)?;
             self.metrics.record_restart();
             live.instance = Some(fresh);
         }
@@ -327,27 +317,35 @@ impl PolicyHandle {
     }
 
     /// A fresh instance of `component` in the state `checkpoint` + `journal`. A checkpoint that
-    /// does not restore is dropped (it may be what breaks the policy); a journal that does not
-    /// replay is reported as [`Resume::Replay`] so the caller can drop it.
+    /// does not restore is dropped with its journal (it may be what breaks the policy: start
+    /// clean rather than crash-loop); a journal that does not replay is dropped and the instance
+    /// resumes from the checkpoint alone.
     fn resume(
         &self,
         component: &PolicyComponent,
-        checkpoint: Option<&[u8]>,
-        journal: &[Entry],
-    ) -> Result<PolicyInstance, Resume> {
+        checkpoint: &mut Option<Vec<u8>>,
+        journal: &mut Journal,
+    ) -> Result<PolicyInstance, PolicyError> {
         let mut fresh = self.fresh_instance(component)?;
-        if let Some(state) = checkpoint {
+        if let Some(state) = checkpoint.as_deref() {
             if let Err(e) = fresh.restore(state) {
                 tracing::warn!(policy = %self.label, error = %e, "checkpoint not restorable; starting from scratch");
-                return Ok(self.fresh_instance(component)?);
+                *checkpoint = None;
+                journal.clear();
+                return self.fresh_instance(component);
             }
         }
-        for entry in journal {
+        for entry in journal.entries() {
             let replayed = match entry {
                 Entry::Events(events) => fresh.observe(events),
                 Entry::Blocks(packed) => fresh.observe_blocks(packed),
             };
-            replayed.map_err(Resume::Replay)?;
+            if let Err(e) = replayed {
+                tracing::warn!(policy = %self.label, error = %e, "replaying since the checkpoint failed; resuming from the checkpoint alone");
+                journal.clear();
+                // The journal is empty now: this recursion replays nothing.
+                return self.resume(component, checkpoint, journal);
+            }
         }
         Ok(fresh)
     }
@@ -569,28 +567,6 @@ enum Counts {
     TowardBreaker,
     /// Periodic checkpoints: the host's own housekeeping, not a call anyone waits on.
     NotTowardBreaker,
-}
-
-/// Why a fresh instance could not be brought to the slot's state.
-enum Resume {
-    /// Instantiation, `init` or the restart itself failed.
-    Start(PolicyError),
-    /// Replaying the journal failed (the instance is lost with it).
-    Replay(PolicyError),
-}
-
-impl From<PolicyError> for Resume {
-    fn from(e: PolicyError) -> Self {
-        Resume::Start(e)
-    }
-}
-
-impl From<Resume> for PolicyError {
-    fn from(r: Resume) -> Self {
-        match r {
-            Resume::Start(e) | Resume::Replay(e) => e,
-        }
-    }
 }
 
 /// The host's ranking rule on a policy's scores (shared with the SDK's harness).
