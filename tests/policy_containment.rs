@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentrt_runtime::types::{Event, ToolCall};
-use agentrt_runtime::{PolicyError, PolicyHandle, SandboxLimits, SlotConfig};
+use agentrt_runtime::{PolicyError, PolicyHandle, Primitive, SandboxLimits, SlotConfig};
 use agentrt_tests::*;
 
 fn probe_with(limits: SandboxLimits) -> (PolicyHandle, agentrt_runtime::PolicyEngine, tempfile::TempDir) {
@@ -189,4 +189,254 @@ fn a_policy_flooding_the_log_cannot_forge_lines_and_is_rate_limited() {
         "one summary line for the dropped ones: {log}"
     );
     assert!(lines.iter().any(|l| l.contains("dropped=")), "{log}");
+}
+
+/// Run `f` with tracing captured; returns what was logged.
+fn logged(f: impl FnOnce()) -> String {
+    let captured = Captured::default();
+    let sink = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    captured.text()
+}
+
+#[test]
+fn a_policy_that_keeps_failing_is_suspended_logged_once_and_resumed_when_healthy() {
+    let backoff = Duration::from_millis(300);
+    let config = SlotConfig {
+        breaker: agentrt_runtime::BreakerConfig {
+            failure_threshold: 5,
+            first_backoff: backoff,
+            max_backoff: Duration::from_secs(60),
+        },
+        checkpoint_every: None,
+        ..SlotConfig::new("test/probe").with_limits(SandboxLimits {
+            call_deadline: Duration::from_secs(2),
+            ..SandboxLimits::default()
+        })
+    };
+    let (engine, _c) = engine();
+    let probe = PolicyHandle::start(&engine, load(&engine, "probe"), config).unwrap();
+    let requests = 500;
+    let items = [block_item(1, 1, 1), block_item(2, 1, 9)];
+    let log = logged(|| {
+        for i in 0..requests {
+            // Every event it is given makes it trap: a policy broken by its traffic.
+            let err = probe.observe(&[register(i, PROBE_TRAP_AGENT, 1)]).unwrap_err();
+            if i >= 5 {
+                assert!(err.is_circuit_open(), "call {i}: {err}");
+            }
+            // Meanwhile a ranking is still answered, in LRU order, without calling the policy.
+            let ranking = probe.rank(&items);
+            if i >= 5 {
+                assert!(matches!(ranking.fallback, Some(PolicyError::CircuitOpen { .. })));
+                assert_eq!(ranking.order, vec![1, 0]);
+            }
+            if i >= 5 {
+                assert!(probe.act().unwrap_err().is_circuit_open(), "no side effects");
+            }
+        }
+    });
+    let m = probe.metrics();
+    let made = m.calls(Primitive::Observe) + m.calls(Primitive::Score) + m.calls(Primitive::Act);
+    assert!(made <= 20, "{made} calls made for {} requests", 3 * requests);
+    assert!(m.restarts() <= 10, "{} restarts", m.restarts());
+    assert!(m.circuit_open());
+    assert_eq!(m.circuit_opens(), 1);
+    assert!(
+        m.calls_skipped() >= 3 * u64::from(requests) - 20,
+        "{} skipped",
+        m.calls_skipped()
+    );
+    assert_eq!(
+        log.lines().filter(|l| l.contains("circuit open")).count(),
+        1,
+        "one line for the outage: {log}"
+    );
+    let warnings = log.lines().filter(|l| l.contains(" WARN ")).count();
+    // One per failure until the threshold (the last of them is the circuit's line).
+    assert!(warnings <= 5, "{warnings} warnings: {log}");
+
+    // Healthy again: after the backoff one trial call goes through, succeeds, and closes it.
+    std::thread::sleep(backoff + Duration::from_millis(50));
+    let log = logged(|| healthy(&probe));
+    assert!(!m.circuit_open());
+    assert!(log.contains("circuit closed"), "{log}");
+    probe.observe(&[register(1, "a", 1)]).unwrap();
+    assert_eq!(m.circuit_opens(), 1);
+}
+
+#[test]
+fn a_trial_that_fails_reopens_the_circuit_for_longer() {
+    let config = SlotConfig {
+        breaker: agentrt_runtime::BreakerConfig {
+            failure_threshold: 2,
+            first_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(60),
+        },
+        ..SlotConfig::new("test/probe")
+    };
+    let (engine, _c) = engine();
+    let probe = PolicyHandle::start(&engine, load(&engine, "probe"), config).unwrap();
+    let trap = || probe.observe(&[register(1, PROBE_TRAP_AGENT, 1)]).unwrap_err();
+    trap();
+    trap();
+    assert!(trap().is_circuit_open());
+    std::thread::sleep(Duration::from_millis(120));
+    assert!(matches!(trap(), PolicyError::Trap { .. }), "the trial is a real call");
+    match trap() {
+        PolicyError::CircuitOpen { retry_in, .. } => {
+            assert!(retry_in > Duration::from_millis(150), "backoff doubled: {retry_in:?}")
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(probe.metrics().circuit_opens(), 1);
+}
+
+#[test]
+fn a_snapshot_that_loops_costs_one_restart_and_no_learned_state() {
+    let config = SlotConfig {
+        checkpoint_every: Some(Duration::from_millis(20)),
+        ..SlotConfig::new("test/probe").with_limits(SandboxLimits {
+            call_deadline: Duration::from_millis(100),
+            ..SandboxLimits::default()
+        })
+    };
+    let (engine, _c) = engine();
+    let probe = PolicyHandle::start(&engine, load(&engine, "probe"), config).unwrap();
+    let pause = || std::thread::sleep(Duration::from_millis(30));
+    probe.observe(&[register(1, "a", 11)]).unwrap();
+    pause();
+    probe.observe(&[register(2, "b", 12)]).unwrap(); // checkpointed: a, b
+    probe.observe(&[register(3, PROBE_SNAPSHOT_LOOP_AGENT, 13)]).unwrap();
+    pause();
+    probe.observe(&[register(4, "c", 14)]).unwrap(); // the periodic checkpoint loops
+    assert_eq!(probe.metrics().checkpoint_failures(), 1);
+    assert_eq!(probe.metrics().errors("deadline"), 1);
+    for agent in 5..10 {
+        pause();
+        probe.observe(&[register(agent, "d", 10 + u64::from(agent))]).unwrap();
+    }
+    assert_eq!(probe.metrics().checkpoint_failures(), 1, "checkpoints back off");
+    assert_eq!(
+        probe.metrics().restarts(),
+        1,
+        "the instance is kept after its one restart"
+    );
+    let agents: Vec<u32> = probe.predict(1).unwrap().iter().map(|f| f.agent).collect();
+    assert_eq!(agents, (1..10).collect::<Vec<_>>(), "everything learned is still there");
+    healthy(&probe);
+}
+
+#[test]
+fn oversize_results_are_refused_with_a_typed_error() {
+    let (engine, _c) = engine();
+    let limits = SandboxLimits {
+        call_deadline: Duration::from_secs(2),
+        ..SandboxLimits::default()
+    };
+    let cued = |cue: &str| {
+        let config = SlotConfig::new("test/probe").with_limits(limits.clone());
+        let probe = PolicyHandle::start(&engine, load(&engine, "probe"), config).unwrap();
+        probe.observe(&[register(1, cue, 1)]).unwrap();
+        probe
+    };
+    let too_large = |e: PolicyError, expected: &str, limit: usize| match e {
+        PolicyError::ResultTooLarge { what, len, max, .. } => {
+            assert_eq!((what, max), (expected, limit));
+            assert!(len > max);
+        }
+        other => panic!("{other}"),
+    };
+
+    let probe = cued(PROBE_ACT_FLOOD_AGENT);
+    let err = probe.act().unwrap_err();
+    assert!(err.to_string().contains("act"), "{err}");
+    too_large(err, "side effects", agentrt_runtime::results::MAX_SIDE_EFFECTS);
+    assert_eq!(probe.metrics().errors("too_large"), 1);
+    healthy(&probe);
+
+    let probe = cued(PROBE_LONG_STRING_AGENT);
+    too_large(
+        probe.act().unwrap_err(),
+        "string bytes",
+        agentrt_runtime::results::MAX_SIDE_EFFECT_STRING_BYTES,
+    );
+
+    let probe = cued(PROBE_PREDICT_FLOOD_AGENT);
+    too_large(
+        probe.predict(1).unwrap_err(),
+        "forecasts",
+        agentrt_runtime::results::MAX_FORECASTS,
+    );
+
+    let probe = cued(PROBE_SNAPSHOT_FLOOD_AGENT);
+    too_large(
+        probe.snapshot().unwrap_err(),
+        "snapshot bytes",
+        agentrt_runtime::results::MAX_SNAPSHOT_BYTES,
+    );
+}
+
+#[test]
+fn the_memory_gauge_reports_the_instance_memory() {
+    let (probe, _e, _c) = probe_with(SandboxLimits::default());
+    healthy(&probe);
+    let bytes = probe.metrics().memory_bytes();
+    assert!(bytes >= 64 << 10, "at least one Wasm page: {bytes}");
+    assert!(bytes <= SandboxLimits::default().memory_bytes as u64);
+}
+
+fn swapped_to_a_failing_probe(rollback_window: Duration) -> (PolicyHandle, Vec<u8>, tempfile::TempDir) {
+    let (engine, cache) = engine();
+    let config = SlotConfig {
+        breaker: agentrt_runtime::BreakerConfig {
+            failure_threshold: 3,
+            ..agentrt_runtime::BreakerConfig::default()
+        },
+        rollback_window,
+        ..SlotConfig::new("test/slot")
+    };
+    let slot = PolicyHandle::start(&engine, load(&engine, "lru"), config).unwrap();
+    slot.observe(&[register(1, "a", 11), register(2, "b", 12)]).unwrap();
+    let learned = slot.snapshot().unwrap();
+    // A new version is swapped in (here the probe, as a different policy: from scratch) …
+    slot.swap_fresh(load(&engine, "probe")).unwrap();
+    assert!(slot.component().name().ends_with("probe.wasm"));
+    // … and fails on every call it gets, right after the swap.
+    for _ in 0..3 {
+        let err = slot.observe(&[register(3, PROBE_TRAP_AGENT, 13)]).unwrap_err();
+        assert!(matches!(err, PolicyError::Trap { .. }), "{err}");
+    }
+    (slot, learned, cache)
+}
+
+#[test]
+fn a_swap_whose_new_component_keeps_failing_is_rolled_back_with_the_old_state() {
+    let (slot, learned, _c) = swapped_to_a_failing_probe(Duration::from_secs(60));
+    assert_eq!(slot.metrics().rollbacks(), 1);
+    assert!(
+        slot.component().name().ends_with("lru.wasm"),
+        "{}",
+        slot.component().name()
+    );
+    assert_eq!(slot.info().name, "lru");
+    assert!(
+        !slot.metrics().circuit_open(),
+        "the old component runs; nothing is suspended"
+    );
+    assert_eq!(slot.snapshot().unwrap(), learned, "with the state it had at the swap");
+    slot.observe(&[register(4, "d", 14)]).unwrap();
+}
+
+#[test]
+fn past_the_rollback_window_a_failing_component_is_suspended_not_rolled_back() {
+    let (slot, _, _c) = swapped_to_a_failing_probe(Duration::ZERO);
+    assert_eq!(slot.metrics().rollbacks(), 0);
+    assert!(slot.component().name().ends_with("probe.wasm"));
+    assert!(slot.metrics().circuit_open());
 }

@@ -30,16 +30,18 @@ fn snapshot_restore_into_a_new_instance_preserves_state() {
 }
 
 #[test]
-fn a_restart_after_a_failure_resumes_from_the_last_checkpoint() {
+fn a_restart_after_a_failure_resumes_from_the_last_checkpoint_and_replays_what_came_since() {
     let (engine, _cache) = engine();
     let probe = start(&engine, "probe", &[]);
     probe.observe(&[register(1, "planner", 11)]).unwrap();
     probe.checkpoint().unwrap();
-    probe.observe(&[register(2, "coder", 22)]).unwrap(); // after the checkpoint: lost on restart
+    // After the checkpoint: kept in the slot's journal and replayed on the restart.
+    probe.observe(&[register(2, "coder", 22)]).unwrap();
 
     probe.predict(PROBE_PANIC_HORIZON).unwrap_err();
     let after = probe.predict(1).unwrap();
-    assert_eq!(after.iter().map(|f| f.agent).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(after.iter().map(|f| f.agent).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(probe.metrics().restarts(), 1);
 }
 
 #[test]

@@ -14,6 +14,15 @@ pub const PROBE_PANIC_HORIZON: u32 = 666;
 pub const PROBE_TRAP_AGENT: &str = "probe-trap";
 pub const PROBE_LOG_FLOOD_AGENT: &str = "probe-log-flood";
 pub const PROBE_LOG_FLOOD_LINES: u64 = 1000;
+pub const PROBE_SICK_AGENT: &str = "probe-sick";
+pub const PROBE_SNAPSHOT_LOOP_AGENT: &str = "probe-snapshot-loop";
+pub const PROBE_ACT_FLOOD_AGENT: &str = "probe-act-flood";
+pub const PROBE_LONG_STRING_AGENT: &str = "probe-long-string";
+pub const PROBE_PREDICT_FLOOD_AGENT: &str = "probe-predict-flood";
+pub const PROBE_SNAPSHOT_FLOOD_AGENT: &str = "probe-snapshot-flood";
+pub const PROBE_FLOOD_LEN: usize = 100_000;
+pub const PROBE_LONG_STRING_BYTES: usize = 1 << 20;
+pub const PROBE_SNAPSHOT_FLOOD_BYTES: usize = 20 << 20;
 
 /// Path of a built component; fails with the command to run when it is missing.
 pub fn component_path(name: &str) -> PathBuf {

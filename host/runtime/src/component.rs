@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::types::ComponentItem;
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::{Component, ComponentExportIndex, Linker};
 use wasmtime::Engine;
 
 use crate::bindings::PolicyPre;
@@ -23,7 +23,15 @@ pub struct PolicyComponent {
     digest: String,
     size_bytes: usize,
     pre: PolicyPre<GuestState>,
+    exports: GuestExports,
     load: LoadStats,
+}
+
+/// Where the guest exports called outside the generated bindings are (see `crate::results`).
+pub(crate) struct GuestExports {
+    pub act: ComponentExportIndex,
+    pub predict: ComponentExportIndex,
+    pub snapshot: ComponentExportIndex,
 }
 
 /// How a component was loaded.
@@ -66,11 +74,14 @@ impl PolicyComponent {
             .map_err(|e| LoadError::new(name, format!("does not fit the {CONTRACT} world: {}", root_cause(&e))))?;
         let pre = PolicyPre::new(instance_pre)
             .map_err(|e| LoadError::new(name, format!("exports do not match the {CONTRACT} world: {e:#}")))?;
+        let exports = guest_exports(&component)
+            .ok_or_else(|| LoadError::new(name, format!("does not export {GUEST_EXPORT} of {CONTRACT}")))?;
         Ok(Self {
             name: name.to_string(),
             digest,
             size_bytes: bytes.len(),
             pre,
+            exports,
             load: LoadStats { from_cache, elapsed },
         })
     }
@@ -91,6 +102,10 @@ impl PolicyComponent {
     }
     pub(crate) fn pre(&self) -> &PolicyPre<GuestState> {
         &self.pre
+    }
+
+    pub(crate) fn guest_exports(&self) -> &GuestExports {
+        &self.exports
     }
 
     /// The component's imports and exports with their functions, for `agentrt policy check`.
@@ -216,4 +231,15 @@ fn list_or_nothing(names: &[String]) -> String {
 /// wasmtime errors carry context chains; the innermost message is the one that names the problem.
 pub(crate) fn root_cause(e: &wasmtime::Error) -> String {
     format!("{e:#}")
+}
+
+fn guest_exports(component: &Component) -> Option<GuestExports> {
+    let version = CONTRACT.rsplit_once('@').map_or("", |(_, v)| v);
+    let guest = component.get_export_index(None, format!("{GUEST_EXPORT}@{version}").as_str())?;
+    let func = |name: &str| component.get_export_index(Some(&guest), name);
+    Some(GuestExports {
+        act: func("act")?,
+        predict: func("predict")?,
+        snapshot: func("snapshot")?,
+    })
 }

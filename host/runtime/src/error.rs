@@ -122,9 +122,32 @@ pub enum PolicyError {
         message: String,
     },
 
+    /// The guest returned more than the host accepts (too many side effects or forecasts, too
+    /// long a string, too large a snapshot). Refused before the oversize part was copied.
+    #[error("policy `{policy}` returned too much from {primitive}: {what} of {len}, over the limit of {max}")]
+    ResultTooLarge {
+        policy: String,
+        primitive: Primitive,
+        /// What was too large, e.g. `side effects` or `string bytes`.
+        what: &'static str,
+        len: usize,
+        max: usize,
+    },
+
     /// No instance could be created (instantiation or `init` failed, or the instance pool is full).
     #[error("policy `{policy}` is unavailable: {message}")]
     Unavailable { policy: String, message: String },
+
+    /// The slot's circuit breaker is open after repeated failures: the call was not made. The
+    /// breaker logged this once when it opened; callers should not log it again per call.
+    #[error(
+        "policy `{policy}` is suspended after repeated failures; {primitive} not called (next trial in {retry_in:?})"
+    )]
+    CircuitOpen {
+        policy: String,
+        primitive: Primitive,
+        retry_in: Duration,
+    },
 }
 
 impl PolicyError {
@@ -137,7 +160,14 @@ impl PolicyError {
             PolicyError::OutOfMemory { .. } => "oom",
             PolicyError::Rejected { .. } => "rejected",
             PolicyError::BadOutput { .. } => "bad_output",
+            PolicyError::ResultTooLarge { .. } => "too_large",
             PolicyError::Unavailable { .. } => "unavailable",
+            PolicyError::CircuitOpen { .. } => "circuit_open",
         }
+    }
+
+    /// True when the call was not made because the slot's breaker is open (already logged once).
+    pub fn is_circuit_open(&self) -> bool {
+        matches!(self, PolicyError::CircuitOpen { .. })
     }
 }

@@ -2,15 +2,19 @@
 //!
 //! A handle owns one slot's live instance. It serialises calls (an instance is single-threaded),
 //! contains failures (a trapped, timed-out or out-of-memory instance is discarded and the next call
-//! gets a fresh one, restored from the last checkpoint), falls back to LRU order when a ranking is
-//! needed anyway, and hot-swaps to a new component version carrying the learned state over.
+//! gets a fresh one, restored from the last checkpoint and the [`crate::journal`] of what it
+//! observed since), stops calling a policy that keeps failing ([`crate::breaker`]), falls back to
+//! LRU order when a ranking is needed anyway, and hot-swaps to a new component version carrying
+//! the learned state over — rolling back when the new version keeps failing right after.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::breaker::{Admission, Backoff, BreakerConfig, CircuitBreaker, Transition};
 use crate::component::PolicyComponent;
 use crate::error::{PolicyError, Primitive};
 use crate::instance::PolicyInstance;
+use crate::journal::{Entry, Journal};
 use crate::metrics::PolicyMetrics;
 use crate::policy_log::PolicyLog;
 use crate::sandbox::SandboxLimits;
@@ -28,7 +32,18 @@ pub struct SlotConfig {
     /// Take a snapshot at most this often (checked after `observe`), so that a restart after a
     /// failure loses at most this much learning. `None`: only on [`PolicyHandle::checkpoint`].
     pub checkpoint_every: Option<Duration>,
+    /// When repeated failures suspend the slot, and for how long.
+    pub breaker: BreakerConfig,
+    /// A swap whose new component opens the breaker within this long of the swap is rolled back
+    /// to the previous component and the state it had. `Duration::ZERO` disables rollback.
+    pub rollback_window: Duration,
 }
+
+/// After a failed checkpoint, the next is not tried for this long, doubling up to
+/// [`CHECKPOINT_RETRY_MAX`]: a policy whose `snapshot` fails would otherwise lose its instance on
+/// every periodic checkpoint. Until then the journal keeps what a restart needs.
+pub const CHECKPOINT_RETRY_FIRST: Duration = Duration::from_secs(10);
+pub const CHECKPOINT_RETRY_MAX: Duration = Duration::from_secs(600);
 
 impl SlotConfig {
     pub fn new(label: impl Into<String>) -> Self {
@@ -37,6 +52,8 @@ impl SlotConfig {
             limits: SandboxLimits::default(),
             init: Vec::new(),
             checkpoint_every: Some(Duration::from_secs(1)),
+            breaker: BreakerConfig::default(),
+            rollback_window: Duration::from_secs(60),
         }
     }
 
@@ -71,12 +88,27 @@ pub struct SwapReport {
     pub to: String,
 }
 
+/// The component a swap replaced, kept for [`SlotConfig::rollback_window`].
+struct Previous {
+    component: Arc<PolicyComponent>,
+    state: Option<Vec<u8>>,
+    info: PolicyInfo,
+    swapped_at: Instant,
+}
+
 struct Live {
     component: Arc<PolicyComponent>,
     /// `None` after a failure until the next call re-creates it.
     instance: Option<PolicyInstance>,
     checkpoint: Option<Vec<u8>>,
     last_checkpoint: Instant,
+    /// Inputs observed since `checkpoint`, replayed on a restart.
+    journal: Journal,
+    /// Checkpoints are not tried before this after one failed.
+    checkpoint_paused_until: Option<Instant>,
+    checkpoint_backoff: Backoff,
+    breaker: CircuitBreaker,
+    previous: Option<Previous>,
     info: PolicyInfo,
 }
 
@@ -124,6 +156,11 @@ impl PolicyHandle {
                 instance: Some(instance),
                 checkpoint: None,
                 last_checkpoint: Instant::now(),
+                journal: Journal::default(),
+                checkpoint_paused_until: None,
+                checkpoint_backoff: Backoff::new(CHECKPOINT_RETRY_FIRST, CHECKPOINT_RETRY_MAX),
+                breaker: CircuitBreaker::new(&config.breaker),
+                previous: None,
                 info,
             }),
             config,
@@ -156,41 +193,161 @@ impl PolicyHandle {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Run `f` on the live instance (re-creating it if needed); on failure discard the instance.
-    fn with_instance<R>(
+    /// Run `f` on the live instance (re-creating it if needed), unless the breaker is open; on
+    /// failure discard the instance and tell the breaker.
+    fn call<R>(
         &self,
+        live: &mut Live,
         primitive: Primitive,
         items: usize,
         f: impl FnOnce(&mut PolicyInstance) -> Result<R, PolicyError>,
     ) -> Result<R, PolicyError> {
-        let mut live = self.lock();
+        self.call_counted(live, primitive, items, Counts::TowardBreaker, f)
+    }
+
+    fn call_counted<R>(
+        &self,
+        live: &mut Live,
+        primitive: Primitive,
+        items: usize,
+        counts: Counts,
+        f: impl FnOnce(&mut PolicyInstance) -> Result<R, PolicyError>,
+    ) -> Result<R, PolicyError> {
+        if let Admission::Refuse { retry_in } = live.breaker.admit(Instant::now()) {
+            self.metrics.record_skipped();
+            return Err(PolicyError::CircuitOpen {
+                policy: self.label.to_string(),
+                primitive,
+                retry_in,
+            });
+        }
         let started = Instant::now();
-        let result = self.ensure_instance(&mut live).and_then(f);
+        let result = self.ensure_instance(live).and_then(f);
         self.metrics.record_call(primitive, items, started.elapsed());
-        if let Err(e) = &result {
-            self.metrics.record_error(e);
-            tracing::warn!(policy = %self.label, error = %e, "policy call failed; instance discarded");
-            // A trapped instance cannot be entered again; any error leaves state we cannot trust.
-            live.instance = None;
+        match &result {
+            Ok(_) => {
+                if let Some(instance) = &live.instance {
+                    self.metrics.set_memory_bytes(instance.memory_bytes());
+                }
+                if live.breaker.record_success(primitive) == Transition::Closed {
+                    self.metrics.set_circuit_open(false);
+                    tracing::info!(policy = %self.label, "policy answered its trial call; circuit closed");
+                }
+            }
+            Err(e) => self.on_failure(live, primitive, counts, e),
         }
         result
     }
 
+    fn on_failure(&self, live: &mut Live, primitive: Primitive, counts: Counts, error: &PolicyError) {
+        self.metrics.record_error(error);
+        // A trapped instance cannot be entered again; any error leaves state we cannot trust.
+        live.instance = None;
+        let transition = match counts {
+            Counts::TowardBreaker => live.breaker.record_failure(primitive, Instant::now()),
+            Counts::NotTowardBreaker => Transition::None,
+        };
+        match transition {
+            Transition::None | Transition::Closed => {
+                tracing::warn!(policy = %self.label, error = %error, "policy call failed; instance discarded")
+            }
+            Transition::Opened {
+                after_failures,
+                backoff,
+            } => {
+                if self.roll_back(live, error) {
+                    return;
+                }
+                self.metrics.set_circuit_open(true);
+                // The one line for the whole outage: calls are skipped silently from here on.
+                tracing::warn!(
+                    policy = %self.label,
+                    error = %error,
+                    failures = after_failures,
+                    retry_in = ?backoff,
+                    "policy keeps failing; circuit open: its calls are skipped (rank answers in LRU order, act does nothing) until a trial call succeeds"
+                );
+            }
+            Transition::Reopened { backoff } => {
+                tracing::debug!(policy = %self.label, error = %error, retry_in = ?backoff, "trial call failed; circuit stays open")
+            }
+        }
+    }
+
+    /// If the component that keeps failing was swapped in moments ago, go back to the one before,
+    /// with the state it had. Returns whether it did.
+    fn roll_back(&self, live: &mut Live, error: &PolicyError) -> bool {
+        let window = self.config.rollback_window;
+        let Some(previous) = live.previous.take_if(|p| p.swapped_at.elapsed() <= window) else {
+            return false;
+        };
+        let mut state = previous.state;
+        let instance = match self.resume(&previous.component, &mut state, &mut Journal::default()) {
+            Ok(instance) => instance,
+            Err(e) => {
+                tracing::warn!(policy = %self.label, error = %e, "rollback failed: the previous component does not start");
+                return false;
+            }
+        };
+        let failed = std::mem::replace(&mut live.component, previous.component);
+        tracing::warn!(
+            policy = %self.label,
+            error = %error,
+            failed = failed.name(),
+            restored = live.component.name(),
+            "swapped-in component keeps failing; rolled back to the previous one and its state"
+        );
+        live.instance = Some(instance);
+        live.info = previous.info;
+        live.checkpoint = state;
+        live.last_checkpoint = Instant::now();
+        live.journal.clear();
+        live.breaker.reset();
+        self.metrics.record_rollback();
+        true
+    }
+
     fn ensure_instance<'a>(&self, live: &'a mut Live) -> Result<&'a mut PolicyInstance, PolicyError> {
         if live.instance.is_none() {
-            let mut fresh = self.fresh_instance(&live.component)?;
-            if let Some(state) = &live.checkpoint {
-                if let Err(e) = fresh.restore(state) {
-                    // The checkpoint itself may be what breaks the policy: start clean instead.
-                    tracing::warn!(policy = %self.label, error = %e, "checkpoint not restorable; starting from scratch");
-                    live.checkpoint = None;
-                    fresh = self.fresh_instance(&live.component)?;
-                }
-            }
+            let fresh = self.resume(&live.component, &mut live.checkpoint, &mut live.journal)?;
             self.metrics.record_restart();
             live.instance = Some(fresh);
         }
         Ok(live.instance.as_mut().expect("instance was just ensured"))
+    }
+
+    /// A fresh instance of `component` in the state `checkpoint` + `journal`. A checkpoint that
+    /// does not restore is dropped with its journal (it may be what breaks the policy: start
+    /// clean rather than crash-loop); a journal that does not replay is dropped and the instance
+    /// resumes from the checkpoint alone.
+    fn resume(
+        &self,
+        component: &PolicyComponent,
+        checkpoint: &mut Option<Vec<u8>>,
+        journal: &mut Journal,
+    ) -> Result<PolicyInstance, PolicyError> {
+        let mut fresh = self.fresh_instance(component)?;
+        if let Some(state) = checkpoint.as_deref() {
+            if let Err(e) = fresh.restore(state) {
+                tracing::warn!(policy = %self.label, error = %e, "checkpoint not restorable; starting from scratch");
+                *checkpoint = None;
+                journal.clear();
+                return self.fresh_instance(component);
+            }
+        }
+        for entry in journal.entries() {
+            let replayed = match entry {
+                Entry::Events(events) => fresh.observe(events),
+                Entry::Blocks(packed) => fresh.observe_blocks(packed),
+            };
+            if let Err(e) = replayed {
+                tracing::warn!(policy = %self.label, error = %e, "replaying since the checkpoint failed; resuming from the checkpoint alone");
+                journal.clear();
+                // The journal is empty now: this recursion replays nothing.
+                return self.resume(component, checkpoint, journal);
+            }
+        }
+        Ok(fresh)
     }
 
     fn fresh_instance(&self, component: &PolicyComponent) -> Result<PolicyInstance, PolicyError> {
@@ -207,33 +364,44 @@ impl PolicyHandle {
     /// Deliver events, oldest first.
     pub fn observe(&self, events: &[Event]) -> Result<(), PolicyError> {
         let _span = tracing::trace_span!("policy.observe", policy = %self.label, events = events.len()).entered();
-        self.with_instance(Primitive::Observe, events.len(), |i| i.observe(events))?;
-        self.maybe_checkpoint();
+        let mut live = self.lock();
+        self.call(&mut live, Primitive::Observe, events.len(), |i| i.observe(events))?;
+        live.journal.record_events(events);
+        self.maybe_checkpoint(&mut live);
         Ok(())
     }
 
     /// Deliver KV-block events in the packed form (see `agentrt_sdk::packed`).
     pub fn observe_blocks(&self, packed: &[u64]) -> Result<(), PolicyError> {
         let _span = tracing::trace_span!("policy.observe_blocks", policy = %self.label, words = packed.len()).entered();
-        self.with_instance(Primitive::ObserveBlocks, packed.len() / 3, |i| i.observe_blocks(packed))
+        let mut live = self.lock();
+        self.call(&mut live, Primitive::ObserveBlocks, packed.len() / 3, |i| {
+            i.observe_blocks(packed)
+        })?;
+        live.journal.record_blocks(packed);
+        Ok(())
     }
 
     /// One priority per item (higher = keep). Items cross the boundary packed (`score-packed`).
     pub fn score(&self, items: &[Item]) -> Result<Vec<f32>, PolicyError> {
         let _span = tracing::trace_span!("policy.score", policy = %self.label, items = items.len()).entered();
-        self.with_instance(Primitive::Score, items.len(), |i| i.score(items, false))
+        self.call(&mut self.lock(), Primitive::Score, items.len(), |i| {
+            i.score(items, false)
+        })
     }
 
     /// [`Self::score`] through the typed `score` export (`list<item>`): slower, kept to measure
     /// the difference and to check that a policy's two exports agree.
     pub fn score_typed(&self, items: &[Item]) -> Result<Vec<f32>, PolicyError> {
         let _span = tracing::trace_span!("policy.score_typed", policy = %self.label, items = items.len()).entered();
-        self.with_instance(Primitive::Score, items.len(), |i| i.score(items, true))
+        self.call(&mut self.lock(), Primitive::Score, items.len(), |i| {
+            i.score(items, true)
+        })
     }
 
     /// Rank `items` from "keep most" to "evict first" by the policy's scores, ties by recency. If
-    /// the policy fails, the order is LRU's and [`Ranking::fallback`] says why: a caller that
-    /// needs an answer always gets one.
+    /// the policy fails (or its breaker is open), the order is LRU's and [`Ranking::fallback`]
+    /// says why: a caller that needs an answer always gets one.
     pub fn rank(&self, items: &[Item]) -> Ranking {
         match self.score(items) {
             Ok(scores) => Ranking {
@@ -252,51 +420,76 @@ impl PolicyHandle {
 
     pub fn predict(&self, horizon: u32) -> Result<Vec<Forecast>, PolicyError> {
         let _span = tracing::debug_span!("policy.predict", policy = %self.label, horizon).entered();
-        self.with_instance(Primitive::Predict, 0, |i| i.predict(horizon))
+        self.call(&mut self.lock(), Primitive::Predict, 0, |i| i.predict(horizon))
     }
 
+    /// Side effects to carry out. While the breaker is open this is `Err(CircuitOpen)`: no side
+    /// effects.
     pub fn act(&self) -> Result<Vec<SideEffect>, PolicyError> {
         let _span = tracing::debug_span!("policy.act", policy = %self.label).entered();
-        self.with_instance(Primitive::Act, 0, |i| i.act())
+        self.call(&mut self.lock(), Primitive::Act, 0, |i| i.act())
     }
 
     pub fn snapshot(&self) -> Result<Vec<u8>, PolicyError> {
         let _span = tracing::debug_span!("policy.snapshot", policy = %self.label).entered();
-        self.with_instance(Primitive::Snapshot, 0, |i| i.snapshot())
+        self.call(&mut self.lock(), Primitive::Snapshot, 0, |i| i.snapshot())
     }
 
     /// Replace the policy's state with `state` (a snapshot, possibly from another instance).
     pub fn restore(&self, state: &[u8]) -> Result<(), PolicyError> {
         let _span = tracing::debug_span!("policy.restore", policy = %self.label, bytes = state.len()).entered();
-        self.with_instance(Primitive::Restore, 0, |i| i.restore(state))?;
         let mut live = self.lock();
+        self.call(&mut live, Primitive::Restore, 0, |i| i.restore(state))?;
         live.checkpoint = Some(state.to_vec());
         live.last_checkpoint = Instant::now();
+        live.journal.clear();
         Ok(())
     }
 
-    /// Snapshot now and keep it as the state a restart resumes from. Returns its size.
+    /// Snapshot now and keep it as the state a restart resumes from. Returns its size. On failure
+    /// the previous checkpoint (and the journal since) stays what a restart resumes from.
     pub fn checkpoint(&self) -> Result<usize, PolicyError> {
-        let state = self.snapshot()?;
-        let size = state.len();
-        let mut live = self.lock();
-        live.checkpoint = Some(state);
-        live.last_checkpoint = Instant::now();
-        if let Some(instance) = &live.instance {
-            self.metrics.set_memory_bytes(instance.memory_bytes());
-        }
-        Ok(size)
+        self.checkpoint_locked(&mut self.lock(), Counts::TowardBreaker)
     }
 
-    fn maybe_checkpoint(&self) {
+    /// Under one hold of the lock, so no event lands between the snapshot and clearing the journal.
+    fn checkpoint_locked(&self, live: &mut Live, counts: Counts) -> Result<usize, PolicyError> {
+        live.last_checkpoint = Instant::now();
+        match self.call_counted(live, Primitive::Snapshot, 0, counts, |i| i.snapshot()) {
+            Ok(state) => {
+                let size = state.len();
+                live.checkpoint = Some(state);
+                live.journal.clear();
+                live.checkpoint_paused_until = None;
+                live.checkpoint_backoff.reset();
+                Ok(size)
+            }
+            Err(e) => {
+                if !e.is_circuit_open() {
+                    self.metrics.record_checkpoint_failure();
+                    let pause = live.checkpoint_backoff.step();
+                    live.checkpoint_paused_until = Some(Instant::now() + pause);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn maybe_checkpoint(&self, live: &mut Live) {
         let Some(every) = self.config.checkpoint_every else {
             return;
         };
-        if self.lock().last_checkpoint.elapsed() < every {
+        if live.last_checkpoint.elapsed() < every
+            || live.checkpoint_paused_until.is_some_and(|until| Instant::now() < until)
+        {
             return;
         }
-        if let Err(e) = self.checkpoint() {
-            tracing::warn!(policy = %self.label, error = %e, "periodic checkpoint failed");
+        // A policy that serves but cannot snapshot is not suspended for it: the checkpoint
+        // backoff already keeps its failures rare, and the journal covers the gap.
+        if let Err(e) = self.checkpoint_locked(live, Counts::NotTowardBreaker) {
+            if !e.is_circuit_open() {
+                tracing::warn!(policy = %self.label, error = %e, "periodic checkpoint failed; keeping the previous one and pausing checkpoints");
+            }
         }
     }
 
@@ -304,7 +497,8 @@ impl PolicyHandle {
     ///
     /// Callers are held (not failed) for the duration; events sent meanwhile wait and reach the
     /// new instance. If the new component cannot start or refuses the state, the old one keeps
-    /// running and the error is returned.
+    /// running and the error is returned. If it starts but then keeps failing (opens the breaker)
+    /// within [`SlotConfig::rollback_window`], the slot goes back to the old one.
     pub fn swap(&self, next: Arc<PolicyComponent>) -> Result<SwapReport, PolicyError> {
         self.swap_inner(next, true)
     }
@@ -319,25 +513,40 @@ impl PolicyHandle {
         let _span = tracing::info_span!("policy.swap", policy = %self.label, to = next.name(), carry_state).entered();
         let mut live = self.lock();
         let paused_at = Instant::now();
-        let state = if !carry_state {
-            None
-        } else {
-            match live.instance.as_mut().map(|i| i.snapshot()) {
-                Some(Ok(state)) => Some(state),
-                // No live instance, or it failed to snapshot: the last checkpoint is the best we have.
-                _ => live.checkpoint.clone(),
+        // The old component's state: carried over, and kept for a rollback.
+        let old_state = match live.instance.as_mut().map(|i| i.snapshot()) {
+            Some(Ok(state)) => Some(state),
+            // No live instance, or it failed to snapshot: the last checkpoint is the best we have.
+            other => {
+                if matches!(other, Some(Err(_))) {
+                    live.instance = None;
+                }
+                live.checkpoint.clone()
             }
         };
+        let state = if carry_state { old_state.clone() } else { None };
         let mut fresh = self.fresh_instance(&next)?;
         if let Some(state) = &state {
             fresh.restore(state)?;
         }
         let info = fresh.info()?;
         let old = live.instance.replace(fresh);
-        let from = std::mem::replace(&mut live.component, next.clone()).name().to_string();
-        live.info = info;
+        let old_component = std::mem::replace(&mut live.component, next.clone());
+        let old_info = std::mem::replace(&mut live.info, info);
+        let from = old_component.name().to_string();
+        live.previous = Some(Previous {
+            component: old_component,
+            state: old_state,
+            info: old_info,
+            swapped_at: Instant::now(),
+        });
         live.checkpoint = state.clone();
         live.last_checkpoint = Instant::now();
+        live.journal.clear();
+        live.checkpoint_paused_until = None;
+        live.checkpoint_backoff.reset();
+        live.breaker.reset();
+        self.metrics.set_circuit_open(false);
         let paused = paused_at.elapsed();
         drop(live);
         // Dropping a Store costs ~0.2 ms; do it after callers are released.
@@ -350,6 +559,14 @@ impl PolicyHandle {
             to: next.name().to_string(),
         })
     }
+}
+
+/// Whether a failed call counts toward opening the slot's breaker.
+#[derive(Clone, Copy)]
+enum Counts {
+    TowardBreaker,
+    /// Periodic checkpoints: the host's own housekeeping, not a call anyone waits on.
+    NotTowardBreaker,
 }
 
 /// The host's ranking rule on a policy's scores (shared with the SDK's harness).

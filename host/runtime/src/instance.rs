@@ -1,9 +1,15 @@
 //! One live policy instance: a wasmtime `Store` with its limits and the typed export handles.
 //! Every call sets the CPU deadline first and turns a failure into a typed [`PolicyError`].
 //! After any error the instance must be dropped: a trapped component cannot be entered again.
+//!
+//! `act`, `predict` and `snapshot` are called through [`crate::results`]'s bounded types, so an
+//! oversize result is refused before it is copied; and the deadline covers the whole call,
+//! copying the result included.
 
 use std::sync::Arc;
+use std::time::Instant;
 
+use wasmtime::component::TypedFunc;
 use wasmtime::{Store, Trap};
 
 use crate::bindings::exports::agentrt::policy::guest::Guest;
@@ -12,6 +18,7 @@ use crate::component::PolicyComponent;
 use crate::engine::CpuBound;
 use crate::error::{PolicyError, Primitive};
 use crate::policy_log::PolicyLog;
+use crate::results::{BoundedList, Oversize, SideEffectResult, MAX_FORECASTS, MAX_SIDE_EFFECTS, MAX_SNAPSHOT_BYTES};
 use crate::sandbox::{GuestState, SandboxLimits};
 use crate::types::{Event, Forecast, Item, PolicyInfo, SideEffect};
 use crate::PolicyEngine;
@@ -24,9 +31,21 @@ fn arm_cpu_bound(store: &mut Store<GuestState>, bound: CpuBound, deadline_ticks:
     }
 }
 
+type ActFunc = TypedFunc<(), (BoundedList<SideEffectResult, MAX_SIDE_EFFECTS>,)>;
+type PredictFunc = TypedFunc<(u32,), (BoundedList<Forecast, MAX_FORECASTS>,)>;
+type SnapshotFunc = TypedFunc<(), (BoundedList<u8, MAX_SNAPSHOT_BYTES>,)>;
+
+/// The exports whose results are bounded before they are copied.
+struct BoundedExports {
+    act: ActFunc,
+    predict: PredictFunc,
+    snapshot: SnapshotFunc,
+}
+
 pub(crate) struct PolicyInstance {
     store: Store<GuestState>,
     bindings: Policy,
+    bounded: BoundedExports,
     deadline_ticks: u64,
     cpu_bound: CpuBound,
     limits: SandboxLimits,
@@ -53,16 +72,30 @@ impl PolicyInstance {
             engine.deadline_ticks(limits.call_deadline),
             limits.call_fuel,
         );
-        let bindings = component
+        let unavailable = |e: wasmtime::Error| PolicyError::Unavailable {
+            policy: label.to_string(),
+            message: format!("instantiation failed: {e:#}"),
+        };
+        let instance = component
             .pre()
+            .instance_pre()
             .instantiate(&mut store)
-            .map_err(|e| PolicyError::Unavailable {
-                policy: label.to_string(),
-                message: format!("instantiation failed: {e:#}"),
-            })?;
+            .map_err(unavailable)?;
+        let bindings = Policy::new(&mut store, &instance).map_err(unavailable)?;
+        let exports = component.guest_exports();
+        let bounded = BoundedExports {
+            act: instance.get_typed_func(&mut store, exports.act).map_err(unavailable)?,
+            predict: instance
+                .get_typed_func(&mut store, exports.predict)
+                .map_err(unavailable)?,
+            snapshot: instance
+                .get_typed_func(&mut store, exports.snapshot)
+                .map_err(unavailable)?,
+        };
         let mut instance = Self {
             store,
             bindings,
+            bounded,
             deadline_ticks: engine.deadline_ticks(limits.call_deadline),
             cpu_bound,
             limits: limits.clone(),
@@ -76,7 +109,7 @@ impl PolicyInstance {
     fn call<R>(
         &mut self,
         primitive: Primitive,
-        f: impl FnOnce(&Guest, &mut Store<GuestState>) -> wasmtime::Result<R>,
+        f: impl FnOnce(&Guest, &BoundedExports, &mut Store<GuestState>) -> wasmtime::Result<R>,
     ) -> Result<R, PolicyError> {
         arm_cpu_bound(
             &mut self.store,
@@ -84,12 +117,31 @@ impl PolicyInstance {
             self.deadline_ticks,
             self.limits.call_fuel,
         );
+        let started = Instant::now();
         let guest = self.bindings.agentrt_policy_guest();
-        f(guest, &mut self.store).map_err(|e| self.classify(primitive, e))
+        let result = f(guest, &self.bounded, &mut self.store).map_err(|e| self.classify(primitive, e))?;
+        // The epoch interrupts guest code only; the host's copying of the result counts too.
+        if self.cpu_bound == CpuBound::EpochDeadline && started.elapsed() > self.limits.call_deadline {
+            return Err(PolicyError::DeadlineExceeded {
+                policy: self.label.to_string(),
+                primitive,
+                deadline: self.limits.call_deadline,
+            });
+        }
+        Ok(result)
     }
 
     fn classify(&self, primitive: Primitive, error: wasmtime::Error) -> PolicyError {
         let policy = self.label.to_string();
+        if let Some(o) = error.chain().find_map(|e| e.downcast_ref::<Oversize>()) {
+            return PolicyError::ResultTooLarge {
+                policy,
+                primitive,
+                what: o.what,
+                len: o.len,
+                max: o.max,
+            };
+        }
         if self.store.data().limiter.hit_memory_cap {
             return PolicyError::OutOfMemory {
                 policy,
@@ -134,27 +186,27 @@ impl PolicyInstance {
     }
 
     pub(crate) fn info(&mut self) -> Result<PolicyInfo, PolicyError> {
-        self.call(Primitive::Info, |g, s| g.call_info(s))
+        self.call(Primitive::Info, |g, _, s| g.call_info(s))
     }
 
     fn init(&mut self, config: &[(String, String)]) -> Result<(), PolicyError> {
-        self.call(Primitive::Init, |g, s| g.call_init(s, config))?
+        self.call(Primitive::Init, |g, _, s| g.call_init(s, config))?
             .map_err(|m| self.rejected(Primitive::Init, m))
     }
 
     pub(crate) fn observe(&mut self, events: &[Event]) -> Result<(), PolicyError> {
-        self.call(Primitive::Observe, |g, s| g.call_observe(s, events))
+        self.call(Primitive::Observe, |g, _, s| g.call_observe(s, events))
     }
 
     pub(crate) fn observe_blocks(&mut self, packed: &[u64]) -> Result<(), PolicyError> {
-        self.call(Primitive::ObserveBlocks, |g, s| g.call_observe_blocks(s, packed))
+        self.call(Primitive::ObserveBlocks, |g, _, s| g.call_observe_blocks(s, packed))
     }
 
     /// Score through `score-packed` (one copy across the boundary) or, with `typed`, through
     /// `score` (a per-field lowering; kept for comparison and for checking they agree).
     pub(crate) fn score(&mut self, items: &[Item], typed: bool) -> Result<Vec<f32>, PolicyError> {
         let scores = if typed {
-            self.call(Primitive::Score, |g, s| g.call_score(s, items))?
+            self.call(Primitive::Score, |g, _, s| g.call_score(s, items))?
         } else {
             let mut words = Vec::with_capacity(items.len() * agentrt_sdk::packed::ITEM_WORDS);
             for i in items {
@@ -168,7 +220,7 @@ impl PolicyInstance {
                     i.position,
                 ));
             }
-            self.call(Primitive::Score, |g, s| g.call_score_packed(s, &words))?
+            self.call(Primitive::Score, |g, _, s| g.call_score_packed(s, &words))?
         };
         if scores.len() != items.len() {
             return Err(PolicyError::BadOutput {
@@ -181,23 +233,26 @@ impl PolicyInstance {
     }
 
     pub(crate) fn predict(&mut self, horizon: u32) -> Result<Vec<Forecast>, PolicyError> {
-        self.call(Primitive::Predict, |g, s| g.call_predict(s, horizon))
+        self.call(Primitive::Predict, |_, b, s| b.predict.call(s, (horizon,)))
+            .map(|(forecasts,)| forecasts.0)
     }
 
     pub(crate) fn act(&mut self) -> Result<Vec<SideEffect>, PolicyError> {
-        self.call(Primitive::Act, |g, s| g.call_act(s))
+        self.call(Primitive::Act, |_, b, s| b.act.call(s, ()))
+            .map(|(effects,)| effects.0.into_iter().map(SideEffect::from).collect())
     }
 
     pub(crate) fn snapshot(&mut self) -> Result<Vec<u8>, PolicyError> {
-        self.call(Primitive::Snapshot, |g, s| g.call_snapshot(s))
+        self.call(Primitive::Snapshot, |_, b, s| b.snapshot.call(s, ()))
+            .map(|(state,)| state.0)
     }
 
     pub(crate) fn restore(&mut self, state: &[u8]) -> Result<(), PolicyError> {
-        self.call(Primitive::Restore, |g, s| g.call_restore(s, state))?
+        self.call(Primitive::Restore, |g, _, s| g.call_restore(s, state))?
             .map_err(|m| self.rejected(Primitive::Restore, m))
     }
 
-    /// Bytes of linear memory the instance holds now.
+    /// Bytes of all the instance's linear memories and tables now.
     pub(crate) fn memory_bytes(&self) -> usize {
         self.store.data().limiter.memory_in_use
     }

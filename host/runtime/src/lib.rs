@@ -17,26 +17,32 @@
 //!
 //! Module map: [`engine`] (wasmtime setup, epoch ticker, artifact cache) → [`component`] (load and
 //! validate) → `instance` (one sandboxed Store; internal) → [`handle`] (containment, fallback,
-//! checkpoints, hot swap) → [`registry`] (tenant × slot). [`sandbox`] holds the limits and the
-//! host imports; [`metrics`] the counters; [`component_file`] reads component files under a size
-//! limit; [`policy_log`] escapes, truncates and rate-limits what policies log.
+//! checkpoints, hot swap, rollback) → [`registry`] (tenant × slot). [`sandbox`] holds the limits
+//! and the host imports; [`breaker`] suspends a slot whose policy keeps failing; [`journal`] keeps
+//! what a slot observed since its last checkpoint, for restarts; [`metrics`] the counters;
+//! [`component_file`] reads component files under a size limit; [`policy_log`] escapes, truncates
+//! and rate-limits what policies log.
 
 mod artifact_cache;
 mod bindings;
+pub mod breaker;
 pub mod component;
 pub mod component_file;
 pub mod engine;
 pub mod error;
 pub mod handle;
 mod instance;
+pub mod journal;
 pub mod metrics;
 pub mod policy_log;
 pub mod registry;
+pub mod results;
 pub mod sandbox;
 
 use std::path::PathBuf;
 
 pub use artifact_cache::ArtifactCache;
+pub use breaker::BreakerConfig;
 pub use component::{LoadStats, PolicyComponent, WorldShape, CONTRACT};
 pub use component_file::{read_component_file, DEFAULT_MAX_COMPONENT_BYTES};
 pub use engine::{CpuBound, EngineOptions, PolicyEngine, PoolingOptions};

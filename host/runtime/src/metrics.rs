@@ -7,13 +7,16 @@ use std::time::Duration;
 
 use crate::error::{PolicyError, Primitive};
 
-const ERROR_KINDS: [&str; 7] = [
+/// Kinds of failed calls. A call refused by an open breaker was not made: it is counted in
+/// `calls_skipped`, not here.
+const ERROR_KINDS: [&str; 8] = [
     "trap",
     "deadline",
     "fuel",
     "oom",
     "rejected",
     "bad_output",
+    "too_large",
     "unavailable",
 ];
 
@@ -29,6 +32,13 @@ pub struct PolicyMetrics {
     restarts: AtomicU64,
     swaps: AtomicU64,
     memory_bytes: AtomicU64,
+    /// Calls not made because the breaker was open.
+    calls_skipped: AtomicU64,
+    /// 1 while the breaker is open (or half-open), else 0.
+    circuit_open: AtomicU64,
+    circuit_opens: AtomicU64,
+    checkpoint_failures: AtomicU64,
+    rollbacks: AtomicU64,
     /// `host.log` lines over the slot's rate limit (counted by [`crate::policy_log::PolicyLog`]).
     log_lines_dropped: Arc<AtomicU64>,
 }
@@ -48,11 +58,25 @@ impl PolicyMetrics {
         self.nanos[i].fetch_add(elapsed.as_nanos() as u64, Relaxed);
     }
     pub(crate) fn record_error(&self, e: &PolicyError) {
-        let i = ERROR_KINDS
-            .iter()
-            .position(|k| *k == e.kind())
-            .expect("every error kind is listed");
-        self.errors[i].fetch_add(1, Relaxed);
+        if let Some(i) = ERROR_KINDS.iter().position(|k| *k == e.kind()) {
+            self.errors[i].fetch_add(1, Relaxed);
+        }
+    }
+    pub(crate) fn record_skipped(&self) {
+        self.calls_skipped.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn set_circuit_open(&self, open: bool) {
+        if open && self.circuit_open.swap(1, Relaxed) == 0 {
+            self.circuit_opens.fetch_add(1, Relaxed);
+        } else if !open {
+            self.circuit_open.store(0, Relaxed);
+        }
+    }
+    pub(crate) fn record_checkpoint_failure(&self) {
+        self.checkpoint_failures.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn record_rollback(&self) {
+        self.rollbacks.fetch_add(1, Relaxed);
     }
     pub(crate) fn record_fallback(&self) {
         self.fallbacks.fetch_add(1, Relaxed);
@@ -85,6 +109,29 @@ impl PolicyMetrics {
     }
     pub fn swaps(&self) -> u64 {
         self.swaps.load(Relaxed)
+    }
+    /// Calls refused without calling the policy because its breaker was open.
+    pub fn calls_skipped(&self) -> u64 {
+        self.calls_skipped.load(Relaxed)
+    }
+    pub fn circuit_open(&self) -> bool {
+        self.circuit_open.load(Relaxed) != 0
+    }
+    /// Times the breaker opened (from closed).
+    pub fn circuit_opens(&self) -> u64 {
+        self.circuit_opens.load(Relaxed)
+    }
+    /// Periodic or explicit checkpoints that failed (the previous checkpoint was kept).
+    pub fn checkpoint_failures(&self) -> u64 {
+        self.checkpoint_failures.load(Relaxed)
+    }
+    /// Swaps undone because the new component kept failing right after it.
+    pub fn rollbacks(&self) -> u64 {
+        self.rollbacks.load(Relaxed)
+    }
+    /// Bytes of all the live instance's memories (and tables), as the limiter counts them.
+    pub fn memory_bytes(&self) -> u64 {
+        self.memory_bytes.load(Relaxed)
     }
     pub fn log_lines_dropped(&self) -> u64 {
         self.log_lines_dropped.load(Relaxed)
@@ -132,6 +179,15 @@ impl PolicyMetrics {
             "agentrt_policy_memory_bytes{{{labels}}} {}",
             self.memory_bytes.load(Relaxed)
         );
+        for (name, value) in [
+            ("agentrt_policy_calls_skipped_total", self.calls_skipped()),
+            ("agentrt_policy_circuit_open", u64::from(self.circuit_open())),
+            ("agentrt_policy_circuit_opens_total", self.circuit_opens()),
+            ("agentrt_policy_checkpoint_failures_total", self.checkpoint_failures()),
+            ("agentrt_policy_rollbacks_total", self.rollbacks()),
+        ] {
+            let _ = writeln!(out, "{name}{{{labels}}} {value}");
+        }
     }
 }
 
@@ -177,7 +233,32 @@ pub fn prometheus_header(out: &mut String) {
         (
             "agentrt_policy_memory_bytes",
             "gauge",
-            "Linear memory of the live instance.",
+            "Linear memories and tables of the live instance, summed.",
+        ),
+        (
+            "agentrt_policy_calls_skipped_total",
+            "counter",
+            "Calls not made because the slot's circuit breaker was open.",
+        ),
+        (
+            "agentrt_policy_circuit_open",
+            "gauge",
+            "1 while the slot's circuit breaker is open after repeated failures.",
+        ),
+        (
+            "agentrt_policy_circuit_opens_total",
+            "counter",
+            "Times the slot's circuit breaker opened.",
+        ),
+        (
+            "agentrt_policy_checkpoint_failures_total",
+            "counter",
+            "Checkpoints that failed; the previous one was kept.",
+        ),
+        (
+            "agentrt_policy_rollbacks_total",
+            "counter",
+            "Swaps rolled back because the new component kept failing.",
         ),
     ] {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");

@@ -15,7 +15,7 @@ use crate::policy_log::PolicyLog;
 /// Per-instance limits, set per tenant.
 #[derive(Debug, Clone)]
 pub struct SandboxLimits {
-    /// Largest linear memory an instance may grow to.
+    /// Most bytes an instance's linear memories and tables may hold, all of them together.
     pub memory_bytes: usize,
     /// Longest a single call may run before it is interrupted (with `CpuBound::EpochDeadline`).
     pub call_deadline: Duration,
@@ -44,32 +44,71 @@ impl Default for SandboxLimits {
     }
 }
 
-/// Enforces [`SandboxLimits::memory_bytes`] and remembers that it did, so the host can report an
-/// out-of-memory distinctly from other traps.
+/// Enforces [`SandboxLimits::memory_bytes`] on the *sum* of an instance's memories and tables,
+/// and remembers that it did, so the host can report an out-of-memory distinctly from other traps.
+///
+/// A component holds several core modules, each possibly with its own memory and tables
+/// (componentize-py's CPython, its libraries, adapters). A cap per memory would let a component
+/// with 16 memories hold 16 caps' worth (measured: 436 MB under a 64 MiB cap), so every growth —
+/// the initial allocation of each memory and table included, which wasmtime reports as a growth
+/// from 0 — is counted against one budget for the whole Store.
 pub struct GuestLimiter {
     memory_cap: usize,
     pub(crate) hit_memory_cap: bool,
-    /// Current size of the instance's largest memory, for metrics.
+    /// Bytes of all memories plus [`TABLE_ELEMENT_BYTES`] per table element, now.
     pub(crate) memory_in_use: usize,
 }
 
-impl ResourceLimiter for GuestLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
-        if desired > self.memory_cap {
+/// What one table element is counted as: a function reference is a pointer on the host, and the
+/// pooling allocator reserves about this much per element.
+pub const TABLE_ELEMENT_BYTES: usize = 8;
+
+impl GuestLimiter {
+    pub(crate) fn new(memory_cap: usize) -> Self {
+        Self {
+            memory_cap,
+            hit_memory_cap: false,
+            memory_in_use: 0,
+        }
+    }
+
+    /// Grow the Store's total by `added` bytes, or refuse (and remember) if that passes the cap.
+    fn grow(&mut self, added: usize, what: &str) -> wasmtime::Result<bool> {
+        let total = self.memory_in_use.saturating_add(added);
+        if total > self.memory_cap {
             self.hit_memory_cap = true;
             // An error (rather than `Ok(false)`) traps at once: a Rust guest would otherwise
             // abort inside its allocator with a less useful message.
             return Err(wasmtime::Error::msg(format!(
-                "memory cap of {} bytes reached (asked for {desired})",
+                "memory cap of {} bytes reached: {what} would bring the instance's memories and tables to {total}",
                 self.memory_cap
             )));
         }
+        self.memory_in_use = total;
         Ok(true)
     }
+}
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+impl ResourceLimiter for GuestLimiter {
+    fn memory_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        self.grow(desired.saturating_sub(current), "a memory growing")
+    }
+
+    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        // The growth we counted did not happen; the next growth re-counts from `current`, so a
+        // slight over-count is all this costs. Nothing to undo precisely without the amount.
+        Ok(())
+    }
+
+    fn table_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
         // Tables hold function references; a policy has no reason for more than a few thousand.
-        Ok(desired <= 100_000)
+        if desired > 100_000 {
+            return Ok(false);
+        }
+        self.grow(
+            desired.saturating_sub(current).saturating_mul(TABLE_ELEMENT_BYTES),
+            "a table growing",
+        )
     }
 
     fn instances(&self) -> usize {
@@ -96,11 +135,7 @@ pub struct GuestState {
 impl GuestState {
     pub(crate) fn new(limits: &SandboxLimits, log: Arc<PolicyLog>, seed: u64, clock_origin: Instant) -> Self {
         Self {
-            limiter: GuestLimiter {
-                memory_cap: limits.memory_bytes,
-                hit_memory_cap: false,
-                memory_in_use: 0,
-            },
+            limiter: GuestLimiter::new(limits.memory_bytes),
             log,
             seed,
             clock_origin,
@@ -121,5 +156,86 @@ impl host::Host for GuestState {
 
     fn random_seed(&mut self) -> u64 {
         self.seed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn the_cap_holds_for_the_sum_of_several_memories() {
+        let mut limiter = GuestLimiter::new(64 * MIB);
+        // Four core modules, each instantiating its own memory of 10 MiB (growth from 0).
+        for _ in 0..4 {
+            assert!(limiter.memory_growing(0, 10 * MIB, None).unwrap());
+        }
+        assert_eq!(limiter.memory_in_use, 40 * MIB);
+        // One of them grows to 30 MiB: 60 MiB in all, still under.
+        assert!(limiter.memory_growing(10 * MIB, 30 * MIB, None).unwrap());
+        assert_eq!(limiter.memory_in_use, 60 * MIB);
+        // A fifth memory of 10 MiB would be within a per-memory cap, not within the instance's.
+        let err = limiter.memory_growing(0, 10 * MIB, None).unwrap_err();
+        assert!(err.to_string().contains("memory cap"), "{err}");
+        assert!(limiter.hit_memory_cap);
+        assert_eq!(limiter.memory_in_use, 60 * MIB, "a refused growth is not counted");
+    }
+
+    /// A core module with `count` memories of `pages` 64 KiB pages each (multi-memory), written
+    /// out in the binary format (the workspace has no WAT parser).
+    fn module_with_memories(count: u8, pages: u16) -> Vec<u8> {
+        let mut leb = Vec::new();
+        let mut v = pages;
+        loop {
+            let byte = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                leb.push(byte);
+                break;
+            }
+            leb.push(byte | 0x80);
+        }
+        let mut section = vec![count];
+        for _ in 0..count {
+            section.push(0x00); // limits: min only
+            section.extend_from_slice(&leb);
+        }
+        let mut module = b"\0asm\x01\0\0\0".to_vec();
+        module.push(5); // memory section
+        module.push(section.len() as u8);
+        module.extend_from_slice(&section);
+        module
+    }
+
+    /// Through wasmtime itself: every memory's initial allocation is counted against one budget.
+    #[test]
+    fn an_instance_with_several_memories_is_capped_on_their_sum() {
+        let engine = wasmtime::Engine::default();
+        let instantiate = |memories: u8| {
+            let module = wasmtime::Module::new(&engine, module_with_memories(memories, 480)).unwrap(); // 30 MiB each
+            let mut store = wasmtime::Store::new(&engine, GuestLimiter::new(64 * MIB));
+            store.limiter(|l| l);
+            let result = wasmtime::Instance::new(&mut store, &module, &[]).map(|_| ());
+            (result, store.data().memory_in_use, store.data().hit_memory_cap)
+        };
+        let (ok, in_use, hit) = instantiate(2);
+        ok.unwrap();
+        assert_eq!((in_use, hit), (60 * MIB, false));
+        // Three memories of 30 MiB: each is under a 64 MiB cap, together they are not.
+        let (err, _, hit) = instantiate(3);
+        let err = err.unwrap_err();
+        assert!(hit && format!("{err:#}").contains("memory cap"), "{err:#}");
+    }
+
+    #[test]
+    fn tables_count_against_the_same_budget() {
+        let mut limiter = GuestLimiter::new(MIB);
+        assert!(limiter.memory_growing(0, MIB - 800, None).unwrap());
+        assert!(limiter.table_growing(0, 100, None).unwrap());
+        assert_eq!(limiter.memory_in_use, MIB);
+        assert!(limiter.table_growing(100, 101, None).is_err());
+        assert!(!limiter.table_growing(0, 100_001, None).unwrap());
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyRegistry, SlotConfig};
+use agentrt_runtime::{BreakerConfig, EngineOptions, PolicyEngine, PolicyRegistry, SandboxLimits, SlotConfig};
 
 use crate::limits::Limits;
 use crate::proxy::{router, AppState, ServeOptions};
@@ -70,6 +70,62 @@ pub struct ServeArgs {
     pub metrics_token: Option<String>,
     #[command(flatten)]
     pub limits: LimitArgs,
+    #[command(flatten)]
+    pub policy_limits: PolicyLimitArgs,
+}
+
+/// Every tenant's policy slot's limits (docs/security.md); defaults are
+/// [`SandboxLimits::default`] and [`SlotConfig::new`].
+#[derive(clap::Args, Debug)]
+pub struct PolicyLimitArgs {
+    /// Most memory one policy instance may hold, its linear memories and tables together, in MiB.
+    #[arg(long, default_value_t = (SandboxLimits::default().memory_bytes >> 20) as u64)]
+    pub policy_memory_mib: u64,
+    /// Longest one policy call may take, copying its result included; then it is interrupted.
+    #[arg(long, default_value_t = SandboxLimits::default().call_deadline.as_millis() as u64)]
+    pub policy_deadline_ms: u64,
+    /// Failed calls of one primitive in a row that suspend a policy (its circuit opens: it is not
+    /// called, rankings are LRU, no side effects; one trial call after 1 s, doubling to 60 s).
+    /// 0 = never suspend.
+    #[arg(long, default_value_t = BreakerConfig::default().failure_threshold)]
+    pub policy_failure_threshold: u32,
+    /// A hot swap whose new policy reaches the failure threshold within this long is rolled back
+    /// to the previous policy and its state. 0 = never roll back.
+    #[arg(long, default_value_t = SlotConfig::new("").rollback_window.as_millis() as u64)]
+    pub policy_rollback_window_ms: u64,
+}
+
+impl PolicyLimitArgs {
+    /// The slot settings (besides `init`) every tenant gets.
+    pub fn slot_config(&self) -> anyhow::Result<SlotConfig> {
+        anyhow::ensure!(self.policy_memory_mib > 0, "--policy-memory-mib must be at least 1");
+        anyhow::ensure!(self.policy_deadline_ms > 0, "--policy-deadline-ms must be at least 1");
+        let memory_bytes = usize::try_from(self.policy_memory_mib)
+            .ok()
+            .and_then(|mib| mib.checked_mul(1 << 20))
+            .context("--policy-memory-mib is too large")?;
+        Ok(SlotConfig {
+            breaker: BreakerConfig {
+                failure_threshold: self.policy_failure_threshold,
+                ..BreakerConfig::default()
+            },
+            rollback_window: Duration::from_millis(self.policy_rollback_window_ms),
+            ..SlotConfig::new("").with_limits(SandboxLimits {
+                memory_bytes,
+                call_deadline: Duration::from_millis(self.policy_deadline_ms),
+                ..SandboxLimits::default()
+            })
+        })
+    }
+
+    /// Engine options whose instance pool fits the memory cap.
+    pub fn engine_options(&self, slot: &SlotConfig) -> EngineOptions {
+        let mut options = EngineOptions::default();
+        if let Some(pool) = &mut options.pooling {
+            pool.max_memory_bytes = pool.max_memory_bytes.max(slot.limits.memory_bytes);
+        }
+        options
+    }
 }
 
 /// The front door's limits (docs/security.md); defaults are [`Limits::default`].
@@ -157,7 +213,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let limits = args.limits.limits()?;
-    let engine = PolicyEngine::new(EngineOptions::default())?;
+    let slot = args.policy_limits.slot_config()?;
+    let engine = PolicyEngine::new(args.policy_limits.engine_options(&slot))?;
     let path = if args.policy.ends_with(".wasm") {
         PathBuf::from(&args.policy)
     } else {
@@ -166,7 +223,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let component = Arc::new(engine.load_file(&path)?);
     let slot = SlotConfig {
         init: pairs(&args.policy_config, "--policy-config")?,
-        ..SlotConfig::new("")
+        ..slot
     };
     let keys = tenant_keys(&args.tenants)?;
     let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, keys);
@@ -271,4 +328,61 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        policy: PolicyLimitArgs,
+    }
+
+    fn slot(args: &[&str]) -> anyhow::Result<SlotConfig> {
+        Args::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))?
+            .policy
+            .slot_config()
+    }
+
+    #[test]
+    fn policy_limits_default_to_the_runtime_defaults() {
+        let config = slot(&[]).unwrap();
+        let defaults = SlotConfig::new("");
+        assert_eq!(config.limits.memory_bytes, defaults.limits.memory_bytes);
+        assert_eq!(config.limits.call_deadline, defaults.limits.call_deadline);
+        assert_eq!(config.breaker, defaults.breaker);
+        assert_eq!(config.rollback_window, defaults.rollback_window);
+    }
+
+    #[test]
+    fn policy_limit_flags_set_every_slot() {
+        let config = slot(&[
+            "--policy-memory-mib",
+            "300",
+            "--policy-deadline-ms",
+            "50",
+            "--policy-failure-threshold",
+            "0",
+            "--policy-rollback-window-ms",
+            "0",
+        ])
+        .unwrap();
+        assert_eq!(config.limits.memory_bytes, 300 << 20);
+        assert_eq!(config.limits.call_deadline, Duration::from_millis(50));
+        assert_eq!(config.breaker.failure_threshold, 0);
+        assert_eq!(config.rollback_window, Duration::ZERO);
+        let args = Args::try_parse_from(["serve", "--policy-memory-mib", "300"]).unwrap();
+        let engine = args.policy.engine_options(&config);
+        assert_eq!(
+            engine.pooling.unwrap().max_memory_bytes,
+            300 << 20,
+            "the pool fits the cap"
+        );
+        assert!(slot(&["--policy-deadline-ms", "0"]).is_err());
+        assert!(slot(&["--policy-memory-mib", "0"]).is_err());
+    }
 }

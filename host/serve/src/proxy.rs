@@ -134,7 +134,10 @@ impl AppState {
     pub fn tell_policy(&self, tenant: &Tenant, events: &[Event]) {
         if let Err(e) = tenant.policy.observe(events) {
             self.metrics.policy_errors.fetch_add(1, Relaxed);
-            tracing::warn!(tenant = %tenant.name, error = %e, "policy observe failed; request continues");
+            // A suspended policy was reported once when its circuit opened; not once per request.
+            if !e.is_circuit_open() {
+                tracing::warn!(tenant = %tenant.name, error = %e, "policy observe failed; request continues");
+            }
         }
     }
 }

@@ -65,7 +65,10 @@ impl Warmups {
                 Ok(effects) => effects,
                 Err(e) => {
                     state.metrics.policy_errors.fetch_add(1, Relaxed);
-                    tracing::warn!(tenant = %tenant.name, error = %e, "policy act failed");
+                    // A suspended policy was reported once when its circuit opened.
+                    if !e.is_circuit_open() {
+                        tracing::warn!(tenant = %tenant.name, error = %e, "policy act failed");
+                    }
                     return;
                 }
             };

@@ -304,7 +304,10 @@ impl Connection {
         let ranking = self.shared.policy.rank(&items);
         if let Some(e) = &ranking.fallback {
             add(&self.shared.metrics.policy_fallbacks, 1);
-            tracing::warn!(error = %e, items = items.len(), "policy failed; answering in LRU order");
+            // A suspended policy was reported once when its circuit opened; not once per step.
+            if !e.is_circuit_open() {
+                tracing::warn!(error = %e, items = items.len(), "policy failed; answering in LRU order");
+            }
         }
         let mut order = ranking.order;
         self.shared.pins.apply(&items, &mut order);

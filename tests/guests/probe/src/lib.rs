@@ -9,7 +9,16 @@
 //! - `predict(PANIC_HORIZON)` panics (a trap);
 //! - `observe` of an agent registered under the name [`TRAP_AGENT`] panics (a trap mid-request);
 //! - `observe` of an agent registered under the name [`LOG_FLOOD_AGENT`] logs
-//!   [`LOG_FLOOD_LINES`] lines, each trying to forge a host log line with a newline.
+//!   [`LOG_FLOOD_LINES`] lines, each trying to forge a host log line with a newline;
+//! - once an agent named [`SICK_AGENT`] is registered, `observe` panics on every registration,
+//!   arrival or finish of *another* agent (a policy broken for good by its traffic: the
+//!   registration is replayed on every restart, and its own request still goes through);
+//! - once an agent named [`SNAPSHOT_LOOP_AGENT`] is registered, `snapshot` never returns (while
+//!   every other primitive keeps working);
+//! - once an agent named [`ACT_FLOOD_AGENT`] / [`LONG_STRING_AGENT`] / [`PREDICT_FLOOD_AGENT`] /
+//!   [`SNAPSHOT_FLOOD_AGENT`] is registered, `act` returns [`FLOOD_LEN`] side effects / a deny
+//!   reason of [`LONG_STRING_BYTES`], `predict` [`FLOOD_LEN`] forecasts, `snapshot`
+//!   [`SNAPSHOT_FLOOD_BYTES`] bytes.
 
 use agentrt_sdk::state::{Reader, Writer};
 use agentrt_sdk::{
@@ -23,6 +32,15 @@ pub const PANIC_HORIZON: u32 = 666;
 pub const TRAP_AGENT: &str = "probe-trap";
 pub const LOG_FLOOD_AGENT: &str = "probe-log-flood";
 pub const LOG_FLOOD_LINES: u32 = 1000;
+pub const SICK_AGENT: &str = "probe-sick";
+pub const SNAPSHOT_LOOP_AGENT: &str = "probe-snapshot-loop";
+pub const ACT_FLOOD_AGENT: &str = "probe-act-flood";
+pub const LONG_STRING_AGENT: &str = "probe-long-string";
+pub const PREDICT_FLOOD_AGENT: &str = "probe-predict-flood";
+pub const SNAPSHOT_FLOOD_AGENT: &str = "probe-snapshot-flood";
+pub const FLOOD_LEN: usize = 100_000;
+pub const LONG_STRING_BYTES: usize = 1 << 20;
+pub const SNAPSHOT_FLOOD_BYTES: usize = 20 << 20;
 const MAGIC: [u8; 4] = *b"PRB1";
 
 /// Everything the probe has seen.
@@ -39,6 +57,16 @@ pub struct Probe {
     pub block_hash_sum: u64,
     /// A config value, to show `init` ran.
     pub bias: f32,
+    /// Names of the misbehaviour cues registered (not part of the snapshot).
+    pub cues: Vec<String>,
+    /// The handle of the [`SICK_AGENT`], once registered.
+    pub sick_agent: Option<u32>,
+}
+
+impl Probe {
+    fn cued(&self, name: &str) -> bool {
+        self.cues.iter().any(|c| c == name)
+    }
 }
 
 impl Policy for Probe {
@@ -53,6 +81,15 @@ impl Policy for Probe {
     }
 
     fn observe(&mut self, event: &Event) {
+        if let Some(sick) = self.sick_agent {
+            let agent = match event {
+                Event::AgentRegistered(a) => Some(a.agent),
+                Event::RequestArrival(r) => Some(r.agent),
+                Event::RequestFinish(f) => Some(f.agent),
+                _ => None,
+            };
+            assert!(agent.is_none_or(|a| a == sick), "probe is sick");
+        }
         self.events += 1;
         match event {
             Event::AgentRegistered(a) if a.name == TRAP_AGENT => panic!("probe was told to trap"),
@@ -62,7 +99,17 @@ impl Policy for Probe {
                     agentrt_sdk::host::log(agentrt_sdk::LogLevel::Warn, &forged);
                 }
             }
-            Event::AgentRegistered(a) => self.agents.push((a.agent, a.anchor_hash)),
+            Event::AgentRegistered(a) => {
+                if a.name.starts_with("probe-") {
+                    self.cues.push(a.name.clone());
+                }
+                if a.name == SICK_AGENT {
+                    // Not among the agents `act` warms: warm-ups would be successful calls.
+                    self.sick_agent = Some(a.agent);
+                    return;
+                }
+                self.agents.push((a.agent, a.anchor_hash))
+            }
             Event::RequestArrival(r) => {
                 self.prompt_tokens += u64::from(r.prompt_tokens);
                 self.continued_tokens += r.continues.map_or(0, |c| u64::from(c.shared_tokens));
@@ -103,6 +150,19 @@ impl Policy for Probe {
     /// One next-agent forecast per registered agent, uniform.
     fn predict(&mut self, horizon: u32) -> Vec<Forecast> {
         assert!(horizon != PANIC_HORIZON, "probe was told to panic");
+        if self.cued(PREDICT_FLOOD_AGENT) {
+            return vec![
+                Forecast {
+                    kind: ForecastKind::NextAgent,
+                    session: 0,
+                    agent: 0,
+                    subject: 0,
+                    probability: 0.0,
+                    steps: horizon,
+                };
+                FLOOD_LEN
+            ];
+        }
         let p = 1.0 / self.agents.len().max(1) as f32;
         self.agents
             .iter()
@@ -119,6 +179,20 @@ impl Policy for Probe {
 
     /// One side effect of every kind, each carrying a value derived from state.
     fn act(&mut self) -> Vec<SideEffect> {
+        if self.cued(ACT_FLOOD_AGENT) {
+            let pin = Pin {
+                agent: 1,
+                session: 1,
+                ttl_ms: 1,
+            };
+            return vec![SideEffect::Pin(pin); FLOOD_LEN];
+        }
+        if self.cued(LONG_STRING_AGENT) {
+            return vec![SideEffect::Deny(Deny {
+                session: 1,
+                reason: "x".repeat(LONG_STRING_BYTES),
+            })];
+        }
         let (agent, anchor) = self.agents.last().copied().unwrap_or((0, 0));
         vec![
             SideEffect::WarmPrefix(WarmPrefix {
@@ -157,6 +231,15 @@ impl Policy for Probe {
     }
 
     fn snapshot(&self) -> Vec<u8> {
+        if self.cued(SNAPSHOT_LOOP_AGENT) {
+            let mut spins = 0u64;
+            loop {
+                spins = core::hint::black_box(spins.wrapping_add(1));
+            }
+        }
+        if self.cued(SNAPSHOT_FLOOD_AGENT) {
+            return vec![7; SNAPSHOT_FLOOD_BYTES];
+        }
         let mut w = Writer::new(MAGIC, 2);
         w.u32(self.agents.len() as u32);
         for &(agent, anchor) in &self.agents {
