@@ -3,10 +3,11 @@
 //! token is checked before a byte of the body is read, and an upload is read under
 //! `--max-upload-bytes` (64 MiB by default).
 //!
-//! - `PUT /admin/tenants/{tenant}/policy[?fresh=true]` — body: a policy component (`.wasm`). Starts
-//!   the tenant if new, then hot-swaps its policy, carrying learned state over (`fresh=true`: start
-//!   the new policy from scratch, e.g. a different policy). A component that does not load, start
-//!   or accept the state leaves the running policy in place and answers 400.
+//! - `PUT /admin/tenants/{tenant}/policy[?fresh=true]` — body: a policy component (`.wasm`). A new
+//!   tenant starts with it; an existing one hot-swaps to it, carrying learned state over
+//!   (`fresh=true`: start the new policy from scratch, e.g. a different policy). A component that
+//!   does not load, start or accept the state leaves the running policy in place (for a new
+//!   tenant: no tenant) and answers 400; no free policy instance (the pool is full) answers 503.
 //! - `GET /admin/tenants` — tenants, their policies, agents (count and names) and distinct sessions
 //!   seen.
 
@@ -65,10 +66,24 @@ async fn put_policy(
         Ok(Err(e)) => return ApiError::bad_request(e.to_string()).into_response(),
         Err(e) => return ApiError::bad_request(format!("loading failed: {e}")).into_response(),
     };
-    let live = match state.tenants.get_or_start(&tenant) {
-        Ok(t) => t,
+    // A new tenant starts with the upload itself: if it does not start, no tenant is left behind
+    // (not one running the default policy, as a start-then-swap would leave).
+    let (live, created) = match state.tenants.get_or_start_with(&tenant, component.clone()) {
+        Ok(started) => started,
         Err(e) => return e.into_response(),
     };
+    if created {
+        let info = live.policy.info();
+        return Json(json!({
+            "tenant": tenant,
+            "policy": info.name,
+            "version": info.version,
+            "created": true,
+            "state_bytes_carried": 0,
+            "paused_us": 0,
+        }))
+        .into_response();
+    }
     match state
         .tenants
         .registry()
@@ -78,6 +93,7 @@ async fn put_policy(
             "tenant": tenant,
             "policy": live.policy.info().name,
             "version": live.policy.info().version,
+            "created": false,
             "state_bytes_carried": report.state_bytes,
             "paused_us": report.paused.as_micros() as u64,
         }))
@@ -111,6 +127,8 @@ async fn list_tenants(State(state): State<Arc<AppState>>, headers: HeaderMap) ->
                 "agents": t.agents.agents(),
                 "agent_names": t.agents.agent_names(),
                 "sessions": t.agents.sessions(),
+                "live_sessions": t.agents.live_sessions(),
+                "prompt_shapes": t.continuations.len(),
             })
         })
         .collect();

@@ -9,7 +9,6 @@
 //! completions, 256-byte pieces of the prompt. Sizes are bytes / 4, like the proxy's other token
 //! estimates. Only hashes and sizes are kept — never the prompt text.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
 use serde_json::Value;
@@ -17,8 +16,8 @@ use sha2::{Digest, Sha256};
 
 use agentrt_runtime::types::Continuation;
 
-/// Prompt shapes remembered per tenant: one per (session, agent); the oldest is forgotten first.
-const MAX_SHAPES: usize = 4096;
+use crate::table::{LruTable, TableLimits};
+
 /// Chunk size of a plain completion prompt.
 const TEXT_CHUNK: usize = 256;
 
@@ -73,41 +72,48 @@ impl PromptShape {
     }
 }
 
-/// The last prompt shape of every (session, agent) of one tenant.
-#[derive(Debug, Default)]
+/// The last prompt shape of every (session, agent) of one tenant, bounded by count and bytes
+/// ([`TableLimits::max_shapes`], [`TableLimits::max_shape_bytes`]); the least recently used is
+/// forgotten first.
+#[derive(Debug)]
 pub struct Continuations {
-    inner: Mutex<Shapes>,
+    inner: Mutex<LruTable<(u64, u32), PromptShape>>,
 }
 
-#[derive(Debug, Default)]
-struct Shapes {
-    last: HashMap<(u64, u32), PromptShape>,
-    order: VecDeque<(u64, u32)>,
+impl Default for Continuations {
+    fn default() -> Self {
+        Self::new(&TableLimits::default())
+    }
 }
 
 impl Continuations {
+    pub fn new(limits: &TableLimits) -> Self {
+        Self {
+            inner: Mutex::new(LruTable::new(limits.max_shapes, limits.max_shape_bytes)),
+        }
+    }
+
     /// Record `shape` as the latest prompt of `agent` in `session`; how it continues the previous
     /// one, if there was one.
     pub fn observe(&self, session: u64, agent: u32, shape: PromptShape) -> Option<Continuation> {
-        let mut s = self.inner.lock().expect("continuations lock");
+        let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let key = (session, agent);
-        let continues = s.last.get(&key).map(|previous| Continuation {
+        let continues = s.peek(&key).map(|previous| Continuation {
             shared_tokens: shape.shared_with(previous),
             previous_tokens: previous.tokens(),
         });
-        if s.last.insert(key, shape).is_none() {
-            s.order.push_back(key);
-            if s.order.len() > MAX_SHAPES {
-                if let Some(oldest) = s.order.pop_front() {
-                    s.last.remove(&oldest);
-                }
-            }
-        }
+        let bytes = shape.0.len() * std::mem::size_of::<(u64, u32)>();
+        s.insert(key, shape, bytes);
         continues
     }
 
     pub fn len(&self) -> usize {
-        self.inner.lock().expect("continuations lock").last.len()
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Bytes of the shapes kept.
+    pub fn bytes(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).bytes()
     }
 
     pub fn is_empty(&self) -> bool {

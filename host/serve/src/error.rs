@@ -28,6 +28,15 @@ impl ApiError {
             message: message.into(),
         }
     }
+    /// 503: the proxy cannot serve this now (e.g. no policy instance is free).
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            kind: "service_unavailable",
+            message: message.into(),
+        }
+    }
+
     /// The upstream did not answer in time; the message names which timeout and its flag.
     pub fn upstream_timeout(message: impl Into<String>) -> Self {
         Self {

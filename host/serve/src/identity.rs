@@ -6,11 +6,13 @@
 //! - Session: the `x-session-id` header, else the body's `session_id`, else the hash of the first
 //!   user message — in a multi-agent workflow every agent's prompt carries the original task.
 //!
-//! [`AgentDirectory`] interns agent names into policy handles (per tenant, so one tenant's policy
-//! never hears of another's agents) and remembers each anchor so a warm-up can be rebuilt.
+//! [`AgentDirectory`] interns agent names into policy handles (one directory per tenant, so one
+//! tenant's policy never hears of another's agents; handles drawn from one counter for all
+//! tenants, so no two tenants share a handle in the engine's block tags) and remembers each anchor
+//! so a warm-up can be rebuilt. Session ids mix in the tenant ([`Identity::scope_to_tenant`]).
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
@@ -19,6 +21,8 @@ use sha2::{Digest, Sha256};
 
 use agentrt_runtime::types::{AgentRegistered, Event};
 use agentrt_runtime::PolicyHandle;
+
+use crate::table::{LruTable, TableLimits, MAX_AGENT_NAME_BYTES};
 
 /// What the proxy learned about one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,6 +90,7 @@ pub fn identify_chat(headers: &HeaderMap, body: &Value) -> Result<(Identity, Anc
         .unwrap_or_else(|| format!("anchor-{anchor_hash:016x}"));
     let prompt_bytes: usize =
         messages.iter().map(|m| m.to_string().len()).sum::<usize>() + tools.as_ref().map_or(0, |t| t.to_string().len());
+    check_agent_name(&agent_name)?;
     let identity = Identity {
         agent_name,
         anchor_hash,
@@ -110,7 +115,7 @@ pub fn identify_chat(headers: &HeaderMap, body: &Value) -> Result<(Identity, Anc
 }
 
 /// Identify a plain completion request (no messages: identity from headers, session from them).
-pub fn identify_completion(headers: &HeaderMap, body: &Value) -> Identity {
+pub fn identify_completion(headers: &HeaderMap, body: &Value) -> Result<Identity, String> {
     let prompt = body.get("prompt").map(Value::to_string).unwrap_or_default();
     let agent_name = header(headers, "x-agent-id")
         .map(str::to_string)
@@ -120,52 +125,127 @@ pub fn identify_completion(headers: &HeaderMap, body: &Value) -> Identity {
         .map(str::to_string)
         .or_else(|| body.get("session_id").and_then(Value::as_str).map(str::to_string))
         .unwrap_or_else(|| format!("prompt-{:016x}", stable_hash(prompt.as_bytes())));
-    Identity {
+    check_agent_name(&agent_name)?;
+    Ok(Identity {
         anchor_hash: 0,
         anchor_tokens: 0,
         session: stable_hash(session_key.as_bytes()),
         session_key,
         prompt_tokens: (prompt.len() / 4) as u32,
         agent_name,
+    })
+}
+
+impl Identity {
+    /// Make the session id the tenant's own: two tenants that use the same session key (an
+    /// `x-session-id`, or the same first task) must not share a session id in the engine's block
+    /// tags or in what their policies hear.
+    pub fn scope_to_tenant(&mut self, tenant: &str) {
+        self.session = tenant_session(tenant, &self.session_key);
     }
 }
 
-/// Anchors remembered per tenant, for warm-ups. Bounded: the oldest is forgotten first.
-const MAX_ANCHORS: usize = 1024;
-/// Live sessions remembered per tenant (to count them and to end idle ones). Bounded: the oldest
-/// is forgotten first. A forgotten or ended session that comes back counts as a new one.
-const MAX_SESSIONS: usize = 4096;
-
-/// One tenant's agents: names → handles, and anchors by hash.
-#[derive(Default)]
-pub struct AgentDirectory {
-    inner: Mutex<Directory>,
+/// The session id of `session_key` in `tenant`: a stable hash of both, kept apart by a separator
+/// that neither a tenant name nor the length prefix can contain.
+pub fn tenant_session(tenant: &str, session_key: &str) -> u64 {
+    let mut bytes = Vec::with_capacity(tenant.len() + session_key.len() + 9);
+    bytes.extend_from_slice(&(tenant.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(tenant.as_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(session_key.as_bytes());
+    stable_hash(&bytes)
 }
 
-#[derive(Default)]
+/// One tenant's agents: names → handles, anchors by hash, and live sessions. Every table is
+/// bounded ([`TableLimits`]) and forgets its least recently used entry first.
+///
+/// Handles come from a counter shared by every tenant's directory ([`Handles`]), so no two
+/// tenants ever share an agent handle: the engine tags KV blocks with it.
+pub struct AgentDirectory {
+    inner: Mutex<Directory>,
+    handles: Handles,
+}
+
+/// The source of agent handles, shared across tenants: 1, 2, 3, … never reused.
+#[derive(Clone, Debug)]
+pub struct Handles(Arc<AtomicU32>);
+
+impl Default for Handles {
+    fn default() -> Self {
+        Self(Arc::new(AtomicU32::new(1)))
+    }
+}
+
+impl Handles {
+    fn next(&self) -> u32 {
+        self.0.fetch_add(1, Relaxed)
+    }
+}
+
 struct Directory {
-    handles: HashMap<String, u32>,
-    anchors: HashMap<u64, (u32, Anchor)>,
-    anchor_order: VecDeque<u64>,
+    handles: LruTable<String, u32>,
+    anchors: LruTable<u64, (u32, Anchor)>,
     /// Live sessions → when their last request arrived or finished.
-    sessions: HashMap<u64, Instant>,
-    /// Live sessions, first seen first (bounds the map).
-    session_order: VecDeque<u64>,
+    sessions: LruTable<u64, Instant>,
     sessions_seen: u64,
 }
 
+impl Default for AgentDirectory {
+    fn default() -> Self {
+        Self::new(TableLimits::default(), Handles::default())
+    }
+}
+
+/// `name`, cut to at most [`MAX_AGENT_NAME_BYTES`] at a character boundary.
+fn truncate_name(name: &str) -> &str {
+    let mut end = name.len().min(MAX_AGENT_NAME_BYTES);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
+}
+
+/// Refuse an agent name longer than [`MAX_AGENT_NAME_BYTES`].
+fn check_agent_name(name: &str) -> Result<(), String> {
+    if name.len() > MAX_AGENT_NAME_BYTES {
+        return Err(format!(
+            "the agent name (`x-agent-id` or `user`) is {} bytes, over the limit of {MAX_AGENT_NAME_BYTES}",
+            name.len()
+        ));
+    }
+    Ok(())
+}
+
 impl AgentDirectory {
-    /// The handle for `identity`'s agent, and the registration event to send if it is new.
+    pub fn new(limits: TableLimits, handles: Handles) -> Self {
+        Self {
+            inner: Mutex::new(Directory {
+                handles: LruTable::new(
+                    limits.max_agents,
+                    limits.max_agents.saturating_mul(MAX_AGENT_NAME_BYTES),
+                ),
+                anchors: LruTable::new(limits.max_anchors, limits.max_anchor_bytes),
+                sessions: LruTable::new(limits.max_sessions, usize::MAX),
+                sessions_seen: 0,
+            }),
+            handles,
+        }
+    }
+
+    /// The handle for `identity`'s agent, and the registration event to send if it is new (or
+    /// was forgotten: it then registers again under a new handle).
     pub fn intern(&self, identity: &Identity) -> (u32, Option<Event>) {
+        // The proxy refuses longer names; the engine adapter's names are cut here.
+        let name = truncate_name(&identity.agent_name);
         let mut d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(&handle) = d.handles.get(&identity.agent_name) {
+        if let Some(&mut handle) = d.handles.get_mut(&name.to_string()) {
             return (handle, None);
         }
-        let handle = d.handles.len() as u32 + 1;
-        d.handles.insert(identity.agent_name.clone(), handle);
+        let handle = self.handles.next();
+        d.handles.insert(name.to_string(), handle, name.len());
         let event = Event::AgentRegistered(AgentRegistered {
             agent: handle,
-            name: identity.agent_name.clone(),
+            name: name.to_string(),
             anchor_hash: identity.anchor_hash,
             anchor_tokens: identity.anchor_tokens,
         });
@@ -175,14 +255,13 @@ impl AgentDirectory {
     /// Remember `anchor` (of agent `handle`) under its hash.
     pub fn record_anchor(&self, hash: u64, handle: u32, anchor: Anchor) {
         let mut d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if d.anchors.insert(hash, (handle, anchor)).is_none() {
-            d.anchor_order.push_back(hash);
-            if d.anchor_order.len() > MAX_ANCHORS {
-                if let Some(oldest) = d.anchor_order.pop_front() {
-                    d.anchors.remove(&oldest);
-                }
-            }
+        if d.anchors.get_mut(&hash).is_some() {
+            return;
         }
+        let bytes = anchor.messages.iter().map(|m| m.to_string().len()).sum::<usize>()
+            + anchor.tools.as_ref().map_or(0, |t| t.to_string().len())
+            + anchor.model.len();
+        d.anchors.insert(hash, (handle, anchor), bytes);
     }
 
     /// The anchor recorded under `hash`, with its agent's handle.
@@ -191,12 +270,19 @@ impl AgentDirectory {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .anchors
-            .get(&hash)
+            .peek(&hash)
             .cloned()
     }
 
+    /// Agents known now (at most `max_agents`).
     pub fn agents(&self) -> usize {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).handles.len()
+    }
+
+    /// Anchors kept now, and their bytes.
+    pub fn anchors(&self) -> (usize, usize) {
+        let d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        (d.anchors.len(), d.anchors.bytes())
     }
 
     /// Agent names, in handle order.
@@ -218,14 +304,8 @@ impl AgentDirectory {
             *last = now;
             return false;
         }
-        d.sessions.insert(session, now);
+        d.sessions.insert(session, now, 0);
         d.sessions_seen += 1;
-        d.session_order.push_back(session);
-        while d.session_order.len() > MAX_SESSIONS {
-            if let Some(oldest) = d.session_order.pop_front() {
-                d.sessions.remove(&oldest);
-            }
-        }
         true
     }
 
@@ -233,23 +313,8 @@ impl AgentDirectory {
     /// them as ended. The proxy cannot see a workflow finish; silence is the only sign of it.
     pub fn expire_sessions(&self, idle: Duration, now: Instant) -> Vec<u64> {
         let mut d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let Directory {
-            sessions,
-            session_order,
-            ..
-        } = &mut *d;
-        let ended: Vec<u64> = sessions
-            .iter()
-            .filter(|(_, last)| now.saturating_duration_since(**last) >= idle)
-            .map(|(session, _)| *session)
-            .collect();
-        if !ended.is_empty() {
-            for session in &ended {
-                sessions.remove(session);
-            }
-            session_order.retain(|s| sessions.contains_key(s));
-        }
-        ended
+        d.sessions
+            .remove_where(|_, last| now.saturating_duration_since(*last) >= idle)
     }
 
     /// Sessions live now (seen, not ended, not forgotten).
@@ -337,11 +402,12 @@ mod tests {
         let (h1, reg) = d.intern(&id);
         assert!(matches!(reg, Some(Event::AgentRegistered(ref r)) if r.agent == h1 && r.anchor_hash == id.anchor_hash));
         assert_eq!(d.intern(&id), (h1, None));
-        for i in 0..(MAX_ANCHORS as u64 + 5) {
+        let max_anchors = TableLimits::default().max_anchors;
+        for i in 0..(max_anchors as u64 + 5) {
             d.record_anchor(i, h1, anchor.clone());
         }
         assert!(d.anchor(0).is_none(), "the oldest anchor was forgotten");
-        assert!(d.anchor(MAX_ANCHORS as u64 + 4).is_some());
+        assert!(d.anchor(max_anchors as u64 + 4).is_some());
     }
 
     #[test]
@@ -356,11 +422,12 @@ mod tests {
         assert_eq!(d.sessions(), 2, "one session per task, whichever agent calls");
         assert_eq!(d.agent_names().len(), 2);
         assert!(d.agent_names()[0].starts_with("anchor-"));
-        for s in 0..(MAX_SESSIONS as u64 + 10) {
+        let max_sessions = TableLimits::default().max_sessions;
+        for s in 0..(max_sessions as u64 + 10) {
             d.record_session(s);
         }
-        assert_eq!(d.sessions(), 2 + MAX_SESSIONS as u64 + 10);
-        assert!(d.live_sessions() <= MAX_SESSIONS, "bounded");
+        assert_eq!(d.sessions(), 2 + max_sessions as u64 + 10);
+        assert!(d.live_sessions() <= max_sessions, "bounded");
     }
 
     #[test]

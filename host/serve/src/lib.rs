@@ -27,6 +27,7 @@ pub mod identity;
 pub mod limits;
 pub mod metrics;
 pub mod proxy;
+pub mod table;
 pub mod tenants;
 pub mod upstream;
 pub mod warmup;

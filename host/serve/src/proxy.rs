@@ -230,12 +230,16 @@ async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
     };
     // The proxy's overhead counts from here: the client's upload time is not the proxy's.
     let received = Instant::now();
-    let prepared = parse_body(&state, &body).map(|json| {
-        let identity = identify_completion(&headers, &json);
+    let prepared = parse_body(&state, &body).and_then(|json| {
+        let mut identity = identify_completion(&headers, &json).map_err(|m| {
+            state.metrics.bad_requests.fetch_add(1, Relaxed);
+            ApiError::bad_request(m)
+        })?;
+        identity.scope_to_tenant(&tenant.name);
         let (agent, registration) = tenant.agents.intern(&identity);
         let prompt = json.get("prompt").map(Value::to_string).unwrap_or_default();
         let shape = PromptShape::of_text(&prompt);
-        prepare(&state, tenant, json, identity, agent, registration, shape)
+        Ok(prepare(&state, tenant, json, identity, agent, registration, shape))
     });
     match prepared {
         Ok(prepared) => forward(state, "/v1/completions", prepared, received).await,
@@ -250,10 +254,11 @@ async fn prepare_chat(
     body: &Bytes,
 ) -> Result<Prepared, ApiError> {
     let json = parse_body(state, body)?;
-    let (identity, anchor) = identify_chat(headers, &json).map_err(|m| {
+    let (mut identity, anchor) = identify_chat(headers, &json).map_err(|m| {
         state.metrics.bad_requests.fetch_add(1, Relaxed);
         ApiError::bad_request(m)
     })?;
+    identity.scope_to_tenant(&tenant.name);
     let (agent, mut registration) = tenant.agents.intern(&identity);
     if let Some(Event::AgentRegistered(new_agent)) = registration.as_mut() {
         if state.options.vllm_xargs {

@@ -11,12 +11,13 @@ use std::sync::{Arc, RwLock};
 
 use axum::http::HeaderMap;
 
-use agentrt_runtime::{PolicyComponent, PolicyHandle, PolicyRegistry, SlotConfig};
+use agentrt_runtime::{PolicyComponent, PolicyHandle, PolicyRegistry, RegistryError, SlotConfig};
 
 use crate::auth::bearer;
 use crate::continuation::Continuations;
 use crate::error::ApiError;
-use crate::identity::AgentDirectory;
+use crate::identity::{AgentDirectory, Handles};
+use crate::table::TableLimits;
 
 /// The registry slot every tenant's KV-cache policy runs in.
 pub const KV_SLOT: &str = "kv";
@@ -38,6 +39,10 @@ pub struct Tenants {
     /// API key → tenant name; empty = single-tenant mode.
     keys: HashMap<String, String>,
     live: RwLock<HashMap<String, Arc<Tenant>>>,
+    /// Caps on each tenant's tables.
+    tables: TableLimits,
+    /// Agent handles, unique across tenants.
+    handles: Handles,
 }
 
 impl Tenants {
@@ -53,7 +58,15 @@ impl Tenants {
             default_config,
             keys,
             live: RwLock::new(HashMap::new()),
+            tables: TableLimits::default(),
+            handles: Handles::default(),
         }
+    }
+
+    /// Cap every tenant's tables at `tables` (before any tenant starts).
+    pub fn with_tables(mut self, tables: TableLimits) -> Self {
+        self.tables = tables;
+        self
     }
 
     pub fn registry(&self) -> &PolicyRegistry {
@@ -76,25 +89,44 @@ impl Tenants {
 
     /// The tenant `name`, starting its policy from the default component if it is new.
     pub fn get_or_start(&self, name: &str) -> Result<Arc<Tenant>, ApiError> {
+        self.get_or_start_with(name, self.default_policy.clone())
+            .map(|(t, _)| t)
+            .map_err(|mut e| {
+                // The configured default not starting is the server's fault, not the client's.
+                if e.status == axum::http::StatusCode::BAD_REQUEST {
+                    e.status = axum::http::StatusCode::INTERNAL_SERVER_ERROR;
+                    e.kind = "server_error";
+                }
+                e
+            })
+    }
+
+    /// The tenant `name`; if it is new, it starts with `component` (not the default) and the
+    /// second value is true. A policy that does not start leaves no tenant behind.
+    pub fn get_or_start_with(
+        &self,
+        name: &str,
+        component: Arc<PolicyComponent>,
+    ) -> Result<(Arc<Tenant>, bool), ApiError> {
         if let Some(t) = self.live.read().unwrap_or_else(|p| p.into_inner()).get(name) {
-            return Ok(t.clone());
+            return Ok((t.clone(), false));
         }
         let mut live = self.live.write().unwrap_or_else(|p| p.into_inner());
         if let Some(t) = live.get(name) {
-            return Ok(t.clone());
+            return Ok((t.clone(), false));
         }
         let policy = self
             .registry
-            .install(name, KV_SLOT, self.default_policy.clone(), self.default_config.clone())
-            .map_err(|e| ApiError::upstream(format!("tenant {name}: policy did not start: {e}")))?;
+            .install(name, KV_SLOT, component, self.default_config.clone())
+            .map_err(|e| policy_did_not_start(name, &e))?;
         let tenant = Arc::new(Tenant {
             name: name.to_string(),
             policy,
-            agents: Arc::new(AgentDirectory::default()),
-            continuations: Continuations::default(),
+            agents: Arc::new(AgentDirectory::new(self.tables, self.handles.clone())),
+            continuations: Continuations::new(&self.tables),
         });
         live.insert(name.to_string(), tenant.clone());
-        Ok(tenant)
+        Ok((tenant, true))
     }
 
     /// Tenants started so far.
@@ -108,6 +140,24 @@ impl Tenants {
             .collect();
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all
+    }
+}
+
+/// Why a tenant's policy did not start, said so that an operator can act: a full instance pool
+/// (every pre-allocated instance slot is in use: one per tenant, two during a swap) is 503 and
+/// names the pool; a component or configuration that does not start is 400.
+fn policy_did_not_start(name: &str, e: &RegistryError) -> ApiError {
+    let text = e.to_string();
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("maximum concurrent") || lower.contains("pool") || lower.contains("instance limit") {
+        ApiError::unavailable(format!(
+            "tenant {name}: no policy instance is free (the instance pool is full: every slot runs a tenant's \
+             policy); the tenant was not started: {text}"
+        ))
+    } else {
+        ApiError::bad_request(format!(
+            "tenant {name}: the policy did not start, the tenant was not created: {text}"
+        ))
     }
 }
 

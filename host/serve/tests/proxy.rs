@@ -31,7 +31,11 @@ async fn forwards_with_agent_identity_and_tells_the_policy() {
         (first["agentrt_agent"].as_u64(), second["agentrt_agent"].as_u64()),
         (Some(1), Some(2))
     );
-    assert_eq!(second["agentrt_session"], agentrt_serve::identity::stable_hash(b"s-9"));
+    assert_eq!(
+        second["agentrt_session"],
+        agentrt_serve::identity::tenant_session("default", "s-9"),
+        "the session id is the tenant's own"
+    );
     assert_eq!(first["agentrt_warmup"], false);
 
     // The probe policy registered both agents (it forecasts one next agent per registered agent).

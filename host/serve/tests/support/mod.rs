@@ -8,7 +8,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentrt_runtime::{PolicyRegistry, SlotConfig};
+use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyRegistry, PoolingOptions, SlotConfig};
+use agentrt_serve::table::TableLimits;
 use agentrt_serve::tenants::Tenants;
 use agentrt_serve::warmup::WarmupOptions;
 use agentrt_serve::{router, AppState, Limits, ServeOptions};
@@ -33,6 +34,11 @@ pub struct Setup {
     pub admin_token: Option<String>,
     pub metrics_token: Option<String>,
     pub limits: Limits,
+    /// `init` of every tenant's policy.
+    pub init: Vec<(&'static str, &'static str)>,
+    pub tables: TableLimits,
+    /// Instance slots of the engine's pool (the test engine's 16 when `None`).
+    pub pool_instances: Option<u32>,
 }
 
 impl Setup {
@@ -44,14 +50,34 @@ impl Setup {
             admin_token: Some("s3cret".into()),
             metrics_token: None,
             limits: Limits::default(),
+            init: Vec::new(),
+            tables: TableLimits::default(),
+            pool_instances: None,
         }
     }
 
     pub async fn start(self) -> Proxy {
         let (stub_url, stub) = stub_upstream::start().await;
-        let (engine, cache) = agentrt_tests::engine();
+        let (engine, cache) = match self.pool_instances {
+            None => agentrt_tests::engine(),
+            Some(max_instances) => {
+                let cache = tempfile::tempdir().unwrap();
+                let engine = PolicyEngine::new(EngineOptions {
+                    pooling: Some(PoolingOptions {
+                        max_instances,
+                        ..PoolingOptions::default()
+                    }),
+                    cache_dir: Some(cache.path().to_path_buf()),
+                    seed: Some(7),
+                    ..EngineOptions::default()
+                })
+                .unwrap();
+                (engine, cache)
+            }
+        };
         let component = agentrt_tests::load(&engine, self.policy);
-        let tenants = Tenants::new(PolicyRegistry::new(engine), component, SlotConfig::new(""), self.keys);
+        let slot = SlotConfig::new("").with_init(self.init.iter().copied());
+        let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, self.keys).with_tables(self.tables);
         let options = ServeOptions {
             upstream: self.upstream.unwrap_or(stub_url),
             vllm_xargs: true,

@@ -1,0 +1,219 @@
+//! Issue 10's remaining rows, over real HTTP on loopback against the stub upstream: tenants never
+//! share the engine's tags, a PUT whose policy does not start leaves no tenant, a full instance
+//! pool is a clear 503, and the tables clients fill stay at their caps.
+
+mod stub_upstream;
+mod support;
+
+use agentrt_serve::table::{TableLimits, MAX_AGENT_NAME_BYTES};
+use serde_json::Value;
+use support::{chat, post_json, settle, Setup};
+
+fn keyed(policy: &'static str, keys: &[(&str, &str)]) -> Setup {
+    Setup {
+        keys: keys.iter().map(|(k, t)| (k.to_string(), t.to_string())).collect(),
+        ..Setup::new(policy)
+    }
+}
+
+async fn listing(p: &support::Proxy) -> Value {
+    reqwest::Client::new()
+        .get(format!("{}/admin/tenants", p.url))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+fn tenant_names(listing: &Value) -> Vec<String> {
+    listing["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["tenant"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_with_the_same_session_id_and_system_prompt_get_different_engine_tags() {
+    let p = keyed("lru", &[("key-a", "alpha"), ("key-b", "beta")]).start().await;
+    let body = chat("You are the planner.", "Task 17", "tiny", false);
+    for key in ["Bearer key-a", "Bearer key-b"] {
+        let headers = [("authorization", key), ("x-session-id", "shared-session")];
+        assert_eq!(post_json(&p, &body, &headers).await.status(), 200);
+    }
+    settle(&p).await;
+    let sent = p.stub.user_requests();
+    assert_eq!(sent.len(), 2);
+    let (a, b) = (&sent[0].body["vllm_xargs"], &sent[1].body["vllm_xargs"]);
+    assert_ne!(
+        a["agentrt_session"], b["agentrt_session"],
+        "one x-session-id in two tenants is two sessions in the engine: {a} {b}"
+    );
+    assert_ne!(
+        a["agentrt_agent"], b["agentrt_agent"],
+        "one system prompt in two tenants is two agents in the engine: {a} {b}"
+    );
+    // Within a tenant the tags stay stable.
+    let headers = [("authorization", "Bearer key-a"), ("x-session-id", "shared-session")];
+    assert_eq!(post_json(&p, &body, &headers).await.status(), 200);
+    settle(&p).await;
+    let again = &p.stub.user_requests()[2].body["vllm_xargs"];
+    assert_eq!(
+        (&again["agentrt_agent"], &again["agentrt_session"]),
+        (&a["agentrt_agent"], &a["agentrt_session"])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_whose_policy_does_not_start_creates_no_tenant() {
+    // Every tenant's policy gets `bias=0.5`: probe takes it, lru refuses any configuration.
+    let p = Setup {
+        init: vec![("bias", "0.5")],
+        ..keyed("probe", &[("key-a", "alpha")])
+    }
+    .start()
+    .await;
+    let a = [("authorization", "Bearer key-a")];
+    assert_eq!(post_json(&p, &chat("s", "t", "tiny", false), &a).await.status(), 200);
+    let before = listing(&p).await;
+    assert_eq!(tenant_names(&before), ["alpha"]);
+
+    let lru = std::fs::read(agentrt_tests::component_path("lru")).unwrap();
+    let refused = reqwest::Client::new()
+        .put(format!("{}/admin/tenants/gamma/policy", p.url))
+        .bearer_auth("s3cret")
+        .body(lru)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    let message = refused.text().await.unwrap();
+    assert!(
+        message.contains("gamma") && message.contains("not created"),
+        "{message}"
+    );
+    assert_eq!(listing(&p).await, before, "no half-created tenant");
+    assert!(p.state.tenants.registry().get("gamma", "kv").is_none());
+
+    // A component that does start creates the tenant with it, not with the default.
+    let probe = std::fs::read(agentrt_tests::component_path("probe")).unwrap();
+    let created = reqwest::Client::new()
+        .put(format!("{}/admin/tenants/gamma/policy", p.url))
+        .bearer_auth("s3cret")
+        .body(probe)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 200);
+    let created: Value = created.json().await.unwrap();
+    assert_eq!(created["created"], true, "{created}");
+    assert_eq!(tenant_names(&listing(&p).await), ["alpha", "gamma"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_instance_pool_is_a_clear_503_and_starts_no_tenant() {
+    let p = Setup {
+        pool_instances: Some(1),
+        ..keyed("lru", &[("key-a", "alpha"), ("key-b", "beta")])
+    }
+    .start()
+    .await;
+    let a = [("authorization", "Bearer key-a")];
+    let b = [("authorization", "Bearer key-b")];
+    assert_eq!(post_json(&p, &chat("s", "t", "tiny", false), &a).await.status(), 200);
+    let full = post_json(&p, &chat("s", "t", "tiny", false), &b).await;
+    assert_eq!(full.status(), 503);
+    let message = full.text().await.unwrap();
+    assert!(
+        message.contains("instance pool is full") && message.contains("beta"),
+        "{message}"
+    );
+    let lru = std::fs::read(agentrt_tests::component_path("lru")).unwrap();
+    let put = reqwest::Client::new()
+        .put(format!("{}/admin/tenants/gamma/policy", p.url))
+        .bearer_auth("s3cret")
+        .body(lru)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 503);
+    assert_eq!(tenant_names(&listing(&p).await), ["alpha"]);
+    assert_eq!(
+        post_json(&p, &chat("s", "t", "tiny", false), &a).await.status(),
+        200,
+        "alpha still serves"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_filled_tables_stay_at_their_caps() {
+    let tables = TableLimits {
+        max_agents: 5,
+        max_sessions: 6,
+        max_anchors: 4,
+        max_shapes: 7,
+        ..TableLimits::default()
+    };
+    let p = Setup {
+        tables,
+        ..Setup::new("lru")
+    }
+    .start()
+    .await;
+    for i in 0..20 {
+        let body = chat(&format!("system {i}"), "task", "tiny", false);
+        let headers = [("x-session-id", format!("s-{i}")), ("x-agent-id", format!("agent-{i}"))];
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(post_json(&p, &body, &headers).await.status(), 200);
+    }
+    settle(&p).await;
+    let tenant = p.state.tenants.get_or_start("default").unwrap();
+    assert_eq!(tenant.agents.agents(), 5);
+    assert_eq!(tenant.agents.live_sessions(), 6);
+    assert_eq!(tenant.agents.anchors().0, 4);
+    assert_eq!(tenant.continuations.len(), 7);
+    assert_eq!(tenant.agents.sessions(), 20, "sessions seen still counts every one");
+    let names = tenant.agents.agent_names();
+    assert_eq!(
+        names,
+        ["agent-15", "agent-16", "agent-17", "agent-18", "agent-19"],
+        "the most recent stay"
+    );
+    let listed = &listing(&p).await["tenants"][0];
+    assert_eq!(
+        (listed["agents"].as_u64(), listed["live_sessions"].as_u64()),
+        (Some(5), Some(6))
+    );
+    assert_eq!(listed["prompt_shapes"], 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overlong_agent_name_is_refused_with_a_clear_400() {
+    let p = Setup::new("lru").start().await;
+    let long = "a".repeat(MAX_AGENT_NAME_BYTES + 1);
+    let refused = post_json(&p, &chat("s", "t", "tiny", false), &[("x-agent-id", &long)]).await;
+    assert_eq!(refused.status(), 400);
+    assert!(refused.text().await.unwrap().contains("over the limit of 256"));
+    let mut body = chat("s", "t", "tiny", false);
+    body["user"] = Value::String(long);
+    assert_eq!(post_json(&p, &body, &[]).await.status(), 400, "`user` too");
+    let fits = "a".repeat(MAX_AGENT_NAME_BYTES);
+    assert_eq!(
+        post_json(&p, &chat("s", "t", "tiny", false), &[("x-agent-id", &fits)])
+            .await
+            .status(),
+        200
+    );
+    let completion = support::post(
+        &format!("{}/v1/completions", p.url),
+        serde_json::json!({"model": "tiny", "prompt": "x", "user": "b".repeat(300)}).to_string(),
+        &[],
+    )
+    .await;
+    assert_eq!(completion.status(), 400, "plain completions too");
+    assert!(p.stub.user_requests().len() == 1, "nothing refused went upstream");
+}
