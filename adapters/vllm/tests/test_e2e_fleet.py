@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import pytest
 
 from conftest import SKIP_SERVE_REASON, http_json
-from test_e2e_serve import HEADER, Call, Run, _tool, _words, series, stream_call
+from test_e2e_serve import HEADER, Call, Run, _tool, _words, assert_runs_healthy, report_runs, series, stream_call
 
 pytestmark = pytest.mark.skipif(os.environ.get("AGENTRT_SKIP_VLLM_SERVE") == "1", reason=SKIP_SERVE_REASON)
 
@@ -325,23 +325,8 @@ def test_cachesage_beats_lru_on_a_fleet_on_a_real_vllm(start_stack):
     report = "\n".join(lines)
     print("\nanchors:", {k: sizes[k] for k in sorted(sizes)})
     print("\n" + report)
-    for r in runs:
-        print(f"[{r.policy}] policy: {r.score_calls:.0f} rankings, {r.block_items:.0f} block events")
-        print(f"[{r.policy}] proxy:", {k: v for k, v in r.proxy.items() if k.startswith("agentrt_proxy_")
-                                       and not k.startswith("agentrt_proxy_overhead")})
-    results = os.environ.get("AGENTRT_E2E_RESULTS")
-    if results:
-        with open(results, "w") as f:
-            f.write(report + "\n")
-
-    for r in runs:
-        assert not r.failed, f"{r.policy}: failed requests: {[(o.status, o.error) for o in r.failed][:5]}"
-        assert r.vllm_queries > 0, f"{r.policy}: vLLM counted no prefix-cache queries"
-        assert r.proxy.get("agentrt_proxy_requests_failed_total", 0) == 0
-        assert r.proxy.get("agentrt_policy_fallbacks_total", 0) == 0, f"{r.policy}: the policy failed and fell back"
-        assert r.score_calls > 0, f"{r.policy}: vLLM never asked the policy to rank an eviction"
-        assert r.block_items > 0, f"{r.policy}: no block tags reached the policy"
-        assert r.proxy.get("agentrt_proxy_anchors_tokenized_total", 0) == len(used), "vLLM counted each anchor"
+    report_runs(runs, report)
+    assert_runs_healthy(runs, anchors=len(used))
     assert anchor_blocks > 3 * BLOCKS, f"the anchors ({anchor_blocks:.0f} blocks) must be several times the cache"
     for r in (sage, classic):
         assert r.proxy.get("agentrt_proxy_warmups_failed_total", 0) == 0, f"{r.policy}: vLLM refused warm-ups"
