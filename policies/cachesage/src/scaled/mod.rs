@@ -5,11 +5,13 @@
 //! used again soonest. This model estimates that directly: every candidate block gets the rate at
 //! which it is expected to be used again (uses per second), from what the runtime layer knows.
 //!
-//! - **An anchor block** (or content several sessions shared) of agent `a`:
+//! - **An anchor block** of agent `a`:
 //!   `Σ_live sessions Σ_paths p / t` — each live session's chance to reach `a` within K steps over
 //!   the agents' learned successors, divided by when (the learned gaps — tool waits, user think
 //!   time — and service times along the path) — plus the rate at which new sessions start using
 //!   `a` ([`agents::AgentStats::new_session_rate`]), which slows as an application goes quiet.
+//! - **Content several sessions shared** (reported with session 0): at most its agent's anchor
+//!   rate, and no more than its own recency says (`1 / age`): only some sessions want it.
 //! - **A session's own content**: the same sum over that session's paths back to the block's
 //!   agent, times the chance the next call carries the block forward (continuity); a request of
 //!   that agent already in flight makes it imminent; an ended session's content is dead (0).
@@ -285,8 +287,15 @@ impl Scaled {
                 let Some(agent) = self.agents.get(item.agent) else {
                     return self.recency_rate(item);
                 };
-                if item.session == 0 || agent.is_anchor_position(item.position, item.tokens) {
+                if agent.is_anchor_position(item.position, item.tokens) {
                     return self.anchor_rate(agent);
+                }
+                if item.session == 0 {
+                    // Content several sessions shared (a subject's few-shot block, a question
+                    // many ask) is reused only when its agent runs — at most the anchor's rate —
+                    // and only by the sessions that want that content, which nothing here
+                    // counts: its own recency estimates that share.
+                    return self.anchor_rate(agent).min(self.recency_rate(item));
                 }
                 let Some(s) = self.sessions.get(item.session) else {
                     // An ended (or untracked) session's own content is dead.
