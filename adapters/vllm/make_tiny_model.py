@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Make a tiny random-weight Llama with a byte-level BPE tokenizer and a Llama-3-style chat
-template, for running a real vLLM on CPU in tests (DESIGN.md §5). Offline, deterministic, seconds.
+template, for running a real vLLM on CPU in tests (docs/background.md §5). Offline, deterministic, seconds.
 
     python adapters/vllm/make_tiny_model.py DIR
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs a CPU build of vLLM into a virtual environment, plus the agentrt vLLM plugin and what
-# the adapter's Python tests need. Recipe: DESIGN.md §5.
+# the adapter's Python tests need. Recipe: docs/background.md §5.
 #
 #   bash adapters/vllm/setup-venv.sh            # into /work/main/.venv-vllm (the repo's .venv-vllm)
 #   AGENTRT_VLLM_VENV=/path bash adapters/vllm/setup-venv.sh

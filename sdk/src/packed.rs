@@ -9,7 +9,7 @@
 //!
 //! Crossing the Wasm boundary as `list<u64>` costs a few ns per event against ~20 ns for a
 //! `list<block-event>`, because the host copies the words with one memcpy instead of lowering a
-//! record per event (DESIGN.md §9). The host encodes with [`words`]; the SDK decodes with [`decode`].
+//! record per event (docs/background.md §9). The host encodes with [`words`]; the SDK decodes with [`decode`].
 
 use crate::{BlockEvent, BlockOp, Item, ItemKind};
 

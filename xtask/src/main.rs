@@ -12,7 +12,7 @@
 //!
 //! Why `wasm32-unknown-unknown` + component encoding rather than `wasm32-wasip2`: the result imports
 //! only `agentrt:policy/host` — no WASI surface at all, so a policy has no ambient capability even
-//! in principle — and it is half the size (DESIGN.md §9: 28 KB vs 56 KB for the same policy).
+//! in principle — and it is half the size (docs/background.md §9: 28 KB vs 56 KB for the same policy).
 
 mod components;
 mod python_policies;

@@ -331,7 +331,7 @@ class AgentrtServe:
 
 class Stack:
     """`agentrt serve` → `vllm serve` with the plugin on the proxy's eviction socket and the KV events
-    on a loopback port: the whole path of DESIGN.md §6 on this machine."""
+    on a loopback port: the whole path of docs/background.md §6 on this machine."""
 
     def __init__(self, binary: Path, model: Path, workdir: Path, *, policy: str, blocks: int, admin_token: str | None,
                  deadline_ms: float | None, serve_args: tuple[str, ...], vllm_args: tuple[str, ...],

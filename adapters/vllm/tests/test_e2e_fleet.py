@@ -29,13 +29,12 @@ from __future__ import annotations
 import os
 import random
 import statistics
-import time
 from dataclasses import dataclass
 
 import pytest
 
 from conftest import SKIP_SERVE_REASON, http_json
-from test_e2e_serve import HEADER, Call, Run, _tool, _words, assert_runs_healthy, report_runs, series, stream_call
+from test_e2e_serve import HEADER, Call, Run, _tool, _words, assert_runs_healthy, measure, report_runs
 
 pytestmark = pytest.mark.skipif(os.environ.get("AGENTRT_SKIP_VLLM_SERVE") == "1", reason=SKIP_SERVE_REASON)
 
@@ -266,19 +265,7 @@ def run_policy(start_stack, label: str, policy: str, calls: list[tuple[Call, Age
         if sizes is not None and not sizes:  # measured once, on the first (cold) stack; touches no KV block
             for agent in {a.name: a for _, a in calls}.values():
                 sizes[agent.name] = anchor_tokens(stack.vllm.base, agent)
-        before = stack.vllm.metrics()
-        start = time.perf_counter()
-        for call, _ in calls:
-            run.outcomes.append(stream_call(stack.serve.base, call.body))
-        run.wall_s = time.perf_counter() - start
-        time.sleep(0.5)  # let a last warm-up land before reading the counters
-        after = stack.vllm.metrics()
-        run.vllm_queries = after.get("vllm:prefix_cache_queries_total", 0) - before.get("vllm:prefix_cache_queries_total", 0)
-        run.vllm_hits = after.get("vllm:prefix_cache_hits_total", 0) - before.get("vllm:prefix_cache_hits_total", 0)
-        run.proxy = stack.serve.metrics()
-        text = stack.serve.metrics_text()
-        run.score_calls = series(text, "agentrt_policy_calls_total", 'primitive="score"')
-        run.block_items = series(text, "agentrt_policy_items_total", 'primitive="observe-blocks"')
+        measure(stack, run, [call.body for call, _ in calls])
     finally:
         stack.stop()  # cold cache for the next policy: a fresh vLLM and a fresh proxy
     print(f"\n[{label}] vLLM ready in {run.ready_s:.1f} s; {len(calls)} requests in {run.wall_s:.1f} s; "

@@ -260,23 +260,29 @@ HEADER = ("| policy | hit rate (vLLM counters) | hit rate (user requests) | user
           "p50 TTFT ms | req/s | prompt tok/s | warm-ups | failed |\n|---|---|---|---|---|---|---|---|---|---|")
 
 
+def measure(stack, run: Run, bodies: list[dict]) -> None:
+    """Send `bodies` through the proxy in order and record into `run` what the client, vLLM's
+    counters and the proxy's metrics saw."""
+    before = stack.vllm.metrics()
+    start = time.perf_counter()
+    for body in bodies:
+        run.outcomes.append(stream_call(stack.serve.base, body))
+    run.wall_s = time.perf_counter() - start
+    time.sleep(0.5)  # let a last warm-up land before reading the counters
+    after = stack.vllm.metrics()
+    run.vllm_queries = after.get("vllm:prefix_cache_queries_total", 0) - before.get("vllm:prefix_cache_queries_total", 0)
+    run.vllm_hits = after.get("vllm:prefix_cache_hits_total", 0) - before.get("vllm:prefix_cache_hits_total", 0)
+    run.proxy = stack.serve.metrics()
+    text = stack.serve.metrics_text()
+    run.score_calls = series(text, "agentrt_policy_calls_total", 'primitive="score"')
+    run.block_items = series(text, "agentrt_policy_items_total", 'primitive="observe-blocks"')
+
+
 def run_policy(start_stack, policy: str, calls: list[Call]) -> Run:
     stack = start_stack(policy, blocks=BLOCKS, serve_args=SERVE_ARGS, log_level=os.environ.get("AGENTRT_LOG", "info"))
     run = Run(policy, ready_s=stack.vllm.ready_s or 0.0)
     try:
-        before = stack.vllm.metrics()
-        start = time.perf_counter()
-        for call in calls:
-            run.outcomes.append(stream_call(stack.serve.base, call.body))
-        run.wall_s = time.perf_counter() - start
-        time.sleep(0.5)  # let a last warm-up land before reading the counters
-        after = stack.vllm.metrics()
-        run.vllm_queries = after.get("vllm:prefix_cache_queries_total", 0) - before.get("vllm:prefix_cache_queries_total", 0)
-        run.vllm_hits = after.get("vllm:prefix_cache_hits_total", 0) - before.get("vllm:prefix_cache_hits_total", 0)
-        run.proxy = stack.serve.metrics()
-        text = stack.serve.metrics_text()
-        run.score_calls = series(text, "agentrt_policy_calls_total", 'primitive="score"')
-        run.block_items = series(text, "agentrt_policy_items_total", 'primitive="observe-blocks"')
+        measure(stack, run, [call.body for call in calls])
     finally:
         stack.stop()  # cold cache for the next policy: a fresh vLLM and a fresh proxy
     print(f"\n[{policy}] vLLM ready in {run.ready_s:.1f} s; {len(calls)} requests in {run.wall_s:.1f} s; "

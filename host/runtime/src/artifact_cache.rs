@@ -1,7 +1,7 @@
 //! Compiled components on disk, so a restart does not recompile.
 //!
 //! Compiling is 13–50 ms for a Rust component and seconds for a Python or JS one; loading a
-//! compiled artifact is tens of microseconds (DESIGN.md §9). The key is the SHA-256 of the
+//! compiled artifact is tens of microseconds (docs/background.md §9). The key is the SHA-256 of the
 //! component's bytes plus the engine's compatibility hash (wasmtime version and every setting that
 //! changes generated code), so a wasmtime upgrade or a config change never loads a stale artifact.
 //!

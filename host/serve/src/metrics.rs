@@ -105,13 +105,7 @@ impl ProxyMetrics {
                 &self.anchors_estimated,
             ),
         ];
-        for (name, help, value) in counters {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                value.load(Relaxed)
-            );
-        }
+        render_counters(out, &counters);
         let _ = writeln!(
             out,
             "# HELP agentrt_proxy_in_flight Requests being served.\n# TYPE agentrt_proxy_in_flight gauge\nagentrt_proxy_in_flight {}",
@@ -134,6 +128,17 @@ impl ProxyMetrics {
         let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
         let _ = writeln!(out, "{name}_sum {}", self.overhead_sum_us.load(Relaxed) as f64 / 1e6);
         let _ = writeln!(out, "{name}_count {count}");
+    }
+}
+
+/// Prometheus text for `(name, help, value)` counters.
+fn render_counters(out: &mut String, counters: &[(&str, &str, &AtomicU64)]) {
+    for (name, help, value) in counters {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+            value.load(Relaxed)
+        );
     }
 }
 
@@ -165,13 +170,7 @@ impl ConnectionMetrics {
                 &self.header_timeouts,
             ),
         ];
-        for (name, help, value) in counters {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                value.load(Relaxed)
-            );
-        }
+        render_counters(out, &counters);
         let _ = writeln!(
             out,
             "# HELP agentrt_proxy_connections_open Client connections open.\n# TYPE agentrt_proxy_connections_open gauge\nagentrt_proxy_connections_open {}",
