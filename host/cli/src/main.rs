@@ -37,7 +37,8 @@ enum Command {
     /// The vLLM-faithful prefix-cache simulator: generate workloads, replay traces, run the table.
     Sim(agentrt_sim::cli::SimArgs),
     /// The OpenAI-compatible proxy: agent identity, request events and warm-ups in front of vLLM.
-    Serve(agentrt_serve::ServeArgs),
+    // Boxed: its flags make it several times larger than the other commands.
+    Serve(Box<agentrt_serve::ServeArgs>),
 }
 
 #[derive(Subcommand)]
@@ -58,7 +59,7 @@ fn main() -> std::process::ExitCode {
         } => policy_check::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Sim(args) => agentrt_sim::cli::run(args),
-        Command::Serve(args) => agentrt_serve::run(args),
+        Command::Serve(args) => agentrt_serve::run(*args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -29,6 +29,7 @@ pub struct PolicyComponent {
 
 /// Where the guest exports called outside the generated bindings are (see `crate::results`).
 pub(crate) struct GuestExports {
+    pub score_packed: ComponentExportIndex,
     pub act: ComponentExportIndex,
     pub predict: ComponentExportIndex,
     pub snapshot: ComponentExportIndex,
@@ -238,6 +239,7 @@ fn guest_exports(component: &Component) -> Option<GuestExports> {
     let guest = component.get_export_index(None, format!("{GUEST_EXPORT}@{version}").as_str())?;
     let func = |name: &str| component.get_export_index(Some(&guest), name);
     Some(GuestExports {
+        score_packed: func("score-packed")?,
         act: func("act")?,
         predict: func("predict")?,
         snapshot: func("snapshot")?,

@@ -134,9 +134,14 @@ pub enum PolicyError {
         max: usize,
     },
 
-    /// No instance could be created (instantiation or `init` failed, or the instance pool is full).
+    /// No instance could be created (instantiation or `init` failed).
     #[error("policy `{policy}` is unavailable: {message}")]
     Unavailable { policy: String, message: String },
+
+    /// No instance could be created because every instance slot of the engine's pool is in use
+    /// (one per running policy, two during a swap): an operator sizes the pool, not the policy.
+    #[error("policy `{policy}` has no instance: the engine's instance pool is full ({message})")]
+    PoolFull { policy: String, message: String },
 
     /// The slot's circuit breaker is open after repeated failures: the call was not made. The
     /// breaker logged this once when it opened; callers should not log it again per call.
@@ -162,6 +167,7 @@ impl PolicyError {
             PolicyError::BadOutput { .. } => "bad_output",
             PolicyError::ResultTooLarge { .. } => "too_large",
             PolicyError::Unavailable { .. } => "unavailable",
+            PolicyError::PoolFull { .. } => "pool_full",
             PolicyError::CircuitOpen { .. } => "circuit_open",
         }
     }

@@ -2,8 +2,8 @@
 //! Every call sets the CPU deadline first and turns a failure into a typed [`PolicyError`].
 //! After any error the instance must be dropped: a trapped component cannot be entered again.
 //!
-//! `act`, `predict` and `snapshot` are called through [`crate::results`]'s bounded types, so an
-//! oversize result is refused before it is copied; and the deadline covers the whole call,
+//! `score-packed`, `act`, `predict` and `snapshot` are called through [`crate::results`]'s bounded
+//! types, so an oversize result is refused before it is copied; and the deadline covers the whole call,
 //! copying the result included.
 
 use std::sync::Arc;
@@ -18,7 +18,9 @@ use crate::component::PolicyComponent;
 use crate::engine::CpuBound;
 use crate::error::{PolicyError, Primitive};
 use crate::policy_log::PolicyLog;
-use crate::results::{BoundedList, Oversize, SideEffectResult, MAX_FORECASTS, MAX_SIDE_EFFECTS, MAX_SNAPSHOT_BYTES};
+use crate::results::{
+    BoundedList, Oversize, SideEffectResult, MAX_FORECASTS, MAX_SCORES, MAX_SIDE_EFFECTS, MAX_SNAPSHOT_BYTES,
+};
 use crate::sandbox::{GuestState, SandboxLimits};
 use crate::types::{Event, Forecast, Item, PolicyInfo, SideEffect};
 use crate::PolicyEngine;
@@ -31,12 +33,14 @@ fn arm_cpu_bound(store: &mut Store<GuestState>, bound: CpuBound, deadline_ticks:
     }
 }
 
+type ScorePackedFunc = TypedFunc<(Vec<u64>,), (BoundedList<f32, MAX_SCORES>,)>;
 type ActFunc = TypedFunc<(), (BoundedList<SideEffectResult, MAX_SIDE_EFFECTS>,)>;
 type PredictFunc = TypedFunc<(u32,), (BoundedList<Forecast, MAX_FORECASTS>,)>;
 type SnapshotFunc = TypedFunc<(), (BoundedList<u8, MAX_SNAPSHOT_BYTES>,)>;
 
 /// The exports whose results are bounded before they are copied.
 struct BoundedExports {
+    score_packed: ScorePackedFunc,
     act: ActFunc,
     predict: PredictFunc,
     snapshot: SnapshotFunc,
@@ -72,9 +76,16 @@ impl PolicyInstance {
             engine.deadline_ticks(limits.call_deadline),
             limits.call_fuel,
         );
-        let unavailable = |e: wasmtime::Error| PolicyError::Unavailable {
-            policy: label.to_string(),
-            message: format!("instantiation failed: {e:#}"),
+        let unavailable = |e: wasmtime::Error| {
+            let (policy, message) = (label.to_string(), format!("{e:#}"));
+            if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>().is_some() {
+                PolicyError::PoolFull { policy, message }
+            } else {
+                PolicyError::Unavailable {
+                    policy,
+                    message: format!("instantiation failed: {message}"),
+                }
+            }
         };
         let instance = component
             .pre()
@@ -84,6 +95,9 @@ impl PolicyInstance {
         let bindings = Policy::new(&mut store, &instance).map_err(unavailable)?;
         let exports = component.guest_exports();
         let bounded = BoundedExports {
+            score_packed: instance
+                .get_typed_func(&mut store, exports.score_packed)
+                .map_err(unavailable)?,
             act: instance.get_typed_func(&mut store, exports.act).map_err(unavailable)?,
             predict: instance
                 .get_typed_func(&mut store, exports.predict)
@@ -202,8 +216,9 @@ impl PolicyInstance {
         self.call(Primitive::ObserveBlocks, |g, _, s| g.call_observe_blocks(s, packed))
     }
 
-    /// Score through `score-packed` (one copy across the boundary) or, with `typed`, through
-    /// `score` (a per-field lowering; kept for comparison and for checking they agree).
+    /// Score through `score-packed` (one copy across the boundary; its result bounded before it
+    /// is copied) or, with `typed`, through `score` (a per-field lowering; kept for comparison
+    /// and for checking they agree; a guest's copy of at most its memory cap).
     pub(crate) fn score(&mut self, items: &[Item], typed: bool) -> Result<Vec<f32>, PolicyError> {
         let scores = if typed {
             self.call(Primitive::Score, |g, _, s| g.call_score(s, items))?
@@ -220,7 +235,8 @@ impl PolicyInstance {
                     i.position,
                 ));
             }
-            self.call(Primitive::Score, |g, _, s| g.call_score_packed(s, &words))?
+            let (scores,) = self.call(Primitive::Score, |_, b, s| b.score_packed.call(s, (words,)))?;
+            scores.0
         };
         if scores.len() != items.len() {
             return Err(PolicyError::BadOutput {

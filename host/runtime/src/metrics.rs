@@ -9,7 +9,7 @@ use crate::error::{PolicyError, Primitive};
 
 /// Kinds of failed calls. A call refused by an open breaker was not made: it is counted in
 /// `calls_skipped`, not here.
-const ERROR_KINDS: [&str; 8] = [
+const ERROR_KINDS: [&str; 9] = [
     "trap",
     "deadline",
     "fuel",
@@ -18,6 +18,7 @@ const ERROR_KINDS: [&str; 8] = [
     "bad_output",
     "too_large",
     "unavailable",
+    "pool_full",
 ];
 
 /// Calls, time and failures of one policy slot. All counters only grow.

@@ -22,6 +22,9 @@ pub const MAX_SIDE_EFFECTS: usize = 1024;
 pub const MAX_SIDE_EFFECT_STRING_BYTES: usize = 4096;
 /// Most forecasts one `predict` may return.
 pub const MAX_FORECASTS: usize = 4096;
+/// Most scores one `score-packed` may return: the most items the host scores in one call (a
+/// million KV blocks is over 16 TB of KV cache at vLLM's usual 16-token blocks).
+pub const MAX_SCORES: usize = 1 << 20;
 /// Largest snapshot, in bytes (CacheSage's is ≤ 1 MB at 10,000 agents).
 pub const MAX_SNAPSHOT_BYTES: usize = 16 << 20;
 
@@ -50,6 +53,9 @@ impl Named for SideEffectResult {
 }
 impl Named for Forecast {
     const WHAT: &'static str = "forecasts";
+}
+impl Named for f32 {
+    const WHAT: &'static str = "scores";
 }
 impl Named for u8 {
     const WHAT: &'static str = "snapshot bytes";

@@ -26,6 +26,7 @@ use crate::error::ApiError;
 use crate::limits::{closing_connection, read_body};
 use crate::proxy::AppState;
 use crate::tenants::{validate_tenant_name, KV_SLOT};
+use agentrt_runtime::{PolicyError, RegistryError};
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
@@ -68,9 +69,16 @@ async fn put_policy(
     };
     // A new tenant starts with the upload itself: if it does not start, no tenant is left behind
     // (not one running the default policy, as a start-then-swap would leave).
-    let (live, created) = match state.tenants.get_or_start_with(&tenant, component.clone()) {
-        Ok(started) => started,
-        Err(e) => return e.into_response(),
+    let starting = (state.clone(), tenant.clone(), component.clone());
+    let started = tokio::task::spawn_blocking(move || {
+        let (state, tenant, component) = starting;
+        state.tenants.get_or_start_with(&tenant, component)
+    })
+    .await;
+    let (live, created) = match started {
+        Ok(Ok(started)) => started,
+        Ok(Err(e)) => return e.into_response(),
+        Err(e) => return ApiError::internal(format!("starting tenant {tenant} did not finish: {e}")).into_response(),
     };
     if created {
         let info = live.policy.info();
@@ -84,12 +92,20 @@ async fn put_policy(
         }))
         .into_response();
     }
-    match state
-        .tenants
-        .registry()
-        .swap(&live.name, KV_SLOT, component, !query.fresh)
-    {
-        Ok(report) => Json(json!({
+    // A swap waits for the slot's current call (up to its deadline) and restores state into the
+    // new instance: work for a blocking thread, not an async worker.
+    let swapping = state.clone();
+    let keep_state = !query.fresh;
+    let swapped = tokio::task::spawn_blocking(move || {
+        swapping
+            .tenants
+            .registry()
+            .swap(&tenant, KV_SLOT, component, keep_state)
+            .map(|report| (tenant, report))
+    })
+    .await;
+    match swapped {
+        Ok(Ok((tenant, report))) => Json(json!({
             "tenant": tenant,
             "policy": live.policy.info().name,
             "version": live.policy.info().version,
@@ -98,8 +114,15 @@ async fn put_policy(
             "paused_us": report.paused.as_micros() as u64,
         }))
         .into_response(),
-        Err(e) => {
+        Ok(Err(e @ RegistryError::Policy(PolicyError::PoolFull { .. }))) => ApiError::unavailable(format!(
+            "swap refused, the previous policy keeps running: no instance is free for the new one: {e}"
+        ))
+        .into_response(),
+        Ok(Err(e)) => {
             ApiError::bad_request(format!("swap refused, the previous policy keeps running: {e}")).into_response()
+        }
+        Err(e) => {
+            ApiError::internal(format!("swap did not finish, the previous policy keeps running: {e}")).into_response()
         }
     }
 }

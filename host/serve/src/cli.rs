@@ -11,7 +11,9 @@ use anyhow::Context;
 use agentrt_runtime::{BreakerConfig, EngineOptions, PolicyEngine, PolicyRegistry, SandboxLimits, SlotConfig};
 
 use crate::limits::Limits;
+use crate::policy_worker::DEFAULT_QUEUE_JOBS;
 use crate::proxy::{router, AppState, ServeOptions};
+use crate::table::TableLimits;
 use crate::tenants::{parse_tenant_key, Tenants, DEFAULT_TENANT};
 use crate::warmup::WarmupOptions;
 
@@ -72,6 +74,58 @@ pub struct ServeArgs {
     pub limits: LimitArgs,
     #[command(flatten)]
     pub policy_limits: PolicyLimitArgs,
+    #[command(flatten)]
+    pub tables: TableArgs,
+}
+
+/// What the proxy keeps per tenant (docs/security.md); defaults are [`TableLimits::default`] and
+/// [`DEFAULT_QUEUE_JOBS`]. Clients fill these tables; each forgets its least recently used entry.
+#[derive(clap::Args, Debug)]
+pub struct TableArgs {
+    /// Agents (names → handles) kept per tenant.
+    #[arg(long, default_value_t = TableLimits::default().max_agents)]
+    pub max_agents: usize,
+    /// Live sessions kept per tenant; one pushed out is reported ended to the policy.
+    #[arg(long, default_value_t = TableLimits::default().max_sessions)]
+    pub max_sessions: usize,
+    /// Anchors (system prompt + tools) kept per tenant for warm-ups.
+    #[arg(long, default_value_t = TableLimits::default().max_anchors)]
+    pub max_anchors: usize,
+    /// Bytes of those anchors per tenant, in MiB.
+    #[arg(long, default_value_t = TableLimits::default().max_anchor_bytes >> 20)]
+    pub max_anchor_mib: usize,
+    /// Prompt shapes (one per session and agent) kept per tenant, for `continues`.
+    #[arg(long, default_value_t = TableLimits::default().max_shapes)]
+    pub max_shapes: usize,
+    /// Bytes of those shapes per tenant, in MiB.
+    #[arg(long, default_value_t = TableLimits::default().max_shape_bytes >> 20)]
+    pub max_shape_mib: usize,
+    /// Policy calls waiting per tenant; events beyond are dropped and counted
+    /// (`agentrt_policy_events_dropped_total`), never waited for.
+    #[arg(long, default_value_t = DEFAULT_QUEUE_JOBS)]
+    pub policy_queue_jobs: usize,
+}
+
+impl TableArgs {
+    pub fn limits(&self) -> anyhow::Result<TableLimits> {
+        for (flag, value) in [
+            ("--max-agents", self.max_agents),
+            ("--max-sessions", self.max_sessions),
+            ("--max-anchors", self.max_anchors),
+            ("--max-shapes", self.max_shapes),
+            ("--policy-queue-jobs", self.policy_queue_jobs),
+        ] {
+            anyhow::ensure!(value > 0, "{flag} must be at least 1");
+        }
+        Ok(TableLimits {
+            max_agents: self.max_agents,
+            max_sessions: self.max_sessions,
+            max_anchors: self.max_anchors,
+            max_anchor_bytes: self.max_anchor_mib << 20,
+            max_shapes: self.max_shapes,
+            max_shape_bytes: self.max_shape_mib << 20,
+        })
+    }
 }
 
 /// Every tenant's policy slot's limits (docs/security.md); defaults are
@@ -226,7 +280,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ..slot
     };
     let keys = tenant_keys(&args.tenants)?;
-    let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, keys);
+    let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, keys)
+        .with_tables(args.tables.limits()?)
+        .with_policy_queue(args.tables.policy_queue_jobs);
     let options = ServeOptions {
         upstream: args.upstream.clone(),
         vllm_xargs: !args.no_vllm_xargs,
@@ -340,6 +396,29 @@ mod tests {
     struct Args {
         #[command(flatten)]
         policy: PolicyLimitArgs,
+        #[command(flatten)]
+        tables: TableArgs,
+    }
+
+    fn tables(args: &[&str]) -> anyhow::Result<TableLimits> {
+        Args::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))?
+            .tables
+            .limits()
+    }
+
+    #[test]
+    fn table_flags_default_to_the_table_defaults_and_set_each_cap() {
+        assert_eq!(tables(&[]).unwrap(), TableLimits::default());
+        let set = tables(&["--max-sessions", "10", "--max-anchor-mib", "2", "--max-agents", "7"]).unwrap();
+        assert_eq!(
+            (set.max_sessions, set.max_anchor_bytes, set.max_agents),
+            (10, 2 << 20, 7)
+        );
+        assert!(tables(&["--max-sessions", "0"])
+            .unwrap_err()
+            .to_string()
+            .contains("--max-sessions"));
+        assert!(tables(&["--policy-queue-jobs", "0"]).is_err());
     }
 
     fn slot(args: &[&str]) -> anyhow::Result<SlotConfig> {

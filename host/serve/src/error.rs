@@ -28,6 +28,14 @@ impl ApiError {
             message: message.into(),
         }
     }
+    /// 500: the server's own fault (its configuration, a task that died), not the client's.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            kind: "server_error",
+            message: message.into(),
+        }
+    }
     /// 503: the proxy cannot serve this now (e.g. no policy instance is free).
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self {

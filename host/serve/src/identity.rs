@@ -293,20 +293,20 @@ impl AgentDirectory {
         named.into_iter().map(|(_, n)| n).collect()
     }
 
-    /// Note that a request of `session` arrived or finished; true if the session is new.
-    pub fn record_session(&self, session: u64) -> bool {
+    /// Note that a request of `session` arrived or finished.
+    pub fn record_session(&self, session: u64) -> SessionRecord {
         self.record_session_at(session, Instant::now())
     }
 
-    pub fn record_session_at(&self, session: u64, now: Instant) -> bool {
+    pub fn record_session_at(&self, session: u64, now: Instant) -> SessionRecord {
         let mut d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(last) = d.sessions.get_mut(&session) {
             *last = now;
-            return false;
+            return SessionRecord::default();
         }
-        d.sessions.insert(session, now, 0);
+        let forgotten = d.sessions.insert(session, now, 0).into_iter().map(|(s, _)| s).collect();
         d.sessions_seen += 1;
-        true
+        SessionRecord { new: true, forgotten }
     }
 
     /// Forget the sessions with no request for at least `idle` and return them: the caller reports
@@ -326,6 +326,16 @@ impl AgentDirectory {
     pub fn sessions(&self) -> u64 {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).sessions_seen
     }
+}
+
+/// What noting a session's activity did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SessionRecord {
+    /// The session was not live (first seen, or seen again after it ended).
+    pub new: bool,
+    /// Sessions forgotten to make room (the table was at `--max-sessions`): the caller reports
+    /// them ended, as it does idle ones, so the policy stops valuing their blocks.
+    pub forgotten: Vec<u64>,
 }
 
 /// The vLLM plugin may name agents by string (clients that bypass the proxy); resolve them in the
@@ -423,11 +433,15 @@ mod tests {
         assert_eq!(d.agent_names().len(), 2);
         assert!(d.agent_names()[0].starts_with("anchor-"));
         let max_sessions = TableLimits::default().max_sessions;
-        for s in 0..(max_sessions as u64 + 10) {
-            d.record_session(s);
+        let mut forgotten = Vec::new();
+        for s in 100..(100 + max_sessions as u64 + 10) {
+            forgotten.extend(d.record_session(s).forgotten);
         }
         assert_eq!(d.sessions(), 2 + max_sessions as u64 + 10);
-        assert!(d.live_sessions() <= max_sessions, "bounded");
+        assert_eq!(d.live_sessions(), max_sessions, "bounded");
+        // The two task sessions and the first ten numbered ones went, oldest first, to be ended.
+        assert_eq!(forgotten.len(), 12);
+        assert_eq!(&forgotten[2..], &(100..110).collect::<Vec<u64>>()[..]);
     }
 
     #[test]
@@ -435,10 +449,10 @@ mod tests {
         let d = AgentDirectory::default();
         let t0 = Instant::now();
         let idle = Duration::from_secs(10);
-        assert!(d.record_session_at(1, t0));
-        assert!(d.record_session_at(2, t0));
+        assert!(d.record_session_at(1, t0).new);
+        assert!(d.record_session_at(2, t0).new);
         assert!(
-            !d.record_session_at(2, t0 + Duration::from_secs(8)),
+            !d.record_session_at(2, t0 + Duration::from_secs(8)).new,
             "known: its clock moves on"
         );
         assert!(d.expire_sessions(idle, t0 + Duration::from_secs(9)).is_empty());
@@ -446,7 +460,7 @@ mod tests {
         assert_eq!(d.live_sessions(), 1);
         assert_eq!(d.expire_sessions(idle, t0 + Duration::from_secs(18)), vec![2]);
         assert!(
-            d.record_session_at(1, t0 + Duration::from_secs(20)),
+            d.record_session_at(1, t0 + Duration::from_secs(20)).new,
             "an ended session that returns is new"
         );
         assert_eq!((d.sessions(), d.live_sessions()), (3, 1));

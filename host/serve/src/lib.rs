@@ -9,6 +9,8 @@
 //!   first user message) — interned into handles and announced once per policy;
 //! - [`proxy`]: `/v1/chat/completions`, `/v1/completions`, `/v1/models`, streaming passed through
 //!   chunk by chunk, upstream errors returned as they came, request events to the policy;
+//! - [`policy_worker`]: each tenant's policy calls on a thread of its own behind a bounded
+//!   queue — a request never waits on a policy, and a slow one delays only its own tenant;
 //! - [`warmup`]: the policy's `act()` side effects, off the critical path — a warm-up is a real
 //!   upstream request carrying only the anchor and a minimal user message;
 //! - [`admin`]: authenticated policy management (install, hot swap) per tenant;
@@ -26,6 +28,7 @@ pub mod error;
 pub mod identity;
 pub mod limits;
 pub mod metrics;
+pub mod policy_worker;
 pub mod proxy;
 pub mod table;
 pub mod tenants;

@@ -86,7 +86,7 @@ impl ProxyMetrics {
             ),
             (
                 "agentrt_proxy_policy_errors_total",
-                "Policy calls that failed during a request.",
+                "Policy act calls that failed (their side effects were skipped).",
                 &self.policy_errors,
             ),
             (
@@ -96,7 +96,7 @@ impl ProxyMetrics {
             ),
             (
                 "agentrt_proxy_sessions_ended_total",
-                "Sessions reported ended to their policy after --session-idle-ms without a request.",
+                "Sessions reported ended to their policy: silent for --session-idle-ms, or forgotten from a full session table (--max-sessions).",
                 &self.sessions_ended,
             ),
             (
@@ -176,5 +176,68 @@ impl ConnectionMetrics {
             "# HELP agentrt_proxy_connections_open Client connections open.\n# TYPE agentrt_proxy_connections_open gauge\nagentrt_proxy_connections_open {}",
             self.open.load(Relaxed)
         );
+    }
+}
+
+/// Each tenant's series: its policy worker ([`crate::policy_worker`]: the queue and what it
+/// dropped) and the sizes of the tables its clients fill ([`crate::table`]).
+pub fn render_tenants(tenants: &[std::sync::Arc<crate::tenants::Tenant>], out: &mut String) {
+    type Read = fn(&crate::tenants::Tenant) -> u64;
+    let series: [(&str, &str, &str, Read); 8] = [
+        (
+            "agentrt_policy_queue_jobs",
+            "gauge",
+            "Policy calls waiting in the tenant's queue or running.",
+            |t| t.worker.stats().queued(),
+        ),
+        (
+            "agentrt_policy_events_observed_total",
+            "counter",
+            "Events the tenant's policy was given.",
+            |t| t.worker.stats().observed(),
+        ),
+        (
+            "agentrt_policy_events_dropped_total",
+            "counter",
+            "Events dropped because the tenant's policy queue was full (--policy-queue-jobs).",
+            |t| t.worker.stats().dropped(),
+        ),
+        (
+            "agentrt_policy_observe_failures_total",
+            "counter",
+            "observe calls the tenant's policy failed (requests continued).",
+            |t| t.worker.stats().failed(),
+        ),
+        (
+            "agentrt_tenant_agents",
+            "gauge",
+            "Agents the tenant's table holds (--max-agents).",
+            |t| t.agents.agents() as u64,
+        ),
+        (
+            "agentrt_tenant_live_sessions",
+            "gauge",
+            "Live sessions the tenant's table holds (--max-sessions).",
+            |t| t.agents.live_sessions() as u64,
+        ),
+        (
+            "agentrt_tenant_anchor_bytes",
+            "gauge",
+            "Bytes of anchors kept for the tenant's warm-ups (--max-anchor-mib).",
+            |t| t.agents.anchors().1 as u64,
+        ),
+        (
+            "agentrt_tenant_prompt_shapes",
+            "gauge",
+            "Prompt shapes the tenant's table holds (--max-shapes).",
+            |t| t.continuations.len() as u64,
+        ),
+    ];
+    for (name, kind, help, read) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for tenant in tenants {
+            // Tenant names are letters, digits, `-`, `_` and `.`: nothing to escape.
+            let _ = writeln!(out, "{name}{{tenant=\"{}\"}} {}", tenant.name, read(tenant));
+        }
     }
 }

@@ -116,7 +116,7 @@ impl AppState {
             }
             ended += sessions.len();
             let events: Vec<Event> = sessions.into_iter().map(Event::SessionEnd).collect();
-            self.tell_policy(&tenant, &events);
+            self.tell_policy(&tenant, events);
         }
         self.metrics.sessions_ended.fetch_add(ended as u64, Relaxed);
         ended
@@ -130,15 +130,10 @@ impl AppState {
         }
     }
 
-    /// Give events to a tenant's policy; a failure is logged and counted, never fatal.
-    pub fn tell_policy(&self, tenant: &Tenant, events: &[Event]) {
-        if let Err(e) = tenant.policy.observe(events) {
-            self.metrics.policy_errors.fetch_add(1, Relaxed);
-            // A suspended policy was reported once when its circuit opened; not once per request.
-            if !e.is_circuit_open() {
-                tracing::warn!(tenant = %tenant.name, error = %e, "policy observe failed; request continues");
-            }
-        }
+    /// Queue events for a tenant's policy. Never waits: the tenant's worker makes the call, and
+    /// drops (and counts) what its full queue cannot hold.
+    pub fn tell_policy(&self, tenant: &Tenant, events: Vec<Event>) {
+        tenant.worker.observe(events);
     }
 }
 
@@ -195,6 +190,8 @@ struct Prepared {
     registration: Option<Event>,
     /// How the prompt continues the agent's previous one in the session.
     continues: Option<Continuation>,
+    /// Sessions this one pushed out of the tenant's full session table: reported ended first.
+    ended: Vec<u64>,
 }
 
 /// The caller's tenant from the headers, then the body: nothing is read for a stranger.
@@ -282,7 +279,7 @@ fn prepare(
     registration: Option<Event>,
     shape: PromptShape,
 ) -> Prepared {
-    tenant.agents.record_session(identity.session);
+    let ended = tenant.agents.record_session(identity.session).forgotten;
     let continues = tenant.continuations.observe(identity.session, agent, shape);
     let body = json_with(state, &mut json, agent, &identity);
     Prepared {
@@ -292,6 +289,7 @@ fn prepare(
         agent,
         registration,
         continues,
+        ended,
     }
 }
 
@@ -376,9 +374,12 @@ impl FinishGuard {
             finish.output_tokens = field(usage.get("completion_tokens")).unwrap_or(0);
             finish.cached_tokens = field(usage.pointer("/prompt_tokens_details/cached_tokens")).unwrap_or(0);
         }
-        self.state.tell_policy(&self.tenant, &[Event::RequestFinish(finish)]);
+        let mut events = vec![Event::RequestFinish(finish)];
         // A long request keeps its session alive: idleness counts from the last answer too.
-        self.tenant.agents.record_session(finish.session);
+        let ended = self.tenant.agents.record_session(finish.session).forgotten;
+        self.state.metrics.sessions_ended.fetch_add(ended.len() as u64, Relaxed);
+        events.extend(ended.into_iter().map(Event::SessionEnd));
+        self.state.tell_policy(&self.tenant, events);
         // In flight until its end has reached the policy: a caller that sees 0 sees every finish.
         self.state.metrics.in_flight.fetch_sub(1, Relaxed);
         self.state.warmups.kick(self.state.clone(), self.tenant.clone());
@@ -402,9 +403,12 @@ async fn forward(state: Arc<AppState>, path: &str, prepared: Prepared, received:
         agent,
         registration,
         continues,
+        ended,
     } = prepared;
     let request_id = state.next_request_id.fetch_add(1, Relaxed);
-    let mut events: Vec<Event> = registration.into_iter().collect();
+    state.metrics.sessions_ended.fetch_add(ended.len() as u64, Relaxed);
+    let mut events: Vec<Event> = ended.into_iter().map(Event::SessionEnd).collect();
+    events.extend(registration);
     events.push(Event::RequestArrival(RequestArrival {
         request_id,
         agent,
@@ -415,7 +419,7 @@ async fn forward(state: Arc<AppState>, path: &str, prepared: Prepared, received:
         warmup: false,
         at_us: state.now_us(),
     }));
-    state.tell_policy(&tenant, &events);
+    state.tell_policy(&tenant, events);
     state.metrics.in_flight.fetch_add(1, Relaxed);
     let guard = FinishGuard {
         state: state.clone(),
@@ -590,6 +594,7 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
     let mut out = String::new();
     state.metrics.render(&mut out);
     state.connections.render(&mut out);
+    crate::metrics::render_tenants(&state.tenants.list(), &mut out);
     out.push_str(&state.tenants.registry().render_prometheus());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

@@ -11,12 +11,13 @@ use std::sync::{Arc, RwLock};
 
 use axum::http::HeaderMap;
 
-use agentrt_runtime::{PolicyComponent, PolicyHandle, PolicyRegistry, RegistryError, SlotConfig};
+use agentrt_runtime::{PolicyComponent, PolicyError, PolicyHandle, PolicyRegistry, RegistryError, SlotConfig};
 
 use crate::auth::bearer;
 use crate::continuation::Continuations;
 use crate::error::ApiError;
 use crate::identity::{AgentDirectory, Handles};
+use crate::policy_worker::{PolicyWorker, DEFAULT_QUEUE_JOBS};
 use crate::table::TableLimits;
 
 /// The registry slot every tenant's KV-cache policy runs in.
@@ -27,6 +28,8 @@ pub const DEFAULT_TENANT: &str = "default";
 pub struct Tenant {
     pub name: String,
     pub policy: Arc<PolicyHandle>,
+    /// The thread that makes the request path's calls to `policy`: a request never waits on it.
+    pub worker: PolicyWorker,
     pub agents: Arc<AgentDirectory>,
     /// The last prompt shape of each (session, agent): whether a call carries its history forward.
     pub continuations: Continuations,
@@ -43,6 +46,8 @@ pub struct Tenants {
     tables: TableLimits,
     /// Agent handles, unique across tenants.
     handles: Handles,
+    /// Jobs each tenant's policy worker holds at most.
+    policy_queue_jobs: usize,
 }
 
 impl Tenants {
@@ -60,7 +65,14 @@ impl Tenants {
             live: RwLock::new(HashMap::new()),
             tables: TableLimits::default(),
             handles: Handles::default(),
+            policy_queue_jobs: DEFAULT_QUEUE_JOBS,
         }
+    }
+
+    /// Hold at most `jobs` policy calls in each tenant's queue (before any tenant starts).
+    pub fn with_policy_queue(mut self, jobs: usize) -> Self {
+        self.policy_queue_jobs = jobs;
+        self
     }
 
     /// Cap every tenant's tables at `tables` (before any tenant starts).
@@ -91,13 +103,13 @@ impl Tenants {
     pub fn get_or_start(&self, name: &str) -> Result<Arc<Tenant>, ApiError> {
         self.get_or_start_with(name, self.default_policy.clone())
             .map(|(t, _)| t)
-            .map_err(|mut e| {
+            .map_err(|e| {
                 // The configured default not starting is the server's fault, not the client's.
                 if e.status == axum::http::StatusCode::BAD_REQUEST {
-                    e.status = axum::http::StatusCode::INTERNAL_SERVER_ERROR;
-                    e.kind = "server_error";
+                    ApiError::internal(e.message)
+                } else {
+                    e
                 }
-                e
             })
     }
 
@@ -119,9 +131,20 @@ impl Tenants {
             .registry
             .install(name, KV_SLOT, component, self.default_config.clone())
             .map_err(|e| policy_did_not_start(name, &e))?;
+        let worker = match PolicyWorker::spawn(name, policy.clone(), self.policy_queue_jobs) {
+            Ok(worker) => worker,
+            Err(e) => {
+                // No thread, no tenant: its slot is given back.
+                self.registry.remove(name, KV_SLOT);
+                return Err(ApiError::unavailable(format!(
+                    "tenant {name}: no thread for its policy ({e}); the tenant was not started"
+                )));
+            }
+        };
         let tenant = Arc::new(Tenant {
             name: name.to_string(),
             policy,
+            worker,
             agents: Arc::new(AgentDirectory::new(self.tables, self.handles.clone())),
             continuations: Continuations::new(&self.tables),
         });
@@ -147,17 +170,14 @@ impl Tenants {
 /// (every pre-allocated instance slot is in use: one per tenant, two during a swap) is 503 and
 /// names the pool; a component or configuration that does not start is 400.
 fn policy_did_not_start(name: &str, e: &RegistryError) -> ApiError {
-    let text = e.to_string();
-    let lower = text.to_ascii_lowercase();
-    if lower.contains("maximum concurrent") || lower.contains("pool") || lower.contains("instance limit") {
-        ApiError::unavailable(format!(
+    match e {
+        RegistryError::Policy(PolicyError::PoolFull { .. }) => ApiError::unavailable(format!(
             "tenant {name}: no policy instance is free (the instance pool is full: every slot runs a tenant's \
-             policy); the tenant was not started: {text}"
-        ))
-    } else {
-        ApiError::bad_request(format!(
-            "tenant {name}: the policy did not start, the tenant was not created: {text}"
-        ))
+             policy); the tenant was not started: {e}"
+        )),
+        _ => ApiError::bad_request(format!(
+            "tenant {name}: the policy did not start, the tenant was not created: {e}"
+        )),
     }
 }
 

@@ -59,11 +59,18 @@ impl Warmups {
     }
 
     /// Ask the tenant's policy for side effects and carry them out, in the background.
+    /// The call runs on the tenant's policy worker; when an `act` is already pending there, its
+    /// answer serves this request too and nothing more is queued.
     pub fn kick(&self, state: Arc<AppState>, tenant: Arc<Tenant>) {
+        let Some(answer) = tenant.worker.act() else {
+            return;
+        };
         tokio::spawn(async move {
-            let effects = match tenant.policy.act() {
-                Ok(effects) => effects,
-                Err(e) => {
+            let effects = match answer.await {
+                // The worker is gone: the tenant's policy is shutting down.
+                Err(_) => return,
+                Ok(Ok(effects)) => effects,
+                Ok(Err(e)) => {
                     state.metrics.policy_errors.fetch_add(1, Relaxed);
                     // A suspended policy was reported once when its circuit opened.
                     if !e.is_circuit_open() {
@@ -165,7 +172,7 @@ impl Warmups {
             warmup: true,
             at_us: state.now_us(),
         };
-        state.tell_policy(tenant, &[Event::RequestArrival(arrival)]);
+        state.tell_policy(tenant, vec![Event::RequestArrival(arrival)]);
         state.metrics.warmups_sent.fetch_add(1, Relaxed);
         let request = state
             .upstream_request("/v1/chat/completions")
@@ -190,7 +197,7 @@ impl Warmups {
             ok,
             at_us: state.now_us(),
         };
-        state.tell_policy(tenant, &[Event::RequestFinish(finish)]);
+        state.tell_policy(tenant, vec![Event::RequestFinish(finish)]);
     }
 }
 

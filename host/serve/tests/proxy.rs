@@ -39,6 +39,7 @@ async fn forwards_with_agent_identity_and_tells_the_policy() {
     assert_eq!(first["agentrt_warmup"], false);
 
     // The probe policy registered both agents (it forecasts one next agent per registered agent).
+    settle(&p).await;
     let tenant = p.state.tenants.get_or_start("default").unwrap();
     assert_eq!(tenant.policy.predict(1).unwrap().len(), 2);
     assert!(
@@ -62,6 +63,7 @@ async fn the_policy_hears_how_a_call_continues_its_agents_previous_prompt() {
     // Another session's first call of the agent continues nothing.
     let elsewhere = [("x-session-id", "s-2"), ("x-agent-id", "helper")];
     assert_eq!(post_json(&p, &turn2, &elsewhere).await.status(), 200);
+    settle(&p).await;
 
     let tenant = p.state.tenants.get_or_start("default").unwrap();
     let mut probe = agentrt_sdk::testing::Harness::<agentrt_test_probe::Probe>::new([]).unwrap();
@@ -194,8 +196,9 @@ async fn a_policy_that_traps_during_a_request_does_not_fail_it() {
     let trap = [("x-agent-id", agentrt_tests::PROBE_TRAP_AGENT)];
     let response = post_json(&p, &chat("s", "t", "tiny", false), &trap).await;
     assert_eq!(response.status(), 200, "served despite the policy trapping");
-    assert!(p.state.metrics.policy_errors.load(Relaxed) >= 1);
+    settle(&p).await;
     let tenant = p.state.tenants.get_or_start("default").unwrap();
+    assert!(tenant.worker.stats().failed() >= 1, "the failed observe is counted");
     assert!(tenant.policy.metrics().errors("trap") >= 1);
     assert_eq!(post_json(&p, &chat("s2", "t", "tiny", false), &[]).await.status(), 200);
     assert!(
@@ -265,6 +268,7 @@ async fn tenants_are_isolated_by_api_key() {
         401
     );
     assert_eq!(post_json(&p, &chat("x", "t", "tiny", false), &[]).await.status(), 401);
+    settle(&p).await;
     let alpha = p.state.tenants.get_or_start("alpha").unwrap();
     let beta = p.state.tenants.get_or_start("beta").unwrap();
     assert_eq!(
@@ -396,7 +400,8 @@ async fn a_new_agents_anchor_is_counted_once_by_the_upstream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_sessions_are_reported_ended_to_the_policy() {
-    let p = proxy("probe").await;
+    // LRU asks for no warm-ups, whose events would reach the policy at any moment.
+    let p = proxy("lru").await;
     for task in ["Task A", "Task B"] {
         assert_eq!(
             post_json(&p, &chat("You are the planner.", task, "tiny", false), &[])
@@ -416,6 +421,7 @@ async fn idle_sessions_are_reported_ended_to_the_policy() {
     );
     let observed = tenant.policy.metrics().calls(agentrt_runtime::Primitive::Observe);
     assert_eq!(p.state.end_idle_sessions(Duration::ZERO), 2);
+    settle(&p).await;
     assert_eq!(
         tenant.policy.metrics().calls(agentrt_runtime::Primitive::Observe),
         observed + 1,

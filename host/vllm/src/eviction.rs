@@ -200,7 +200,8 @@ impl Connection {
             }
             add(&self.shared.metrics.frames, 1);
             out.clear();
-            self.handle(body[0], &body[1..], &mut out);
+            // Frames call the policy (rank, observe-blocks, agent registration).
+            crate::blocking::policy_call(|| self.handle(body[0], &body[1..], &mut out));
             if !out.is_empty() {
                 if let Err(e) = writer.write_all(&out).await {
                     tracing::warn!(error = %e, "write failed; closing");

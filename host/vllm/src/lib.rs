@@ -26,6 +26,7 @@
 //! ```
 
 pub mod agents;
+mod blocking;
 pub mod eviction;
 pub mod kv_events;
 pub mod metrics;

@@ -39,6 +39,10 @@ pub struct Setup {
     pub tables: TableLimits,
     /// Instance slots of the engine's pool (the test engine's 16 when `None`).
     pub pool_instances: Option<u32>,
+    /// Jobs each tenant's policy queue holds.
+    pub policy_queue_jobs: usize,
+    /// Every tenant's policy call deadline (the runtime's default when `None`).
+    pub policy_deadline: Option<Duration>,
 }
 
 impl Setup {
@@ -53,6 +57,8 @@ impl Setup {
             init: Vec::new(),
             tables: TableLimits::default(),
             pool_instances: None,
+            policy_queue_jobs: agentrt_serve::policy_worker::DEFAULT_QUEUE_JOBS,
+            policy_deadline: None,
         }
     }
 
@@ -76,8 +82,13 @@ impl Setup {
             }
         };
         let component = agentrt_tests::load(&engine, self.policy);
-        let slot = SlotConfig::new("").with_init(self.init.iter().copied());
-        let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, self.keys).with_tables(self.tables);
+        let mut slot = SlotConfig::new("").with_init(self.init.iter().copied());
+        if let Some(deadline) = self.policy_deadline {
+            slot.limits.call_deadline = deadline;
+        }
+        let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, self.keys)
+            .with_tables(self.tables)
+            .with_policy_queue(self.policy_queue_jobs);
         let options = ServeOptions {
             upstream: self.upstream.unwrap_or(stub_url),
             vllm_xargs: true,
@@ -148,13 +159,33 @@ pub async fn post_json(p: &Proxy, body: &Value, headers: &[(&str, &str)]) -> req
     post(&format!("{}/v1/chat/completions", p.url), body.to_string(), headers).await
 }
 
-/// Wait until no request is in flight: every request-finish has been told to the policy.
+/// Install `component` (a component built from this repository) as `tenant`'s policy through
+/// the admin API.
+pub async fn install_policy(p: &Proxy, tenant: &str, component: &str) {
+    let put = reqwest::Client::new()
+        .put(format!("{}/admin/tenants/{tenant}/policy?fresh=true", p.url))
+        .bearer_auth("s3cret")
+        .body(agentrt_tests::component_bytes(component))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200, "{}", put.text().await.unwrap());
+}
+
+/// Wait until no request is in flight and every tenant's policy has been given every event.
 pub async fn settle(p: &Proxy) {
-    for _ in 0..500 {
-        if p.state.metrics.in_flight.load(Relaxed) == 0 {
+    for _ in 0..1000 {
+        let policies_idle = || p.state.tenants.list().iter().all(|t| t.worker.stats().queued() == 0);
+        if p.state.metrics.in_flight.load(Relaxed) == 0 && policies_idle() {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("requests still in flight after 5 s");
+    panic!("requests in flight or policy calls queued after 10 s");
+}
+
+/// The `q`-quantile (0–1) of `samples`, which it sorts.
+pub fn quantile(samples: &mut [Duration], q: f64) -> Duration {
+    samples.sort();
+    samples[((samples.len() - 1) as f64 * q).round() as usize]
 }

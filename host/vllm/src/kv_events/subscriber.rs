@@ -328,7 +328,7 @@ impl<S: BlockSink + ?Sized> Tracker<S> {
             return;
         }
         add(&self.metrics.blocks_forwarded, blocks as u64);
-        if let Err(e) = self.sink.observe_blocks(&self.packed) {
+        if let Err(e) = crate::blocking::policy_call(|| self.sink.observe_blocks(&self.packed)) {
             add(&self.metrics.policy_errors, 1);
             tracing::warn!(seq = batch.seq, blocks, error = %e, "policy observe-blocks failed");
         }

@@ -13,6 +13,9 @@
 //! - once an agent named [`SICK_AGENT`] is registered, `observe` panics on every registration,
 //!   arrival or finish of *another* agent (a policy broken for good by its traffic: the
 //!   registration is replayed on every restart, and its own request still goes through);
+//! - once an agent named [`SLOW_AGENT`] is registered, `observe` spends [`SLOW_OBSERVE_US`] on
+//!   every event (by the host's clock), under the default 20 ms deadline: a policy that is slow
+//!   but never fails, so no breaker stops it;
 //! - once an agent named [`SNAPSHOT_LOOP_AGENT`] is registered, `snapshot` never returns (while
 //!   every other primitive keeps working);
 //! - once an agent named [`ACT_FLOOD_AGENT`] / [`LONG_STRING_AGENT`] / [`PREDICT_FLOOD_AGENT`] /
@@ -33,6 +36,8 @@ pub const TRAP_AGENT: &str = "probe-trap";
 pub const LOG_FLOOD_AGENT: &str = "probe-log-flood";
 pub const LOG_FLOOD_LINES: u32 = 1000;
 pub const SICK_AGENT: &str = "probe-sick";
+pub const SLOW_AGENT: &str = "probe-slow";
+pub const SLOW_OBSERVE_US: u64 = 15_000;
 pub const SNAPSHOT_LOOP_AGENT: &str = "probe-snapshot-loop";
 pub const ACT_FLOOD_AGENT: &str = "probe-act-flood";
 pub const LONG_STRING_AGENT: &str = "probe-long-string";
@@ -91,6 +96,12 @@ impl Policy for Probe {
             assert!(agent.is_none_or(|a| a == sick), "probe is sick");
         }
         self.events += 1;
+        if self.cued(SLOW_AGENT) {
+            let start = agentrt_sdk::host::now_us();
+            while agentrt_sdk::host::now_us().saturating_sub(start) < SLOW_OBSERVE_US {
+                core::hint::spin_loop();
+            }
+        }
         match event {
             Event::AgentRegistered(a) if a.name == TRAP_AGENT => panic!("probe was told to trap"),
             Event::AgentRegistered(a) if a.name == LOG_FLOOD_AGENT => {

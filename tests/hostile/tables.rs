@@ -1,9 +1,13 @@
-//! Issue 10's remaining rows, over real HTTP on loopback against the stub upstream: tenants never
+//! What clients fill, over real HTTP on loopback against the stub upstream: tenants never
 //! share the engine's tags, a PUT whose policy does not start leaves no tenant, a full instance
 //! pool is a clear 503, and the tables clients fill stay at their caps.
 
+#[path = "../../host/serve/tests/stub_upstream/mod.rs"]
 mod stub_upstream;
+#[path = "../../host/serve/tests/support/mod.rs"]
 mod support;
+
+use std::sync::atomic::Ordering::Relaxed;
 
 use agentrt_serve::table::{TableLimits, MAX_AGENT_NAME_BYTES};
 use serde_json::Value;
@@ -189,6 +193,27 @@ async fn client_filled_tables_stay_at_their_caps() {
         (Some(5), Some(6))
     );
     assert_eq!(listed["prompt_shapes"], 7);
+
+    // A session pushed out of the full table is reported ended, so the policy stops valuing its
+    // blocks: 20 sessions through a table of 6 end 14. The policy was given every event: each
+    // request's registration, arrival and finish, and the 14 ends.
+    assert_eq!(p.state.metrics.sessions_ended.load(Relaxed), 14);
+    assert_eq!(tenant.worker.stats().observed(), 20 * 3 + 14);
+    assert_eq!(tenant.worker.stats().dropped(), 0);
+    let metrics = reqwest::get(format!("{}/metrics", p.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "agentrt_tenant_agents{tenant=\"default\"} 5",
+        "agentrt_tenant_live_sessions{tenant=\"default\"} 6",
+        "agentrt_tenant_prompt_shapes{tenant=\"default\"} 7",
+        "agentrt_proxy_sessions_ended_total 14",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,9 @@
 //! one per request: its slot's breaker opens, the proxy keeps serving, and `/metrics` says so.
 //! In a binary of its own: it installs a global log subscriber to count the lines.
 
+#[path = "../../host/serve/tests/stub_upstream/mod.rs"]
 mod stub_upstream;
+#[path = "../../host/serve/tests/support/mod.rs"]
 mod support;
 
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,9 @@
 //! size, and `/metrics`. Faults a real vLLM cannot be made to produce on demand come from the
 //! stub upstream's fault-injection models (see stub_upstream).
 
+#[path = "../../host/serve/tests/stub_upstream/mod.rs"]
 mod stub_upstream;
+#[path = "../../host/serve/tests/support/mod.rs"]
 mod support;
 
 use std::sync::atomic::Ordering::Relaxed;

@@ -1,0 +1,222 @@
+//! Minutes of mixed traffic with a misbehaving tenant: the other tenant's latency and the
+//! process's peak memory stay bounded.
+//!
+//! Alice runs the probe and throws everything at it and at the front door: cues that make her
+//! policy slow, trap, flood the log, return oversize results or loop in `snapshot`; a new 64 KB
+//! system prompt on every other request (agents, anchors and prompt shapes to remember);
+//! over-long agent names, malformed JSON, unknown keys; and a hot swap of her policy every 10 s.
+//! Bob runs CacheSage with a plain two-agent workflow, one request at a time, and measures.
+//!
+//! `AGENTRT_SOAK_SECS` sets the length (default 120).
+
+#[path = "../../host/serve/tests/stub_upstream/mod.rs"]
+mod stub_upstream;
+#[path = "../../host/serve/tests/support/mod.rs"]
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentrt_test_probe as probe;
+use support::{chat, install_policy, post, post_json, quantile, settle, Proxy, Setup};
+
+const ALICE: &str = "Bearer key-alice";
+const BOB: &str = "Bearer key-bob";
+
+/// The process's resident memory now and at its peak, in bytes (Linux: /proc/self/status).
+fn resident() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// One of alice's attacks, chosen by `i`; returns the statuses it may answer.
+async fn attack(p: &Proxy, i: u64) -> (u16, &'static [u16]) {
+    let cues = [
+        probe::SLOW_AGENT,
+        probe::TRAP_AGENT,
+        probe::LOG_FLOOD_AGENT,
+        probe::ACT_FLOOD_AGENT,
+        probe::LONG_STRING_AGENT,
+        probe::PREDICT_FLOOD_AGENT,
+        probe::SNAPSHOT_LOOP_AGENT,
+        probe::SNAPSHOT_FLOOD_AGENT,
+    ];
+    let auth = ("authorization", ALICE);
+    let url = format!("{}/v1/chat/completions", p.url);
+    match i % 6 {
+        // A cue. It reaches the policy when its agent registers: first, and again each time the
+        // new prompts below have pushed it out of alice's agent table.
+        0 => {
+            let agent = cues[(i / 6) as usize % cues.len()];
+            let body = chat("cue", "t", "tiny", false);
+            let status = post_json(p, &body, &[auth, ("x-agent-id", agent)]).await.status();
+            (status.as_u16(), &[200])
+        }
+        // A new 64 KB system prompt: a new agent, anchor and prompt shape to remember.
+        1 | 2 => {
+            let system = format!("{i:08} {}", "policy ".repeat(64 * 1024 / 7));
+            let status = post_json(p, &chat(&system, "t", "tiny", false), &[auth]).await.status();
+            (status.as_u16(), &[200])
+        }
+        3 => {
+            let name = "n".repeat(4096);
+            let status = post_json(p, &chat("s", "t", "tiny", false), &[auth, ("x-agent-id", &name)])
+                .await
+                .status();
+            (status.as_u16(), &[400])
+        }
+        4 => (post(&url, "{\"messages\": [", &[auth]).await.status().as_u16(), &[400]),
+        _ => {
+            let status = post_json(p, &chat("s", "t", "tiny", false), &[("authorization", "Bearer nobody")])
+                .await
+                .status();
+            (status.as_u16(), &[401])
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_memory() {
+    let secs = std::env::var("AGENTRT_SOAK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120u64);
+    let p = Arc::new(
+        Setup {
+            keys: [("key-alice", "alice"), ("key-bob", "bob")]
+                .iter()
+                .map(|(k, t)| (k.to_string(), t.to_string()))
+                .collect(),
+            ..Setup::new("cachesage")
+        }
+        .start()
+        .await,
+    );
+    install_policy(&p, "alice", "probe").await;
+    let (rss_start, _) = resident();
+    let until = Instant::now() + Duration::from_secs(secs);
+    let stop = Arc::new(AtomicBool::new(false));
+    let attacks = Arc::new(AtomicU64::new(0));
+
+    let attackers: Vec<_> = (0..4u64)
+        .map(|a| {
+            let (p, attacks) = (p.clone(), attacks.clone());
+            tokio::spawn(async move {
+                let mut i = a;
+                while Instant::now() < until {
+                    let (status, expected) = attack(&p, i).await;
+                    assert!(
+                        expected.contains(&status),
+                        "attack {i} answered {status}, expected {expected:?}"
+                    );
+                    attacks.fetch_add(1, Relaxed);
+                    i += 4;
+                }
+            })
+        })
+        .collect();
+    let swapper = {
+        let (p, stop) = (p.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut swaps = 0u32;
+            while !stop.load(Relaxed) {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                install_policy(&p, "alice", "probe").await;
+                swaps += 1;
+            }
+            swaps
+        })
+    };
+    let sampler = {
+        let (p, stop) = (p.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (mut peak, started) = (0, Instant::now());
+            let mut tick = 0u64;
+            while !stop.load(Relaxed) {
+                // The stub records every body it receives, for other tests' assertions; here
+                // that is the test's memory, not the proxy's.
+                p.stub.received.lock().unwrap().clear();
+                p.stub.tokenize.lock().unwrap().clear();
+                let now = resident().0;
+                peak = peak.max(now);
+                // Progress, and the shape of the memory curve, every 10 s.
+                if tick.is_multiple_of(20) {
+                    eprintln!("soak {:>4} s: resident {} MB", started.elapsed().as_secs(), now >> 20);
+                }
+                tick += 1;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            peak
+        })
+    };
+
+    let mut bob = Vec::new();
+    let mut i = 0u64;
+    while Instant::now() < until {
+        let (agent, system) = if i.is_multiple_of(2) {
+            ("planner", "You are a planner. Break the task into steps.")
+        } else {
+            ("coder", "You are a coder. Write the code for one step.")
+        };
+        let body = chat(system, &format!("task {}", i / 6), "tiny", false);
+        let started = Instant::now();
+        let response = post_json(
+            &p,
+            &body,
+            &[
+                ("authorization", BOB),
+                ("x-agent-id", agent),
+                ("x-session-id", &format!("s{}", i / 6)),
+            ],
+        )
+        .await;
+        bob.push(started.elapsed());
+        assert_eq!(response.status(), 200, "bob's request {i}");
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for a in attackers {
+        a.await.unwrap();
+    }
+    stop.store(true, Relaxed);
+    let swaps = swapper.await.unwrap();
+    let rss_peak_sampled = sampler.await.unwrap();
+    settle(&p).await;
+    let (rss_end, hwm) = resident();
+
+    let (p50, p99, max) = (
+        quantile(&mut bob, 0.5),
+        quantile(&mut bob, 0.99),
+        quantile(&mut bob, 1.0),
+    );
+    let alice = p.state.tenants.get_or_start("alice").unwrap();
+    let m = alice.policy.metrics();
+    eprintln!(
+        "soak {secs} s: bob {} requests, p50 {p50:?} p99 {p99:?} max {max:?}; alice {} attacks, {swaps} swaps, \
+         {} restarts, {} circuit opens, {} events dropped; RSS start {} MB, end {} MB, peak {} MB (sampled {} MB)",
+        bob.len(),
+        attacks.load(Relaxed),
+        m.restarts(),
+        m.circuit_opens(),
+        alice.worker.stats().dropped(),
+        rss_start >> 20,
+        rss_end >> 20,
+        hwm >> 20,
+        rss_peak_sampled >> 20,
+    );
+    assert!(p99 < Duration::from_millis(100), "bob's p99 {p99:?}");
+    // The tables alice fills are capped (16 MiB of anchors, 16 MiB of shapes by default), her
+    // policy's instance at 64 MiB; bodies and results are bounded before they are buffered.
+    // Measured: 89 MB after 120 s (from 38 MB), flattening. Unbounded tables once held 985 MB.
+    assert!(hwm < 256 << 20, "peak resident memory {} MB", hwm >> 20);
+    let bob_tenant = p.state.tenants.get_or_start("bob").unwrap();
+    assert_eq!(bob_tenant.policy.metrics().restarts(), 0, "bob's policy never failed");
+}
