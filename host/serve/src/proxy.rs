@@ -194,13 +194,26 @@ struct Prepared {
     ended: Vec<u64>,
 }
 
+/// The caller's tenant, from the headers alone. A new tenant's policy starts on a blocking
+/// thread: instantiating it must not hold an async worker other tenants' requests need.
+async fn tenant_of(state: &Arc<AppState>, headers: &HeaderMap) -> Result<Arc<Tenant>, ApiError> {
+    let name = state.tenants.name_for(headers)?;
+    if let Some(tenant) = state.tenants.get(name) {
+        return Ok(tenant);
+    }
+    let (starting, name) = (state.clone(), name.to_string());
+    tokio::task::spawn_blocking(move || starting.tenants.get_or_start(&name))
+        .await
+        .map_err(|e| ApiError::internal(format!("starting the tenant's policy did not finish: {e}")))?
+}
+
 /// The caller's tenant from the headers, then the body: nothing is read for a stranger.
 async fn authenticate_then_read(
-    state: &AppState,
+    state: &Arc<AppState>,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<(Arc<Tenant>, Bytes), ApiError> {
-    let tenant = state.tenants.for_request(headers)?;
+    let tenant = tenant_of(state, headers).await?;
     let body = read_body(body, state.options.limits.max_body_bytes, "--max-body-bytes").await?;
     Ok((tenant, body))
 }
@@ -561,7 +574,7 @@ where
 type SendFuture = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
 
 async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Err(e) = state.tenants.for_request(&headers) {
+    if let Err(e) = tenant_of(&state, &headers).await {
         return e.into_response();
     }
     let mut request = state.client.get(state.upstream_url("/v1/models"));

@@ -7,7 +7,7 @@
 //! state or requests.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use axum::http::HeaderMap;
 
@@ -42,6 +42,8 @@ pub struct Tenants {
     /// API key → tenant name; empty = single-tenant mode.
     keys: HashMap<String, String>,
     live: RwLock<HashMap<String, Arc<Tenant>>>,
+    /// Held while a tenant starts.
+    starting: Mutex<()>,
     /// Caps on each tenant's tables.
     tables: TableLimits,
     /// Agent handles, unique across tenants.
@@ -63,6 +65,7 @@ impl Tenants {
             default_config,
             keys,
             live: RwLock::new(HashMap::new()),
+            starting: Mutex::new(()),
             tables: TableLimits::default(),
             handles: Handles::default(),
             policy_queue_jobs: DEFAULT_QUEUE_JOBS,
@@ -85,18 +88,21 @@ impl Tenants {
         &self.registry
     }
 
-    /// The tenant a request belongs to, started on first use.
-    pub fn for_request(&self, headers: &HeaderMap) -> Result<Arc<Tenant>, ApiError> {
-        let name = if self.keys.is_empty() {
-            DEFAULT_TENANT
-        } else {
-            let key = bearer(headers).ok_or_else(|| ApiError::unauthorized("missing `Authorization: Bearer <key>`"))?;
-            self.keys
-                .get(key)
-                .map(String::as_str)
-                .ok_or_else(|| ApiError::unauthorized("unknown API key"))?
-        };
-        self.get_or_start(name)
+    /// The name of the tenant a request belongs to, from its headers alone.
+    pub fn name_for(&self, headers: &HeaderMap) -> Result<&str, ApiError> {
+        if self.keys.is_empty() {
+            return Ok(DEFAULT_TENANT);
+        }
+        let key = bearer(headers).ok_or_else(|| ApiError::unauthorized("missing `Authorization: Bearer <key>`"))?;
+        self.keys
+            .get(key)
+            .map(String::as_str)
+            .ok_or_else(|| ApiError::unauthorized("unknown API key"))
+    }
+
+    /// The tenant `name` if it has started.
+    pub fn get(&self, name: &str) -> Option<Arc<Tenant>> {
+        self.live.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
     }
 
     /// The tenant `name`, starting its policy from the default component if it is new.
@@ -120,12 +126,14 @@ impl Tenants {
         name: &str,
         component: Arc<PolicyComponent>,
     ) -> Result<(Arc<Tenant>, bool), ApiError> {
-        if let Some(t) = self.live.read().unwrap_or_else(|p| p.into_inner()).get(name) {
-            return Ok((t.clone(), false));
+        if let Some(t) = self.get(name) {
+            return Ok((t, false));
         }
-        let mut live = self.live.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(t) = live.get(name) {
-            return Ok((t.clone(), false));
+        // Starting a policy takes milliseconds (more for a Python one): tenants start one at a
+        // time, while requests of started tenants read the table without waiting.
+        let _starting = self.starting.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = self.get(name) {
+            return Ok((t, false));
         }
         let policy = self
             .registry
@@ -148,7 +156,10 @@ impl Tenants {
             agents: Arc::new(AgentDirectory::new(self.tables, self.handles.clone())),
             continuations: Continuations::new(&self.tables),
         });
-        live.insert(name.to_string(), tenant.clone());
+        self.live
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), tenant.clone());
         Ok((tenant, true))
     }
 
