@@ -235,6 +235,10 @@ impl PoolObserver for Audited<'_> {
     fn consumed(&mut self, block: BlockId) {
         self.inner.consumed(block);
     }
+
+    fn may_take(&self, pool: &BlockPool, agent: u32, blocks: usize) -> bool {
+        self.inner.may_take(pool, agent, blocks)
+    }
 }
 
 impl SimPolicy for Audited<'_> {

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use agentrt_runtime::Share;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -43,6 +44,9 @@ pub enum SimCommand {
     Table(TableArgs),
     /// The many-application workload over fleet sizes and anchor scales: table, JSON, plot.
     FleetSweep(crate::fleet_sweep::FleetSweepArgs),
+    /// An agent tenant next to a tenant flooding unique long prompts, with and without cache
+    /// shares: table, JSON, plot.
+    NoisyNeighbour(crate::noisy_neighbour::NoisyNeighbourArgs),
 }
 
 #[derive(Args, Debug)]
@@ -137,8 +141,25 @@ pub struct RunArgs {
     /// Replay under native LRU and write the block-pool operations for sim/fidelity/ here.
     #[arg(long)]
     pub op_log: Option<PathBuf>,
+    /// `TENANT=MIN_BLOCKS[:MAX_BLOCKS]` (repeatable): the tenant's cache share — a guarantee and
+    /// a limit. With any share, each tenant runs its own instance of each policy over its own
+    /// blocks, and the tenant furthest past its limit, else above its guarantee, gives up the
+    /// next victim (tenants not named: no guarantee, no limit). `--json` has per-tenant figures
+    /// either way.
+    #[arg(long = "share", value_name = "TENANT=MIN[:MAX]", value_parser = parse_share)]
+    pub shares: Vec<(String, Share)>,
     #[command(flatten)]
     pub replay: ReplayOptions,
+}
+
+fn parse_share(text: &str) -> Result<(String, Share), String> {
+    let (tenant, share) = text
+        .split_once('=')
+        .ok_or_else(|| format!("expected TENANT=MIN_BLOCKS[:MAX_BLOCKS], got {text:?}"))?;
+    if tenant.is_empty() {
+        return Err("the tenant name is empty".into());
+    }
+    Ok((tenant.to_string(), Share::parse(share)?))
 }
 
 #[derive(Args, Debug)]
@@ -168,6 +189,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         SimCommand::Run(a) => run_trace(a),
         SimCommand::Table(a) => run_table(a),
         SimCommand::FleetSweep(a) => crate::fleet_sweep::run(a),
+        SimCommand::NoisyNeighbour(a) => crate::noisy_neighbour::run(a),
     }
 }
 
@@ -210,7 +232,10 @@ fn run_trace(a: RunArgs) -> anyhow::Result<()> {
     let trace = Trace::load(&a.trace)?;
     let prepared = PreparedTrace::new(&trace, BLOCK_SIZE, a.replay.hide_agents);
     let blocks = a.capacity_blocks.unwrap_or_else(headline_blocks);
-    let cfg = SimConfig::new(blocks);
+    let mut cfg = SimConfig::new(blocks);
+    if !a.shares.is_empty() {
+        cfg.shares = Some(a.shares.clone());
+    }
     if let Some(path) = &a.op_log {
         let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         let mut lru = crate::policies::NativeLru;
@@ -252,6 +277,7 @@ fn run_trace(a: RunArgs) -> anyhow::Result<()> {
         BLOCK_SIZE
     );
     print!("{}", table(&summaries));
+    print!("{}", crate::report::tenant_table(&summaries));
     if let Some(path) = &a.eviction_log {
         let audits: Vec<&EvictionAudit> = results.iter().filter_map(|r| r.audit.as_ref()).collect();
         write_eviction_log(path, &prepared, &audits)?;

@@ -10,6 +10,9 @@ use std::sync::{Arc, Mutex};
 use agentrt_runtime::{EngineOptions, PolicyComponent, PolicyEngine, PoolingOptions};
 use anyhow::Context;
 
+use agentrt_runtime::Share;
+
+use crate::arbiter::{Ownership, TenantArbiter};
 use crate::audit::Audited;
 use crate::policies::{Belady, NativeLru, Rerank, SimPolicy, WasmPolicy};
 use crate::prepare::PreparedTrace;
@@ -179,14 +182,16 @@ fn replay(
     rerank: Rerank,
     audit: bool,
 ) -> anyhow::Result<RunResult> {
-    let mut boxed: Box<dyn SimPolicy> = match policy {
-        PolicySpec::NativeLru => Box::new(NativeLru),
-        PolicySpec::Belady => {
+    let mut boxed: Box<dyn SimPolicy> = match (&cfg.shares, policy) {
+        (_, PolicySpec::Belady) => {
+            // The whole cache's ceiling: Bélády knows the future of every tenant and ignores shares.
             let order = reference_order.context("Bélády needs the LRU run's admission order")?;
             let prompts: Vec<&[u64]> = trace.requests.iter().map(|r| &r.prompt.hashes[..]).collect();
             Box::new(Belady::new(order, &prompts))
         }
-        PolicySpec::Wasm { name, component, init } => {
+        (Some(shares), _) => Box::new(arbitrated(host, trace, cfg, shares, policy, rerank)?),
+        (None, PolicySpec::NativeLru) => Box::new(NativeLru),
+        (None, PolicySpec::Wasm { name, component, init }) => {
             Box::new(host.start(name, component, init, trace.block_size, rerank)?)
         }
     };
@@ -202,6 +207,52 @@ fn replay(
     };
     result.policy = policy.name().to_string();
     Ok(result)
+}
+
+/// One instance of `policy` per tenant of `trace`, each ranking only its tenant's blocks, under
+/// `shares` (tenants not named: no guarantee, no limit).
+fn arbitrated(
+    host: &PolicyHost,
+    trace: &PreparedTrace,
+    cfg: &SimConfig,
+    shares: &[(String, Share)],
+    policy: &PolicySpec,
+    rerank: Rerank,
+) -> anyhow::Result<TenantArbiter> {
+    for (name, _) in shares {
+        anyhow::ensure!(
+            trace.tenants.contains(name),
+            "--share names tenant {name:?}, which has no request in the trace (tenants: {})",
+            trace.tenants.join(", ")
+        );
+    }
+    let guaranteed: u64 = shares.iter().map(|(_, s)| s.min_blocks).sum();
+    anyhow::ensure!(
+        guaranteed < cfg.num_blocks as u64,
+        "the guarantees add up to {guaranteed} blocks, not less than the cache's {}",
+        cfg.num_blocks
+    );
+    let owners = Ownership::of(trace);
+    let mut policies: Vec<Box<dyn SimPolicy>> = Vec::new();
+    let mut tenant_shares = Vec::new();
+    for (t, tenant) in trace.tenants.iter().enumerate() {
+        tenant_shares.push(
+            shares
+                .iter()
+                .find(|(name, _)| name == tenant)
+                .map_or(Share::NONE, |(_, s)| *s),
+        );
+        policies.push(match policy {
+            PolicySpec::Wasm { name, component, init } => {
+                let started = host.start(&format!("{name}/{tenant}"), component, init, trace.block_size, rerank)?;
+                let owns = owners.clone();
+                Box::new(started.ranking_only(Box::new(move |b| usize::from(owns.block(b)) == t)))
+            }
+            // The arbiter evicts the tenant's oldest block when its policy names none.
+            PolicySpec::NativeLru | PolicySpec::Belady => Box::new(NativeLru),
+        });
+    }
+    Ok(TenantArbiter::new(policy.name(), owners, policies, tenant_shares))
 }
 
 /// Replay `trace` under every policy in `policies` (LRU first when Bélády needs it), recording

@@ -80,6 +80,12 @@ impl KvManager {
 
     /// `get_num_blocks_to_allocate`: blocks to take off the free queue to give `seq` slots for
     /// `num_tokens` tokens, counting hit blocks that must leave the free queue.
+    /// Blocks a waiting request takes off the free queue to be admitted with `hit`: the new
+    /// blocks of its whole prompt, and the hit blocks that sat in the free queue.
+    pub fn admission_blocks(&self, seq: &SeqKv, hit: &[BlockId]) -> usize {
+        self.blocks_needed(seq, seq.num_tokens as usize, hit)
+    }
+
     fn blocks_needed(&self, seq: &SeqKv, num_tokens: usize, new_computed: &[BlockId]) -> usize {
         let required = cdiv(num_tokens, self.block_size);
         let have = seq.blocks.len() + new_computed.len();

@@ -11,12 +11,14 @@
 //! [`report`] / [`plot`] present the results; [`audit`] says which evictions a later request
 //! regretted; [`cli`] is `agentrt sim`.
 
+pub mod arbiter;
 pub mod audit;
 pub mod cli;
 pub mod fleet_sweep;
 pub mod harness;
 pub mod kv;
 pub mod latency;
+pub mod noisy_neighbour;
 pub mod parallel;
 pub mod plot;
 pub mod png;

@@ -244,7 +244,12 @@ pub struct WasmPolicy {
     stats: PolicyStats,
     /// Side effects seen, by kind, for the report.
     pub effects_seen: [u64; 7],
+    /// The blocks this policy ranks, when it serves one tenant of several; `None` = all.
+    owns: Option<BlockFilter>,
 }
+
+/// Which blocks a tenant's policy may see and rank.
+pub type BlockFilter = Box<dyn Fn(&Block) -> bool + Send>;
 
 /// Victims materialised per ranking (the evict-first end of the order); running out re-ranks.
 const RANK_PREFIX: usize = 4096;
@@ -294,7 +299,14 @@ impl WasmPolicy {
             items: Vec::new(),
             stats: PolicyStats::default(),
             effects_seen: [0; 7],
+            owns: None,
         })
+    }
+
+    /// Rank only the blocks `owns` accepts (one tenant's, under cache shares).
+    pub fn ranking_only(mut self, owns: BlockFilter) -> Self {
+        self.owns = Some(owns);
+        self
     }
 
     pub fn handle(&self) -> &PolicyHandle {
@@ -341,6 +353,9 @@ impl WasmPolicy {
         self.cursor = 0;
         for id in pool.cached_free_blocks() {
             let b = pool.block(id);
+            if self.owns.as_ref().is_some_and(|owns| !owns(b)) {
+                continue;
+            }
             self.items.push(Item {
                 kind: ItemKind::KvBlock,
                 key: b.hash,

@@ -70,6 +70,14 @@ pub trait PoolObserver {
 
     /// The block returned by the last `victim` call was evicted.
     fn consumed(&mut self, _block: BlockId) {}
+
+    /// Whether a new request of `agent` may take `blocks` blocks off the free queue now. Cache
+    /// shares say no when that would cut into another tenant's guarantee; the request then waits,
+    /// and requests behind it are considered (as vLLM skips a waiting request it cannot schedule
+    /// for a reason of its own, e.g. a LoRA limit).
+    fn may_take(&self, _pool: &BlockPool, _agent: u32, _blocks: usize) -> bool {
+        true
+    }
 }
 
 /// An observer that only watches: vLLM's own LRU.
@@ -163,6 +171,11 @@ impl BlockPool {
     /// Blocks in the free queue (cached or not): what an allocation can take.
     pub fn num_free(&self) -> usize {
         self.cached_free + self.empty_free.len()
+    }
+
+    /// Free blocks holding nothing cached: what an allocation takes before evicting anything.
+    pub fn num_empty_free(&self) -> usize {
+        self.empty_free.len()
     }
 
     /// Cached blocks in the free queue: the eviction candidates.

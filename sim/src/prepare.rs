@@ -5,13 +5,17 @@
 //! field (what a framework tells the proxy); with `hide_agents` it is the anchor hash alone — one
 //! agent per distinct anchor (system prompt + tool definitions), named by the hash in hex — which
 //! is what the layer can infer from prompts without any help from the framework.
+//!
+//! Tenants: agents and sessions belong to the request's tenant, and a named tenant's block hashes
+//! start from a salt of its name, as vLLM's `cache_salt` does: two tenants' identical prompts are
+//! different blocks. The `default` tenant is unsalted, so a trace without tenants hashes as before.
 
 use std::collections::HashMap;
 
 use agentrt_runtime::types::Continuation;
 
 use crate::tokens::{block_hashes, hash_str, segment_tokens};
-use crate::trace::{Segment, Trace};
+use crate::trace::{Segment, Trace, DEFAULT_TENANT};
 
 /// Tokens of the minimal user message a warm-up carries after the anchor.
 pub const WARMUP_USER_TOKENS: u32 = 8;
@@ -21,6 +25,8 @@ pub const WARMUP_USER_TOKENS: u32 = 8;
 pub struct Agent {
     /// Host handle: 1, 2, … in first-seen order.
     pub handle: u32,
+    /// Index into [`PreparedTrace::tenants`].
+    pub tenant: u16,
     pub name: String,
     pub anchor_hash: u64,
     pub anchor_tokens: u32,
@@ -47,6 +53,8 @@ pub struct PreparedPrompt {
 pub struct PreparedRequest {
     /// Index in file order: a stable id across runs.
     pub uid: u32,
+    /// Index into [`PreparedTrace::tenants`].
+    pub tenant: u16,
     pub session: u32,
     pub agent: u32,
     pub anchor_hash: u64,
@@ -67,6 +75,8 @@ pub struct PreparedRequest {
 #[derive(Debug, Clone)]
 pub struct PreparedSession {
     pub name: String,
+    /// Index into [`PreparedTrace::tenants`].
+    pub tenant: u16,
     /// 64-bit hash of the name (the `session-id` policies see).
     pub id: u64,
     pub requests: Vec<u32>,
@@ -77,6 +87,8 @@ pub struct PreparedSession {
 pub struct PreparedTrace {
     pub block_size: usize,
     pub hide_agents: bool,
+    /// Tenant names in first-seen order (`default` for requests that name none).
+    pub tenants: Vec<String>,
     pub agents: Vec<Agent>,
     pub sessions: Vec<PreparedSession>,
     pub requests: Vec<PreparedRequest>,
@@ -103,10 +115,16 @@ pub fn prompt_tokens(prompt: &[Segment]) -> Vec<u32> {
     tokens
 }
 
-pub fn prepare_prompt(prompt: &[Segment], block_size: usize) -> PreparedPrompt {
+/// The hash a tenant's block chains start from: none for `default`, a salt of the name otherwise
+/// (vLLM mixes a request's `cache_salt` into its first block's hash).
+pub fn tenant_salt(tenant: &str) -> Option<u64> {
+    (tenant != DEFAULT_TENANT).then(|| hash_str(&format!("cache_salt/{tenant}")))
+}
+
+pub fn prepare_prompt(prompt: &[Segment], block_size: usize, salt: Option<u64>) -> PreparedPrompt {
     let tokens = prompt_tokens(prompt);
     let mut hashes = Vec::with_capacity(tokens.len() / block_size);
-    block_hashes(None, &tokens, block_size, &mut hashes);
+    block_hashes(salt, &tokens, block_size, &mut hashes);
     let tail = tokens[hashes.len() * block_size..].to_vec();
     PreparedPrompt {
         tokens: tokens.len() as u32,
@@ -117,15 +135,24 @@ pub fn prepare_prompt(prompt: &[Segment], block_size: usize) -> PreparedPrompt {
 
 impl PreparedTrace {
     pub fn new(trace: &Trace, block_size: usize, hide_agents: bool) -> Self {
+        let mut tenants: Vec<String> = Vec::new();
         let mut agents: Vec<Agent> = Vec::new();
-        let mut agent_index: HashMap<String, u32> = HashMap::new();
+        let mut agent_index: HashMap<(u16, String), u32> = HashMap::new();
         let mut sessions: Vec<PreparedSession> = Vec::new();
-        let mut session_index: HashMap<&str, u32> = HashMap::new();
+        let mut session_index: HashMap<(u16, &str), u32> = HashMap::new();
         let mut requests = Vec::with_capacity(trace.requests.len());
         // Segment sequences repeat a lot (every call of an agent starts with its anchor): hashing
         // each distinct prompt once would need the whole prompt as a key, so hash per request —
         // it is linear in tokens and runs once per trace.
         for (uid, r) in trace.requests.iter().enumerate() {
+            let tenant = match tenants.iter().position(|t| t == r.tenant()) {
+                Some(i) => i as u16,
+                None => {
+                    tenants.push(r.tenant().to_string());
+                    tenants.len() as u16 - 1
+                }
+            };
+            let salt = tenant_salt(r.tenant());
             let anchor = &r.prompt[..r.anchor_len()];
             let a_hash = anchor_hash(anchor);
             let key = if hide_agents {
@@ -133,26 +160,32 @@ impl PreparedTrace {
             } else {
                 r.agent.clone()
             };
-            let agent = *agent_index.entry(key.clone()).or_insert_with(|| {
+            let agent = *agent_index.entry((tenant, key.clone())).or_insert_with(|| {
                 let anchor_tokens: u32 = anchor.iter().map(|s| s.tokens).sum();
                 let mut warm = anchor.to_vec();
                 warm.push(Segment::new("warmup/user", WARMUP_USER_TOKENS));
-                let anchor_prompt = prepare_prompt(anchor, block_size);
+                let anchor_prompt = prepare_prompt(anchor, block_size, salt);
                 agents.push(Agent {
                     handle: agents.len() as u32 + 1,
+                    tenant,
                     name: key,
                     anchor_hash: a_hash,
                     anchor_tokens,
                     anchor: anchor.to_vec(),
                     anchor_blocks: anchor_prompt.hashes,
-                    warmup: prepare_prompt(&warm, block_size),
+                    warmup: prepare_prompt(&warm, block_size, salt),
                 });
                 agents.len() as u32
             });
-            let session = *session_index.entry(r.session.as_str()).or_insert_with(|| {
+            let session = *session_index.entry((tenant, r.session.as_str())).or_insert_with(|| {
                 sessions.push(PreparedSession {
                     name: r.session.clone(),
-                    id: hash_str(&r.session),
+                    tenant,
+                    // One session name in two tenants is two sessions.
+                    id: match salt {
+                        None => hash_str(&r.session),
+                        Some(salt) => hash_str(&r.session) ^ salt,
+                    },
                     requests: Vec::new(),
                 });
                 sessions.len() as u32 - 1
@@ -160,11 +193,12 @@ impl PreparedTrace {
             sessions[session as usize].requests.push(uid as u32);
             requests.push(PreparedRequest {
                 uid: uid as u32,
+                tenant,
                 session,
                 agent,
                 anchor_hash: a_hash,
                 after_us: r.after_ms * 1000.0,
-                prompt: prepare_prompt(&r.prompt, block_size),
+                prompt: prepare_prompt(&r.prompt, block_size, salt),
                 output_tokens: r.output_tokens,
                 output_ids: None,
                 continues: None,
@@ -210,6 +244,7 @@ impl PreparedTrace {
         Self {
             block_size,
             hide_agents,
+            tenants,
             agents,
             sessions,
             requests,
@@ -232,6 +267,7 @@ mod tests {
 
     fn req(session: &str, agent: &str, segs: &[(&str, u32)]) -> TraceRequest {
         TraceRequest {
+            tenant: None,
             session: session.into(),
             agent: agent.into(),
             after_ms: 0.0,

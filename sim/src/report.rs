@@ -53,6 +53,18 @@ pub struct PolicySummary {
     /// Evictions a later request undid, for audited runs (`--eviction-log`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub regret: Option<RegretSummary>,
+    /// The same hit figures per tenant (a trace without tenants has one, `default`).
+    pub tenants: std::collections::BTreeMap<String, TenantSummary>,
+}
+
+/// One tenant's hit figures under one policy.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TenantSummary {
+    pub hit_rate: f64,
+    pub hit_tokens: u64,
+    pub prompt_tokens: u64,
+    /// Mean time from a request's arrival to its last token (ms).
+    pub turn_ms_mean: f64,
 }
 
 fn mean(xs: &[f64]) -> f64 {
@@ -129,6 +141,23 @@ pub fn summarize(results: &[RunResult]) -> Vec<(String, PolicySummary)> {
                 steps: r.steps,
                 wall_s: r.wall_s,
                 regret: r.audit.as_ref().map(EvictionAudit::summary),
+                tenants: r
+                    .tenants
+                    .iter()
+                    .map(|t| {
+                        let figures = TenantSummary {
+                            hit_rate: t.hit_rate(),
+                            hit_tokens: t.hit_tokens,
+                            prompt_tokens: t.prompt_tokens,
+                            turn_ms_mean: if t.requests == 0 {
+                                0.0
+                            } else {
+                                t.turn_us_sum / t.requests as f64 / 1000.0
+                            },
+                        };
+                        (t.name.clone(), figures)
+                    })
+                    .collect(),
             };
             (r.policy.clone(), summary)
         })
@@ -192,6 +221,29 @@ pub fn markdown_rows(workload: &str, summaries: &[(String, PolicySummary)]) -> S
 }
 
 /// A fixed-width table of one trace's results.
+/// Hit rate per tenant and policy, for traces with more than one tenant (empty otherwise).
+pub fn tenant_table(summaries: &[(String, PolicySummary)]) -> String {
+    let Some((_, first)) = summaries.first() else {
+        return String::new();
+    };
+    if first.tenants.len() < 2 {
+        return String::new();
+    }
+    let mut out = format!("{:<16}", "hit % by tenant");
+    for tenant in first.tenants.keys() {
+        out.push_str(&format!(" {tenant:>12}"));
+    }
+    out.push('\n');
+    for (name, s) in summaries {
+        out.push_str(&format!("{name:<16}"));
+        for t in s.tenants.values() {
+            out.push_str(&format!(" {:>12.1}", t.hit_rate * 100.0));
+        }
+        out.push('\n');
+    }
+    out
+}
+
 pub fn table(summaries: &[(String, PolicySummary)]) -> String {
     let mut out = String::new();
     out.push_str(&format!(

@@ -37,6 +37,11 @@ pub struct SimConfig {
     pub latency: LatencyModel,
     /// Measure the policy's state every this many steps.
     pub state_sample_steps: u64,
+    /// Cache shares by tenant name (`sim run --share`). With shares, every tenant runs its own
+    /// instance of the policy over its own blocks and [`crate::arbiter::TenantArbiter`] picks
+    /// which tenant gives up a block; tenants not named get no guarantee and no limit. `None`:
+    /// one policy instance ranks every block, whoever stored it.
+    pub shares: Option<Vec<(String, agentrt_runtime::Share)>>,
 }
 
 impl SimConfig {
@@ -47,6 +52,7 @@ impl SimConfig {
             max_batched_tokens: 8192,
             latency: LatencyModel::default(),
             state_sample_steps: 512,
+            shares: None,
         }
     }
 }
@@ -79,6 +85,9 @@ pub struct RunResult {
     pub effects_ignored: u64,
     /// Trace request uids in the order they were first admitted (Bélády's reference future).
     pub admission_order: Vec<u32>,
+    /// Prompt and hit tokens per tenant, in the trace's tenant order (one entry, `default`, for a
+    /// trace without tenants).
+    pub tenants: Vec<TenantFigures>,
     pub policy_stats: PolicyStats,
     /// Every eviction and whether it was regretted, when the replay was audited.
     pub audit: Option<EvictionAudit>,
@@ -86,7 +95,33 @@ pub struct RunResult {
     pub wall_s: f64,
 }
 
+/// One tenant's share of a replay's figures.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TenantFigures {
+    pub name: String,
+    pub prompt_tokens: u64,
+    pub hit_tokens: u64,
+    /// Trace requests finished, and the sum of their turn latencies (µs).
+    pub requests: u64,
+    pub turn_us_sum: f64,
+}
+
+impl TenantFigures {
+    pub fn hit_rate(&self) -> f64 {
+        if self.prompt_tokens == 0 {
+            0.0
+        } else {
+            self.hit_tokens as f64 / self.prompt_tokens as f64
+        }
+    }
+}
+
 impl RunResult {
+    /// The figures of the tenant named `name`.
+    pub fn tenant(&self, name: &str) -> Option<&TenantFigures> {
+        self.tenants.iter().find(|t| t.name == name)
+    }
+
     pub fn hit_rate(&self) -> f64 {
         if self.prompt_tokens == 0 {
             0.0
@@ -163,6 +198,14 @@ impl<'a> Sim<'a> {
             policy: policy.name().to_string(),
             ttft_us: vec![f64::NAN; trace.requests.len()],
             turn_us: vec![f64::NAN; trace.requests.len()],
+            tenants: trace
+                .tenants
+                .iter()
+                .map(|name| TenantFigures {
+                    name: name.clone(),
+                    ..TenantFigures::default()
+                })
+                .collect(),
             ..RunResult::default()
         };
         Self {
@@ -357,14 +400,21 @@ impl<'a> Sim<'a> {
             i += 1;
         }
 
-        // Waiting requests, in order, if nothing was preempted.
+        // Waiting requests, in order, if nothing was preempted. One that cache shares hold back
+        // waits without holding up the requests behind it (vLLM's skipped waiting requests).
         if !preempted {
+            let mut skipped = Vec::new();
             while budget > 0 && self.running.len() < self.cfg.max_num_seqs {
                 let Some(&r) = self.waiting.front() else { break };
                 let hit = self.kv.computed_blocks(&self.reqs[r].kv);
                 let hit_tokens = (hit.len() * bs) as u32;
                 let kv = &self.reqs[r].kv;
                 let n = (kv.num_tokens - hit_tokens).min(budget);
+                let wanted = self.kv.admission_blocks(kv, &hit);
+                if !self.policy.may_take(&self.kv.pool, self.reqs[r].agent, wanted) {
+                    skipped.push(self.waiting.pop_front().expect("it is the front"));
+                    continue;
+                }
                 if !self
                     .kv
                     .allocate_slots(&mut self.reqs[r].kv, n, &hit, true, &mut *self.policy)
@@ -380,6 +430,9 @@ impl<'a> Sim<'a> {
                 work.add(hit_tokens, n);
                 scheduled.push((r, n));
                 budget -= n;
+            }
+            for r in skipped.into_iter().rev() {
+                self.waiting.push_front(r);
             }
         }
 
@@ -417,6 +470,9 @@ impl<'a> Sim<'a> {
             Origin::Trace(uid) => {
                 self.result.prompt_tokens += u64::from(req.prompt_tokens);
                 self.result.hit_tokens += u64::from(hit_tokens);
+                let tenant = &mut self.result.tenants[self.trace.requests[uid as usize].tenant as usize];
+                tenant.prompt_tokens += u64::from(req.prompt_tokens);
+                tenant.hit_tokens += u64::from(hit_tokens);
                 self.result.admission_order.push(uid);
                 let hashes = &self.trace.requests[uid as usize].prompt.hashes;
                 self.policy.admitted(&self.kv.pool, uid, hashes, hit_blocks);
@@ -493,6 +549,9 @@ impl<'a> Sim<'a> {
                 let first = req.first_token_ns.unwrap_or(now);
                 self.result.ttft_us[uid as usize] = (first - arrival) as f64 / 1000.0;
                 self.result.turn_us[uid as usize] = (now - arrival) as f64 / 1000.0;
+                let tenant = &mut self.result.tenants[self.trace.requests[uid as usize].tenant as usize];
+                tenant.requests += 1;
+                tenant.turn_us_sum += (now - arrival) as f64 / 1000.0;
                 self.result.output_tokens += u64::from(req.generated);
                 let s = req.session.expect("trace requests belong to sessions");
                 self.next_request(s, now);

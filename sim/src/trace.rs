@@ -10,6 +10,10 @@
 //!   request of the same session completed (the first: `after_ms` after the trace starts).
 //! - A segment's token ids are a function of its `seg` name and its length ([`crate::tokens`]).
 //! - An agent's *anchor* is the leading run of `sys/*` and `tools/*` segments of its prompt.
+//! - An optional `"tenant"` names who sent the request when one engine serves several tenants
+//!   (absent: `default`). Agents and sessions are the tenant's own: `planner` in two tenants is two
+//!   agents. Each named tenant's blocks are salted (vLLM's `cache_salt`), so tenants never share
+//!   cached blocks.
 //!
 //! Reading is strict — any malformed line is an error naming the line number and the field — so
 //! that a trace from elsewhere fails loudly instead of replaying something else. Unknown extra
@@ -43,9 +47,15 @@ impl Segment {
     }
 }
 
+/// The tenant of a request without a `tenant` field.
+pub const DEFAULT_TENANT: &str = "default";
+
 /// One request of a trace. Field order is the format's.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TraceRequest {
+    /// Who sent it, when the trace mixes tenants; `None` = [`DEFAULT_TENANT`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     pub session: String,
     pub agent: String,
     pub after_ms: f64,
@@ -54,6 +64,10 @@ pub struct TraceRequest {
 }
 
 impl TraceRequest {
+    pub fn tenant(&self) -> &str {
+        self.tenant.as_deref().unwrap_or(DEFAULT_TENANT)
+    }
+
     pub fn prompt_tokens(&self) -> u32 {
         self.prompt.iter().map(|s| s.tokens).sum()
     }
@@ -138,6 +152,7 @@ impl LineParser {
         let obj = value
             .as_object()
             .ok_or_else(|| self.err("", format!("expected a JSON object, got {}", describe(&value))))?;
+        let tenant = obj.get("tenant").map(|t| self.string(t, "tenant")).transpose()?;
         let session = self.string(self.field(obj, "session")?, "session")?;
         let agent = self.string(self.field(obj, "agent")?, "agent")?;
         let after = self.field(obj, "after_ms")?;
@@ -182,6 +197,7 @@ impl LineParser {
         }
         let output_tokens = self.positive_u32(self.field(obj, "output_tokens")?, "output_tokens")?;
         Ok(TraceRequest {
+            tenant,
             session,
             agent,
             after_ms,
@@ -323,5 +339,22 @@ mod tests {
         assert!(e.to_string().contains("not valid JSON"));
         assert!(error_of("[1, 2]").to_string().contains("expected a JSON object"));
         assert!(Trace::parse("\n\n").unwrap_err().message.contains("no requests"));
+        let e = error_of(
+            r#"{"tenant": 7, "session": "s", "agent": "a", "after_ms": 0, "prompt": [{"seg": "x", "tokens": 4}], "output_tokens": 1}"#,
+        );
+        assert_eq!(e.field, "tenant");
+    }
+
+    #[test]
+    fn a_request_may_name_its_tenant_and_defaults_to_default() {
+        let tagged = GOOD.replacen('{', r#"{"tenant": "team-a", "#, 1);
+        let trace = Trace::parse(&format!("{GOOD}\n{tagged}\n")).unwrap();
+        assert_eq!(trace.requests[0].tenant(), DEFAULT_TENANT);
+        assert_eq!(trace.requests[1].tenant(), "team-a");
+        let mut bytes = Vec::new();
+        trace.write(&mut bytes).unwrap();
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(!text.lines().next().unwrap().contains("tenant"), "absent stays absent");
+        assert_eq!(Trace::parse(&text).unwrap(), trace);
     }
 }

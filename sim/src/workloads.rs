@@ -135,6 +135,7 @@ impl SessionBuilder {
         self.calls += 1;
         let answer = self.seg(&format!("{agent}-{}", self.calls), output_tokens);
         self.requests.push(TraceRequest {
+            tenant: None,
             session: self.name.clone(),
             agent: agent.to_string(),
             after_ms: self.wait_ms,

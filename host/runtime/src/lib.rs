@@ -38,6 +38,7 @@ pub mod policy_log;
 pub mod registry;
 pub mod results;
 pub mod sandbox;
+pub mod shares;
 
 use std::path::PathBuf;
 
@@ -50,6 +51,7 @@ pub use error::{LoadError, PolicyError, Primitive};
 pub use handle::{keep_order, lru_order, PolicyHandle, Ranking, SlotConfig, SwapReport};
 pub use registry::{PolicyRegistry, RegistryError};
 pub use sandbox::SandboxLimits;
+pub use shares::{Share, Usage};
 
 /// The WIT types as the host sees them.
 pub mod types {
