@@ -42,7 +42,7 @@ fn tenant_names(listing: &Value) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tenants_with_the_same_session_id_and_system_prompt_get_different_engine_tags() {
+async fn tenants_with_the_same_session_id_and_system_prompt_get_different_engine_tags_and_cache_salts() {
     let p = keyed("lru", &[("key-a", "alpha"), ("key-b", "beta")]).start().await;
     let body = chat("You are the planner.", "Task 17", "tiny", false);
     for key in ["Bearer key-a", "Bearer key-b"] {
@@ -70,6 +70,27 @@ async fn tenants_with_the_same_session_id_and_system_prompt_get_different_engine
         (&again["agentrt_agent"], &again["agentrt_session"]),
         (&a["agentrt_agent"], &a["agentrt_session"])
     );
+
+    // Each tenant's requests carry a cache salt of their own, so vLLM never lets one tenant's
+    // request hit (or time) the other's blocks; within a tenant the salt is stable.
+    let salts: Vec<Value> = p
+        .stub
+        .user_requests()
+        .iter()
+        .map(|r| r.body["cache_salt"].clone())
+        .collect();
+    assert!(salts[0].is_string() && salts[1].is_string(), "{salts:?}");
+    assert_ne!(salts[0], salts[1], "two tenants, two salts");
+    assert_eq!(salts[2], salts[0], "one tenant, one salt");
+    // Beta's client sending alpha's salt does not get into alpha's cache.
+    let mut forged = body.clone();
+    forged["cache_salt"] = salts[0].clone();
+    let headers = [("authorization", "Bearer key-b")];
+    assert_eq!(post_json(&p, &forged, &headers).await.status(), 200);
+    settle(&p).await;
+    let sent = p.stub.user_requests()[3].body["cache_salt"].clone();
+    assert_ne!(sent, salts[0], "a client cannot choose another tenant's salt");
+    assert_ne!(sent, salts[1], "a client's own salt splits its tenant's cache further");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

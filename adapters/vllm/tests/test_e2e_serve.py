@@ -376,3 +376,31 @@ def test_a_langgraph_graph_through_agentrt_serve(start_stack):
     assert proxy["agentrt_proxy_bad_requests_total"] == 0
     vllm = stack.vllm.metrics()
     assert vllm.get("vllm:request_success_total", 0) >= 3 * len(tasks), "vLLM finished every call"
+
+
+def test_tenants_never_hit_each_others_prompts(start_stack):
+    """A prefix-cache hit is visible in timing and in `cached_tokens`: a tenant that could hit
+    another tenant's blocks could test what that tenant sent. The proxy salts each tenant's
+    requests (vLLM's `cache_salt`), so the same prompt from beta after alpha computes from scratch,
+    while each tenant still hits its own cache."""
+    from conftest import http_json
+
+    stack = start_stack("lru", serve_args=("--tenant", "key-a=alpha", "--tenant", "key-b=beta",
+                                           "--cache-salt-secret", "e2e-salt"))
+    system = _words(random.Random(5), 220)
+    body = {"model": "tiny", "max_tokens": 1, "temperature": 0,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Summarise the notes."}]}
+
+    def cached(key: str) -> int:
+        status, reply = http_json(stack.serve.base + "/v1/chat/completions", body,
+                                  headers={"authorization": f"Bearer {key}"})
+        assert status == 200, reply
+        return (reply["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+
+    first_alpha, second_alpha = cached("key-a"), cached("key-a")
+    first_beta, second_beta = cached("key-b"), cached("key-b")
+    print(f"\ncached tokens: alpha {first_alpha} → {second_alpha}; beta {first_beta} → {second_beta}")
+    assert first_alpha == 0
+    assert second_alpha >= 64, "a tenant hits its own cached prompt"
+    assert first_beta == 0, "another tenant's identical prompt is not a hit"
+    assert second_beta >= 64, "beta hits its own blocks"

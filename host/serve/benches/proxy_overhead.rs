@@ -53,6 +53,7 @@ async fn proxy(upstream: &str) -> String {
         admin_token: None,
         upstream_api_key: None,
         metrics_token: None,
+        cache_salt_secret: None,
         warmup: WarmupOptions::default(),
         limits: agentrt_serve::Limits::default(),
     };

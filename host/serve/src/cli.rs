@@ -70,6 +70,11 @@ pub struct ServeArgs {
     /// open to anyone who can connect, and it names every tenant.
     #[arg(long, env = "AGENTRT_METRICS_TOKEN", hide_env_values = true)]
     pub metrics_token: Option<String>,
+    /// Key of the tenants' `cache_salt`s (or env AGENTRT_CACHE_SALT_SECRET): every named tenant's
+    /// requests carry a salt of their own, so tenants never share prefix-cache blocks. Give every
+    /// proxy in front of one engine the same key; without one it is random per process.
+    #[arg(long, env = "AGENTRT_CACHE_SALT_SECRET", hide_env_values = true)]
+    pub cache_salt_secret: Option<String>,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
@@ -289,6 +294,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         admin_token: args.admin_token,
         upstream_api_key: args.upstream_api_key,
         metrics_token: args.metrics_token,
+        cache_salt_secret: args.cache_salt_secret,
         limits,
         warmup: WarmupOptions {
             max_concurrent: args.warmup_concurrency,

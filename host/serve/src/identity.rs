@@ -43,6 +43,8 @@ pub struct Anchor {
     pub messages: Vec<Value>,
     pub tools: Option<Value>,
     pub model: String,
+    /// The `cache_salt` the agent's requests went upstream with: its warm-ups must carry it too.
+    pub cache_salt: Option<String>,
 }
 
 /// A stable 64-bit hash (the first 8 bytes of SHA-256): stable across restarts and versions,
@@ -110,6 +112,7 @@ pub fn identify_chat(headers: &HeaderMap, body: &Value) -> Result<(Identity, Anc
             messages: leading,
             tools,
             model,
+            cache_salt: None,
         },
     ))
 }

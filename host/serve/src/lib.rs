@@ -11,6 +11,8 @@
 //!   chunk by chunk, upstream errors returned as they came, request events to the policy;
 //! - [`policy_worker`]: each tenant's policy calls on a thread of its own behind a bounded
 //!   queue — a request never waits on a policy, and a slow one delays only its own tenant;
+//! - [`cache_salt`]: every named tenant's requests carry a salt of its own, so tenants never
+//!   share prefix-cache blocks (nor learn through timing what another tenant sent);
 //! - [`warmup`]: the policy's `act()` side effects, off the critical path — a warm-up is a real
 //!   upstream request carrying only the anchor and a minimal user message;
 //! - [`admin`]: authenticated policy management (install, hot swap) per tenant;
@@ -21,6 +23,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod cache_salt;
 pub mod cli;
 pub mod connections;
 pub mod continuation;

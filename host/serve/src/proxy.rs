@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 
 use agentrt_runtime::types::{Continuation, Event, RequestArrival, RequestFinish};
 
+use crate::cache_salt::CacheSalts;
 use crate::continuation::PromptShape;
 use crate::error::ApiError;
 use crate::identity::{identify_chat, identify_completion, Anchor, Identity};
@@ -45,6 +46,8 @@ pub struct ServeOptions {
     pub upstream_api_key: Option<String>,
     /// Bearer token `/metrics` requires; `None` leaves it open (it names every tenant).
     pub metrics_token: Option<String>,
+    /// Key of the tenants' cache salts ([`crate::cache_salt`]); `None`: random per process.
+    pub cache_salt_secret: Option<String>,
     pub warmup: WarmupOptions,
     pub limits: Limits,
 }
@@ -58,6 +61,8 @@ pub struct AppState {
     /// Counted by the accept loop ([`crate::connections::serve`]), shown on `/metrics`.
     pub connections: Arc<ConnectionMetrics>,
     pub warmups: Warmups,
+    /// Each tenant's `cache_salt` (with `vllm_xargs` on: vLLM's extensions).
+    pub cache_salts: CacheSalts,
     /// Where `pin`/`unpin` side effects go when the vLLM eviction service runs.
     pub engine_pins: Option<Arc<agentrt_vllm::PinTable>>,
     clock: Instant,
@@ -71,7 +76,9 @@ impl AppState {
             .build()
             .expect("a plain HTTP client builds");
         let warmups = Warmups::new(options.warmup.clone());
+        let cache_salts = CacheSalts::new(options.cache_salt_secret.as_deref());
         Self {
+            cache_salts,
             options,
             client,
             tenants,
@@ -127,6 +134,15 @@ impl AppState {
         self.metrics.upstream_errors.fetch_add(1, Relaxed);
         if error.status == StatusCode::GATEWAY_TIMEOUT {
             self.metrics.upstream_timeouts.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Give `body` its tenant's `cache_salt` (when vLLM's extensions are on); returns the salt.
+    pub fn salt(&self, body: &mut Value, tenant: &str) -> Option<String> {
+        if self.options.vllm_xargs {
+            self.cache_salts.apply(body, tenant)
+        } else {
+            None
         }
     }
 
@@ -240,7 +256,8 @@ async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
     };
     // The proxy's overhead counts from here: the client's upload time is not the proxy's.
     let received = Instant::now();
-    let prepared = parse_body(&state, &body).and_then(|json| {
+    let prepared = parse_body(&state, &body).and_then(|mut json| {
+        state.salt(&mut json, &tenant.name);
         let mut identity = identify_completion(&headers, &json).map_err(|m| {
             state.metrics.bad_requests.fetch_add(1, Relaxed);
             ApiError::bad_request(m)
@@ -263,11 +280,13 @@ async fn prepare_chat(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Result<Prepared, ApiError> {
-    let json = parse_body(state, body)?;
-    let (mut identity, anchor) = identify_chat(headers, &json).map_err(|m| {
+    let mut json = parse_body(state, body)?;
+    let salt = state.salt(&mut json, &tenant.name);
+    let (mut identity, mut anchor) = identify_chat(headers, &json).map_err(|m| {
         state.metrics.bad_requests.fetch_add(1, Relaxed);
         ApiError::bad_request(m)
     })?;
+    anchor.cache_salt = salt;
     identity.scope_to_tenant(&tenant.name);
     let (agent, mut registration) = tenant.agents.intern(&identity);
     if let Some(Event::AgentRegistered(new_agent)) = registration.as_mut() {

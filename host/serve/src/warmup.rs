@@ -161,6 +161,10 @@ impl Warmups {
         if state.options.vllm_xargs {
             body["vllm_xargs"] = json!({"agentrt_agent": agent, "agentrt_session": 0, "agentrt_warmup": true});
         }
+        // The blocks the agent's requests will look for are salted with its tenant's salt.
+        if let Some(salt) = &anchor.cache_salt {
+            body[crate::cache_salt::FIELD] = json!(salt);
+        }
         let request_id = u64::MAX - state.metrics.warmups_sent.load(Relaxed);
         let arrival = RequestArrival {
             request_id,

@@ -95,6 +95,7 @@ impl Setup {
             admin_token: self.admin_token,
             upstream_api_key: None,
             metrics_token: self.metrics_token,
+            cache_salt_secret: Some("test-salt-key".into()),
             warmup: WarmupOptions::default(),
             limits: self.limits,
         };
