@@ -1,11 +1,15 @@
-//! Shared set-up for the cross-crate tests: real components from `target/components/` (built by
-//! `cargo xtask build-policies`, which `cargo xtask test` runs first) and an engine per test.
+//! Shared set-up for the cross-crate tests: real components from the build's components folder
+//! (`<target>/components/`, built by `cargo xtask build-policies`, which `cargo xtask test` runs
+//! first; `AGENTRT_COMPONENTS_DIR` overrides) and an engine per test.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use agentrt_runtime::types::{AgentRegistered, Event, Item, ItemKind};
-use agentrt_runtime::{EngineOptions, PolicyComponent, PolicyEngine, PolicyHandle, PoolingOptions, SlotConfig};
+use agentrt_runtime::{
+    ComponentLookup, ComponentSource, EmbeddedSet, EngineOptions, PolicyComponent, PolicyEngine, PolicyHandle,
+    PoolingOptions, SlotConfig,
+};
 
 /// The probe fixture's cues (see tests/guests/probe).
 pub const PROBE_LOOP_KEY: u64 = 0xdead_1007;
@@ -24,15 +28,14 @@ pub const PROBE_FLOOD_LEN: usize = 100_000;
 pub const PROBE_LONG_STRING_BYTES: usize = 1 << 20;
 pub const PROBE_SNAPSHOT_FLOOD_BYTES: usize = 20 << 20;
 
-/// Path of a built component; fails with the command to run when it is missing.
+/// Path of a built component; fails with the places searched and the command to run when it is
+/// missing.
 pub fn component_path(name: &str) -> PathBuf {
-    let path = agentrt_runtime::components_dir().join(format!("{name}.wasm"));
-    assert!(
-        path.is_file(),
-        "{} is missing: run `cargo xtask build-policies` (or `cargo xtask test`)",
-        path.display()
-    );
-    path
+    match ComponentLookup::from_environment(EmbeddedSet::NONE).find(name) {
+        Ok(ComponentSource::File(path)) => path,
+        Ok(other) => panic!("{name}: expected a file, found {other}"),
+        Err(missing) => panic!("{missing}"),
+    }
 }
 
 pub fn component_bytes(name: &str) -> Vec<u8> {

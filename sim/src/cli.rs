@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use agentrt_runtime::Share;
+use agentrt_runtime::{ComponentLookup, Share};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -103,12 +103,21 @@ pub struct ReplayOptions {
     /// simulated time (0 = every scheduler step). See docs/simulator.md for the measured effect.
     #[arg(long, default_value_t = DEFAULT_RERANK_MS)]
     pub rerank_ms: f64,
-    /// Folder with the policy components (default: target/components).
+    /// Look for policy components only in this folder (default: `$AGENTRT_COMPONENTS_DIR`, beside
+    /// the binary, built into it, then the source tree's build).
     #[arg(long)]
     pub components: Option<PathBuf>,
 }
 
 impl ReplayOptions {
+    /// Where components are found: only `--components` when given, else `default`.
+    pub(crate) fn components(&self, default: &ComponentLookup) -> ComponentLookup {
+        match &self.components {
+            Some(dir) => ComponentLookup::in_folder(dir.clone()),
+            None => default.clone(),
+        }
+    }
+
     pub(crate) fn rerank(&self) -> Rerank {
         if self.rerank_ms <= 0.0 {
             Rerank::EveryStep
@@ -183,13 +192,14 @@ pub struct TableArgs {
     pub replay: ReplayOptions,
 }
 
-pub fn run(args: SimArgs) -> anyhow::Result<()> {
+/// Run a `sim` command; `components` finds Wasm policies by name.
+pub fn run(args: SimArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     match args.command {
         SimCommand::Gen(a) => gen(a),
-        SimCommand::Run(a) => run_trace(a),
-        SimCommand::Table(a) => run_table(a),
-        SimCommand::FleetSweep(a) => crate::fleet_sweep::run(a),
-        SimCommand::NoisyNeighbour(a) => crate::noisy_neighbour::run(a),
+        SimCommand::Run(a) => run_trace(a, components),
+        SimCommand::Table(a) => run_table(a, components),
+        SimCommand::FleetSweep(a) => crate::fleet_sweep::run(a, components),
+        SimCommand::NoisyNeighbour(a) => crate::noisy_neighbour::run(a, components),
     }
 }
 
@@ -228,7 +238,7 @@ pub(crate) fn progress(total: u64) -> ProgressBar {
     bar
 }
 
-fn run_trace(a: RunArgs) -> anyhow::Result<()> {
+fn run_trace(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     let trace = Trace::load(&a.trace)?;
     let prepared = PreparedTrace::new(&trace, BLOCK_SIZE, a.replay.hide_agents);
     let blocks = a.capacity_blocks.unwrap_or_else(headline_blocks);
@@ -259,7 +269,7 @@ fn run_trace(a: RunArgs) -> anyhow::Result<()> {
         Some(names) => names.iter().map(|n| PolicySpec::parse(n)).collect(),
         None => default_policies(),
     };
-    let host = PolicyHost::new(a.replay.components.clone())?;
+    let host = PolicyHost::new(a.replay.components(components))?;
     let bar = progress(policies.len() as u64);
     let audit = a.eviction_log.is_some();
     let results = run_all(&host, &prepared, &cfg, &policies, a.replay.rerank(), audit, |r| {
@@ -311,7 +321,7 @@ struct Unit {
     headline: bool,
 }
 
-fn run_table(a: TableArgs) -> anyhow::Result<()> {
+fn run_table(a: TableArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     let started = Instant::now();
     let workloads = a.workloads.clone().unwrap_or_else(|| Workload::ALL.to_vec());
     let scale = if a.quick { 8 } else { 1 };
@@ -321,16 +331,11 @@ fn run_table(a: TableArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| if a.quick { vec![0.5, 2.0] } else { vec![0.25, 0.5] });
     let policies = default_policies();
-    let host = PolicyHost::new(a.replay.components.clone())?;
+    let host = PolicyHost::new(a.replay.components(components))?;
     // Fail early, before minutes of replay, if a component is missing.
     for p in &policies {
         if let PolicySpec::Wasm { component, .. } = p {
-            let path = host.components_dir().join(format!("{component}.wasm"));
-            anyhow::ensure!(
-                path.is_file(),
-                "no policy component at {}: run `cargo xtask build-policies`",
-                path.display()
-            );
+            host.find(component)?;
         }
     }
 

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use agentrt_runtime::ComponentLookup;
 use anyhow::Context;
 use clap::Args;
 
@@ -65,11 +66,11 @@ struct Point {
 
 type PointResult = (usize, Vec<(String, PolicySummary)>);
 
-pub fn run(a: FleetSweepArgs) -> anyhow::Result<()> {
+pub fn run(a: FleetSweepArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     let started = Instant::now();
     let blocks = a.capacity_blocks.unwrap_or_else(headline_blocks);
     let policies: Vec<PolicySpec> = a.policies.iter().map(|n| PolicySpec::parse(n)).collect();
-    let host = PolicyHost::new(a.replay.components.clone())?;
+    let host = PolicyHost::new(a.replay.components(components))?;
     let mut points = Vec::new();
     for &scale in &a.anchor_scales {
         for &apps in &a.applications {

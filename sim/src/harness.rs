@@ -4,10 +4,9 @@
 //! a fresh instance. Bélády needs the reference admission order, so the LRU run goes first.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use agentrt_runtime::{EngineOptions, PolicyComponent, PolicyEngine, PoolingOptions};
+use agentrt_runtime::{ComponentLookup, ComponentSource, EngineOptions, PolicyComponent, PolicyEngine, PoolingOptions};
 use anyhow::Context;
 
 use agentrt_runtime::Share;
@@ -25,7 +24,7 @@ pub enum PolicySpec {
     NativeLru,
     /// Bélády's offline optimum (needs an LRU run first).
     Belady,
-    /// A component from the components folder, by file stem, with `init` configuration.
+    /// A component by name (found by the [`ComponentLookup`]), with `init` configuration.
     Wasm {
         name: String,
         component: String,
@@ -52,7 +51,7 @@ impl PolicySpec {
 
     /// Parse a name: `lru`, `ttl`, `cachesage`, `cachesage-evict` (no warm-ups),
     /// `cachesage-classic` (the published model), `belady`, `lru-native`, or any
-    /// component stem in the components folder — a Wasm one optionally followed by its `init`
+    /// component name the lookup finds — a Wasm one optionally followed by its `init`
     /// configuration as `:key=value` pairs (`cachesage:w=8:k=2`), so that variants of one component
     /// can be compared in one run.
     pub fn parse(name: &str) -> Self {
@@ -93,12 +92,12 @@ pub fn default_policies() -> Vec<PolicySpec> {
 /// Loads components once and starts policies.
 pub struct PolicyHost {
     engine: PolicyEngine,
-    dir: PathBuf,
+    lookup: ComponentLookup,
     components: Mutex<HashMap<String, Arc<PolicyComponent>>>,
 }
 
 impl PolicyHost {
-    pub fn new(dir: Option<PathBuf>) -> anyhow::Result<Self> {
+    pub fn new(lookup: ComponentLookup) -> anyhow::Result<Self> {
         let engine = PolicyEngine::new(EngineOptions {
             pooling: Some(PoolingOptions {
                 max_instances: 16,
@@ -110,13 +109,14 @@ impl PolicyHost {
         .map_err(|e| anyhow::anyhow!("starting the policy engine: {e}"))?;
         Ok(Self {
             engine,
-            dir: dir.unwrap_or_else(agentrt_runtime::components_dir),
+            lookup,
             components: Mutex::new(HashMap::new()),
         })
     }
 
-    pub fn components_dir(&self) -> &Path {
-        &self.dir
+    /// Where the component `stem` is, or an error naming every place searched.
+    pub fn find(&self, stem: &str) -> anyhow::Result<ComponentSource> {
+        Ok(self.lookup.find(stem)?)
     }
 
     fn component(&self, stem: &str) -> anyhow::Result<Arc<PolicyComponent>> {
@@ -124,16 +124,11 @@ impl PolicyHost {
         if let Some(c) = cache.get(stem) {
             return Ok(c.clone());
         }
-        let path = self.dir.join(format!("{stem}.wasm"));
-        anyhow::ensure!(
-            path.is_file(),
-            "no policy component at {}: run `cargo xtask build-policies`",
-            path.display()
-        );
+        let source = self.find(stem)?;
         let component = Arc::new(
-            self.engine
-                .load_file(&path)
-                .map_err(|e| anyhow::anyhow!("loading {}: {e}", path.display()))?,
+            source
+                .load(&self.engine)
+                .map_err(|e| anyhow::anyhow!("loading {source}: {e}"))?,
         );
         cache.insert(stem.to_string(), component.clone());
         Ok(component)

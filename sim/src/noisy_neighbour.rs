@@ -20,7 +20,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 
-use agentrt_runtime::Share;
+use agentrt_runtime::{ComponentLookup, Share};
 
 use crate::cli::{headline_blocks, progress, ReplayOptions, BLOCK_SIZE};
 use crate::harness::{run_all, PolicyHost, PolicySpec};
@@ -118,13 +118,13 @@ pub fn with_flood(agents: &Trace, tokens_per_s: f64, span_s: f64, prompt_tokens:
 
 type UnitResult = (usize, Vec<(String, PolicySummary)>);
 
-pub fn run(a: NoisyNeighbourArgs) -> anyhow::Result<()> {
+pub fn run(a: NoisyNeighbourArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     let started = Instant::now();
     let guarantee = a.guarantee_blocks.unwrap_or_else(|| headline_blocks() / 16);
     let cache = a.cache_blocks.unwrap_or(2 * guarantee);
     anyhow::ensure!(cache > guarantee, "--cache-blocks must exceed --guarantee-blocks");
     let policies: Vec<PolicySpec> = a.policies.iter().map(|n| PolicySpec::parse(n)).collect();
-    let host = PolicyHost::new(a.replay.components.clone())?;
+    let host = PolicyHost::new(a.replay.components(components))?;
     let agents = agents_trace(&a);
     let alone = PreparedTrace::new(&agents, BLOCK_SIZE, a.replay.hide_agents);
 

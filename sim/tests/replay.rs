@@ -1,6 +1,7 @@
 //! Replays of generated traces through the real host and the real policy components
-//! (`target/components/*.wasm`, built by `cargo xtask build-policies`).
+//! (`<target>/components/*.wasm`, built by `cargo xtask build-policies`).
 
+use agentrt_runtime::{ComponentLookup, EmbeddedSet};
 use agentrt_sim::harness::{run_all, run_one, PolicyHost, PolicySpec};
 use agentrt_sim::policies::Rerank;
 use agentrt_sim::prepare::PreparedTrace;
@@ -19,14 +20,11 @@ fn small(workload: Workload, sessions: usize, seed: u64) -> PreparedTrace {
 }
 
 fn host() -> PolicyHost {
-    let host = PolicyHost::new(None).expect("policy engine");
+    let host = PolicyHost::new(ComponentLookup::from_environment(EmbeddedSet::NONE)).expect("policy engine");
     for c in ["lru", "ttl", "probe"] {
-        let path = host.components_dir().join(format!("{c}.wasm"));
-        assert!(
-            path.is_file(),
-            "{} is missing: run `cargo xtask build-policies`",
-            path.display()
-        );
+        if let Err(missing) = host.find(c) {
+            panic!("{missing}");
+        }
     }
     host
 }

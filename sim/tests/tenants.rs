@@ -1,7 +1,7 @@
 //! Several tenants on one simulated engine: salted blocks, cache shares, per-tenant figures —
 //! through the real host and the real policy components.
 
-use agentrt_runtime::Share;
+use agentrt_runtime::{ComponentLookup, EmbeddedSet, Share};
 use agentrt_sim::harness::{run_all, PolicyHost, PolicySpec};
 use agentrt_sim::noisy_neighbour::with_flood;
 use agentrt_sim::policies::Rerank;
@@ -11,7 +11,7 @@ use agentrt_sim::trace::Trace;
 use agentrt_sim::workloads::{generate, GenParams, Workload};
 
 fn run(trace: &PreparedTrace, cfg: &SimConfig, names: &[&str]) -> anyhow::Result<Vec<RunResult>> {
-    let host = PolicyHost::new(None).expect("policy engine");
+    let host = PolicyHost::new(ComponentLookup::from_environment(EmbeddedSet::NONE)).expect("policy engine");
     let policies: Vec<PolicySpec> = names.iter().map(|n| PolicySpec::parse(n)).collect();
     run_all(&host, trace, cfg, &policies, Rerank::EveryStep, false, |_| {})
 }

@@ -7,11 +7,10 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use wit_component::ComponentEncoder;
 
+use crate::workspace::Workspace;
 use crate::{cargo, run};
 
 const TARGET: &str = "wasm32-unknown-unknown";
-/// Where components land; tests and the demo look here (see `agentrt_runtime::components_dir`).
-pub const OUT_DIR: &str = "target/components";
 /// Folders whose sub-folders are policy crates.
 const POLICY_ROOTS: &[&str] = &["policies", "tests/guests"];
 
@@ -22,16 +21,19 @@ struct PolicyCrate {
     package: String,
 }
 
-pub fn build_all(root: &Path) -> Result<Vec<PathBuf>> {
+/// Build every component into [`Workspace::components`] (the runtime's component lookup finds
+/// them there; the `agentrt` binary embeds the built-in ones when it is built after them).
+pub fn build_all(workspace: &Workspace) -> Result<Vec<PathBuf>> {
     ensure_target()?;
+    let root = &workspace.root;
     let crates = discover(root)?;
-    let out_dir = root.join(OUT_DIR);
+    let out_dir = workspace.components();
     std::fs::create_dir_all(&out_dir)?;
     let mut built = Vec::new();
     for krate in &crates {
         // One `cargo rustc` per crate: it is the only way to ask for a cdylib for this target while
         // the crates stay plain rlibs for native tests.
-        run(Command::new(cargo()).current_dir(root).args([
+        run(workspace.command(cargo()).args([
             "rustc",
             "--quiet",
             "-p",
@@ -43,8 +45,8 @@ pub fn build_all(root: &Path) -> Result<Vec<PathBuf>> {
             "--crate-type",
             "cdylib",
         ]))?;
-        let core = root
-            .join("target")
+        let core = workspace
+            .target
             .join(TARGET)
             .join("wasm")
             .join(format!("{}.wasm", krate.package.replace('-', "_")));
@@ -57,11 +59,18 @@ pub fn build_all(root: &Path) -> Result<Vec<PathBuf>> {
         .iter()
         .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
         .collect();
-    eprintln!("xtask: {} components in {OUT_DIR}/: {}", built.len(), names.join(", "));
+    eprintln!(
+        "xtask: {} components in {}/: {}",
+        built.len(),
+        out_dir.display(),
+        names.join(", ")
+    );
     Ok(built)
 }
 
-/// Turn a core module carrying wit-bindgen's component-type section into a component.
+/// Turn a core module carrying wit-bindgen's component-type section into a component. An
+/// unchanged component is not written again: the `agentrt` binary embeds some of them and is
+/// rebuilt whenever one's modification time changes.
 fn encode_component(core: &Path, out: &Path) -> Result<()> {
     let module = std::fs::read(core).with_context(|| format!("reading {}", core.display()))?;
     let component = ComponentEncoder::default()
@@ -70,6 +79,9 @@ fn encode_component(core: &Path, out: &Path) -> Result<()> {
         .with_context(|| format!("{}: not a policy module", core.display()))?
         .encode()
         .with_context(|| format!("encoding {} as a component", core.display()))?;
+    if std::fs::read(out).is_ok_and(|existing| existing == component) {
+        return Ok(());
+    }
     let tmp = out.with_extension("wasm.tmp");
     std::fs::write(&tmp, component)?;
     std::fs::rename(&tmp, out)?;

@@ -1,14 +1,18 @@
 //! Build orchestration: `cargo xtask <command>`.
 //!
 //! - `build-policies` — build every policy component (policies/*, tests/guests/*) into
-//!   `target/components/<name>.wasm`: Rust crates as below, Python ones (`policies/*/app.py`) with
+//!   `<target>/components/<name>.wasm`: Rust crates as below, Python ones (`policies/*/app.py`) with
 //!   componentize-py, which it installs from PyPI on first use (needs `python3`).
 //! - `test` — build the components, run every test in the workspace, the Python policies' and
 //!   the Python SDK's native tests (pytest), then the vLLM adapter's Python tests (pytest in `.venv-vllm`, made by `adapters/vllm/setup-venv.sh`; skipped, saying
 //!   so, without it).
 //! - `demo` — build the components and the `agentrt` binary, run its demo, then the short version
-//!   of the evaluation table (`agentrt sim table --quick`, plots in `target/sim-quick/`).
+//!   of the evaluation table (`agentrt sim table --quick`, plots in `<target>/sim-quick/`).
 //! - `bench` — build the components, then run the criterion benchmarks.
+//!
+//! `<target>` is `CARGO_TARGET_DIR` (relative to the workspace root when relative), `target` by
+//! default ([`workspace`]). Every command xtask starts is told it, and `AGENTRT_COMPONENTS_DIR`,
+//! so that tests, the demo and the vLLM tests load the components xtask just built.
 //!
 //! Why `wasm32-unknown-unknown` + component encoding rather than `wasm32-wasip2`: the result imports
 //! only `agentrt:policy/host` — no WASI surface at all, so a policy has no ambient capability even
@@ -16,11 +20,13 @@
 
 mod components;
 mod python_policies;
+mod workspace;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+
+use crate::workspace::Workspace;
 
 const USAGE: &str = "usage: cargo xtask <build-policies | test | demo | bench> [extra args for the underlying command]";
 
@@ -28,52 +34,46 @@ fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let command = args.next().unwrap_or_default();
     let rest: Vec<String> = args.collect();
-    let root = workspace_root();
+    let workspace = Workspace::from_environment();
     match command.as_str() {
-        "build-policies" => components::build_all(&root).map(|_| ()),
+        "build-policies" => components::build_all(&workspace).map(|_| ()),
         "test" => {
-            components::build_all(&root)?;
-            run(Command::new(cargo())
-                .current_dir(&root)
-                .args(["test", "--workspace"])
-                .args(&rest))?;
-            python_policies::test_all(&root)?;
-            vllm_adapter_tests(&root)
+            components::build_all(&workspace)?;
+            run(workspace.command(cargo()).args(["test", "--workspace"]).args(&rest))?;
+            python_policies::test_all(&workspace)?;
+            vllm_adapter_tests(&workspace)
         }
         "demo" => {
-            components::build_all(&root)?;
+            components::build_all(&workspace)?;
             let agentrt = |args: &[&str]| {
-                let mut cmd = Command::new(cargo());
-                cmd.current_dir(&root)
-                    .args(["run", "--release", "--quiet", "-p", "agentrt", "--"])
+                let mut cmd = workspace.command(cargo());
+                cmd.args(["run", "--release", "--quiet", "-p", "agentrt", "--"])
                     .args(args);
                 cmd
             };
             // What the policies observe, score, predict and act on, on a short synthetic trace …
             run(agentrt(&["demo"]).args(&rest))?;
             // … then the evaluation's short version: five workloads, every policy, table + plots.
-            run(&mut agentrt(&["sim", "table", "--quick", "--out", "target/sim-quick"]))
+            let out = workspace.target.join("sim-quick");
+            run(agentrt(&["sim", "table", "--quick", "--out"]).arg(out))
         }
         "bench" => {
-            components::build_all(&root)?;
-            run(Command::new(cargo())
-                .current_dir(&root)
-                .args(["bench", "--workspace"])
-                .args(&rest))
+            components::build_all(&workspace)?;
+            run(workspace.command(cargo()).args(["bench", "--workspace"]).args(&rest))
         }
         _ => bail!("{USAGE}"),
     }
 }
 
 /// The vLLM plugin's tests and the real-vLLM end-to-end tests, in the venv that has vLLM.
-fn vllm_adapter_tests(root: &Path) -> Result<()> {
-    let python = root.join(".venv-vllm/bin/python");
+fn vllm_adapter_tests(workspace: &Workspace) -> Result<()> {
+    let python = workspace.root.join(".venv-vllm/bin/python");
     if !python.exists() {
         eprintln!("xtask: SKIPPED the vLLM adapter tests: no .venv-vllm (run `bash adapters/vllm/setup-venv.sh`)");
         return Ok(());
     }
-    let status = Command::new(&python)
-        .current_dir(root)
+    let status = workspace
+        .command(&python)
         .args(["-m", "pytest", "adapters/vllm/tests", "-q", "-rs"])
         .status()
         .context("starting pytest")?;
@@ -82,13 +82,6 @@ fn vllm_adapter_tests(root: &Path) -> Result<()> {
         Some(0) | Some(5) => Ok(()),
         _ => bail!("the vLLM adapter tests failed ({status})"),
     }
-}
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_path_buf()
 }
 
 fn cargo() -> String {

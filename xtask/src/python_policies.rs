@@ -14,6 +14,7 @@ use std::time::SystemTime;
 use anyhow::{bail, Context, Result};
 
 use crate::run;
+use crate::workspace::Workspace;
 
 /// The componentize-py release the Python SDK is written against (its bindings' module names —
 /// `wit_world`, `componentize_py_types` — change between releases).
@@ -63,10 +64,11 @@ pub fn build_all(root: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// Run the SDK's tests, then each Python policy's, natively in CPython on the bindings
 /// componentize-py generates for the contract (one pytest per policy: each imports its `app`).
-pub fn test_all(root: &Path) -> Result<()> {
+pub fn test_all(workspace: &Workspace) -> Result<()> {
+    let root = &workspace.root;
     let apps = discover(&root.join("policies"))?;
     let tools = Toolchain::get()?;
-    let bindings = root.join("target/py-bindings");
+    let bindings = workspace.target.join("py-bindings");
     let _ = std::fs::remove_dir_all(&bindings);
     run(Command::new(&tools.componentize_py)
         .current_dir(root)

@@ -20,6 +20,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
+# The build's target folder: CARGO_TARGET_DIR (relative to the repository when relative), as
+# `cargo xtask` resolves it and passes it on.
+TARGET = REPO / (os.environ.get("CARGO_TARGET_DIR") or "target")
 sys.path.insert(0, str(Path(__file__).parent))
 
 try:
@@ -43,7 +46,7 @@ def pytest_pycollect_makemodule(module_path, parent):
 
 
 def components_dir() -> Path:
-    return Path(os.environ.get("AGENTRT_COMPONENTS_DIR", REPO / "target" / "components"))
+    return Path(os.environ.get("AGENTRT_COMPONENTS_DIR", TARGET / "components"))
 
 
 def component(name: str) -> Path:
@@ -55,11 +58,11 @@ def component(name: str) -> Path:
 
 @pytest.fixture(scope="session")
 def host_binary() -> Path:
-    """target/debug/agentrt-vllm-host, built if needed (AGENTRT_VLLM_HOST_BIN overrides)."""
+    """<target>/debug/agentrt-vllm-host, built if needed (AGENTRT_VLLM_HOST_BIN overrides)."""
     override = os.environ.get("AGENTRT_VLLM_HOST_BIN")
     if override:
         return Path(override)
-    binary = REPO / "target" / "debug" / "agentrt-vllm-host"
+    binary = TARGET / "debug" / "agentrt-vllm-host"
     if not binary.is_file():
         if shutil.which("cargo") is None:
             pytest.skip("agentrt-vllm-host is not built and cargo is not on PATH")
@@ -195,7 +198,7 @@ def agentrt_binary() -> Path:
     override = os.environ.get("AGENTRT_BIN")
     if override:
         return Path(override)
-    binary = REPO / "target" / "release" / "agentrt"
+    binary = TARGET / "release" / "agentrt"
     if shutil.which("cargo") is not None:
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "agentrt"], cwd=REPO, check=True)
     elif not binary.is_file():

@@ -8,12 +8,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use agentrt_runtime::types::*;
-use agentrt_runtime::{packed, EngineOptions, PolicyEngine, PolicyHandle, SlotConfig};
+use agentrt_runtime::{packed, ComponentLookup, EngineOptions, PolicyEngine, PolicyHandle, SlotConfig};
 use anyhow::Context;
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
-    /// Folder with the policy components (default: where `cargo xtask build-policies` puts them).
+    /// Look for the policy components only in this folder (default: `$AGENTRT_COMPONENTS_DIR`,
+    /// beside the binary, built into it, then the source tree's build).
     #[arg(long)]
     components: Option<PathBuf>,
     /// Sessions to run through the loop.
@@ -38,28 +39,33 @@ const CALL_MS: u64 = 1_000;
 const STEP_MS: u64 = 3_000;
 const SESSION_EVERY_MS: u64 = 10_000;
 
-pub fn run(args: DemoArgs) -> anyhow::Result<()> {
-    let dir = args.components.unwrap_or_else(agentrt_runtime::components_dir);
+pub fn run(args: DemoArgs, components: &ComponentLookup) -> anyhow::Result<()> {
+    let components = match args.components {
+        Some(dir) => ComponentLookup::in_folder(dir),
+        None => components.clone(),
+    };
     let engine = PolicyEngine::new(EngineOptions::default())?;
     let mut ran = 0;
+    let mut last_missing = None;
     for name in DEMO_POLICIES {
-        let path = dir.join(format!("{name}.wasm"));
-        if !path.is_file() {
-            println!("({name}: no component at {}; skipped)\n", path.display());
-            continue;
-        }
-        let component = Arc::new(engine.load_file(&path)?);
+        let source = match components.find(name) {
+            Ok(source) => source,
+            Err(missing) => {
+                println!("({name}: no component; skipped)\n");
+                last_missing = Some(missing);
+                continue;
+            }
+        };
+        let component = Arc::new(source.load(&engine)?);
         let policy = PolicyHandle::start(&engine, component, SlotConfig::new(format!("demo/{name}")))
             .with_context(|| format!("starting {name}"))?;
         run_one(&policy, args.sessions)?;
         ran += 1;
     }
-    anyhow::ensure!(
-        ran > 0,
-        "no policy components in {}: run `cargo xtask build-policies`",
-        dir.display()
-    );
-    Ok(())
+    match last_missing {
+        Some(missing) if ran == 0 => Err(missing.into()),
+        _ => Ok(()),
+    }
 }
 
 /// Block hash of an agent's i-th anchor block.

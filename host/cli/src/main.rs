@@ -7,10 +7,16 @@
 //!   `agentrt-sim`).
 //! - `agentrt serve --upstream URL` — the OpenAI-compatible proxy in front of vLLM (crate
 //!   `agentrt-serve`).
+//!
+//! `demo`, `sim` and `serve` find policy components by name through one
+//! [`ComponentLookup`]: `$AGENTRT_COMPONENTS_DIR`, the folders beside this binary, the components
+//! built into it ([`embedded`]), then the source tree's build output.
 
 mod demo;
+mod embedded;
 mod policy_check;
 
+use agentrt_runtime::ComponentLookup;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
@@ -53,13 +59,14 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    let components = ComponentLookup::from_environment(embedded::EMBEDDED);
     let result = match cli.command {
         Command::Policy {
             command: PolicyCommand::Check(args),
         } => policy_check::run(args),
-        Command::Demo(args) => demo::run(args),
-        Command::Sim(args) => agentrt_sim::cli::run(args),
-        Command::Serve(args) => agentrt_serve::run(*args),
+        Command::Demo(args) => demo::run(args, &components),
+        Command::Sim(args) => agentrt_sim::cli::run(args, &components),
+        Command::Serve(args) => agentrt_serve::run(*args, &components),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

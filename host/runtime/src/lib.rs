@@ -20,14 +20,16 @@
 //! checkpoints, hot swap, rollback) → [`registry`] (tenant × slot). [`sandbox`] holds the limits
 //! and the host imports; [`breaker`] suspends a slot whose policy keeps failing; [`journal`] keeps
 //! what a slot observed since its last checkpoint, for restarts; [`metrics`] the counters;
-//! [`component_file`] reads component files under a size limit; [`policy_log`] escapes, truncates
-//! and rate-limits what policies log.
+//! [`component_file`] reads component files under a size limit; [`component_lookup`] finds a
+//! component by name (environment, beside the binary, built in, the source tree's build);
+//! [`policy_log`] escapes, truncates and rate-limits what policies log.
 
 mod artifact_cache;
 mod bindings;
 pub mod breaker;
 pub mod component;
 pub mod component_file;
+pub mod component_lookup;
 pub mod engine;
 pub mod error;
 pub mod handle;
@@ -40,12 +42,11 @@ pub mod results;
 pub mod sandbox;
 pub mod shares;
 
-use std::path::PathBuf;
-
 pub use artifact_cache::ArtifactCache;
 pub use breaker::BreakerConfig;
 pub use component::{LoadStats, PolicyComponent, WorldShape, CONTRACT};
 pub use component_file::{read_component_file, DEFAULT_MAX_COMPONENT_BYTES};
+pub use component_lookup::{ComponentLookup, ComponentNotFound, ComponentSource, EmbeddedComponent, EmbeddedSet};
 pub use engine::{CpuBound, EngineOptions, PolicyEngine, PoolingOptions};
 pub use error::{LoadError, PolicyError, Primitive};
 pub use handle::{keep_order, lru_order, PolicyHandle, Ranking, SlotConfig, SwapReport};
@@ -73,13 +74,4 @@ pub mod packed {
             event.parent_hash,
         ));
     }
-}
-
-/// Where `cargo xtask build-policies` puts components: `target/components` under the workspace
-/// (override with `AGENTRT_COMPONENTS_DIR`).
-pub fn components_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("AGENTRT_COMPONENTS_DIR") {
-        return PathBuf::from(dir);
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/components")
 }

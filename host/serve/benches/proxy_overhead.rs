@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyRegistry, SlotConfig};
+use agentrt_runtime::{ComponentLookup, EmbeddedSet, EngineOptions, PolicyEngine, PolicyRegistry, SlotConfig};
 use agentrt_serve::tenants::Tenants;
 use agentrt_serve::warmup::WarmupOptions;
 use agentrt_serve::{router, AppState, ServeOptions};
@@ -39,8 +39,10 @@ async fn fast_upstream() -> String {
 
 async fn proxy(upstream: &str) -> String {
     let engine = PolicyEngine::new(EngineOptions::default()).unwrap();
-    let path = agentrt_runtime::components_dir().join("cachesage.wasm");
-    let component = Arc::new(engine.load_file(&path).expect("run `cargo xtask build-policies` first"));
+    let source = ComponentLookup::from_environment(EmbeddedSet::NONE)
+        .find("cachesage")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let component = Arc::new(source.load(&engine).expect("loading cachesage"));
     let tenants = Tenants::new(
         PolicyRegistry::new(engine),
         component,

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use agentrt_runtime::{BreakerConfig, EngineOptions, PolicyEngine, PolicyRegistry, SandboxLimits, SlotConfig};
+use agentrt_runtime::{
+    BreakerConfig, ComponentLookup, EngineOptions, PolicyEngine, PolicyRegistry, SandboxLimits, SlotConfig,
+};
 
 use crate::limits::Limits;
 use crate::policy_worker::DEFAULT_QUEUE_JOBS;
@@ -25,8 +27,9 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
-    /// Each tenant's policy: a component name in the components folder (`cachesage`, `lru`) or a
-    /// path to a `.wasm` file.
+    /// Each tenant's policy: a component name (`cachesage`, `lru`, `ttl`; found in
+    /// `$AGENTRT_COMPONENTS_DIR`, beside the binary, built into it, or in the source tree's build)
+    /// or a path to a `.wasm` file.
     #[arg(long, default_value = "cachesage")]
     pub policy: String,
     /// `key=value` passed to the policy's `init` (repeatable).
@@ -264,22 +267,19 @@ pub fn tenant_keys(raw: &[String]) -> anyhow::Result<HashMap<String, String>> {
     Ok(keys)
 }
 
-/// Run the proxy until Ctrl-C / SIGTERM.
-pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+/// Run the proxy until Ctrl-C / SIGTERM; `components` finds `--policy` by name.
+pub fn run(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(serve(args))
+    runtime.block_on(serve(args, components))
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     let limits = args.limits.limits()?;
     let slot = args.policy_limits.slot_config()?;
     let engine = PolicyEngine::new(args.policy_limits.engine_options(&slot))?;
-    let path = if args.policy.ends_with(".wasm") {
-        PathBuf::from(&args.policy)
-    } else {
-        agentrt_runtime::components_dir().join(format!("{}.wasm", args.policy))
-    };
-    let component = Arc::new(engine.load_file(&path)?);
+    let source = components.resolve(&args.policy)?;
+    tracing::info!(policy = %args.policy, source = %source, "policy component");
+    let component = Arc::new(source.load(&engine)?);
     let slot = SlotConfig {
         init: pairs(&args.policy_config, "--policy-config")?,
         ..slot

@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Instant;
 
-use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyHandle, SlotConfig};
+use agentrt_runtime::{ComponentLookup, EmbeddedSet, EngineOptions, PolicyEngine, PolicyHandle, SlotConfig};
 use agentrt_vllm::wire::{self, Request, WireItem};
 use agentrt_vllm::EvictionService;
 
@@ -23,7 +23,9 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let engine = PolicyEngine::new(EngineOptions::default())?;
-    let lru = engine.load_file(&agentrt_runtime::components_dir().join("lru.wasm"))?;
+    let lru = ComponentLookup::from_environment(EmbeddedSet::NONE)
+        .find("lru")?
+        .load(&engine)?;
     let policy = Arc::new(PolicyHandle::start(&engine, Arc::new(lru), SlotConfig::new("bench"))?);
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("evict.sock");

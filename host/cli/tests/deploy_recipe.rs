@@ -1,0 +1,298 @@
+//! Checks of `deploy/Dockerfile` and `deploy/compose.yaml` that run without Docker: the build
+//! copies paths that exist and every workspace member, the image puts the components where an
+//! installed `agentrt` looks, every `agentrt serve` command line parses with the real flags, and
+//! the proxy and vLLM name the same socket, KV-event endpoints and port.
+//!
+//! The files are read with a few line rules rather than a Docker or YAML parser (neither is in the
+//! dependency tree): the rules below state what the files must keep to for them to hold.
+
+use std::path::{Path, PathBuf};
+
+use agentrt_layout::{installed_components_dirs, EMBEDDED_COMPONENTS};
+use clap::Parser;
+use serde_json::Value;
+
+/// `agentrt serve` as the binary parses it (host/cli/src/main.rs).
+#[derive(Parser)]
+#[command(name = "agentrt")]
+enum Agentrt {
+    Serve(Box<agentrt_serve::ServeArgs>),
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("host/cli lies two folders below the repository root")
+        .to_path_buf()
+}
+
+fn read(relative: &str) -> String {
+    std::fs::read_to_string(repo().join(relative)).unwrap_or_else(|e| panic!("{relative}: {e}"))
+}
+
+/// One Dockerfile instruction: its keyword and the rest, continuation lines joined.
+struct Instruction {
+    keyword: String,
+    rest: String,
+    /// The stage it belongs to (the name after `AS` of the last `FROM`).
+    stage: String,
+}
+
+fn dockerfile() -> Vec<Instruction> {
+    let mut instructions = Vec::new();
+    let mut stage = String::new();
+    let mut pending = String::new();
+    for line in read("deploy/Dockerfile").lines() {
+        let line = line.trim();
+        if line.starts_with('#') || (line.is_empty() && pending.is_empty()) {
+            continue;
+        }
+        if let Some(continued) = line.strip_suffix('\\') {
+            pending.push_str(continued);
+            pending.push(' ');
+            continue;
+        }
+        pending.push_str(line);
+        let text = std::mem::take(&mut pending);
+        let (keyword, rest) = text.split_once(' ').unwrap_or((&text, ""));
+        let keyword = keyword.to_ascii_uppercase();
+        if keyword == "FROM" {
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            match words.as_slice() {
+                [_, as_, name] if as_.eq_ignore_ascii_case("as") => stage = name.to_string(),
+                _ => panic!("every stage is named: FROM {rest}"),
+            }
+        }
+        instructions.push(Instruction {
+            keyword,
+            rest: rest.trim().to_string(),
+            stage: stage.clone(),
+        });
+    }
+    instructions
+}
+
+/// A `COPY`'s `--from` stage (if any), sources and destination.
+fn copy_parts(rest: &str) -> (Option<String>, Vec<String>, String) {
+    let mut from = None;
+    let mut paths = Vec::new();
+    for word in rest.split_whitespace() {
+        match word.strip_prefix("--from=") {
+            Some(stage) => from = Some(stage.to_string()),
+            None if word.starts_with("--") => panic!("COPY flag {word} is not understood by this test"),
+            None => paths.push(word.to_string()),
+        }
+    }
+    let destination = paths.pop().expect("COPY has a destination");
+    (from, paths, destination)
+}
+
+fn json_array(text: &str, what: &str) -> Vec<String> {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{what} is not a JSON array of strings ({e}): {text}"))
+}
+
+fn last_stage(instructions: &[Instruction]) -> &str {
+    &instructions.last().expect("a Dockerfile").stage
+}
+
+/// The workspace members listed in Cargo.toml.
+fn workspace_members() -> Vec<String> {
+    let manifest = read("Cargo.toml");
+    let start = manifest.find("members = [").expect("a members list");
+    let list = &manifest[start..start + manifest[start..].find(']').expect("the list ends")];
+    list.lines()
+        .skip(1)
+        .filter_map(|l| l.trim().strip_suffix(',').map(|m| m.trim_matches('"').to_string()))
+        .collect()
+}
+
+/// The lines of service `name` in compose.yaml (two-space indented service keys).
+fn compose_service(name: &str) -> Vec<String> {
+    let compose = read("deploy/compose.yaml");
+    let header = format!("  {name}:");
+    let mut lines = compose.lines().skip_while(|l| *l != header);
+    assert!(lines.next().is_some(), "compose.yaml has no service {name}");
+    lines
+        .take_while(|l| l.is_empty() || l.starts_with("   ") || l.trim_start().starts_with('#'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The value of `key` in a service: a scalar on its line, or a flow sequence (`[...]`) of
+/// double-quoted strings, which is JSON, over one or more lines.
+fn compose_value(service: &[String], key: &str) -> String {
+    let prefix = format!("{key}:");
+    let at = service
+        .iter()
+        .position(|l| l.trim_start().starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no {key}"));
+    let first = service[at].trim_start()[prefix.len()..].trim().to_string();
+    if !first.starts_with('[') {
+        return first.trim_matches('"').to_string();
+    }
+    let mut text = first;
+    for line in &service[at + 1..] {
+        if serde_json::from_str::<Value>(&text).is_ok() {
+            break;
+        }
+        text.push_str(line.trim());
+    }
+    text
+}
+
+fn compose_command(service: &str) -> Vec<String> {
+    json_array(
+        &compose_value(&compose_service(service), "command"),
+        &format!("{service}'s command"),
+    )
+}
+
+fn parse_serve(args: &[String], what: &str) -> agentrt_serve::ServeArgs {
+    let argv = std::iter::once("agentrt".to_string()).chain(args.iter().cloned());
+    match Agentrt::try_parse_from(argv) {
+        Ok(Agentrt::Serve(args)) => *args,
+        Err(e) => panic!("{what}: `agentrt {}` does not parse:\n{e}", args.join(" ")),
+    }
+}
+
+/// The value after `flag` in an argument list.
+fn flag_value<'a>(args: &'a [String], flag: &str) -> &'a str {
+    let at = args
+        .iter()
+        .position(|a| a == flag)
+        .unwrap_or_else(|| panic!("no {flag} in {args:?}"));
+    &args[at + 1]
+}
+
+#[test]
+fn the_build_copies_paths_that_exist_and_every_workspace_member() {
+    let instructions = dockerfile();
+    let mut copied = Vec::new();
+    for i in instructions.iter().filter(|i| i.keyword == "COPY") {
+        let (from, sources, _) = copy_parts(&i.rest);
+        if from.is_some() {
+            continue;
+        }
+        for source in sources {
+            assert!(
+                repo().join(&source).exists(),
+                "COPY {source}: no such path in the repository"
+            );
+            if i.stage == "build" {
+                copied.push(source);
+            }
+        }
+    }
+    for member in workspace_members() {
+        assert!(
+            copied
+                .iter()
+                .any(|c| Path::new(&member).starts_with(c.trim_end_matches('/'))),
+            "the build stage does not copy workspace member {member}"
+        );
+    }
+}
+
+#[test]
+fn the_image_puts_the_binary_and_the_components_where_the_lookup_finds_them() {
+    let instructions = dockerfile();
+    let last = last_stage(&instructions);
+    let copies: Vec<_> = instructions
+        .iter()
+        .filter(|i| i.stage == last && i.keyword == "COPY")
+        .map(|i| copy_parts(&i.rest))
+        .collect();
+    let binary = copies
+        .iter()
+        .find(|(_, sources, _)| sources.iter().any(|s| s.ends_with("/release/agentrt")))
+        .map(|(_, _, destination)| PathBuf::from(destination))
+        .expect("the image copies the agentrt binary");
+    let (_, components, destination) = copies
+        .iter()
+        .find(|(_, sources, _)| sources.iter().any(|s| s.ends_with(".wasm")))
+        .expect("the image copies components");
+    let bin_dir = binary.parent().expect("an absolute destination");
+    let looked_in = installed_components_dirs(bin_dir);
+    assert!(
+        looked_in.contains(&PathBuf::from(destination.trim_end_matches('/'))),
+        "{destination} is none of the folders an agentrt in {} looks in: {looked_in:?}",
+        bin_dir.display()
+    );
+    let names: Vec<&str> = components
+        .iter()
+        .map(|c| Path::new(c).file_stem().and_then(|s| s.to_str()).expect("a file name"))
+        .collect();
+    for name in &names {
+        assert!(
+            repo().join("policies").join(name).is_dir(),
+            "the image ships {name}, which is not a policy"
+        );
+    }
+    for name in EMBEDDED_COMPONENTS {
+        assert!(names.contains(&name), "the image lacks the built-in component {name}");
+    }
+}
+
+#[test]
+fn every_agentrt_serve_command_line_parses_with_the_real_flags() {
+    let instructions = dockerfile();
+    let last = last_stage(&instructions);
+    let entrypoint = instructions
+        .iter()
+        .rfind(|i| i.stage == last && i.keyword == "ENTRYPOINT")
+        .expect("the image has an entrypoint");
+    assert_eq!(json_array(&entrypoint.rest, "ENTRYPOINT"), ["agentrt"]);
+    let cmd = instructions
+        .iter()
+        .rfind(|i| i.stage == last && i.keyword == "CMD")
+        .expect("the image has a default command");
+    parse_serve(&json_array(&cmd.rest, "CMD"), "the image's CMD");
+    parse_serve(&compose_command("agentrt"), "compose.yaml's agentrt");
+}
+
+#[test]
+fn compose_builds_stages_that_exist_and_the_proxy_gets_the_agentrt_image() {
+    let instructions = dockerfile();
+    let stages: Vec<&str> = instructions
+        .iter()
+        .filter(|i| i.keyword == "FROM")
+        .map(|i| i.stage.as_str())
+        .collect();
+    assert_eq!(compose_value(&compose_service("vllm"), "target"), "vllm-cpu");
+    assert!(stages.contains(&"vllm-cpu"), "stages: {stages:?}");
+    // No target: the agentrt service gets the last stage, which must be the proxy's image.
+    assert!(!compose_service("agentrt")
+        .iter()
+        .any(|l| l.trim_start().starts_with("target:")));
+    assert_eq!(last_stage(&instructions), "agentrt");
+}
+
+#[test]
+fn the_proxy_and_vllm_name_the_same_socket_kv_endpoints_and_port() {
+    let vllm_service = compose_service("vllm");
+    let vllm = compose_command("vllm");
+    let proxy = parse_serve(&compose_command("agentrt"), "compose.yaml's agentrt");
+
+    let socket = compose_value(&vllm_service, "AGENTRT_EVICTION_SOCKET");
+    assert_eq!(proxy.eviction_socket.as_deref(), Some(Path::new(&socket)));
+
+    let events: Value = serde_json::from_str(flag_value(&vllm, "--kv-events-config")).expect("JSON");
+    assert_eq!(events["enable_kv_cache_events"], true);
+    assert_eq!(proxy.kv_events.as_deref(), events["endpoint"].as_str());
+    assert_eq!(proxy.kv_events_replay.as_deref(), events["replay_endpoint"].as_str());
+    // `agentrt serve` subscribes to the topic `kv`.
+    assert_eq!(events["topic"], "kv");
+
+    let upstream = format!("http://{}:{}", flag_value(&vllm, "--host"), flag_value(&vllm, "--port"));
+    assert_eq!(proxy.upstream, upstream);
+    // The proxy shares vLLM's network namespace: it is published on vLLM's service.
+    assert!(compose_service("agentrt")
+        .iter()
+        .any(|l| l.trim() == "network_mode: \"service:vllm\""));
+    let port = proxy.listen.port();
+    assert!(
+        vllm_service.iter().any(|l| l.trim() == format!("- \"{port}:{port}\"")),
+        "vllm's service publishes the proxy's port {port}"
+    );
+}
