@@ -61,7 +61,7 @@ pub mod types {
 
 /// Packing of block events for [`PolicyHandle::observe_blocks`].
 pub mod packed {
-    use crate::types::BlockEvent;
+    use crate::types::{BlockEvent, BlockOp};
     pub use agentrt_sdk::packed::WORDS_PER_EVENT;
 
     /// Append one block event's words.
@@ -73,5 +73,19 @@ pub mod packed {
             event.block_hash,
             event.parent_hash,
         ));
+    }
+
+    /// The op and agent of one packed event (its words), for routing events without decoding them
+    /// all; `None` for an op this host does not know.
+    pub fn op_and_agent(event: &[u64]) -> Option<(BlockOp, u32)> {
+        use agentrt_sdk::BlockOp as Guest;
+        let block = agentrt_sdk::packed::decode(event).next()?;
+        let op = match block.op {
+            Guest::Stored => BlockOp::Stored,
+            Guest::Touched => BlockOp::Touched,
+            Guest::Removed => BlockOp::Removed,
+            Guest::AllCleared => BlockOp::AllCleared,
+        };
+        Some((op, block.agent))
     }
 }

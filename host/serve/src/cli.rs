@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use agentrt_runtime::Share;
 use agentrt_runtime::{
     BreakerConfig, ComponentLookup, EngineOptions, PolicyEngine, PolicyRegistry, SandboxLimits, SlotConfig,
 };
@@ -84,6 +85,20 @@ pub struct ServeArgs {
     pub policy_limits: PolicyLimitArgs,
     #[command(flatten)]
     pub tables: TableArgs,
+    /// `TENANT=MIN_BLOCKS[:MAX_BLOCKS]` (repeatable): the tenant's share of the engine's KV cache
+    /// — a guarantee and a limit, in blocks. With any share, each tenant's own policy ranks its
+    /// own blocks, and when vLLM must evict, the victim comes from the tenant furthest past its
+    /// limit, else above its guarantee (docs/multi-tenant.md). Needs `--eviction-socket`.
+    #[arg(long = "share", value_name = "TENANT=MIN[:MAX]", value_parser = parse_share)]
+    pub shares: Vec<(String, Share)>,
+}
+
+fn parse_share(text: &str) -> Result<(String, Share), String> {
+    let (tenant, share) = text
+        .rsplit_once('=')
+        .ok_or_else(|| format!("expected TENANT=MIN_BLOCKS[:MAX_BLOCKS], got {text:?}"))?;
+    crate::tenants::validate_tenant_name(tenant)?;
+    Ok((tenant.to_string(), Share::parse(share)?))
 }
 
 /// What the proxy keeps per tenant (docs/security.md); defaults are [`TableLimits::default`] and
@@ -304,7 +319,12 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
     };
     let mut state = AppState::new(options, tenants);
 
-    // The engine adapter feeds the engine tenant's policy: one vLLM, one eviction order.
+    anyhow::ensure!(
+        args.shares.is_empty() || args.eviction_socket.is_some(),
+        "--share needs --eviction-socket: shares act when vLLM's plugin asks which blocks to evict"
+    );
+    // The engine adapter feeds the engine tenant's policy: one vLLM, one eviction order — unless
+    // shares divide the cache, and each tenant's policy ranks its own blocks.
     let engine_tenant = state
         .tenants
         .get_or_start(DEFAULT_TENANT)
@@ -315,7 +335,16 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
                 agents: engine_tenant.agents.clone(),
                 ..agentrt_vllm::EvictionOptions::default()
             };
-            let service = agentrt_vllm::EvictionService::bind_with(path, engine_tenant.policy.clone(), options)
+            let ranker: Arc<dyn agentrt_vllm::EngineRanker> = if args.shares.is_empty() {
+                engine_tenant.policy.clone()
+            } else {
+                Arc::new(agentrt_vllm::SharedCache::new(
+                    Arc::new(state.tenants.engine_tenants()),
+                    DEFAULT_TENANT,
+                    args.shares.iter().cloned().collect(),
+                ))
+            };
+            let service = agentrt_vllm::EvictionService::bind_with(path, ranker, options)
                 .with_context(|| format!("binding the eviction socket {}", path.display()))?;
             state.engine_pins = Some(service.pins());
             tracing::info!(socket = %path.display(), "eviction service listening");
@@ -410,6 +439,24 @@ mod tests {
         Args::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))?
             .tables
             .limits()
+    }
+
+    #[test]
+    fn shares_parse_per_tenant_and_refuse_what_is_not_one() {
+        assert_eq!(
+            parse_share("team-a=4096:8192"),
+            Ok((
+                "team-a".to_string(),
+                Share {
+                    min_blocks: 4096,
+                    max_blocks: 8192
+                }
+            ))
+        );
+        assert_eq!(parse_share("b=10").unwrap().1.max_blocks, u64::MAX);
+        assert!(parse_share("no-equals").unwrap_err().contains("TENANT=MIN"));
+        assert!(parse_share("a/b=1").unwrap_err().contains("'/'"));
+        assert!(parse_share("a=9:3").unwrap_err().contains("below the guarantee"));
     }
 
     #[test]

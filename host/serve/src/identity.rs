@@ -11,7 +11,6 @@
 //! tenants, so no two tenants share a handle in the engine's block tags) and remembers each anchor
 //! so a warm-up can be rebuilt. Session ids mix in the tenant ([`Identity::scope_to_tenant`]).
 
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,8 +19,8 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use agentrt_runtime::types::{AgentRegistered, Event};
-use agentrt_runtime::PolicyHandle;
 
+use crate::handles::Handles;
 use crate::table::{LruTable, TableLimits, MAX_AGENT_NAME_BYTES};
 
 /// What the proxy learned about one request.
@@ -166,23 +165,8 @@ pub fn tenant_session(tenant: &str, session_key: &str) -> u64 {
 /// tenants ever share an agent handle: the engine tags KV blocks with it.
 pub struct AgentDirectory {
     inner: Mutex<Directory>,
+    tenant: Arc<str>,
     handles: Handles,
-}
-
-/// The source of agent handles, shared across tenants: 1, 2, 3, … never reused.
-#[derive(Clone, Debug)]
-pub struct Handles(Arc<AtomicU32>);
-
-impl Default for Handles {
-    fn default() -> Self {
-        Self(Arc::new(AtomicU32::new(1)))
-    }
-}
-
-impl Handles {
-    fn next(&self) -> u32 {
-        self.0.fetch_add(1, Relaxed)
-    }
 }
 
 struct Directory {
@@ -195,7 +179,11 @@ struct Directory {
 
 impl Default for AgentDirectory {
     fn default() -> Self {
-        Self::new(TableLimits::default(), Handles::default())
+        Self::new(
+            crate::tenants::DEFAULT_TENANT,
+            TableLimits::default(),
+            Handles::default(),
+        )
     }
 }
 
@@ -220,7 +208,8 @@ fn check_agent_name(name: &str) -> Result<(), String> {
 }
 
 impl AgentDirectory {
-    pub fn new(limits: TableLimits, handles: Handles) -> Self {
+    /// `tenant`'s directory, taking handles from `handles`.
+    pub fn new(tenant: &str, limits: TableLimits, handles: Handles) -> Self {
         Self {
             inner: Mutex::new(Directory {
                 handles: LruTable::new(
@@ -231,6 +220,7 @@ impl AgentDirectory {
                 sessions: LruTable::new(limits.max_sessions, usize::MAX),
                 sessions_seen: 0,
             }),
+            tenant: tenant.into(),
             handles,
         }
     }
@@ -244,8 +234,10 @@ impl AgentDirectory {
         if let Some(&mut handle) = d.handles.get_mut(&name.to_string()) {
             return (handle, None);
         }
-        let handle = self.handles.next();
-        d.handles.insert(name.to_string(), handle, name.len());
+        let handle = self.handles.next_for(&self.tenant);
+        for (_, forgotten) in d.handles.insert(name.to_string(), handle, name.len()) {
+            self.handles.forget(forgotten);
+        }
         let event = Event::AgentRegistered(AgentRegistered {
             agent: handle,
             name: name.to_string(),
@@ -344,7 +336,7 @@ pub struct SessionRecord {
 /// The vLLM plugin may name agents by string (clients that bypass the proxy); resolve them in the
 /// same directory so both paths agree on handles.
 impl agentrt_vllm::AgentResolver for AgentDirectory {
-    fn resolve(&self, name: &str, policy: &PolicyHandle) -> u32 {
+    fn resolve(&self, name: &str, policy: &dyn agentrt_vllm::EngineRanker) -> u32 {
         let identity = Identity {
             agent_name: name.to_string(),
             anchor_hash: 0,
@@ -355,7 +347,7 @@ impl agentrt_vllm::AgentResolver for AgentDirectory {
         };
         let (handle, registration) = self.intern(&identity);
         if let Some(event) = registration {
-            if let Err(e) = policy.observe(&[event]) {
+            if let Err(e) = policy.announce(&[event]) {
                 tracing::warn!(agent = name, error = %e, "policy refused agent-registered");
             }
         }

@@ -16,7 +16,8 @@ use agentrt_runtime::{PolicyComponent, PolicyError, PolicyHandle, PolicyRegistry
 use crate::auth::bearer;
 use crate::continuation::Continuations;
 use crate::error::ApiError;
-use crate::identity::{AgentDirectory, Handles};
+use crate::handles::Handles;
+use crate::identity::AgentDirectory;
 use crate::policy_worker::{PolicyWorker, DEFAULT_QUEUE_JOBS};
 use crate::table::TableLimits;
 
@@ -36,7 +37,7 @@ pub struct Tenant {
 }
 
 pub struct Tenants {
-    registry: PolicyRegistry,
+    registry: Arc<PolicyRegistry>,
     default_policy: Arc<PolicyComponent>,
     default_config: SlotConfig,
     /// API key → tenant name; empty = single-tenant mode.
@@ -60,7 +61,7 @@ impl Tenants {
         keys: HashMap<String, String>,
     ) -> Self {
         Self {
-            registry,
+            registry: Arc::new(registry),
             default_policy,
             default_config,
             keys,
@@ -86,6 +87,15 @@ impl Tenants {
 
     pub fn registry(&self) -> &PolicyRegistry {
         &self.registry
+    }
+
+    /// Who owns which agent, and each tenant's policy: what the eviction service needs to let
+    /// each tenant's policy rank its own blocks under cache shares.
+    pub fn engine_tenants(&self) -> crate::engine_tenants::EngineTenants {
+        crate::engine_tenants::EngineTenants {
+            handles: self.handles.clone(),
+            registry: self.registry.clone(),
+        }
     }
 
     /// The name of the tenant a request belongs to, from its headers alone.
@@ -153,7 +163,7 @@ impl Tenants {
             name: name.to_string(),
             policy,
             worker,
-            agents: Arc::new(AgentDirectory::new(self.tables, self.handles.clone())),
+            agents: Arc::new(AgentDirectory::new(name, self.tables, self.handles.clone())),
             continuations: Continuations::new(&self.tables),
         });
         self.live

@@ -11,11 +11,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use agentrt_runtime::types::{AgentRegistered, Event};
-use agentrt_runtime::PolicyHandle;
+
+use crate::ranker::EngineRanker;
 
 /// Resolves an agent name to a handle, registering it with the policy if it is new.
 pub trait AgentResolver: Send + Sync {
-    fn resolve(&self, name: &str, policy: &PolicyHandle) -> u32;
+    fn resolve(&self, name: &str, policy: &dyn EngineRanker) -> u32;
 }
 
 /// Interns names in this process, starting at `first` (kept apart from the proxy's handles), and
@@ -42,7 +43,7 @@ impl Default for InternedAgents {
 }
 
 impl AgentResolver for InternedAgents {
-    fn resolve(&self, name: &str, policy: &PolicyHandle) -> u32 {
+    fn resolve(&self, name: &str, policy: &dyn EngineRanker) -> u32 {
         let mut names = self.names.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(handle) = names.get(name) {
             return *handle;
@@ -56,7 +57,7 @@ impl AgentResolver for InternedAgents {
             anchor_hash: 0,
             anchor_tokens: 0,
         });
-        if let Err(e) = policy.observe(&[announce]) {
+        if let Err(e) = policy.announce(&[announce]) {
             tracing::warn!(agent = name, handle, error = %e, "policy refused agent-registered");
         }
         handle

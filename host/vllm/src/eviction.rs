@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agentrt_runtime::types::{Item, ItemKind, SideEffect};
-use agentrt_runtime::PolicyHandle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::task::{JoinHandle, JoinSet};
@@ -23,6 +22,7 @@ use tracing::Instrument;
 use crate::agents::{AgentResolver, InternedAgents};
 use crate::metrics::{add, EvictionCounts, EvictionMetrics};
 use crate::pins::PinTable;
+use crate::ranker::EngineRanker;
 use crate::wire::{self, Reply, Request, WireItem};
 
 /// How the service runs.
@@ -54,11 +54,17 @@ pub struct EvictionService {
 impl EvictionService {
     /// Listen on `path` (a stale socket file there is replaced) and answer with `policy`.
     /// Must be called from within a Tokio runtime.
-    pub fn bind(path: impl AsRef<Path>, policy: Arc<PolicyHandle>) -> io::Result<Self> {
+    pub fn bind(path: impl AsRef<Path>, policy: Arc<dyn EngineRanker>) -> io::Result<Self> {
         Self::bind_with(path, policy, EvictionOptions::default())
     }
 
-    pub fn bind_with(path: impl AsRef<Path>, policy: Arc<PolicyHandle>, options: EvictionOptions) -> io::Result<Self> {
+    /// As [`EvictionService::bind`]; `policy` is one policy ([`PolicyHandle`]) or several
+    /// tenants' under cache shares ([`crate::SharedCache`]).
+    pub fn bind_with(
+        path: impl AsRef<Path>,
+        policy: Arc<dyn EngineRanker>,
+        options: EvictionOptions,
+    ) -> io::Result<Self> {
         let path = path.as_ref().to_path_buf();
         match std::fs::remove_file(&path) {
             Ok(()) => tracing::debug!(path = %path.display(), "removed a stale socket file"),
@@ -123,7 +129,7 @@ impl Drop for EvictionService {
 /// What every connection shares.
 #[derive(Clone)]
 struct Shared {
-    policy: Arc<PolicyHandle>,
+    policy: Arc<dyn EngineRanker>,
     agents: Arc<dyn AgentResolver>,
     pins: Arc<PinTable>,
     metrics: Arc<EvictionMetrics>,
@@ -240,7 +246,7 @@ impl Connection {
                 );
             }
             Request::Agent { wire_agent, name } => {
-                let handle = self.shared.agents.resolve(&name, &self.shared.policy);
+                let handle = self.shared.agents.resolve(&name, self.shared.policy.as_ref());
                 add(&self.shared.metrics.agents_defined, 1);
                 tracing::debug!(agent = %name, wire_agent, handle, "agent defined");
                 self.defined.insert(wire_agent, handle);

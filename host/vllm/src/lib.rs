@@ -31,6 +31,7 @@ pub mod eviction;
 pub mod kv_events;
 pub mod metrics;
 pub mod pins;
+pub mod ranker;
 pub mod wire;
 
 pub use agents::{AgentResolver, InternedAgents};
@@ -38,3 +39,4 @@ pub use eviction::{EvictionOptions, EvictionService};
 pub use kv_events::{BlockSink, Forward, KvEventSubscriber, KvEventsConfig, SocketMode};
 pub use metrics::{EvictionCounts, EvictionMetrics, KvEventCounts, KvEventMetrics};
 pub use pins::PinTable;
+pub use ranker::{EngineRanker, SharedCache, TenantDirectory};

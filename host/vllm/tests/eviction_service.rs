@@ -7,85 +7,10 @@ use std::sync::Arc;
 
 use agentrt_runtime::types::{Pin, SideEffect};
 use agentrt_tests::{engine, start, PROBE_LOOP_KEY};
-use agentrt_vllm::wire::{self, Reply, Request, WireItem};
+use agentrt_vllm::wire::{self, Request};
 use agentrt_vllm::EvictionService;
+use common::{item, socket_path, Plugin};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::UnixStream;
-
-/// The plugin's side of the protocol, in Rust.
-struct Plugin {
-    stream: UnixStream,
-}
-
-impl Plugin {
-    async fn connect(service: &EvictionService) -> Self {
-        let mut plugin = Self {
-            stream: UnixStream::connect(service.path()).await.unwrap(),
-        };
-        plugin
-            .send(&Request::Hello {
-                protocol: wire::PROTOCOL_VERSION,
-                vllm_version: "0.32.0+cpu".into(),
-            })
-            .await;
-        assert_eq!(
-            plugin.recv().await,
-            Reply::HelloOk {
-                protocol: wire::PROTOCOL_VERSION
-            }
-        );
-        plugin
-    }
-
-    async fn send(&mut self, request: &Request) {
-        let mut buf = Vec::new();
-        wire::encode_request(request, &mut buf);
-        self.stream.write_all(&buf).await.unwrap();
-    }
-
-    async fn recv(&mut self) -> Reply {
-        let len = self.stream.read_u32_le().await.unwrap() as usize;
-        let mut body = vec![0; len];
-        self.stream.read_exact(&mut body).await.unwrap();
-        wire::decode_reply(body[0], &body[1..]).unwrap()
-    }
-
-    async fn rank(&mut self, request_id: u32, want: u32, items: Vec<WireItem>) -> (bool, Vec<u32>) {
-        self.send(&Request::Rank {
-            request_id,
-            want,
-            missed: 0,
-            items,
-        })
-        .await;
-        match self.recv().await {
-            Reply::Ranked {
-                request_id: got,
-                fallback,
-                evict_first,
-            } => {
-                assert_eq!(got, request_id);
-                (fallback, evict_first)
-            }
-            other => panic!("expected RANKED, got {other:?}"),
-        }
-    }
-}
-
-fn item(block_hash: u64, wire_agent: u32, last_access: u64) -> WireItem {
-    WireItem {
-        block_hash,
-        session: 0,
-        last_access,
-        wire_agent,
-        tokens: 32,
-        position: 0,
-    }
-}
-
-fn socket_path(dir: &tempfile::TempDir) -> std::path::PathBuf {
-    dir.path().join("evict.sock")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lru_ranks_oldest_first_and_sees_the_plugins_blocks() {

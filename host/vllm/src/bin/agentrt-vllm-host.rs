@@ -82,7 +82,7 @@ async fn main() -> anyhow::Result<()> {
     let service = EvictionService::bind_with(&args.socket, policy.clone(), options)
         .with_context(|| format!("binding {}", args.socket.display()))?;
     for name in &args.pin {
-        let agent = agents.resolve(name, &policy);
+        let agent = agents.resolve(name, policy.as_ref());
         service.pins().pin(&Pin {
             agent,
             session: 0,

@@ -1,10 +1,15 @@
-//! Shared by the integration tests: captured vLLM payloads and the probe policy's snapshot.
+//! Shared by the integration tests: captured vLLM payloads, the probe policy's snapshot, and the
+//! plugin's side of the eviction protocol.
 
 #![allow(dead_code)]
 
 use std::path::PathBuf;
 
 use agentrt_sdk::state::Reader;
+use agentrt_vllm::wire::{self, Reply, Request, WireItem};
+use agentrt_vllm::EvictionService;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
 
 /// The payloads captured from a real vLLM (see tests/fixtures/README.md), by sequence number.
 pub fn captured_batches() -> Vec<Vec<u8>> {
@@ -48,4 +53,80 @@ pub fn probe_seen(snapshot: &[u8]) -> ProbeSeen {
     }
     seen.block_hash_sum = r.u64().unwrap();
     seen
+}
+
+/// The plugin's side of the protocol, in Rust.
+pub struct Plugin {
+    /// The raw connection, for tests that write malformed frames.
+    pub stream: UnixStream,
+}
+
+impl Plugin {
+    pub async fn connect(service: &EvictionService) -> Self {
+        let mut plugin = Self {
+            stream: UnixStream::connect(service.path()).await.unwrap(),
+        };
+        plugin
+            .send(&Request::Hello {
+                protocol: wire::PROTOCOL_VERSION,
+                vllm_version: "0.32.0+cpu".into(),
+            })
+            .await;
+        assert_eq!(
+            plugin.recv().await,
+            Reply::HelloOk {
+                protocol: wire::PROTOCOL_VERSION
+            }
+        );
+        plugin
+    }
+
+    pub async fn send(&mut self, request: &Request) {
+        let mut buf = Vec::new();
+        wire::encode_request(request, &mut buf);
+        self.stream.write_all(&buf).await.unwrap();
+    }
+
+    pub async fn recv(&mut self) -> Reply {
+        let len = self.stream.read_u32_le().await.unwrap() as usize;
+        let mut body = vec![0; len];
+        self.stream.read_exact(&mut body).await.unwrap();
+        wire::decode_reply(body[0], &body[1..]).unwrap()
+    }
+
+    pub async fn rank(&mut self, request_id: u32, want: u32, items: Vec<WireItem>) -> (bool, Vec<u32>) {
+        self.send(&Request::Rank {
+            request_id,
+            want,
+            missed: 0,
+            items,
+        })
+        .await;
+        match self.recv().await {
+            Reply::Ranked {
+                request_id: got,
+                fallback,
+                evict_first,
+            } => {
+                assert_eq!(got, request_id);
+                (fallback, evict_first)
+            }
+            other => panic!("expected RANKED, got {other:?}"),
+        }
+    }
+}
+
+pub fn item(block_hash: u64, wire_agent: u32, last_access: u64) -> WireItem {
+    WireItem {
+        block_hash,
+        session: 0,
+        last_access,
+        wire_agent,
+        tokens: 32,
+        position: 0,
+    }
+}
+
+pub fn socket_path(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    dir.path().join("evict.sock")
 }

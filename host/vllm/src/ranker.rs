@@ -1,0 +1,198 @@
+//! What the eviction service asks when vLLM must evict: one policy over every cached block
+//! ([`PolicyHandle`]), or each tenant's own policy over its own blocks under cache shares
+//! ([`SharedCache`]).
+//!
+//! Under shares, a block belongs to the tenant of the agent whose request stored it (agent handles
+//! are unique across tenants; the proxy salts each tenant's requests, so no block is shared). Each
+//! tenant's policy hears only its tenant's block events and ranks only its tenant's candidates.
+//! The evict-first order interleaves the tenants' own orders by the shares rule
+//! ([`agentrt_runtime::shares::victim_tenant`]): the next victim comes from the tenant furthest
+//! past its limit, else above its guarantee. A tenant whose policy fails is ranked in LRU order —
+//! its own blocks only. The guarantee is enforced here, at eviction; vLLM's admission does not yet
+//! hold back a request that would cut into another tenant's guarantee (the simulator does).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use agentrt_runtime::packed::{op_and_agent, WORDS_PER_EVENT};
+use agentrt_runtime::shares::{victim_tenant, Share, Usage};
+use agentrt_runtime::types::{BlockOp, Event, Item};
+use agentrt_runtime::{lru_order, PolicyError, PolicyHandle, Ranking};
+
+/// Ranks the engine's eviction candidates and hears its block events.
+pub trait EngineRanker: Send + Sync {
+    /// For logs.
+    fn label(&self) -> String;
+    /// Block events the plugin reported (packed, agents already resolved to handles).
+    fn observe_blocks(&self, packed: &[u64]) -> Result<(), PolicyError>;
+    /// `items` in keep-most → evict-first order.
+    fn rank(&self, items: &[Item]) -> Ranking;
+    /// Announce events that concern no tenant in particular (agents the plugin names by string).
+    fn announce(&self, events: &[Event]) -> Result<(), PolicyError>;
+}
+
+impl EngineRanker for PolicyHandle {
+    fn label(&self) -> String {
+        PolicyHandle::label(self).to_string()
+    }
+    fn observe_blocks(&self, packed: &[u64]) -> Result<(), PolicyError> {
+        PolicyHandle::observe_blocks(self, packed)
+    }
+    fn rank(&self, items: &[Item]) -> Ranking {
+        PolicyHandle::rank(self, items)
+    }
+    fn announce(&self, events: &[Event]) -> Result<(), PolicyError> {
+        self.observe(events)
+    }
+}
+
+/// Who owns an agent, and which policy ranks a tenant's blocks: what the proxy knows.
+pub trait TenantDirectory: Send + Sync {
+    /// The tenant agent `handle` belongs to; `None` for an agent no tenant named.
+    fn tenant_of(&self, handle: u32) -> Option<Arc<str>>;
+    /// The policy that ranks `tenant`'s blocks, if the tenant has started.
+    fn policy_of(&self, tenant: &str) -> Option<Arc<PolicyHandle>>;
+}
+
+/// Several tenants' policies over one engine's cache, under shares.
+pub struct SharedCache {
+    directory: Arc<dyn TenantDirectory>,
+    /// The tenant of blocks whose agent no tenant named.
+    default_tenant: Arc<str>,
+    shares: HashMap<String, Share>,
+    /// Blocks each tenant holds in the engine's cache, from the plugin's block events.
+    cached: Mutex<HashMap<Arc<str>, u64>>,
+}
+
+impl SharedCache {
+    pub fn new(directory: Arc<dyn TenantDirectory>, default_tenant: &str, shares: HashMap<String, Share>) -> Self {
+        Self {
+            directory,
+            default_tenant: default_tenant.into(),
+            shares,
+            cached: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn owner(&self, agent: u32) -> Arc<str> {
+        self.directory
+            .tenant_of(agent)
+            .unwrap_or_else(|| self.default_tenant.clone())
+    }
+
+    /// Blocks `tenant` holds now, as far as the block events told.
+    pub fn cached_blocks(&self, tenant: &str) -> u64 {
+        self.lock().get(tenant).copied().unwrap_or(0)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, u64>> {
+        self.cached.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn share(&self, tenant: &str) -> Share {
+        self.shares.get(tenant).copied().unwrap_or(Share::NONE)
+    }
+
+    /// One tenant's candidates (indices into the whole list) in its own evict-first order.
+    fn evict_first(&self, tenant: &str, items: &[Item], mine: &[usize]) -> (VecDeque<usize>, Option<PolicyError>) {
+        let own: Vec<Item> = mine.iter().map(|&i| items[i]).collect();
+        let (order, fallback) = match self.directory.policy_of(tenant) {
+            Some(policy) => {
+                let ranking = policy.rank(&own);
+                (ranking.order, ranking.fallback)
+            }
+            // A tenant without a policy (not started): vLLM's own order over its blocks.
+            None => (lru_order(&own), None),
+        };
+        (order.into_iter().rev().map(|k| mine[k]).collect(), fallback)
+    }
+}
+
+impl EngineRanker for SharedCache {
+    fn label(&self) -> String {
+        format!("{} tenants under shares", self.shares.len())
+    }
+
+    fn observe_blocks(&self, words: &[u64]) -> Result<(), PolicyError> {
+        let mut by_tenant: HashMap<Arc<str>, Vec<u64>> = HashMap::new();
+        {
+            let mut cached = self.lock();
+            for event in words.chunks_exact(WORDS_PER_EVENT) {
+                let Some((op, agent)) = op_and_agent(event) else {
+                    continue;
+                };
+                if op == BlockOp::AllCleared {
+                    cached.clear();
+                    // Every tenant's policy hears that the cache was cleared.
+                    for tenant in self.shares.keys().map(|t| Arc::<str>::from(t.as_str())) {
+                        by_tenant.entry(tenant).or_default().extend_from_slice(event);
+                    }
+                    continue;
+                }
+                let tenant = self.owner(agent);
+                let held = cached.entry(tenant.clone()).or_insert(0);
+                match op {
+                    BlockOp::Stored => *held += 1,
+                    BlockOp::Removed => *held = held.saturating_sub(1),
+                    BlockOp::Touched | BlockOp::AllCleared => {}
+                }
+                by_tenant.entry(tenant).or_default().extend_from_slice(event);
+            }
+        }
+        let mut first_error = None;
+        for (tenant, words) in by_tenant {
+            if let Some(policy) = self.directory.policy_of(&tenant) {
+                if let Err(e) = policy.observe_blocks(&words) {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn rank(&self, items: &[Item]) -> Ranking {
+        let mut groups: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
+        for (i, item) in items.iter().enumerate() {
+            groups.entry(self.owner(item.agent)).or_default().push(i);
+        }
+        let held = self.lock().clone();
+        let mut tenants = Vec::new();
+        let mut queues = Vec::new();
+        let mut standing = Vec::new();
+        let mut fallback = None;
+        for (tenant, mine) in groups {
+            let (queue, failed) = self.evict_first(&tenant, items, &mine);
+            if failed.is_some() && fallback.is_none() {
+                fallback = failed;
+            }
+            let evictable = queue.len() as u64;
+            // The events may lag the candidates; a tenant holds at least what it can give up.
+            let cached = held.get(&tenant).copied().unwrap_or(0).max(evictable);
+            standing.push((self.share(&tenant), Usage { cached, evictable }));
+            tenants.push(tenant);
+            queues.push(queue);
+        }
+        let mut evict_order = Vec::with_capacity(items.len());
+        while let Some(t) = victim_tenant(&standing) {
+            let victim = queues[t]
+                .pop_front()
+                .expect("a tenant with evictable blocks has a queue");
+            evict_order.push(victim);
+            let usage = &mut standing[t].1;
+            usage.cached -= 1;
+            usage.evictable -= 1;
+        }
+        evict_order.reverse();
+        Ranking {
+            order: evict_order,
+            fallback,
+        }
+    }
+
+    fn announce(&self, events: &[Event]) -> Result<(), PolicyError> {
+        match self.directory.policy_of(&self.default_tenant) {
+            Some(policy) => policy.observe(events),
+            None => Ok(()),
+        }
+    }
+}

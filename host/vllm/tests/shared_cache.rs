@@ -1,0 +1,151 @@
+//! Cache shares through the eviction service over a real Unix socket: each tenant's own policy
+//! component ranks its own blocks, and the tenant past its share gives up blocks first.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use agentrt_runtime::{PolicyHandle, Share};
+use agentrt_tests::{engine, start, PROBE_LOOP_KEY};
+use agentrt_vllm::wire::Request;
+use agentrt_vllm::{EvictionService, SharedCache, TenantDirectory};
+use common::{item, socket_path, Plugin};
+
+/// Agents 1–9 are alpha's, 10–19 beta's; each tenant runs its own policy instance.
+struct Directory {
+    policies: HashMap<&'static str, Arc<PolicyHandle>>,
+}
+
+impl TenantDirectory for Directory {
+    fn tenant_of(&self, handle: u32) -> Option<Arc<str>> {
+        match handle {
+            1..=9 => Some("alpha".into()),
+            10..=19 => Some("beta".into()),
+            _ => None,
+        }
+    }
+    fn policy_of(&self, tenant: &str) -> Option<Arc<PolicyHandle>> {
+        self.policies.get(tenant).cloned()
+    }
+}
+
+fn stored(agent: u32, block_hash: u64) -> Vec<u64> {
+    let mut words = Vec::new();
+    agentrt_sdk::packed::encode(
+        &agentrt_sdk::BlockEvent {
+            op: agentrt_sdk::BlockOp::Stored,
+            agent,
+            block_hash,
+            parent_hash: 0,
+            position: 0,
+        },
+        &mut words,
+    );
+    words
+}
+
+/// The service over two tenants' policies, and a plugin connected to it.
+struct Setup {
+    plugin: Plugin,
+    alpha: Arc<PolicyHandle>,
+    beta: Arc<PolicyHandle>,
+    _service: EvictionService,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+async fn setup(alpha: &str, beta: &str, shares: &[(&str, Share)]) -> Setup {
+    let (engine, cache) = engine();
+    let dir = tempfile::tempdir().unwrap();
+    let (alpha, beta) = (
+        Arc::new(start(&engine, alpha, &[])),
+        Arc::new(start(&engine, beta, &[])),
+    );
+    let directory = Directory {
+        policies: [("alpha", alpha.clone()), ("beta", beta.clone())].into_iter().collect(),
+    };
+    let shares = shares.iter().map(|(t, s)| (t.to_string(), *s)).collect();
+    let ranker = Arc::new(SharedCache::new(Arc::new(directory), "default", shares));
+    let service = EvictionService::bind(socket_path(&dir), ranker).unwrap();
+    Setup {
+        plugin: Plugin::connect(&service).await,
+        alpha,
+        beta,
+        _service: service,
+        _dirs: (dir, cache),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tenant_above_its_guarantee_gives_up_blocks_first_in_its_own_order() {
+    let guarantee = Share {
+        min_blocks: 3,
+        max_blocks: u64::MAX,
+    };
+    let mut s = setup("lru", "lru", &[("alpha", guarantee)]).await;
+    // Alpha holds 3 blocks (its guarantee), beta 4: both stored through the plugin's events.
+    let mut words = Vec::new();
+    for (agent, hash) in [(1, 100), (1, 101), (2, 102), (10, 200), (10, 201), (11, 202), (11, 203)] {
+        words.extend(stored(agent, hash));
+    }
+    s.plugin.send(&Request::Blocks(words)).await;
+    // Alpha's blocks are the oldest of all: one LRU over every block would evict them first.
+    let items = vec![
+        item(100, 1, 10),
+        item(101, 1, 20),
+        item(102, 2, 30),
+        item(200, 10, 40),
+        item(201, 10, 60),
+        item(202, 11, 50),
+        item(203, 11, 70),
+    ];
+    let (fallback, evict_first) = s.plugin.rank(1, 7, items).await;
+    assert!(!fallback);
+    assert_eq!(
+        evict_first,
+        vec![3, 5, 4, 6, 0, 1, 2],
+        "beta (4 above a zero guarantee) goes first, oldest first; alpha, at its guarantee, last"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_whose_policy_fails_falls_back_to_lru_for_its_own_blocks_only() {
+    // Beta's policy loops on this key (the probe fixture); alpha's scores by key (probe too, but
+    // told nothing to make it fail), so alpha's order is its policy's, not LRU's.
+    let mut s = setup("probe", "probe", &[]).await;
+    let items = vec![
+        item(5, 1, 30),
+        item(9, 1, 10),
+        item(7, 1, 20),
+        item(PROBE_LOOP_KEY, 10, 50),
+        item(300, 10, 40),
+    ];
+    let (fallback, evict_first) = s.plugin.rank(1, 5, items).await;
+    assert!(fallback, "beta's ranking fell back");
+    let alpha: Vec<u32> = evict_first.iter().copied().filter(|&i| i < 3).collect();
+    let beta: Vec<u32> = evict_first.iter().copied().filter(|&i| i >= 3).collect();
+    assert_eq!(
+        alpha,
+        vec![0, 2, 1],
+        "alpha: its policy's order (lowest score, key 5, first)"
+    );
+    assert_eq!(beta, vec![4, 3], "beta: LRU over its own blocks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_tenants_policy_hears_only_its_own_blocks() {
+    let mut s = setup("probe", "probe", &[]).await;
+    let mut words = Vec::new();
+    for (agent, hash) in [(1, 100), (2, 101), (10, 200)] {
+        words.extend(stored(agent, hash));
+    }
+    s.plugin.send(&Request::Blocks(words)).await;
+    // A rank round trip: the service has handled the frame before it answers the next one.
+    s.plugin.rank(1, 1, vec![item(100, 1, 1)]).await;
+    let (a, b) = (
+        common::probe_seen(&s.alpha.snapshot().unwrap()),
+        common::probe_seen(&s.beta.snapshot().unwrap()),
+    );
+    assert_eq!((a.blocks[0], a.block_hash_sum), (2, 201), "alpha: its two blocks");
+    assert_eq!((b.blocks[0], b.block_hash_sum), (1, 200), "beta: its one block");
+}
