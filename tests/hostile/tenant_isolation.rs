@@ -21,6 +21,8 @@ const BOB: &str = "key-bob";
 
 async fn two_tenants(queue_jobs: usize) -> Proxy {
     let p = Setup {
+        // No time budget here: these tests are about the queue (the budget has its own test).
+        policy_cpu_ms_per_s: 0,
         keys: [(ALICE, "alice"), (BOB, "bob")]
             .iter()
             .map(|(k, t)| (k.to_string(), t.to_string()))
@@ -146,4 +148,100 @@ async fn a_full_policy_queue_drops_and_counts_events_and_serves_every_request() 
     // Each tenant's drops are its own: bob's series counts only his (on a busy machine his
     // small queue may overflow too).
     assert_eq!(series("bob"), Some(bob_stats.worker.stats().dropped()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_over_its_time_budget_is_throttled_and_only_its_own_tenant_notices() {
+    let budget_ms = 100;
+    let p = Setup {
+        keys: [(ALICE, "alice"), (BOB, "bob")]
+            .iter()
+            .map(|(k, t)| (k.to_string(), t.to_string()))
+            .collect(),
+        policy_cpu_ms_per_s: budget_ms,
+        policy_deadline: Some(Duration::from_millis(500)),
+        ..Setup::new("lru")
+    }
+    .start()
+    .await;
+    install_policy(&p, "alice", "probe").await;
+    let cue = [
+        ("authorization", &*format!("Bearer {ALICE}")),
+        ("x-agent-id", SLOW_AGENT),
+    ];
+    assert_eq!(
+        post_json(&p, &chat("cue", "t", "tiny", false), &cue).await.status(),
+        200
+    );
+    let run = Duration::from_secs(2);
+    let (_, bob_latencies) = tokio::join!(load(&p, ALICE, 4, run), load(&p, BOB, 1, run));
+    settle(&p).await;
+    let alice = p.state.tenants.get_or_start("alice").unwrap();
+    let bob = p.state.tenants.get_or_start("bob").unwrap();
+    let stats = alice.worker.stats();
+    // 15 ms per event against 100 ms per second: about 7 events per second get through (plus the
+    // one-second burst), the rest are throttled, never queued behind.
+    eprintln!(
+        "alice's policy: {} events given, {} throttled",
+        stats.observed(),
+        stats.throttled()
+    );
+    assert!(stats.throttled() > 0);
+    assert!(
+        stats.observed() <= 2 + (run.as_millis() as u64 + 1000) * u64::from(budget_ms) / 1000 / 15 + 4,
+        "{} events in {run:?} at {budget_ms} ms/s",
+        stats.observed()
+    );
+    assert_eq!(bob.worker.stats().throttled(), 0, "bob's budget is his own");
+    assert!(!bob_latencies.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_at_its_in_flight_limit_gets_429_and_other_tenants_do_not() {
+    let p = Setup {
+        keys: [(ALICE, "alice"), (BOB, "bob")]
+            .iter()
+            .map(|(k, t)| (k.to_string(), t.to_string()))
+            .collect(),
+        tenant_max_in_flight: 2,
+        limits: agentrt_serve::Limits {
+            upstream_first_byte_timeout: Duration::from_millis(1500),
+            ..agentrt_serve::Limits::default()
+        },
+        ..Setup::new("lru")
+    }
+    .start()
+    .await;
+    let alice = format!("Bearer {ALICE}");
+    // Two of alice's requests hang upstream (the stub never answers this model) and hold her slots.
+    let hang = chat("s", "t", "hang-before-headers", false);
+    let auth = [("authorization", alice.as_str())];
+    let hanging = (0..2).map(|_| post_json(&p, &hang, &auth));
+    let held = futures_util::future::join_all(hanging);
+    let third = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let refused = post_json(&p, &chat("s", "t", "tiny", false), &[("authorization", &alice)]).await;
+        let status = refused.status();
+        let body = refused.text().await.unwrap();
+        let bob = post_json(
+            &p,
+            &chat("s", "t", "tiny", false),
+            &[("authorization", &format!("Bearer {BOB}"))],
+        )
+        .await
+        .status();
+        (status, body, bob)
+    };
+    let (held, (status, body, bob)) = tokio::join!(held, third);
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("--tenant-max-in-flight"), "{body}");
+    assert_eq!(bob, 200, "bob's requests are not alice's");
+    assert!(
+        held.iter().all(|r| r.status() == 504),
+        "the held requests timed out upstream"
+    );
+    // Their slots are free again.
+    let again = post_json(&p, &chat("s", "t", "tiny", false), &[("authorization", &alice)]).await;
+    assert_eq!(again.status(), 200);
+    assert_eq!(p.state.tenants.get_or_start("alice").unwrap().refused(), 1);
 }

@@ -14,10 +14,10 @@ use agentrt_runtime::{
 };
 
 use crate::limits::Limits;
-use crate::policy_worker::DEFAULT_QUEUE_JOBS;
+use crate::policy_worker::{WorkerOptions, DEFAULT_CPU_MS_PER_S, DEFAULT_QUEUE_JOBS};
 use crate::proxy::{router, AppState, ServeOptions};
 use crate::table::TableLimits;
-use crate::tenants::{parse_tenant_key, Tenants, DEFAULT_TENANT};
+use crate::tenants::{parse_tenant_key, Tenants, DEFAULT_MAX_IN_FLIGHT, DEFAULT_TENANT};
 use crate::warmup::WarmupOptions;
 
 #[derive(clap::Args, Debug)]
@@ -85,12 +85,29 @@ pub struct ServeArgs {
     pub policy_limits: PolicyLimitArgs,
     #[command(flatten)]
     pub tables: TableArgs,
+    #[command(flatten)]
+    pub quotas: QuotaArgs,
     /// `TENANT=MIN_BLOCKS[:MAX_BLOCKS]` (repeatable): the tenant's share of the engine's KV cache
     /// — a guarantee and a limit, in blocks. With any share, each tenant's own policy ranks its
     /// own blocks, and when vLLM must evict, the victim comes from the tenant furthest past its
     /// limit, else above its guarantee (docs/multi-tenant.md). Needs `--eviction-socket`.
     #[arg(long = "share", value_name = "TENANT=MIN[:MAX]", value_parser = parse_share)]
     pub shares: Vec<(String, Share)>,
+}
+
+/// Every tenant's quotas (docs/security.md); a tenant over one gets a clear error or a throttled
+/// side effect, never another tenant's capacity. Each tenant's policy memory is
+/// `--policy-memory-mib`.
+#[derive(clap::Args, Debug)]
+pub struct QuotaArgs {
+    /// Requests one tenant may have in flight; more get 429 before their body is read. 0 = no limit.
+    #[arg(long, default_value_t = DEFAULT_MAX_IN_FLIGHT)]
+    pub tenant_max_in_flight: u64,
+    /// Milliseconds of policy calls one tenant may spend per second on the request path; past it
+    /// its events are dropped and its `act` gives no side effects until the budget refills
+    /// (`agentrt_policy_throttled_total`). 0 = no budget.
+    #[arg(long, default_value_t = DEFAULT_CPU_MS_PER_S)]
+    pub policy_cpu_ms_per_s: u32,
 }
 
 fn parse_share(text: &str) -> Result<(String, Share), String> {
@@ -302,7 +319,11 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
     let keys = tenant_keys(&args.tenants)?;
     let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, keys)
         .with_tables(args.tables.limits()?)
-        .with_policy_queue(args.tables.policy_queue_jobs);
+        .with_policy_worker(WorkerOptions {
+            queue_jobs: args.tables.policy_queue_jobs,
+            cpu_ms_per_s: args.quotas.policy_cpu_ms_per_s,
+        })
+        .with_max_in_flight(args.quotas.tenant_max_in_flight);
     let options = ServeOptions {
         upstream: args.upstream.clone(),
         vllm_xargs: !args.no_vllm_xargs,

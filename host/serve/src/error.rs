@@ -36,6 +36,14 @@ impl ApiError {
             message: message.into(),
         }
     }
+    /// 429: the tenant is over one of its quotas; the message names which and its flag.
+    pub fn too_many_requests(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            kind: "rate_limit_error",
+            message: message.into(),
+        }
+    }
     /// 503: the proxy cannot serve this now (e.g. no policy instance is free).
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self {

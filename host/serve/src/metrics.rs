@@ -183,7 +183,7 @@ impl ConnectionMetrics {
 /// dropped) and the sizes of the tables its clients fill ([`crate::table`]).
 pub fn render_tenants(tenants: &[std::sync::Arc<crate::tenants::Tenant>], out: &mut String) {
     type Read = fn(&crate::tenants::Tenant) -> u64;
-    let series: [(&str, &str, &str, Read); 8] = [
+    let series: [(&str, &str, &str, Read); 11] = [
         (
             "agentrt_policy_queue_jobs",
             "gauge",
@@ -207,6 +207,24 @@ pub fn render_tenants(tenants: &[std::sync::Arc<crate::tenants::Tenant>], out: &
             "counter",
             "observe calls the tenant's policy failed (requests continued).",
             |t| t.worker.stats().failed(),
+        ),
+        (
+            "agentrt_policy_throttled_total",
+            "counter",
+            "Events dropped and act calls skipped because the tenant's policy spent its time budget (--policy-cpu-ms-per-s).",
+            |t| t.worker.stats().throttled(),
+        ),
+        (
+            "agentrt_tenant_in_flight",
+            "gauge",
+            "The tenant's requests in flight (--tenant-max-in-flight).",
+            |t| t.in_flight(),
+        ),
+        (
+            "agentrt_tenant_refused_total",
+            "counter",
+            "The tenant's requests refused with 429: over --tenant-max-in-flight.",
+            |t| t.refused(),
         ),
         (
             "agentrt_tenant_agents",

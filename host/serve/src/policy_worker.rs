@@ -12,12 +12,14 @@
 //!   channel the warm-up task awaits.
 //!
 //! One thread per tenant keeps each tenant's calls in the order its requests made them, and a
-//! slow tenant costs only its own thread. `rank`, which the engine needs within milliseconds,
+//! slow tenant costs only its own thread — at most `--policy-cpu-ms-per-s` of it: past that budget
+//! its events are dropped and its `act` answers nothing (both counted) until the budget refills. `rank`, which the engine needs within milliseconds,
 //! does not queue behind these: the eviction service calls the policy directly.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -26,6 +28,28 @@ use agentrt_runtime::{PolicyError, PolicyHandle};
 
 /// Jobs a tenant's worker holds at most; what comes beyond is dropped and counted.
 pub const DEFAULT_QUEUE_JOBS: usize = 1024;
+/// Policy time one tenant may spend per second on the request path: half a core. Past it, its
+/// events are dropped and its `act` answers nothing until the budget refills.
+pub const DEFAULT_CPU_MS_PER_S: u32 = 500;
+
+/// How a tenant's worker runs.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerOptions {
+    /// Jobs the queue holds at most.
+    pub queue_jobs: usize,
+    /// Milliseconds of policy calls per second of wall time (a token bucket one second deep);
+    /// 0: no budget.
+    pub cpu_ms_per_s: u32,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        Self {
+            queue_jobs: DEFAULT_QUEUE_JOBS,
+            cpu_ms_per_s: DEFAULT_CPU_MS_PER_S,
+        }
+    }
+}
 
 enum Job {
     Observe(Vec<Event>),
@@ -43,6 +67,8 @@ pub struct WorkerStats {
     dropped: AtomicU64,
     /// `observe` calls the policy failed (its handle logs and contains each).
     failed: AtomicU64,
+    /// Events dropped and `act` calls skipped because the tenant's policy spent its time budget.
+    throttled: AtomicU64,
 }
 
 impl WorkerStats {
@@ -58,6 +84,9 @@ impl WorkerStats {
     pub fn failed(&self) -> u64 {
         self.failed.load(Relaxed)
     }
+    pub fn throttled(&self) -> u64 {
+        self.throttled.load(Relaxed)
+    }
 }
 
 /// The thread that makes one tenant's policy calls, and the queue in front of it. Dropping the
@@ -70,39 +99,21 @@ pub struct PolicyWorker {
 }
 
 impl PolicyWorker {
-    /// Start the worker of `tenant`'s `policy`, holding at most `queue_jobs` jobs.
-    pub fn spawn(tenant: &str, policy: Arc<PolicyHandle>, queue_jobs: usize) -> std::io::Result<Self> {
-        let (jobs, queue) = sync_channel::<Job>(queue_jobs.max(1));
+    /// Start the worker of `tenant`'s `policy`.
+    pub fn spawn(tenant: &str, policy: Arc<PolicyHandle>, options: WorkerOptions) -> std::io::Result<Self> {
+        let (jobs, queue) = sync_channel::<Job>(options.queue_jobs.max(1));
         let act_pending = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(WorkerStats::default());
-        let (pending, counters, name) = (act_pending.clone(), stats.clone(), tenant.to_string());
+        let thread = WorkerThread {
+            tenant: tenant.to_string(),
+            policy,
+            act_pending: act_pending.clone(),
+            stats: stats.clone(),
+            budget: CpuBudget::new(options.cpu_ms_per_s),
+        };
         std::thread::Builder::new()
             .name(format!("policy-{tenant}"))
-            .spawn(move || {
-                for job in queue {
-                    match job {
-                        Job::Observe(events) => {
-                            counters.observed.fetch_add(events.len() as u64, Relaxed);
-                            if let Err(e) = policy.observe(&events) {
-                                counters.failed.fetch_add(1, Relaxed);
-                                // A suspended policy was reported once when its circuit opened.
-                                if !e.is_circuit_open() {
-                                    tracing::warn!(tenant = %name, error = %e, "policy observe failed; requests continue");
-                                }
-                            }
-                        }
-                        Job::Act(reply) => {
-                            // Cleared before the call: a request arriving during it queues the
-                            // next `act`, which will see its events.
-                            pending.store(false, Relaxed);
-                            // The warm-up task may have gone (shutdown); nothing to tell then.
-                            let _ = reply.send(policy.act());
-                        }
-                    }
-                    // Counted until done: zero means the policy has been given everything.
-                    counters.queued.fetch_sub(1, Relaxed);
-                }
-            })?;
+            .spawn(move || thread.run(queue))?;
         Ok(Self {
             jobs,
             act_pending,
@@ -150,5 +161,111 @@ impl PolicyWorker {
                 false
             }
         }
+    }
+}
+
+/// The worker's thread: takes jobs in order and makes the calls, within the time budget.
+struct WorkerThread {
+    tenant: String,
+    policy: Arc<PolicyHandle>,
+    act_pending: Arc<AtomicBool>,
+    stats: Arc<WorkerStats>,
+    budget: CpuBudget,
+}
+
+impl WorkerThread {
+    fn run(mut self, queue: Receiver<Job>) {
+        for job in queue {
+            let within_budget = self.budget.available();
+            let started = Instant::now();
+            match job {
+                Job::Observe(events) if !within_budget => {
+                    self.stats.throttled.fetch_add(events.len() as u64, Relaxed);
+                }
+                Job::Observe(events) => {
+                    self.stats.observed.fetch_add(events.len() as u64, Relaxed);
+                    if let Err(e) = self.policy.observe(&events) {
+                        self.stats.failed.fetch_add(1, Relaxed);
+                        // A suspended policy was reported once when its circuit opened.
+                        if !e.is_circuit_open() {
+                            tracing::warn!(tenant = %self.tenant, error = %e, "policy observe failed; requests continue");
+                        }
+                    }
+                }
+                Job::Act(reply) => {
+                    // Cleared before the call: a request arriving during it queues the next `act`,
+                    // which will see its events.
+                    self.act_pending.store(false, Relaxed);
+                    let answer = if within_budget {
+                        self.policy.act()
+                    } else {
+                        self.stats.throttled.fetch_add(1, Relaxed);
+                        Ok(Vec::new())
+                    };
+                    // The warm-up task may have gone (shutdown); nothing to tell then.
+                    let _ = reply.send(answer);
+                }
+            }
+            self.budget.spend(started.elapsed());
+            // Counted until done: zero means the policy has been given everything.
+            self.stats.queued.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+/// Policy time a tenant may spend: a bucket of milliseconds that refills at `per_second` ms per
+/// second, up to one second's worth. Calls are CPU-bound, so their wall time is their CPU time.
+struct CpuBudget {
+    per_second_ms: f64,
+    tokens_ms: f64,
+    refilled: Instant,
+}
+
+impl CpuBudget {
+    fn new(per_second_ms: u32) -> Self {
+        Self {
+            per_second_ms: f64::from(per_second_ms),
+            tokens_ms: f64::from(per_second_ms),
+            refilled: Instant::now(),
+        }
+    }
+
+    /// Whether a call may be made now (no budget: always).
+    fn available(&mut self) -> bool {
+        if self.per_second_ms == 0.0 {
+            return true;
+        }
+        let now = Instant::now();
+        let refill = now.duration_since(self.refilled).as_secs_f64() * self.per_second_ms;
+        self.tokens_ms = (self.tokens_ms + refill).min(self.per_second_ms);
+        self.refilled = now;
+        self.tokens_ms > 0.0
+    }
+
+    fn spend(&mut self, took: Duration) {
+        if self.per_second_ms > 0.0 {
+            self.tokens_ms -= took.as_secs_f64() * 1000.0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_allows_its_rate_and_refills_with_time() {
+        let mut budget = CpuBudget::new(100);
+        assert!(budget.available());
+        budget.spend(Duration::from_millis(150));
+        assert!(!budget.available(), "overspent: 100 ms per second, 150 ms used");
+        budget.refilled -= Duration::from_millis(600);
+        assert!(
+            budget.available(),
+            "600 ms later, 60 ms came back: the balance is positive"
+        );
+        let mut unlimited = CpuBudget::new(0);
+        unlimited.spend(Duration::from_secs(10));
+        assert!(unlimited.available());
     }
 }

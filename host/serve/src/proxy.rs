@@ -28,7 +28,7 @@ use crate::error::ApiError;
 use crate::identity::{identify_chat, identify_completion, Anchor, Identity};
 use crate::limits::{closing_connection, read_body, Limits};
 use crate::metrics::{ConnectionMetrics, ProxyMetrics};
-use crate::tenants::{Tenant, Tenants};
+use crate::tenants::{Tenant, TenantPermit, Tenants};
 use crate::upstream;
 use crate::warmup::{WarmupOptions, Warmups};
 
@@ -223,34 +223,36 @@ async fn tenant_of(state: &Arc<AppState>, headers: &HeaderMap) -> Result<Arc<Ten
         .map_err(|e| ApiError::internal(format!("starting the tenant's policy did not finish: {e}")))?
 }
 
-/// The caller's tenant from the headers, then the body: nothing is read for a stranger.
+/// The caller's tenant from the headers, then the body: nothing is read for a stranger, nor for
+/// a tenant at its in-flight limit.
 async fn authenticate_then_read(
     state: &Arc<AppState>,
     headers: &HeaderMap,
     body: Body,
-) -> Result<(Arc<Tenant>, Bytes), ApiError> {
+) -> Result<(Arc<Tenant>, TenantPermit, Bytes), ApiError> {
     let tenant = tenant_of(state, headers).await?;
+    let permit = tenant.admit(state.tenants.max_in_flight())?;
     let body = read_body(body, state.options.limits.max_body_bytes, "--max-body-bytes").await?;
-    Ok((tenant, body))
+    Ok((tenant, permit, body))
 }
 
 async fn chat_completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     state.metrics.requests.fetch_add(1, Relaxed);
-    let (tenant, body) = match authenticate_then_read(&state, &headers, body).await {
+    let (tenant, permit, body) = match authenticate_then_read(&state, &headers, body).await {
         Ok(read) => read,
         Err(e) => return closing_connection(failed(&state, e)),
     };
     // The proxy's overhead counts from here: the client's upload time is not the proxy's.
     let received = Instant::now();
     match prepare_chat(&state, tenant, &headers, &body).await {
-        Ok(prepared) => forward(state, "/v1/chat/completions", prepared, received).await,
+        Ok(prepared) => forward(state, "/v1/chat/completions", prepared, permit, received).await,
         Err(e) => failed(&state, e),
     }
 }
 
 async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     state.metrics.requests.fetch_add(1, Relaxed);
-    let (tenant, body) = match authenticate_then_read(&state, &headers, body).await {
+    let (tenant, permit, body) = match authenticate_then_read(&state, &headers, body).await {
         Ok(read) => read,
         Err(e) => return closing_connection(failed(&state, e)),
     };
@@ -269,7 +271,7 @@ async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
         Ok(prepare(&state, tenant, json, identity, agent, registration, shape))
     });
     match prepared {
-        Ok(prepared) => forward(state, "/v1/completions", prepared, received).await,
+        Ok(prepared) => forward(state, "/v1/completions", prepared, permit, received).await,
         Err(e) => failed(&state, e),
     }
 }
@@ -381,6 +383,8 @@ fn failed(state: &AppState, e: ApiError) -> Response {
 struct FinishGuard {
     state: Arc<AppState>,
     tenant: Arc<Tenant>,
+    /// The request counts against its tenant's in-flight limit until the guard goes.
+    _permit: TenantPermit,
     template: RequestFinish,
     done: bool,
 }
@@ -427,7 +431,13 @@ impl Drop for FinishGuard {
     }
 }
 
-async fn forward(state: Arc<AppState>, path: &str, prepared: Prepared, received: Instant) -> Response {
+async fn forward(
+    state: Arc<AppState>,
+    path: &str,
+    prepared: Prepared,
+    permit: TenantPermit,
+    received: Instant,
+) -> Response {
     let Prepared {
         tenant,
         body,
@@ -456,6 +466,7 @@ async fn forward(state: Arc<AppState>, path: &str, prepared: Prepared, received:
     let guard = FinishGuard {
         state: state.clone(),
         tenant: tenant.clone(),
+        _permit: permit,
         template: RequestFinish {
             request_id,
             agent,

@@ -7,6 +7,7 @@
 //! state or requests.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 
 use axum::http::HeaderMap;
@@ -18,8 +19,12 @@ use crate::continuation::Continuations;
 use crate::error::ApiError;
 use crate::handles::Handles;
 use crate::identity::AgentDirectory;
-use crate::policy_worker::{PolicyWorker, DEFAULT_QUEUE_JOBS};
+use crate::policy_worker::{PolicyWorker, WorkerOptions};
 use crate::table::TableLimits;
+
+/// Requests one tenant may have in flight by default: a quarter of the default connection cap, so
+/// that one tenant cannot hold every connection's worth of upstream work.
+pub const DEFAULT_MAX_IN_FLIGHT: u64 = 1024;
 
 /// The registry slot every tenant's KV-cache policy runs in.
 pub const KV_SLOT: &str = "kv";
@@ -34,6 +39,47 @@ pub struct Tenant {
     pub agents: Arc<AgentDirectory>,
     /// The last prompt shape of each (session, agent): whether a call carries its history forward.
     pub continuations: Continuations,
+    /// Requests of this tenant between authentication and their end.
+    in_flight: AtomicU64,
+    /// Requests refused for `--tenant-max-in-flight`.
+    refused: AtomicU64,
+}
+
+impl Tenant {
+    /// Count a request in, unless the tenant already has `limit` in flight (0: no limit). The
+    /// permit counts it out when dropped, however the request ends.
+    pub fn admit(self: &Arc<Self>, limit: u64) -> Result<TenantPermit, ApiError> {
+        let admitted = self
+            .in_flight
+            .fetch_update(Relaxed, Relaxed, |n| (limit == 0 || n < limit).then_some(n + 1));
+        match admitted {
+            Ok(_) => Ok(TenantPermit(self.clone())),
+            Err(n) => {
+                self.refused.fetch_add(1, Relaxed);
+                Err(ApiError::too_many_requests(format!(
+                    "tenant {} has {n} requests in flight, its limit (--tenant-max-in-flight); retry when one ends",
+                    self.name
+                )))
+            }
+        }
+    }
+
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Relaxed)
+    }
+
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Relaxed)
+    }
+}
+
+/// One admitted request of a tenant; counted out when dropped.
+pub struct TenantPermit(Arc<Tenant>);
+
+impl Drop for TenantPermit {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Relaxed);
+    }
 }
 
 pub struct Tenants {
@@ -49,8 +95,10 @@ pub struct Tenants {
     tables: TableLimits,
     /// Agent handles, unique across tenants.
     handles: Handles,
-    /// Jobs each tenant's policy worker holds at most.
-    policy_queue_jobs: usize,
+    /// How each tenant's policy worker runs (queue, time budget).
+    worker: WorkerOptions,
+    /// Requests each tenant may have in flight (0: no limit).
+    max_in_flight: u64,
 }
 
 impl Tenants {
@@ -69,13 +117,24 @@ impl Tenants {
             starting: Mutex::new(()),
             tables: TableLimits::default(),
             handles: Handles::default(),
-            policy_queue_jobs: DEFAULT_QUEUE_JOBS,
+            worker: WorkerOptions::default(),
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         }
     }
 
-    /// Hold at most `jobs` policy calls in each tenant's queue (before any tenant starts).
-    pub fn with_policy_queue(mut self, jobs: usize) -> Self {
-        self.policy_queue_jobs = jobs;
+    /// Let each tenant have at most `requests` in flight (0: no limit).
+    pub fn with_max_in_flight(mut self, requests: u64) -> Self {
+        self.max_in_flight = requests;
+        self
+    }
+
+    pub fn max_in_flight(&self) -> u64 {
+        self.max_in_flight
+    }
+
+    /// Run each tenant's policy worker so (before any tenant starts).
+    pub fn with_policy_worker(mut self, worker: WorkerOptions) -> Self {
+        self.worker = worker;
         self
     }
 
@@ -149,7 +208,7 @@ impl Tenants {
             .registry
             .install(name, KV_SLOT, component, self.default_config.clone())
             .map_err(|e| policy_did_not_start(name, &e))?;
-        let worker = match PolicyWorker::spawn(name, policy.clone(), self.policy_queue_jobs) {
+        let worker = match PolicyWorker::spawn(name, policy.clone(), self.worker) {
             Ok(worker) => worker,
             Err(e) => {
                 // No thread, no tenant: its slot is given back.
@@ -165,6 +224,8 @@ impl Tenants {
             worker,
             agents: Arc::new(AgentDirectory::new(name, self.tables, self.handles.clone())),
             continuations: Continuations::new(&self.tables),
+            in_flight: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
         });
         self.live
             .write()

@@ -41,6 +41,10 @@ pub struct Setup {
     pub pool_instances: Option<u32>,
     /// Jobs each tenant's policy queue holds.
     pub policy_queue_jobs: usize,
+    /// Each tenant's policy time budget (ms per second; 0: none).
+    pub policy_cpu_ms_per_s: u32,
+    /// Requests each tenant may have in flight (0: no limit).
+    pub tenant_max_in_flight: u64,
     /// Every tenant's policy call deadline (the runtime's default when `None`).
     pub policy_deadline: Option<Duration>,
 }
@@ -58,6 +62,8 @@ impl Setup {
             tables: TableLimits::default(),
             pool_instances: None,
             policy_queue_jobs: agentrt_serve::policy_worker::DEFAULT_QUEUE_JOBS,
+            policy_cpu_ms_per_s: agentrt_serve::policy_worker::DEFAULT_CPU_MS_PER_S,
+            tenant_max_in_flight: agentrt_serve::tenants::DEFAULT_MAX_IN_FLIGHT,
             policy_deadline: None,
         }
     }
@@ -88,7 +94,11 @@ impl Setup {
         }
         let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, self.keys)
             .with_tables(self.tables)
-            .with_policy_queue(self.policy_queue_jobs);
+            .with_policy_worker(agentrt_serve::policy_worker::WorkerOptions {
+                queue_jobs: self.policy_queue_jobs,
+                cpu_ms_per_s: self.policy_cpu_ms_per_s,
+            })
+            .with_max_in_flight(self.tenant_max_in_flight);
         let options = ServeOptions {
             upstream: self.upstream.unwrap_or(stub_url),
             vllm_xargs: true,
