@@ -1,7 +1,6 @@
 //! A policy that loops, eats memory or panics is stopped, reported with a typed error, and the
 //! host answers the next call on a fresh instance.
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentrt_runtime::types::{Event, ToolCall};
@@ -124,31 +123,11 @@ fn with_fuel_an_infinite_loop_is_stopped_by_its_instruction_budget() {
     assert_eq!(probe.metrics().errors("fuel"), 1);
 }
 
-/// Where a test's tracing output goes.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-    }
-}
-
 #[test]
 fn a_policy_flooding_the_log_cannot_forge_lines_and_is_rate_limited() {
     let limits = SandboxLimits::default();
     let (probe, _e, _c) = probe_with(limits.clone());
-    let captured = Captured::default();
+    let captured = CapturedLog::default();
     let sink = captured.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || sink.clone())
@@ -193,7 +172,7 @@ fn a_policy_flooding_the_log_cannot_forge_lines_and_is_rate_limited() {
 
 /// Run `f` with tracing captured; returns what was logged.
 fn logged(f: impl FnOnce()) -> String {
-    let captured = Captured::default();
+    let captured = CapturedLog::default();
     let sink = captured.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || sink.clone())

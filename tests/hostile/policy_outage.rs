@@ -7,27 +7,12 @@ mod stub_upstream;
 #[path = "../../host/serve/tests/support/mod.rs"]
 mod support;
 
-use std::sync::{Arc, Mutex};
-
 use agentrt_runtime::Primitive;
 use support::{chat, post_json, proxy, settle};
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_failing_on_every_request_is_suspended_and_logged_once() {
-    let captured = Captured::default();
+    let captured = agentrt_tests::CapturedLog::default();
     let sink = captured.clone();
     tracing::subscriber::set_global_default(
         tracing_subscriber::fmt()
@@ -64,19 +49,14 @@ async fn a_policy_failing_on_every_request_is_suspended_and_logged_once() {
     assert!(m.calls_skipped() >= 2 * requests - 15, "{} skipped", m.calls_skipped());
     assert!(m.restarts() <= 10, "{} restarts", m.restarts());
 
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let log = captured.text();
     let warnings = log.lines().filter(|l| l.contains(" WARN ")).count();
     // Two lines (the host's and the proxy's) per failed call until the breaker opens after 5 in a
     // row. Before the breaker: two per request's event, ~240 here.
     assert!(warnings <= 10, "{warnings} warnings for {requests} requests:\n{log}");
     assert_eq!(log.lines().filter(|l| l.contains("circuit open")).count(), 1, "{log}");
 
-    let metrics = reqwest::get(format!("{}/metrics", p.url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = support::metrics_text(&p).await;
     assert!(
         metrics
             .lines()

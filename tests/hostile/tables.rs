@@ -221,12 +221,7 @@ async fn client_filled_tables_stay_at_their_caps() {
     assert_eq!(p.state.metrics.sessions_ended.load(Relaxed), 14);
     assert_eq!(tenant.worker.stats().observed(), 20 * 3 + 14);
     assert_eq!(tenant.worker.stats().dropped(), 0);
-    let metrics = reqwest::get(format!("{}/metrics", p.url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = support::metrics_text(&p).await;
     for line in [
         "agentrt_tenant_agents{tenant=\"default\"} 5",
         "agentrt_tenant_live_sessions{tenant=\"default\"} 6",

@@ -19,32 +19,40 @@ use support::{chat, install_policy, post_json, quantile, settle, Proxy, Setup};
 const ALICE: &str = "key-alice";
 const BOB: &str = "key-bob";
 
-async fn two_tenants(queue_jobs: usize) -> Proxy {
-    let p = Setup {
-        // No time budget here: these tests are about the queue (the budget has its own test).
-        policy_cpu_ms_per_s: 0,
+/// Alice's and bob's keys, on the LRU policy by default.
+fn alice_and_bob() -> Setup {
+    Setup {
         keys: [(ALICE, "alice"), (BOB, "bob")]
             .iter()
             .map(|(k, t)| (k.to_string(), t.to_string()))
             .collect(),
-        policy_queue_jobs: queue_jobs,
-        // Far from the probe's 15 ms: on a busy machine a 15 ms spin can pass 20 ms of wall time,
-        // and a restarted probe forgets its cue. Slow must stay slow, not become a failure.
-        policy_deadline: Some(Duration::from_millis(500)),
         ..Setup::new("lru")
     }
-    .start()
-    .await;
-    // Alice runs the probe and cues it: from here on each event takes it 15 ms.
-    install_policy(&p, "alice", "probe").await;
+}
+
+/// Alice runs the probe and cues it: from then on each event takes it 15 ms.
+async fn slow_alice(p: &Proxy) {
+    install_policy(p, "alice", "probe").await;
     let cue = [
         ("authorization", &*format!("Bearer {ALICE}")),
         ("x-agent-id", SLOW_AGENT),
     ];
-    assert_eq!(
-        post_json(&p, &chat("cue", "t", "tiny", false), &cue).await.status(),
-        200
-    );
+    assert_eq!(post_json(p, &chat("cue", "t", "tiny", false), &cue).await.status(), 200);
+}
+
+async fn two_tenants(queue_jobs: usize) -> Proxy {
+    let p = Setup {
+        // No time budget here: these tests are about the queue (the budget has its own test).
+        policy_cpu_ms_per_s: 0,
+        policy_queue_jobs: queue_jobs,
+        // Far from the probe's 15 ms: on a busy machine a 15 ms spin can pass 20 ms of wall time,
+        // and a restarted probe forgets its cue. Slow must stay slow, not become a failure.
+        policy_deadline: Some(Duration::from_millis(500)),
+        ..alice_and_bob()
+    }
+    .start()
+    .await;
+    slow_alice(&p).await;
     p
 }
 
@@ -132,12 +140,7 @@ async fn a_full_policy_queue_drops_and_counts_events_and_serves_every_request() 
     let bob_stats = p.state.tenants.get_or_start("bob").unwrap();
     assert!(!bob.is_empty());
 
-    let metrics = reqwest::get(format!("{}/metrics", p.url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = support::metrics_text(&p).await;
     let series = |tenant: &str| {
         metrics
             .lines()
@@ -154,25 +157,13 @@ async fn a_full_policy_queue_drops_and_counts_events_and_serves_every_request() 
 async fn a_policy_over_its_time_budget_is_throttled_and_only_its_own_tenant_notices() {
     let budget_ms = 100;
     let p = Setup {
-        keys: [(ALICE, "alice"), (BOB, "bob")]
-            .iter()
-            .map(|(k, t)| (k.to_string(), t.to_string()))
-            .collect(),
         policy_cpu_ms_per_s: budget_ms,
         policy_deadline: Some(Duration::from_millis(500)),
-        ..Setup::new("lru")
+        ..alice_and_bob()
     }
     .start()
     .await;
-    install_policy(&p, "alice", "probe").await;
-    let cue = [
-        ("authorization", &*format!("Bearer {ALICE}")),
-        ("x-agent-id", SLOW_AGENT),
-    ];
-    assert_eq!(
-        post_json(&p, &chat("cue", "t", "tiny", false), &cue).await.status(),
-        200
-    );
+    slow_alice(&p).await;
     let run = Duration::from_secs(2);
     let (_, bob_latencies) = tokio::join!(load(&p, ALICE, 4, run), load(&p, BOB, 1, run));
     settle(&p).await;
@@ -199,16 +190,12 @@ async fn a_policy_over_its_time_budget_is_throttled_and_only_its_own_tenant_noti
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_at_its_in_flight_limit_gets_429_and_other_tenants_do_not() {
     let p = Setup {
-        keys: [(ALICE, "alice"), (BOB, "bob")]
-            .iter()
-            .map(|(k, t)| (k.to_string(), t.to_string()))
-            .collect(),
         tenant_max_in_flight: 2,
         limits: agentrt_serve::Limits {
             upstream_first_byte_timeout: Duration::from_millis(1500),
             ..agentrt_serve::Limits::default()
         },
-        ..Setup::new("lru")
+        ..alice_and_bob()
     }
     .start()
     .await;

@@ -167,11 +167,11 @@ class Outcome:
     error: str | None = None
 
 
-def stream_call(base: str, body: dict) -> Outcome:
+def stream_call(base: str, body: dict, headers: dict | None = None) -> Outcome:
     """POST a streamed chat completion; time to the first byte of the first SSE event, total time,
     the usage chunk, and any error (HTTP status, an SSE error event, no [DONE])."""
     req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"content-type": "application/json"})
+                                 headers={"content-type": "application/json", **(headers or {})})
     start = time.perf_counter()
     ttft = None
     usage = None

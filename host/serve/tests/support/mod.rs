@@ -195,6 +195,16 @@ pub async fn settle(p: &Proxy) {
     panic!("requests in flight or policy calls queued after 10 s");
 }
 
+/// The proxy's `/metrics` text (no token).
+pub async fn metrics_text(p: &Proxy) -> String {
+    reqwest::get(format!("{}/metrics", p.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// The `q`-quantile (0–1) of `samples`, which it sorts.
 pub fn quantile(samples: &mut [Duration], q: f64) -> Duration {
     samples.sort();
