@@ -16,7 +16,7 @@ import random
 import pytest
 
 from conftest import SKIP_SERVE_REASON
-from test_e2e_serve import BLOCKS, TASK_WORDS, Outcome, stream_call, workload
+from test_e2e_serve import BLOCKS, TASK_WORDS, Outcome, series, stream_call, workload
 
 pytestmark = pytest.mark.skipif(os.environ.get("AGENTRT_SKIP_VLLM_SERVE") == "1", reason=SKIP_SERVE_REASON)
 
@@ -38,7 +38,7 @@ def hit_rate(outcomes: list[Outcome]) -> float:
     return sum(o.cached_tokens for o in outcomes) / prompt if prompt else 0.0
 
 
-def run(start_stack, shares: bool, with_flood: bool = True, blocks: int = BLOCKS) -> tuple[list[Outcome], list[Outcome]]:
+def run(start_stack, shares: bool, with_flood: bool = True, blocks: int = BLOCKS) -> tuple[list[Outcome], list[Outcome], str]:
     args = ("--tenant", "key-agents=agents", "--tenant", "key-flood=flood", "--session-idle-ms", "1000")
     if shares:
         args += ("--share", f"agents={GUARANTEE}")
@@ -52,16 +52,17 @@ def run(start_stack, shares: bool, with_flood: bool = True, blocks: int = BLOCKS
             agents.append(stream_call(stack.serve.base, call.body, AGENTS))
             if with_flood:
                 flood.append(stream_call(stack.serve.base, flood_body(i), FLOOD))
+        metrics = stack.serve.metrics_text()
     finally:
         stack.stop()
-    return agents, flood
+    return agents, flood, metrics
 
 
 def test_a_guaranteed_tenant_keeps_its_cache_next_to_a_flood(start_stack):
     # The figure a guarantee should protect: the agents alone on a cache of their guarantee's size.
-    alone, _ = run(start_stack, shares=False, with_flood=False, blocks=GUARANTEE)
-    shared_agents, shared_flood = run(start_stack, shares=False)
-    shares_agents, shares_flood = run(start_stack, shares=True)
+    alone, _, _ = run(start_stack, shares=False, with_flood=False, blocks=GUARANTEE)
+    shared_agents, shared_flood, _ = run(start_stack, shares=False)
+    shares_agents, shares_flood, metrics = run(start_stack, shares=True)
     for outcomes in (alone, shared_agents, shared_flood, shares_agents, shares_flood):
         failed = [(o.status, o.error) for o in outcomes if o.status != 200 or o.error]
         assert not failed, failed[:5]
@@ -86,3 +87,11 @@ def test_a_guaranteed_tenant_keeps_its_cache_next_to_a_flood(start_stack):
     assert taken > 0.02, "the flood must hurt the agents for this test to mean anything"
     assert hit_rate(shares_agents) >= hit_rate(alone) - 0.01, "with shares, within 1 pp of alone at the guarantee"
     assert regained >= 0.5 * taken, "a guarantee gives back at least half of what the flood took"
+    # The proxy's per-tenant view agrees: the flood's blocks were the ones evicted, and the
+    # agents' hit rate on /metrics is the one the clients saw.
+    evicted = {t: series(metrics, "agentrt_tenant_cache_evictions_total", f'tenant="{t}"') for t in ("agents", "flood")}
+    print("evictions by tenant:", evicted)
+    assert evicted["flood"] > evicted["agents"]
+    cached = series(metrics, "agentrt_tenant_cached_tokens_total", 'tenant="agents"')
+    prompt = series(metrics, "agentrt_tenant_prompt_tokens_total", 'tenant="agents"')
+    assert abs(cached / prompt - hit_rate(shares_agents)) < 0.01

@@ -359,11 +359,13 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
             let ranker: Arc<dyn agentrt_vllm::EngineRanker> = if args.shares.is_empty() {
                 engine_tenant.policy.clone()
             } else {
-                Arc::new(agentrt_vllm::SharedCache::new(
+                let cache = Arc::new(agentrt_vllm::SharedCache::new(
                     Arc::new(state.tenants.engine_tenants()),
                     DEFAULT_TENANT,
                     args.shares.iter().cloned().collect(),
-                ))
+                ));
+                state.engine_cache = Some(cache.clone());
+                cache
             };
             let service = agentrt_vllm::EvictionService::bind_with(path, ranker, options)
                 .with_context(|| format!("binding the eviction socket {}", path.display()))?;

@@ -183,7 +183,7 @@ impl ConnectionMetrics {
 /// dropped) and the sizes of the tables its clients fill ([`crate::table`]).
 pub fn render_tenants(tenants: &[std::sync::Arc<crate::tenants::Tenant>], out: &mut String) {
     type Read = fn(&crate::tenants::Tenant) -> u64;
-    let series: [(&str, &str, &str, Read); 11] = [
+    let series: [(&str, &str, &str, Read); 13] = [
         (
             "agentrt_policy_queue_jobs",
             "gauge",
@@ -227,6 +227,18 @@ pub fn render_tenants(tenants: &[std::sync::Arc<crate::tenants::Tenant>], out: &
             |t| t.refused(),
         ),
         (
+            "agentrt_tenant_prompt_tokens_total",
+            "counter",
+            "Prompt tokens of the tenant's finished requests (as the upstream counted them).",
+            |t| t.prompt_tokens(),
+        ),
+        (
+            "agentrt_tenant_cached_tokens_total",
+            "counter",
+            "Of those, tokens the engine had cached: the tenant's prefix-cache hits.",
+            |t| t.cached_tokens(),
+        ),
+        (
             "agentrt_tenant_agents",
             "gauge",
             "Agents the tenant's table holds (--max-agents).",
@@ -256,6 +268,45 @@ pub fn render_tenants(tenants: &[std::sync::Arc<crate::tenants::Tenant>], out: &
         for tenant in tenants {
             // Tenant names are letters, digits, `-`, `_` and `.`: nothing to escape.
             let _ = writeln!(out, "{name}{{tenant=\"{}\"}} {}", tenant.name, read(tenant));
+        }
+    }
+}
+
+/// Each tenant's part of the engine's cache under `--share`: blocks held, its guarantee and
+/// limit, and its blocks the engine evicted.
+pub fn render_engine_cache(cache: &agentrt_vllm::SharedCache, out: &mut String) {
+    let tenants = cache.tenants();
+    type Read = fn(&agentrt_vllm::TenantCache, &agentrt_runtime::Share) -> u64;
+    let series: [(&str, &str, &str, Read); 4] = [
+        (
+            "agentrt_tenant_cache_blocks",
+            "gauge",
+            "Blocks the tenant holds in the engine's KV cache.",
+            |c, _| c.blocks,
+        ),
+        (
+            "agentrt_tenant_cache_guarantee_blocks",
+            "gauge",
+            "The tenant's guaranteed share of the cache (--share).",
+            |_, s| s.min_blocks,
+        ),
+        (
+            "agentrt_tenant_cache_limit_blocks",
+            "gauge",
+            "The tenant's limit (--share; 18446744073709551615 = none).",
+            |_, s| s.max_blocks,
+        ),
+        (
+            "agentrt_tenant_cache_evictions_total",
+            "counter",
+            "The tenant's blocks the engine evicted.",
+            |c, _| c.evicted,
+        ),
+    ];
+    for (name, kind, help, read) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (tenant, figures, share) in &tenants {
+            let _ = writeln!(out, "{name}{{tenant=\"{tenant}\"}} {}", read(figures, share));
         }
     }
 }

@@ -63,6 +63,8 @@ pub struct AppState {
     pub warmups: Warmups,
     /// Each tenant's `cache_salt` (with `vllm_xargs` on: vLLM's extensions).
     pub cache_salts: CacheSalts,
+    /// The engine's cache divided among tenants, when `--share` is given (for `/metrics`).
+    pub engine_cache: Option<Arc<agentrt_vllm::SharedCache>>,
     /// Where `pin`/`unpin` side effects go when the vLLM eviction service runs.
     pub engine_pins: Option<Arc<agentrt_vllm::PinTable>>,
     clock: Instant,
@@ -86,6 +88,7 @@ impl AppState {
             connections: Arc::default(),
             warmups,
             engine_pins: None,
+            engine_cache: None,
             clock: Instant::now(),
             next_request_id: AtomicU64::new(1),
         }
@@ -409,6 +412,7 @@ impl FinishGuard {
             }
             finish.output_tokens = field(usage.get("completion_tokens")).unwrap_or(0);
             finish.cached_tokens = field(usage.pointer("/prompt_tokens_details/cached_tokens")).unwrap_or(0);
+            self.tenant.record_usage(finish.prompt_tokens, finish.cached_tokens);
         }
         let mut events = vec![Event::RequestFinish(finish)];
         // A long request keeps its session alive: idleness counts from the last answer too.
@@ -638,6 +642,9 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
     state.metrics.render(&mut out);
     state.connections.render(&mut out);
     crate::metrics::render_tenants(&state.tenants.list(), &mut out);
+    if let Some(cache) = &state.engine_cache {
+        crate::metrics::render_engine_cache(cache, &mut out);
+    }
     out.push_str(&state.tenants.registry().render_prometheus());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

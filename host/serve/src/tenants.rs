@@ -43,6 +43,10 @@ pub struct Tenant {
     in_flight: AtomicU64,
     /// Requests refused for `--tenant-max-in-flight`.
     refused: AtomicU64,
+    /// Prompt tokens of the tenant's finished requests, and how many of them the engine had
+    /// cached (vLLM's `usage.prompt_tokens_details.cached_tokens`): its hit rate.
+    prompt_tokens: AtomicU64,
+    cached_tokens: AtomicU64,
 }
 
 impl Tenant {
@@ -70,6 +74,20 @@ impl Tenant {
 
     pub fn refused(&self) -> u64 {
         self.refused.load(Relaxed)
+    }
+
+    /// Count a finished request's prompt and its cached part.
+    pub fn record_usage(&self, prompt_tokens: u32, cached_tokens: u32) {
+        self.prompt_tokens.fetch_add(u64::from(prompt_tokens), Relaxed);
+        self.cached_tokens.fetch_add(u64::from(cached_tokens), Relaxed);
+    }
+
+    pub fn prompt_tokens(&self) -> u64 {
+        self.prompt_tokens.load(Relaxed)
+    }
+
+    pub fn cached_tokens(&self) -> u64 {
+        self.cached_tokens.load(Relaxed)
     }
 }
 
@@ -226,6 +244,8 @@ impl Tenants {
             continuations: Continuations::new(&self.tables),
             in_flight: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            prompt_tokens: AtomicU64::new(0),
+            cached_tokens: AtomicU64::new(0),
         });
         self.live
             .write()

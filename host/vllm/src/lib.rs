@@ -39,4 +39,4 @@ pub use eviction::{EvictionOptions, EvictionService};
 pub use kv_events::{BlockSink, Forward, KvEventSubscriber, KvEventsConfig, SocketMode};
 pub use metrics::{EvictionCounts, EvictionMetrics, KvEventCounts, KvEventMetrics};
 pub use pins::PinTable;
-pub use ranker::{EngineRanker, SharedCache, TenantDirectory};
+pub use ranker::{EngineRanker, SharedCache, TenantCache, TenantDirectory};

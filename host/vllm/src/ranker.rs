@@ -60,8 +60,17 @@ pub struct SharedCache {
     /// The tenant of blocks whose agent no tenant named.
     default_tenant: Arc<str>,
     shares: HashMap<String, Share>,
-    /// Blocks each tenant holds in the engine's cache, from the plugin's block events.
-    cached: Mutex<HashMap<Arc<str>, u64>>,
+    /// What each tenant holds in the engine's cache and has lost, from the plugin's block events.
+    cached: Mutex<HashMap<Arc<str>, TenantCache>>,
+}
+
+/// One tenant's part of the engine's cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TenantCache {
+    /// Blocks it holds now.
+    pub blocks: u64,
+    /// Its blocks the engine evicted so far.
+    pub evicted: u64,
 }
 
 impl SharedCache {
@@ -80,12 +89,18 @@ impl SharedCache {
             .unwrap_or_else(|| self.default_tenant.clone())
     }
 
-    /// Blocks `tenant` holds now, as far as the block events told.
-    pub fn cached_blocks(&self, tenant: &str) -> u64 {
-        self.lock().get(tenant).copied().unwrap_or(0)
+    /// Every tenant's part of the cache, by name, as far as the block events told.
+    pub fn tenants(&self) -> Vec<(Arc<str>, TenantCache, Share)> {
+        let mut all: Vec<_> = self
+            .lock()
+            .iter()
+            .map(|(t, c)| (t.clone(), *c, self.share(t)))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, u64>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, TenantCache>> {
         self.cached.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -122,7 +137,9 @@ impl EngineRanker for SharedCache {
                     continue;
                 };
                 if op == BlockOp::AllCleared {
-                    cached.clear();
+                    for tenant in cached.values_mut() {
+                        tenant.blocks = 0;
+                    }
                     // Every tenant's policy hears that the cache was cleared.
                     for tenant in self.shares.keys().map(|t| Arc::<str>::from(t.as_str())) {
                         by_tenant.entry(tenant).or_default().extend_from_slice(event);
@@ -130,10 +147,13 @@ impl EngineRanker for SharedCache {
                     continue;
                 }
                 let tenant = self.owner(agent);
-                let held = cached.entry(tenant.clone()).or_insert(0);
+                let held = cached.entry(tenant.clone()).or_default();
                 match op {
-                    BlockOp::Stored => *held += 1,
-                    BlockOp::Removed => *held = held.saturating_sub(1),
+                    BlockOp::Stored => held.blocks += 1,
+                    BlockOp::Removed => {
+                        held.blocks = held.blocks.saturating_sub(1);
+                        held.evicted += 1;
+                    }
                     BlockOp::Touched | BlockOp::AllCleared => {}
                 }
                 by_tenant.entry(tenant).or_default().extend_from_slice(event);
@@ -167,7 +187,7 @@ impl EngineRanker for SharedCache {
             }
             let evictable = queue.len() as u64;
             // The events may lag the candidates; a tenant holds at least what it can give up.
-            let cached = held.get(&tenant).copied().unwrap_or(0).max(evictable);
+            let cached = held.get(&tenant).map_or(0, |c| c.blocks).max(evictable);
             standing.push((self.share(&tenant), Usage { cached, evictable }));
             tenants.push(tenant);
             queues.push(queue);

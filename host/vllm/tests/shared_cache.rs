@@ -149,3 +149,42 @@ async fn each_tenants_policy_hears_only_its_own_blocks() {
     assert_eq!((a.blocks[0], a.block_hash_sum), (2, 201), "alpha: its two blocks");
     assert_eq!((b.blocks[0], b.block_hash_sum), (1, 200), "beta: its one block");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_tenants_blocks_and_evictions_are_counted() {
+    let (engine, _cache) = engine();
+    let alpha = Arc::new(start(&engine, "lru", &[]));
+    let directory = Directory {
+        policies: [("alpha", alpha)].into_iter().collect(),
+    };
+    let cache = SharedCache::new(Arc::new(directory), "default", HashMap::new());
+    let mut words = Vec::new();
+    for (agent, hash) in [(1, 100), (1, 101), (10, 200), (99, 300)] {
+        words.extend(stored(agent, hash));
+    }
+    agentrt_sdk::packed::encode(
+        &agentrt_sdk::BlockEvent {
+            op: agentrt_sdk::BlockOp::Removed,
+            agent: 1,
+            block_hash: 100,
+            parent_hash: 0,
+            position: 0,
+        },
+        &mut words,
+    );
+    agentrt_vllm::EngineRanker::observe_blocks(&cache, &words).unwrap();
+    let figures: Vec<(String, u64, u64)> = cache
+        .tenants()
+        .into_iter()
+        .map(|(t, c, _)| (t.to_string(), c.blocks, c.evicted))
+        .collect();
+    assert_eq!(
+        figures,
+        [
+            ("alpha".to_string(), 1, 1),
+            ("beta".to_string(), 1, 0),
+            // An agent no tenant named: the default tenant's.
+            ("default".to_string(), 1, 0),
+        ]
+    );
+}
