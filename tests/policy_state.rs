@@ -58,6 +58,7 @@ fn hot_swap_carries_state_and_a_failed_swap_keeps_the_old_policy() {
     assert!(report.state_bytes > 0);
     assert_eq!(probe.predict(1).unwrap().len(), 2);
     assert_eq!(probe.metrics().swaps(), 1);
+    assert_eq!(probe.metrics().last_swap_pause(), Some(report.paused));
 
     // The LRU keeps no state, so it refuses the probe's: the swap fails and the probe stays.
     let err = probe.swap(load(&engine, "lru")).unwrap_err();

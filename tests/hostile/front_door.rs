@@ -108,6 +108,79 @@ fn malformed_tenant_options_are_refused_naming_what_is_wrong_but_not_the_key() {
     assert!(twice.to_string().contains("more than once"), "{twice}");
 }
 
+#[test]
+fn malformed_tenant_admin_options_are_refused_naming_what_is_wrong_but_not_the_token() {
+    let error = |raw: &[&str]| {
+        let raw: Vec<String> = raw.iter().map(|r| r.to_string()).collect();
+        agentrt_serve::cli::tenant_admin_tokens(&raw).unwrap_err().to_string()
+    };
+    let no_tenant = error(&["tok-secret"]);
+    assert!(
+        no_tenant.starts_with("--tenant-admin: expected TOKEN=TENANT") && no_tenant.contains("no `=`"),
+        "{no_tenant}"
+    );
+    assert!(!no_tenant.contains("tok-secret"), "the token is a secret: {no_tenant}");
+    assert!(error(&["tok-secret=team/a"]).contains("'/'"));
+    let twice = error(&["tok-secret=a", "tok-secret=b"]);
+    assert!(
+        twice.contains("more than once") && !twice.contains("tok-secret"),
+        "{twice}"
+    );
+    // A base64 token ending in `=` keeps its padding.
+    let tokens = agentrt_serve::cli::tenant_admin_tokens(&["dG9r==alpha".to_string()]).unwrap();
+    assert_eq!(tokens.get("dG9r=").map(String::as_str), Some("alpha"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_admin_token_is_refused_on_another_tenant_before_a_byte_of_the_upload_is_read() {
+    let p = Setup {
+        keys: [("key-a", "alpha"), ("key-b", "beta")]
+            .map(|(k, t)| (k.to_string(), t.to_string()))
+            .into(),
+        tenant_admins: [("ta".to_string(), "alpha".to_string())].into(),
+        ..Setup::new("lru")
+    }
+    .start()
+    .await;
+    let started = post_json(&p, &chat("s", "t", "tiny", false), &[("authorization", "Bearer key-b")]).await;
+    assert_eq!(started.status(), 200);
+
+    // An upload to beta's slot announced at 50 MB and never sent: refused from the headers alone.
+    let upload = head_only(
+        "PUT",
+        "/admin/tenants/beta/policy",
+        50_000_000,
+        "authorization: Bearer ta\r\n",
+    );
+    let (status, body) = raw_exchange(&p, &upload, Duration::from_secs(3))
+        .await
+        .expect("answered without the body");
+    assert_eq!(status, 403, "{body}");
+    assert!(error_message(&body).contains("only on tenant `alpha`"), "{body}");
+
+    // Names that look like alpha's but are another tenant's, and beta's and everyone's routes.
+    for path in [
+        "/admin/tenants/beta/stats",
+        "/admin/tenants/beta/predict?horizon=1",
+        "/admin/tenants/alpha%2F..%2Fbeta/stats",
+        "/admin/tenants/Alpha/stats",
+        "/admin/tenants/alpha./predict",
+        "/admin/tenants",
+    ] {
+        let (status, answer) = support::admin_get(&p, path, "ta").await;
+        assert_eq!(status, 403, "{path}: {answer}");
+    }
+    let (status, answer) = support::put_policy(&p, "beta", "lru", "ta", true).await;
+    assert_eq!(status, 403, "{answer}");
+    let beta = p.state.tenants.get("beta").unwrap();
+    assert_eq!(beta.policy.metrics().swaps(), 0, "beta's policy was never touched");
+    assert_eq!(
+        p.state.tenants.list().len(),
+        1,
+        "no tenant was started by a refused request (alpha neither)"
+    );
+}
+
 // --- 2. connections ---------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -551,7 +551,7 @@ impl PolicyHandle {
         drop(live);
         // Dropping a Store costs ~0.2 ms; do it after callers are released.
         drop(old);
-        self.metrics.record_swap();
+        self.metrics.record_swap(paused);
         Ok(SwapReport {
             state_bytes: state.map_or(0, |s| s.len()),
             paused,

@@ -32,6 +32,9 @@ pub struct PolicyMetrics {
     fallbacks: AtomicU64,
     restarts: AtomicU64,
     swaps: AtomicU64,
+    /// How long the last swap held callers, and all swaps together (nanoseconds).
+    last_swap_pause_nanos: AtomicU64,
+    swap_pause_nanos: AtomicU64,
     memory_bytes: AtomicU64,
     /// Calls not made because the breaker was open.
     calls_skipped: AtomicU64,
@@ -85,7 +88,10 @@ impl PolicyMetrics {
     pub(crate) fn record_restart(&self) {
         self.restarts.fetch_add(1, Relaxed);
     }
-    pub(crate) fn record_swap(&self) {
+    pub(crate) fn record_swap(&self, paused: Duration) {
+        let nanos = paused.as_nanos() as u64;
+        self.last_swap_pause_nanos.store(nanos, Relaxed);
+        self.swap_pause_nanos.fetch_add(nanos, Relaxed);
         self.swaps.fetch_add(1, Relaxed);
     }
     pub(crate) fn set_memory_bytes(&self, bytes: usize) {
@@ -110,6 +116,22 @@ impl PolicyMetrics {
     }
     pub fn swaps(&self) -> u64 {
         self.swaps.load(Relaxed)
+    }
+    /// How long the last hot swap held the slot's callers; `None` before the first swap.
+    pub fn last_swap_pause(&self) -> Option<Duration> {
+        (self.swaps() > 0).then(|| Duration::from_nanos(self.last_swap_pause_nanos.load(Relaxed)))
+    }
+    /// How long all hot swaps together held the slot's callers (divided by [`Self::swaps`]: the
+    /// mean pause).
+    pub fn swap_pause_total(&self) -> Duration {
+        Duration::from_nanos(self.swap_pause_nanos.load(Relaxed))
+    }
+    /// Failed calls of each kind (`trap`, `deadline`, …), every kind listed.
+    pub fn errors_by_kind(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        ERROR_KINDS
+            .iter()
+            .zip(&self.errors)
+            .map(|(kind, count)| (*kind, count.load(Relaxed)))
     }
     /// Calls refused without calling the policy because its breaker was open.
     pub fn calls_skipped(&self) -> u64 {
@@ -172,6 +194,16 @@ impl PolicyMetrics {
         let _ = writeln!(out, "agentrt_policy_swaps_total{{{labels}}} {}", self.swaps());
         let _ = writeln!(
             out,
+            "agentrt_policy_last_swap_pause_seconds{{{labels}}} {}",
+            self.last_swap_pause().unwrap_or_default().as_secs_f64()
+        );
+        let _ = writeln!(
+            out,
+            "agentrt_policy_swap_pause_seconds_total{{{labels}}} {}",
+            self.swap_pause_total().as_secs_f64()
+        );
+        let _ = writeln!(
+            out,
             "agentrt_policy_log_lines_dropped_total{{{labels}}} {}",
             self.log_lines_dropped()
         );
@@ -227,6 +259,16 @@ pub fn prometheus_header(out: &mut String) {
         ),
         ("agentrt_policy_swaps_total", "counter", "Hot swaps completed."),
         (
+            "agentrt_policy_last_swap_pause_seconds",
+            "gauge",
+            "How long the last hot swap held the slot's callers (0 before the first).",
+        ),
+        (
+            "agentrt_policy_swap_pause_seconds_total",
+            "counter",
+            "How long all hot swaps together held the slot's callers.",
+        ),
+        (
             "agentrt_policy_log_lines_dropped_total",
             "counter",
             "Policy log lines dropped over the slot's rate limit.",
@@ -263,5 +305,44 @@ pub fn prometheus_header(out: &mut String) {
         ),
     ] {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn swap_pauses_are_kept_as_the_last_one_and_a_total() {
+        let metrics = PolicyMetrics::default();
+        assert_eq!(metrics.last_swap_pause(), None, "no swap yet");
+        metrics.record_swap(Duration::from_micros(300));
+        metrics.record_swap(Duration::from_micros(120));
+        assert_eq!(metrics.swaps(), 2);
+        assert_eq!(metrics.last_swap_pause(), Some(Duration::from_micros(120)));
+        assert_eq!(metrics.swap_pause_total(), Duration::from_micros(420));
+        let mut out = String::new();
+        metrics.render_prometheus("tenant=\"a\",slot=\"kv\"", &mut out);
+        assert!(
+            out.contains("agentrt_policy_last_swap_pause_seconds{tenant=\"a\",slot=\"kv\"} 0.00012\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("agentrt_policy_swap_pause_seconds_total{tenant=\"a\",slot=\"kv\"} 0.00042\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn errors_by_kind_lists_every_kind() {
+        let metrics = PolicyMetrics::default();
+        metrics.record_error(&PolicyError::OutOfMemory {
+            policy: "a/kv".into(),
+            primitive: Primitive::Observe,
+            cap_bytes: 1 << 20,
+        });
+        let kinds: Vec<_> = metrics.errors_by_kind().collect();
+        assert_eq!(kinds.len(), ERROR_KINDS.len());
+        assert!(kinds.contains(&("oom", 1)) && kinds.contains(&("trap", 0)), "{kinds:?}");
     }
 }

@@ -8,89 +8,13 @@
 //! difference between the two columns is the proxy: parsing, identity, the policy's `observe`
 //! calls, the upstream hop. The proxy runs CacheSage, the default policy.
 
+mod support;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentrt_runtime::{ComponentLookup, EmbeddedSet, EngineOptions, PolicyEngine, PolicyRegistry, SlotConfig};
-use agentrt_serve::tenants::Tenants;
-use agentrt_serve::warmup::WarmupOptions;
-use agentrt_serve::{router, AppState, ServeOptions};
-use axum::routing::post;
-use axum::{Json, Router};
-use serde_json::{json, Value};
-
-async fn fast_upstream() -> String {
-    let answer = json!({"id": "c", "object": "chat.completion", "model": "tiny",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 300, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 256}}});
-    let app = Router::new().route(
-        "/v1/chat/completions",
-        post(move |Json(_): Json<Value>| {
-            let answer = answer.clone();
-            async move { Json(answer) }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    url
-}
-
-async fn proxy(upstream: &str) -> String {
-    let engine = PolicyEngine::new(EngineOptions::default()).unwrap();
-    let source = ComponentLookup::from_environment(EmbeddedSet::NONE)
-        .find("cachesage")
-        .unwrap_or_else(|e| panic!("{e}"));
-    let component = Arc::new(source.load(&engine).expect("loading cachesage"));
-    let tenants = Tenants::new(
-        PolicyRegistry::new(engine),
-        component,
-        SlotConfig::new(""),
-        HashMap::new(),
-    );
-    let options = ServeOptions {
-        upstream: upstream.to_string(),
-        vllm_xargs: true,
-        admin_token: None,
-        upstream_api_key: None,
-        metrics_token: None,
-        cache_salt_secret: None,
-        warmup: WarmupOptions::default(),
-        limits: agentrt_serve::Limits::default(),
-    };
-    let state = Arc::new(AppState::new(options, tenants));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    // Through the real accept loop, so the figure includes what the front door's limits cost.
-    tokio::spawn(async move {
-        let app = router(state.clone());
-        agentrt_serve::connections::serve(
-            listener,
-            app,
-            &state.options.limits,
-            state.connections.clone(),
-            std::future::pending(),
-        )
-        .await
-        .unwrap()
-    });
-    url
-}
-
-/// A planner → coder → tester workload: distinct anchors (~1.2 KB system prompts), one session per task.
-fn body(i: usize) -> String {
-    let agent = ["planner", "coder", "tester"][i % 3];
-    let system = format!(
-        "You are the {agent}. {}",
-        "Follow the team's conventions carefully. ".repeat(30)
-    );
-    json!({"model": "tiny", "max_tokens": 1, "messages": [
-        {"role": "system", "content": system},
-        {"role": "user", "content": format!("Task {}", i / 3)},
-    ]})
-    .to_string()
-}
+use support::{chat_body, fast_upstream, percentile, start_proxy};
 
 /// Send `n` requests with `concurrency` in flight; per-request latencies and the wall time.
 async fn drive(url: &str, n: usize, concurrency: usize) -> (Vec<Duration>, Duration) {
@@ -112,7 +36,7 @@ async fn drive(url: &str, n: usize, concurrency: usize) -> (Vec<Duration>, Durat
                     let response = client
                         .post(&endpoint)
                         .header("content-type", "application/json")
-                        .body(body(i))
+                        .body(chat_body(i))
                         .send()
                         .await
                         .unwrap();
@@ -130,10 +54,6 @@ async fn drive(url: &str, n: usize, concurrency: usize) -> (Vec<Duration>, Durat
     (all, started.elapsed())
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
 fn main() {
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let n = args.first().copied().unwrap_or(5_000);
@@ -144,7 +64,7 @@ fn main() {
         .unwrap();
     runtime.block_on(async {
         let upstream = fast_upstream().await;
-        let proxied = proxy(&upstream).await;
+        let (proxied, _state) = start_proxy(&upstream, HashMap::new(), Default::default()).await;
         // Warm both paths (connections, the policy's first compile-cache hit, allocations).
         drive(&upstream, 300, concurrency).await;
         drive(&proxied, 300, concurrency).await;

@@ -1,16 +1,24 @@
-//! The admin API: install or hot-swap a tenant's policy, list tenants. Every route requires
-//! `Authorization: Bearer <admin token>`; without a configured token the API is disabled. The
-//! token is checked before a byte of the body is read, and an upload is read under
-//! `--max-upload-bytes` (64 MiB by default).
+//! The admin API: install or hot-swap a tenant's policy, read a tenant's stats and forecasts,
+//! list tenants. Every route requires `Authorization: Bearer <token>`: the operator's
+//! (`--admin-token`) for every route, a tenant's (`--tenant-admin`) for that tenant's routes only
+//! ([`crate::admin_auth`]); without any token the API is disabled. The token is checked before a
+//! byte of the body is read, and an upload is read under `--max-upload-bytes` (64 MiB by default).
 //!
 //! - `PUT /admin/tenants/{tenant}/policy[?fresh=true]` — body: a policy component (`.wasm`). A new
 //!   tenant starts with it; an existing one hot-swaps to it, carrying learned state over
 //!   (`fresh=true`: start the new policy from scratch, e.g. a different policy). A component that
 //!   does not load, start or accept the state leaves the running policy in place (for a new
 //!   tenant: no tenant) and answers 400; no free policy instance (the pool is full) answers 503.
-//! - `GET /admin/tenants` — tenants, their policies, agents (count and names) and distinct sessions
-//!   seen.
+//! - `GET /admin/tenants/{tenant}/stats` — the tenant's policy (name, version), its slot's
+//!   counters (calls, errors by kind, fallbacks, restarts, circuit, swaps and their pauses), its
+//!   policy worker's queue and its tables' sizes. 404 for a tenant that has not started.
+//! - `GET /admin/tenants/{tenant}/predict[?horizon=N]` — the policy's `predict(N)` (1–64 steps,
+//!   default 1; 400 otherwise) as JSON forecasts. 404 for a tenant that has not started; 503 when
+//!   the policy fails to answer (it is contained like any failed call).
+//! - `GET /admin/tenants` (operator only) — tenants, their policies, agents (count and names) and
+//!   distinct sessions seen.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -21,26 +29,24 @@ use axum::routing::{get, put};
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::auth::require_bearer;
+use crate::admin_auth::AdminTarget;
 use crate::error::ApiError;
 use crate::limits::{closing_connection, read_body};
 use crate::proxy::AppState;
-use crate::tenants::{validate_tenant_name, KV_SLOT};
+use crate::tenant_report;
+use crate::tenants::{validate_tenant_name, Tenant, KV_SLOT};
 use agentrt_runtime::{PolicyError, RegistryError};
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/admin/tenants/{tenant}/policy", put(put_policy))
+        .route("/admin/tenants/{tenant}/stats", get(tenant_stats))
+        .route("/admin/tenants/{tenant}/predict", get(tenant_predict))
         .route("/admin/tenants", get(list_tenants))
 }
 
-fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(expected) = &state.options.admin_token else {
-        return Err(ApiError::forbidden(
-            "the admin API is disabled: start `agentrt serve` with --admin-token",
-        ));
-    };
-    require_bearer(headers, expected, "admin token")
+fn authorize(state: &AppState, headers: &HeaderMap, target: AdminTarget<'_>) -> Result<(), ApiError> {
+    state.options.admin_tokens.authorize(headers, target).map(|_| ())
 }
 
 async fn put_policy(
@@ -50,8 +56,8 @@ async fn put_policy(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let checked =
-        authorize(&state, &headers).and_then(|()| validate_tenant_name(&tenant).map_err(ApiError::bad_request));
+    let checked = authorize(&state, &headers, AdminTarget::Tenant(&tenant))
+        .and_then(|()| validate_tenant_name(&tenant).map_err(ApiError::bad_request));
     let read = match checked {
         Ok(()) => read_body(body, state.options.limits.max_upload_bytes, "--max-upload-bytes").await,
         Err(e) => Err(e),
@@ -133,8 +139,57 @@ struct SwapQuery {
     fresh: bool,
 }
 
+/// The started tenant `name`, for one of its routes, once the caller may act on it.
+fn started_tenant(state: &AppState, headers: &HeaderMap, name: &str) -> Result<Arc<Tenant>, ApiError> {
+    authorize(state, headers, AdminTarget::Tenant(name))?;
+    state.tenants.get(name).ok_or_else(|| {
+        ApiError::not_found(format!(
+            "no tenant {name:?} has started (a tenant starts with its first request or a policy upload)"
+        ))
+    })
+}
+
+async fn tenant_stats(State(state): State<Arc<AppState>>, Path(tenant): Path<String>, headers: HeaderMap) -> Response {
+    let tenant = match started_tenant(&state, &headers, &tenant) {
+        Ok(tenant) => tenant,
+        Err(e) => return e.into_response(),
+    };
+    // Reading the policy's name waits for its current call.
+    match tokio::task::spawn_blocking(move || tenant_report::stats(&tenant)).await {
+        Ok(stats) => Json(stats).into_response(),
+        Err(e) => ApiError::internal(format!("reading the tenant's stats did not finish: {e}")).into_response(),
+    }
+}
+
+async fn tenant_predict(
+    State(state): State<Arc<AppState>>,
+    Path(tenant): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let checked = started_tenant(&state, &headers, &tenant)
+        .and_then(|tenant| Ok((tenant, tenant_report::horizon(&query).map_err(ApiError::bad_request)?)));
+    let (tenant, horizon) = match checked {
+        Ok(checked) => checked,
+        Err(e) => return e.into_response(),
+    };
+    // A policy call: on a blocking thread, never on an async worker other requests need.
+    let predicted = tokio::task::spawn_blocking(move || {
+        tenant
+            .policy
+            .predict(horizon)
+            .map(|forecasts| tenant_report::forecasts(&tenant, horizon, &forecasts))
+    })
+    .await;
+    match predicted {
+        Ok(Ok(forecasts)) => Json(forecasts).into_response(),
+        Ok(Err(e)) => ApiError::unavailable(format!("the tenant's policy did not answer predict: {e}")).into_response(),
+        Err(e) => ApiError::internal(format!("predict did not finish: {e}")).into_response(),
+    }
+}
+
 async fn list_tenants(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Err(e) = authorize(&state, &headers) {
+    if let Err(e) = authorize(&state, &headers, AdminTarget::AllTenants) {
         return e.into_response();
     }
     let tenants: Vec<_> = state

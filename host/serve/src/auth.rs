@@ -1,6 +1,7 @@
 //! Bearer tokens: reading one from the headers and checking it without leaking, through response
-//! time, how much of a guess was right. Used by the admin API and `/metrics`; tenants' API keys
-//! select a tenant by lookup instead ([`crate::tenants`]).
+//! time, how much of a guess was right. Used by `/metrics` and the admin API (whose roles are
+//! [`crate::admin_auth`]); tenants' API keys select a tenant by lookup instead
+//! ([`crate::tenants`]).
 
 use axum::http::HeaderMap;
 
@@ -19,16 +20,20 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// Accept the request only if it carries `Authorization: Bearer <expected>`; `what` names the
 /// token in the error ("admin token").
 pub fn require_bearer(headers: &HeaderMap, expected: &str, what: &str) -> Result<(), ApiError> {
-    let given =
-        bearer(headers).ok_or_else(|| ApiError::unauthorized(format!("missing `Authorization: Bearer <{what}>`")))?;
+    let given = given_bearer(headers, what)?;
     if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
         return Err(ApiError::unauthorized(format!("wrong {what}")));
     }
     Ok(())
 }
 
+/// The bearer token of `headers`, or 401 naming the token expected (`what`: "admin token").
+pub fn given_bearer<'h>(headers: &'h HeaderMap, what: &str) -> Result<&'h str, ApiError> {
+    bearer(headers).ok_or_else(|| ApiError::unauthorized(format!("missing `Authorization: Bearer <{what}>`")))
+}
+
 /// Compare without an early exit, so response time does not reveal how much of a guess matched.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

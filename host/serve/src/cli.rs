@@ -13,11 +13,14 @@ use agentrt_runtime::{
     BreakerConfig, ComponentLookup, EngineOptions, PolicyEngine, PolicyRegistry, SandboxLimits, SlotConfig,
 };
 
+use crate::admin_auth::AdminTokens;
 use crate::limits::Limits;
 use crate::policy_worker::{WorkerOptions, DEFAULT_CPU_MS_PER_S, DEFAULT_QUEUE_JOBS};
 use crate::proxy::{router, AppState, ServeOptions};
 use crate::table::TableLimits;
-use crate::tenants::{parse_tenant_key, Tenants, DEFAULT_MAX_IN_FLIGHT, DEFAULT_TENANT};
+use crate::tenants::{
+    parse_tenant_secret, TenantSecret, Tenants, API_KEY, DEFAULT_MAX_IN_FLIGHT, DEFAULT_TENANT, TENANT_ADMIN_TOKEN,
+};
 use crate::warmup::WarmupOptions;
 
 #[derive(clap::Args, Debug)]
@@ -36,9 +39,15 @@ pub struct ServeArgs {
     /// `key=value` passed to the policy's `init` (repeatable).
     #[arg(long = "policy-config", value_name = "KEY=VALUE")]
     pub policy_config: Vec<String>,
-    /// Bearer token for the admin API (or env AGENTRT_ADMIN_TOKEN). Without one it is disabled.
+    /// The operator's bearer token for the admin API (or env AGENTRT_ADMIN_TOKEN): every route,
+    /// every tenant. Without it (and without --tenant-admin) the admin API is disabled.
     #[arg(long, env = "AGENTRT_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// `TOKEN=TENANT` (repeatable): a bearer token for the admin API that acts only on that
+    /// tenant's routes (`/admin/tenants/TENANT/…`: its policy, stats and forecasts). Split at the
+    /// last `=` like --tenant; the tenant must be one --tenant names (`default` without any).
+    #[arg(long = "tenant-admin", value_name = "TOKEN=TENANT")]
+    pub tenant_admins: Vec<String>,
     /// `API_KEY=TENANT` (repeatable): requests carrying the key belong to the tenant. Without any,
     /// every request belongs to `default`. Split at the last `=`, so keys may end in `=` (base64
     /// padding); tenant names are 1–64 letters, digits, `-`, `_` or `.`.
@@ -286,17 +295,27 @@ fn pairs(raw: &[String], what: &str) -> anyhow::Result<Vec<(String, String)>> {
         .collect()
 }
 
-/// The `--tenant API_KEY=TENANT` options as API key → tenant name. A key given twice is refused:
-/// which tenant it selects would depend on the order of the options.
+/// The `--tenant API_KEY=TENANT` options as API key → tenant name.
 pub fn tenant_keys(raw: &[String]) -> anyhow::Result<HashMap<String, String>> {
-    let mut keys = HashMap::new();
+    secrets_by_tenant(raw, API_KEY)
+}
+
+/// The `--tenant-admin TOKEN=TENANT` options as token → tenant name.
+pub fn tenant_admin_tokens(raw: &[String]) -> anyhow::Result<HashMap<String, String>> {
+    secrets_by_tenant(raw, TENANT_ADMIN_TOKEN)
+}
+
+/// `SECRET=TENANT` options as secret → tenant name. A secret given twice is refused: which tenant
+/// it selects would depend on the order of the options. Errors never repeat a secret.
+fn secrets_by_tenant(raw: &[String], secret: TenantSecret) -> anyhow::Result<HashMap<String, String>> {
+    let mut secrets = HashMap::new();
     for option in raw {
-        let (key, tenant) = parse_tenant_key(option).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
-        if keys.insert(key, tenant).is_some() {
-            anyhow::bail!("--tenant: an API key is given more than once");
+        let (key, tenant) = parse_tenant_secret(option, secret).map_err(|e| anyhow::anyhow!("{}: {e}", secret.flag))?;
+        if secrets.insert(key, tenant).is_some() {
+            anyhow::bail!("{}: an {} is given more than once", secret.flag, secret.noun);
         }
     }
-    Ok(keys)
+    Ok(secrets)
 }
 
 /// Run the proxy until Ctrl-C / SIGTERM; `components` finds `--policy` by name.
@@ -317,6 +336,8 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         ..slot
     };
     let keys = tenant_keys(&args.tenants)?;
+    let admin_tokens = AdminTokens::new(args.admin_token, tenant_admin_tokens(&args.tenant_admins)?, &keys)
+        .map_err(|e| anyhow::anyhow!(e))?;
     let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, keys)
         .with_tables(args.tables.limits()?)
         .with_policy_worker(WorkerOptions {
@@ -327,7 +348,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
     let options = ServeOptions {
         upstream: args.upstream.clone(),
         vllm_xargs: !args.no_vllm_xargs,
-        admin_token: args.admin_token,
+        admin_tokens,
         upstream_api_key: args.upstream_api_key,
         metrics_token: args.metrics_token,
         cache_salt_secret: args.cache_salt_secret,

@@ -282,10 +282,15 @@ impl AgentDirectory {
 
     /// Agent names, in handle order.
     pub fn agent_names(&self) -> Vec<String> {
+        self.named_agents().into_iter().map(|(_, n)| n).collect()
+    }
+
+    /// (handle, name) of every agent known now, in handle order.
+    pub fn named_agents(&self) -> Vec<(u32, String)> {
         let d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let mut named: Vec<(u32, String)> = d.handles.iter().map(|(n, h)| (*h, n.clone())).collect();
         named.sort();
-        named.into_iter().map(|(_, n)| n).collect()
+        named
     }
 
     /// Note that a request of `session` arrived or finished.

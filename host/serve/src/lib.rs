@@ -15,13 +15,16 @@
 //!   share prefix-cache blocks (nor learn through timing what another tenant sent);
 //! - [`warmup`]: the policy's `act()` side effects, off the critical path — a warm-up is a real
 //!   upstream request carrying only the anchor and a minimal user message;
-//! - [`admin`]: authenticated policy management (install, hot swap) per tenant;
+//! - [`admin`]: authenticated policy management (install, hot swap) per tenant, and each
+//!   tenant's stats and forecasts ([`tenant_report`]); [`admin_auth`]: which admin token may act
+//!   on which tenant (the operator's on all, a tenant's on its own);
 //! - [`metrics`]: Prometheus counters for the proxy and every policy slot;
 //! - [`limits`], [`connections`], [`upstream`]: the front door's limits (connections, header
 //!   and upstream timeouts, body and reply sizes), the accept loop that enforces the connection
 //!   ones, and waiting on the upstream under the rest; [`auth`]: bearer tokens.
 
 pub mod admin;
+pub mod admin_auth;
 pub mod auth;
 pub mod cache_salt;
 pub mod cli;
@@ -36,6 +39,7 @@ pub mod metrics;
 pub mod policy_worker;
 pub mod proxy;
 pub mod table;
+pub mod tenant_report;
 pub mod tenants;
 pub mod upstream;
 pub mod warmup;

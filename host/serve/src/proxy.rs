@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 
 use agentrt_runtime::types::{Continuation, Event, RequestArrival, RequestFinish};
 
+use crate::admin_auth::AdminTokens;
 use crate::cache_salt::CacheSalts;
 use crate::continuation::PromptShape;
 use crate::error::ApiError;
@@ -40,8 +41,9 @@ pub struct ServeOptions {
     /// Add `vllm_xargs` (agent, session, warm-up flag) to forwarded bodies. Off for upstreams that
     /// reject unknown fields.
     pub vllm_xargs: bool,
-    /// Bearer token for `/admin/*`; `None` disables the admin API.
-    pub admin_token: Option<String>,
+    /// Who may use `/admin/*` ([`crate::admin_auth`]): the operator's token and tenants' tokens;
+    /// none disables the admin API.
+    pub admin_tokens: AdminTokens,
     /// Sent upstream as `Authorization: Bearer …` (clients' keys are agentrt's, never forwarded).
     pub upstream_api_key: Option<String>,
     /// Bearer token `/metrics` requires; `None` leaves it open (it names every tenant).

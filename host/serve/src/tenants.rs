@@ -286,17 +286,40 @@ fn policy_did_not_start(name: &str, e: &RegistryError) -> ApiError {
 /// The longest tenant name: names become registry slots (`NAME/kv`) and metric labels.
 const MAX_TENANT_NAME: usize = 64;
 
-/// Parse one `--tenant API_KEY=TENANT` value. It splits at the *last* `=`: API keys are often
-/// base64 and end in `=` padding, while tenant names cannot contain `=` (they are restricted to
-/// letters, digits, `-`, `_` and `.`, which are safe in slot names and Prometheus labels). The
-/// error never repeats the value: it holds a secret.
-pub fn parse_tenant_key(raw: &str) -> Result<(String, String), String> {
-    let expected = "expected API_KEY=TENANT";
+/// A secret that a command-line option gives to a tenant (`SECRET=TENANT`), named as that
+/// option's errors name it.
+#[derive(Debug, Clone, Copy)]
+pub struct TenantSecret {
+    pub flag: &'static str,
+    pub placeholder: &'static str,
+    pub noun: &'static str,
+}
+
+/// `--tenant API_KEY=TENANT`: requests carrying the key belong to the tenant.
+pub const API_KEY: TenantSecret = TenantSecret {
+    flag: "--tenant",
+    placeholder: "API_KEY",
+    noun: "API key",
+};
+
+/// `--tenant-admin TOKEN=TENANT`: the token administers that tenant's routes of the admin API.
+pub const TENANT_ADMIN_TOKEN: TenantSecret = TenantSecret {
+    flag: "--tenant-admin",
+    placeholder: "TOKEN",
+    noun: "admin token",
+};
+
+/// Parse one `SECRET=TENANT` value (`--tenant`, `--tenant-admin`). It splits at the *last* `=`:
+/// keys and tokens are often base64 and end in `=` padding, while tenant names cannot contain
+/// `=` (they are restricted to letters, digits, `-`, `_` and `.`, which are safe in slot names and
+/// Prometheus labels). The error never repeats the value: it holds a secret.
+pub fn parse_tenant_secret(raw: &str, secret: TenantSecret) -> Result<(String, String), String> {
+    let expected = format!("expected {}=TENANT", secret.placeholder);
     let (key, name) = raw
         .rsplit_once('=')
         .ok_or_else(|| format!("{expected}: there is no `=`"))?;
     if key.is_empty() {
-        return Err(format!("{expected}: the API key is empty"));
+        return Err(format!("{expected}: the {} is empty", secret.noun));
     }
     validate_tenant_name(name).map_err(|e| format!("{expected}: {e}"))?;
     Ok((key.to_string(), name.to_string()))
@@ -323,7 +346,11 @@ pub fn validate_tenant_name(name: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_tenant_key;
+    use super::{parse_tenant_secret, API_KEY, TENANT_ADMIN_TOKEN};
+
+    fn parse_tenant_key(raw: &str) -> Result<(String, String), String> {
+        parse_tenant_secret(raw, API_KEY)
+    }
 
     #[test]
     fn tenant_keys_split_at_the_last_equals_sign() {
@@ -341,5 +368,17 @@ mod tests {
         assert!(parse_tenant_key(&format!("key={}", "a".repeat(65)))
             .unwrap_err()
             .contains("longer than 64"));
+    }
+
+    #[test]
+    fn tenant_admin_tokens_parse_alike_and_their_errors_name_the_token() {
+        assert_eq!(
+            parse_tenant_secret("dG9rZW4==beta", TENANT_ADMIN_TOKEN),
+            Ok(("dG9rZW4=".to_string(), "beta".to_string()))
+        );
+        let error = parse_tenant_secret("=beta", TENANT_ADMIN_TOKEN).unwrap_err();
+        assert_eq!(error, "expected TOKEN=TENANT: the admin token is empty");
+        let error = parse_tenant_secret("tok-secret", TENANT_ADMIN_TOKEN).unwrap_err();
+        assert!(!error.contains("tok-secret"), "the token is a secret: {error}");
     }
 }

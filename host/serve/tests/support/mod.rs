@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyRegistry, PoolingOptions, SlotConfig};
+use agentrt_serve::admin_auth::AdminTokens;
 use agentrt_serve::table::TableLimits;
 use agentrt_serve::tenants::Tenants;
 use agentrt_serve::warmup::WarmupOptions;
@@ -31,7 +32,10 @@ pub struct Setup {
     pub keys: HashMap<String, String>,
     /// Another upstream than the stub.
     pub upstream: Option<String>,
+    /// The operator's admin token ("s3cret" unless changed).
     pub admin_token: Option<String>,
+    /// Tenants' admin tokens: token → tenant.
+    pub tenant_admins: HashMap<String, String>,
     pub metrics_token: Option<String>,
     pub limits: Limits,
     /// `init` of every tenant's policy.
@@ -56,6 +60,7 @@ impl Setup {
             keys: HashMap::new(),
             upstream: None,
             admin_token: Some("s3cret".into()),
+            tenant_admins: HashMap::new(),
             metrics_token: None,
             limits: Limits::default(),
             init: Vec::new(),
@@ -92,6 +97,7 @@ impl Setup {
         if let Some(deadline) = self.policy_deadline {
             slot.limits.call_deadline = deadline;
         }
+        let admin_tokens = AdminTokens::new(self.admin_token, self.tenant_admins, &self.keys).unwrap();
         let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, self.keys)
             .with_tables(self.tables)
             .with_policy_worker(agentrt_serve::policy_worker::WorkerOptions {
@@ -102,7 +108,7 @@ impl Setup {
         let options = ServeOptions {
             upstream: self.upstream.unwrap_or(stub_url),
             vllm_xargs: true,
-            admin_token: self.admin_token,
+            admin_tokens,
             upstream_api_key: None,
             metrics_token: self.metrics_token,
             cache_salt_secret: Some("test-salt-key".into()),
@@ -173,14 +179,32 @@ pub async fn post_json(p: &Proxy, body: &Value, headers: &[(&str, &str)]) -> req
 /// Install `component` (a component built from this repository) as `tenant`'s policy through
 /// the admin API.
 pub async fn install_policy(p: &Proxy, tenant: &str, component: &str) {
-    let put = reqwest::Client::new()
-        .put(format!("{}/admin/tenants/{tenant}/policy?fresh=true", p.url))
-        .bearer_auth("s3cret")
+    let (status, answer) = put_policy(p, tenant, component, "s3cret", true).await;
+    assert_eq!(status, 200, "{answer}");
+}
+
+/// `PUT /admin/tenants/{tenant}/policy` with `component`'s bytes under `token` (`fresh`: start the
+/// new policy from scratch): the status and the JSON answer.
+pub async fn put_policy(p: &Proxy, tenant: &str, component: &str, token: &str, fresh: bool) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .put(format!("{}/admin/tenants/{tenant}/policy?fresh={fresh}", p.url))
+        .bearer_auth(token)
         .body(agentrt_tests::component_bytes(component))
         .send()
         .await
         .unwrap();
-    assert_eq!(put.status(), 200, "{}", put.text().await.unwrap());
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+/// `GET path` (e.g. `/admin/tenants`) under `token`: the status and the JSON answer.
+pub async fn admin_get(p: &Proxy, path: &str, token: &str) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .get(format!("{}{path}", p.url))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
 }
 
 /// Wait until no request is in flight and every tenant's policy has been given every event.

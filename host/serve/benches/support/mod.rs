@@ -1,0 +1,113 @@
+//! What the serve benches share: a fast in-process upstream, `agentrt serve` (CacheSage) in front
+//! of it — the real router behind the real accept loop, on loopback — a planner → coder → tester
+//! workload, components by name, and percentiles.
+// Each bench uses part of this module.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentrt_runtime::{
+    ComponentLookup, ComponentSource, EmbeddedSet, EngineOptions, PolicyEngine, PolicyRegistry, SlotConfig,
+};
+use agentrt_serve::admin_auth::AdminTokens;
+use agentrt_serve::tenants::Tenants;
+use agentrt_serve::warmup::WarmupOptions;
+use agentrt_serve::{router, AppState, ServeOptions};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+/// An upstream that answers every chat completion at once with the same small reply.
+pub async fn fast_upstream() -> String {
+    let answer = json!({"id": "c", "object": "chat.completion", "model": "tiny",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 300, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 256}}});
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        post(move |Json(_): Json<Value>| {
+            let answer = answer.clone();
+            async move { Json(answer) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+/// The bytes of the component `name` (`cachesage`, `lru`), found as `agentrt serve` finds it
+/// (`cargo xtask build-policies` builds them).
+pub fn component_bytes(name: &str) -> Vec<u8> {
+    let source = ComponentLookup::from_environment(EmbeddedSet::NONE)
+        .find(name)
+        .unwrap_or_else(|e| panic!("{e}"));
+    match source {
+        ComponentSource::File(path) => std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+        ComponentSource::Embedded(c) => c.bytes.to_vec(),
+    }
+}
+
+/// `agentrt serve` in front of `upstream`, every tenant on CacheSage: its URL and state.
+pub async fn start_proxy(
+    upstream: &str,
+    keys: HashMap<String, String>,
+    admin_tokens: AdminTokens,
+) -> (String, Arc<AppState>) {
+    let engine = PolicyEngine::new(EngineOptions::default()).unwrap();
+    let component = Arc::new(
+        engine
+            .load_bytes("cachesage", &component_bytes("cachesage"))
+            .expect("loading cachesage"),
+    );
+    let tenants = Tenants::new(PolicyRegistry::new(engine), component, SlotConfig::new(""), keys);
+    let options = ServeOptions {
+        upstream: upstream.to_string(),
+        vllm_xargs: true,
+        admin_tokens,
+        upstream_api_key: None,
+        metrics_token: None,
+        cache_salt_secret: None,
+        warmup: WarmupOptions::default(),
+        limits: agentrt_serve::Limits::default(),
+    };
+    let state = Arc::new(AppState::new(options, tenants));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    // Through the real accept loop, so the figures include what the front door's limits cost.
+    let serving = state.clone();
+    tokio::spawn(async move {
+        let app = router(serving.clone());
+        agentrt_serve::connections::serve(
+            listener,
+            app,
+            &serving.options.limits,
+            serving.connections.clone(),
+            std::future::pending(),
+        )
+        .await
+        .unwrap()
+    });
+    (url, state)
+}
+
+/// Request `i` of a planner → coder → tester workload: distinct anchors (~1.2 KB system
+/// prompts), one session per task of three calls.
+pub fn chat_body(i: usize) -> String {
+    let agent = ["planner", "coder", "tester"][i % 3];
+    let system = format!(
+        "You are the {agent}. {}",
+        "Follow the team's conventions carefully. ".repeat(30)
+    );
+    json!({"model": "tiny", "max_tokens": 1, "messages": [
+        {"role": "system", "content": system},
+        {"role": "user", "content": format!("Task {}", i / 3)},
+    ]})
+    .to_string()
+}
+
+/// The `p`-quantile (0–1) of `sorted`.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
