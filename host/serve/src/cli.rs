@@ -16,7 +16,7 @@ use agentrt_runtime::{
 use crate::admin_auth::AdminTokens;
 use crate::limits::Limits;
 use crate::policy_worker::{WorkerOptions, DEFAULT_CPU_MS_PER_S, DEFAULT_QUEUE_JOBS};
-use crate::proxy::{router, AppState, ServeOptions};
+use crate::proxy::{AppState, ServeOptions};
 use crate::table::TableLimits;
 use crate::tenants::{
     parse_tenant_secret, TenantSecret, Tenants, API_KEY, DEFAULT_MAX_IN_FLIGHT, DEFAULT_TENANT, TENANT_ADMIN_TOKEN,
@@ -441,15 +441,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
             }
         });
     }
-    let app = router(state.clone());
-    crate::connections::serve(
-        listener,
-        app,
-        &state.options.limits,
-        state.connections.clone(),
-        shutdown_signal(),
-    )
-    .await?;
+    crate::proxy::serve(listener, state, shutdown_signal()).await?;
     Ok(())
 }
 

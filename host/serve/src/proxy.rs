@@ -158,6 +158,24 @@ impl AppState {
     }
 }
 
+/// Serve `state`'s routes on `listener` through the accept loop (its connection cap and header
+/// timeout, [`crate::connections`]) until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let app = router(state.clone());
+    crate::connections::serve(
+        listener,
+        app,
+        &state.options.limits,
+        state.connections.clone(),
+        shutdown,
+    )
+    .await
+}
+
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))

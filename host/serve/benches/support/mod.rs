@@ -14,7 +14,7 @@ use agentrt_runtime::{
 use agentrt_serve::admin_auth::AdminTokens;
 use agentrt_serve::tenants::Tenants;
 use agentrt_serve::warmup::WarmupOptions;
-use agentrt_serve::{router, AppState, ServeOptions};
+use agentrt_serve::{AppState, ServeOptions};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
@@ -76,19 +76,11 @@ pub async fn start_proxy(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     // Through the real accept loop, so the figures include what the front door's limits cost.
-    let serving = state.clone();
-    tokio::spawn(async move {
-        let app = router(serving.clone());
-        agentrt_serve::connections::serve(
-            listener,
-            app,
-            &serving.options.limits,
-            serving.connections.clone(),
-            std::future::pending(),
-        )
-        .await
-        .unwrap()
-    });
+    tokio::spawn(agentrt_serve::proxy::serve(
+        listener,
+        state.clone(),
+        std::future::pending(),
+    ));
     (url, state)
 }
 

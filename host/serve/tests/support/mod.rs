@@ -13,7 +13,7 @@ use agentrt_serve::admin_auth::AdminTokens;
 use agentrt_serve::table::TableLimits;
 use agentrt_serve::tenants::Tenants;
 use agentrt_serve::warmup::WarmupOptions;
-use agentrt_serve::{router, AppState, Limits, ServeOptions};
+use agentrt_serve::{AppState, Limits, ServeOptions};
 use serde_json::{json, Value};
 
 use crate::stub_upstream;
@@ -118,19 +118,11 @@ impl Setup {
         let state = Arc::new(AppState::new(options, tenants));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let serving = state.clone();
-        tokio::spawn(async move {
-            let app = router(serving.clone());
-            agentrt_serve::connections::serve(
-                listener,
-                app,
-                &serving.options.limits,
-                serving.connections.clone(),
-                std::future::pending(),
-            )
-            .await
-            .unwrap()
-        });
+        tokio::spawn(agentrt_serve::proxy::serve(
+            listener,
+            state.clone(),
+            std::future::pending(),
+        ));
         Proxy {
             url,
             state,
