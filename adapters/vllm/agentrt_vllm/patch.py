@@ -193,7 +193,7 @@ def install(socket_path: str, deadline_ms: float = 2.0, max_candidates: int = 25
         evicted = orig_evict(self, block)
         t = self._agentrt
         if evicted and t is not None:
-            _guard(self, "eviction", t.on_evicted, block)
+            _guard(self, "eviction", t.on_evicted, block, _state["current"])
         return evicted
 
     orig_reset = BlockPool.reset_prefix_cache

@@ -137,15 +137,18 @@ class PoolTracker:
             lru.pop(blk.block_id, None)
             lru[blk.block_id] = self.clock
 
-    def on_evicted(self, blk) -> None:
-        """``_maybe_evict_cached_block`` dropped ``blk``'s hash."""
+    def on_evicted(self, blk, cause: RequestTag | None) -> None:
+        """``_maybe_evict_cached_block`` dropped ``blk``'s hash to make room for ``cause``'s
+        allocation (``None`` when no request is being scheduled). The removal's third word carries
+        the evicting request's agent, so the host can count evictions each tenant causes."""
         info = self.info.pop(blk.block_id, None)
         agent = info.agent if info is not None else 0
         lru = self.free_by_agent.get(agent)
         if lru is not None:
             lru.pop(blk.block_id, None)
         if info is not None:
-            self.client.block_event(wire.OP_REMOVED, info.agent, info.position, info.hash, 0)
+            evictor = cause.agent if cause is not None else 0
+            self.client.block_event(wire.OP_REMOVED, info.agent, info.position, info.hash, evictor)
 
     def on_reset(self) -> None:
         self.info.clear()

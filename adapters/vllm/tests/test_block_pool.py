@@ -92,6 +92,28 @@ def test_one_round_trip_per_step(installed, start_host):
     host.stop()
 
 
+def test_removals_name_the_request_that_evicted_them(installed, start_host):
+    """A removal's third word carries the evicting request's agent: the host counts the evictions
+    each tenant causes (and zeroes the word before a policy sees it)."""
+    host = start_host("lru")
+    engine, tracker = attached_engine(installed, host.socket_path)
+    sent = []
+    report = tracker.client.block_event
+
+    def record(op, agent, position, block_hash, parent_hash):
+        sent.append((op, agent, parent_hash))
+        report(op, agent, position, block_hash, parent_hash)
+
+    tracker.client.block_event = record
+    run_flood(engine)
+    planner, worker = tracker.client.wire_agent("planner"), tracker.client.wire_agent("worker")
+    removals = [(agent, evictor) for op, agent, evictor in sent if op == wire.OP_REMOVED]
+    assert any(agent == planner for agent, _ in removals), "the flood evicted the planner's anchor"
+    assert removals and all(evictor == worker for _, evictor in removals), removals
+    tracker.client.close()
+    host.stop()
+
+
 def test_blocks_another_session_reuses_are_reported_as_shared(installed, start_host):
     host = start_host("lru")
     engine, tracker = attached_engine(installed, host.socket_path)

@@ -90,8 +90,11 @@ def test_a_guaranteed_tenant_keeps_its_cache_next_to_a_flood(start_stack):
     # The proxy's per-tenant view agrees: the flood's blocks were the ones evicted, and the
     # agents' hit rate on /metrics is the one the clients saw.
     evicted = {t: series(metrics, "agentrt_tenant_cache_evictions_total", f'tenant="{t}"') for t in ("agents", "flood")}
-    print("evictions by tenant:", evicted)
+    caused = {t: series(metrics, "agentrt_tenant_cache_evictions_caused_total", f'tenant="{t}"') for t in ("agents", "flood")}
+    print("evictions suffered by tenant:", evicted, "caused:", caused)
     assert evicted["flood"] > evicted["agents"]
+    # The flood's unique prompts need new blocks on every request: it causes most evictions.
+    assert caused["flood"] > caused["agents"]
     cached = series(metrics, "agentrt_tenant_cached_tokens_total", 'tenant="agents"')
     prompt = series(metrics, "agentrt_tenant_prompt_tokens_total", 'tenant="agents"')
     assert abs(cached / prompt - hit_rate(shares_agents)) < 0.01

@@ -273,11 +273,11 @@ pub fn render_tenants(tenants: &[std::sync::Arc<crate::tenants::Tenant>], out: &
 }
 
 /// Each tenant's part of the engine's cache under `--share`: blocks held, its guarantee and
-/// limit, and its blocks the engine evicted.
+/// limit, its blocks the engine evicted, and the evictions its requests caused.
 pub fn render_engine_cache(cache: &agentrt_vllm::SharedCache, out: &mut String) {
     let tenants = cache.tenants();
     type Read = fn(&agentrt_vllm::TenantCache, &agentrt_runtime::Share) -> u64;
-    let series: [(&str, &str, &str, Read); 4] = [
+    let series: [(&str, &str, &str, Read); 5] = [
         (
             "agentrt_tenant_cache_blocks",
             "gauge",
@@ -301,6 +301,12 @@ pub fn render_engine_cache(cache: &agentrt_vllm::SharedCache, out: &mut String) 
             "counter",
             "The tenant's blocks the engine evicted.",
             |c, _| c.evicted,
+        ),
+        (
+            "agentrt_tenant_cache_evictions_caused_total",
+            "counter",
+            "Blocks (any tenant's) the engine evicted to make room for the tenant's requests.",
+            |c, _| c.caused,
         ),
     ];
     for (name, kind, help, read) in series {

@@ -13,7 +13,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agentrt_runtime::types::{Item, ItemKind, SideEffect};
+use agentrt_runtime::packed::{op_and_agent, WORDS_PER_EVENT};
+use agentrt_runtime::types::{BlockOp, Item, ItemKind, SideEffect};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::task::{JoinHandle, JoinSet};
@@ -252,13 +253,23 @@ impl Connection {
                 self.defined.insert(wire_agent, handle);
             }
             Request::Blocks(mut words) => {
-                for event in words.chunks_exact_mut(3) {
+                let mut evictors = Vec::new();
+                for event in words.chunks_exact_mut(WORDS_PER_EVENT) {
                     let handle = self.handle_of((event[0] >> 32) as u32);
                     event[0] = (event[0] & 0xffff_ffff) | (u64::from(handle) << 32);
+                    // A removal's third word names the request that evicted it (the wire
+                    // protocol's one departure from `observe-blocks`); policies get 0 there.
+                    if matches!(op_and_agent(event), Some((BlockOp::Removed, _))) {
+                        evictors.push(self.handle_of(event[2] as u32));
+                        event[2] = 0;
+                    }
                 }
-                add(&self.shared.metrics.block_events, (words.len() / 3) as u64);
+                add(&self.shared.metrics.block_events, (words.len() / WORDS_PER_EVENT) as u64);
                 if let Err(e) = self.shared.policy.observe_blocks(&words) {
-                    tracing::warn!(error = %e, events = words.len() / 3, "policy observe-blocks failed");
+                    tracing::warn!(error = %e, events = words.len() / WORDS_PER_EVENT, "policy observe-blocks failed");
+                }
+                if !evictors.is_empty() {
+                    self.shared.policy.count_evictors(&evictors);
                 }
             }
             Request::Rank {

@@ -29,6 +29,9 @@ pub trait EngineRanker: Send + Sync {
     fn rank(&self, items: &[Item]) -> Ranking;
     /// Announce events that concern no tenant in particular (agents the plugin names by string).
     fn announce(&self, events: &[Event]) -> Result<(), PolicyError>;
+    /// The agents whose requests' allocations evicted blocks, one entry per block evicted (0: no
+    /// request known), for accounting; no policy hears of it.
+    fn count_evictors(&self, _evictors: &[u32]) {}
 }
 
 impl EngineRanker for PolicyHandle {
@@ -71,6 +74,8 @@ pub struct TenantCache {
     pub blocks: u64,
     /// Its blocks the engine evicted so far.
     pub evicted: u64,
+    /// Blocks (any tenant's) the engine evicted to make room for its requests.
+    pub caused: u64,
 }
 
 impl SharedCache {
@@ -206,6 +211,13 @@ impl EngineRanker for SharedCache {
         Ranking {
             order: evict_order,
             fallback,
+        }
+    }
+
+    fn count_evictors(&self, evictors: &[u32]) {
+        let mut cached = self.lock();
+        for &agent in evictors.iter().filter(|&&a| a != 0) {
+            cached.entry(self.owner(agent)).or_default().caused += 1;
         }
     }
 

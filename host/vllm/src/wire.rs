@@ -18,7 +18,7 @@
 //! | `0x01` HELLO  | plugin → host | `u16 protocol`, `u16 n`, `n` bytes UTF-8 (vLLM version, for logs) |
 //! | `0x81` HELLO_OK | host → plugin | `u16 protocol` |
 //! | `0x02` AGENT  | plugin → host | `u32 wire_agent` (high bit set), `u16 n`, `n` bytes UTF-8 agent name |
-//! | `0x03` BLOCKS | plugin → host | `k × 3 u64`: block events packed exactly as for `observe-blocks` (op, position, agent in word 0; hash; parent hash), the agent field holding a wire agent id |
+//! | `0x03` BLOCKS | plugin → host | `k × 3 u64`: block events packed exactly as for `observe-blocks` (op, position, agent in word 0; hash; parent hash), the agent field holding a wire agent id — except that a *removed* event's third word holds the wire agent of the request whose allocation evicted the block (0: none known), which the host counts per tenant and zeroes before any policy sees it |
 //! | `0x04` RANK   | plugin → host | `u32 request_id`, `u32 want`, `u32 missed`, `k ×` item (below) |
 //! | `0x84` RANKED | host → plugin | `u32 request_id`, `u8 flags` (bit 0: the policy failed, LRU order), `u32 n`, `n × u32` item indices, evict-first first |
 //!

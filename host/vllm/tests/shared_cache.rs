@@ -50,6 +50,7 @@ struct Setup {
     plugin: Plugin,
     alpha: Arc<PolicyHandle>,
     beta: Arc<PolicyHandle>,
+    cache: Arc<SharedCache>,
     _service: EvictionService,
     _dirs: (tempfile::TempDir, tempfile::TempDir),
 }
@@ -66,11 +67,12 @@ async fn setup(alpha: &str, beta: &str, shares: &[(&str, Share)]) -> Setup {
     };
     let shares = shares.iter().map(|(t, s)| (t.to_string(), *s)).collect();
     let ranker = Arc::new(SharedCache::new(Arc::new(directory), "default", shares));
-    let service = EvictionService::bind(socket_path(&dir), ranker).unwrap();
+    let service = EvictionService::bind(socket_path(&dir), ranker.clone()).unwrap();
     Setup {
         plugin: Plugin::connect(&service).await,
         alpha,
         beta,
+        cache: ranker,
         _service: service,
         _dirs: (dir, cache),
     }
@@ -186,5 +188,50 @@ async fn each_tenants_blocks_and_evictions_are_counted() {
             // An agent no tenant named: the default tenant's.
             ("default".to_string(), 1, 0),
         ]
+    );
+}
+
+fn removed(agent: u32, block_hash: u64, evictor: u32) -> Vec<u64> {
+    let mut words = Vec::new();
+    agentrt_sdk::packed::encode(
+        &agentrt_sdk::BlockEvent {
+            op: agentrt_sdk::BlockOp::Removed,
+            agent,
+            block_hash,
+            // The wire protocol's removal carries the evicting request's agent here.
+            parent_hash: u64::from(evictor),
+            position: 0,
+        },
+        &mut words,
+    );
+    words
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evictions_are_counted_against_the_tenant_that_suffered_and_the_tenant_that_caused_them() {
+    let mut s = setup("lru", "lru", &[]).await;
+    let mut words = Vec::new();
+    for (agent, hash) in [(1, 100), (1, 101), (10, 200)] {
+        words.extend(stored(agent, hash));
+    }
+    // Beta's request (agent 11) evicts two of alpha's blocks; alpha's own request (agent 2)
+    // evicts beta's; a removal outside any request (evictor 0) is nobody's doing.
+    words.extend(removed(1, 100, 11));
+    words.extend(removed(1, 101, 11));
+    words.extend(removed(10, 200, 2));
+    words.extend(stored(10, 201));
+    words.extend(removed(10, 201, 0));
+    s.plugin.send(&Request::Blocks(words)).await;
+    s.plugin.rank(1, 1, vec![item(999, 1, 1)]).await;
+    let figures: Vec<(String, u64, u64, u64)> = s
+        .cache
+        .tenants()
+        .into_iter()
+        .map(|(t, c, _)| (t.to_string(), c.blocks, c.evicted, c.caused))
+        .collect();
+    assert_eq!(
+        figures,
+        [("alpha".to_string(), 0, 2, 1), ("beta".to_string(), 0, 2, 2)],
+        "(tenant, blocks, evicted, caused)"
     );
 }
