@@ -13,6 +13,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use agentrt_serve::quotas::Quotas;
 use agentrt_test_probe::SLOW_AGENT;
 use support::{chat, install_policy, post_json, quantile, settle, Proxy, Setup};
 
@@ -43,7 +44,10 @@ async fn slow_alice(p: &Proxy) {
 async fn two_tenants(queue_jobs: usize) -> Proxy {
     let p = Setup {
         // No time budget here: these tests are about the queue (the budget has its own test).
-        policy_cpu_ms_per_s: 0,
+        quotas: Quotas {
+            policy_cpu_ms_per_s: 0,
+            ..Quotas::default()
+        },
         policy_queue_jobs: queue_jobs,
         // Far from the probe's 15 ms: on a busy machine a 15 ms spin can pass 20 ms of wall time,
         // and a restarted probe forgets its cue. Slow must stay slow, not become a failure.
@@ -157,7 +161,10 @@ async fn a_full_policy_queue_drops_and_counts_events_and_serves_every_request() 
 async fn a_policy_over_its_time_budget_is_throttled_and_only_its_own_tenant_notices() {
     let budget_ms = 100;
     let p = Setup {
-        policy_cpu_ms_per_s: budget_ms,
+        quotas: Quotas {
+            policy_cpu_ms_per_s: budget_ms,
+            ..Quotas::default()
+        },
         policy_deadline: Some(Duration::from_millis(500)),
         ..alice_and_bob()
     }
@@ -190,7 +197,10 @@ async fn a_policy_over_its_time_budget_is_throttled_and_only_its_own_tenant_noti
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_at_its_in_flight_limit_gets_429_and_other_tenants_do_not() {
     let p = Setup {
-        tenant_max_in_flight: 2,
+        quotas: Quotas {
+            max_in_flight: 2,
+            ..Quotas::default()
+        },
         limits: agentrt_serve::Limits {
             upstream_first_byte_timeout: Duration::from_millis(1500),
             ..agentrt_serve::Limits::default()

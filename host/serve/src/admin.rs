@@ -17,6 +17,9 @@
 //!   the policy fails to answer (it is contained like any failed call).
 //! - `GET /admin/tenants` (operator only) — tenants, their policies, agents (count and names) and
 //!   distinct sessions seen.
+//! - `POST /admin/reload` (operator only) — read the config file again ([`crate::reload`]): 200
+//!   with the tenants and shares now in force, 400 naming what is wrong (nothing changed), 409
+//!   without `--config`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,7 +28,7 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, put};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde_json::json;
 
@@ -43,10 +46,11 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/admin/tenants/{tenant}/stats", get(tenant_stats))
         .route("/admin/tenants/{tenant}/predict", get(tenant_predict))
         .route("/admin/tenants", get(list_tenants))
+        .route("/admin/reload", post(reload))
 }
 
 fn authorize(state: &AppState, headers: &HeaderMap, target: AdminTarget<'_>) -> Result<(), ApiError> {
-    state.options.admin_tokens.authorize(headers, target).map(|_| ())
+    state.tenants.settings().admin.authorize(headers, target).map(|_| ())
 }
 
 async fn put_policy(
@@ -211,4 +215,25 @@ async fn list_tenants(State(state): State<Arc<AppState>>, headers: HeaderMap) ->
         })
         .collect();
     Json(json!({ "tenants": tenants })).into_response()
+}
+
+async fn reload(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(e) = authorize(&state, &headers, AdminTarget::AllTenants) {
+        return e.into_response();
+    }
+    let Some(reloader) = &state.reloader else {
+        return ApiError::conflict("there is no config file to reload: start `agentrt serve` with --config FILE")
+            .into_response();
+    };
+    // Reading a small file and swapping pointers: short enough for an async worker.
+    match reloader.reload(&state) {
+        Ok(done) => {
+            tracing::info!(tenants = ?done.tenants, shares = ?done.shares, "settings reloaded (admin API)");
+            Json(done).into_response()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "reload refused (admin API); the previous settings stay");
+            ApiError::bad_request(format!("reload refused, nothing changed: {e}")).into_response()
+        }
+    }
 }

@@ -13,14 +13,14 @@ use agentrt_runtime::{
     BreakerConfig, ComponentLookup, EngineOptions, PolicyEngine, PolicyRegistry, SandboxLimits, SlotConfig,
 };
 
-use crate::admin_auth::AdminTokens;
 use crate::limits::Limits;
-use crate::policy_worker::{WorkerOptions, DEFAULT_CPU_MS_PER_S, DEFAULT_QUEUE_JOBS};
+use crate::policy_worker::DEFAULT_QUEUE_JOBS;
 use crate::proxy::{AppState, ServeOptions};
+use crate::quotas::{Quotas, DEFAULT_CPU_MS_PER_S, DEFAULT_MAX_IN_FLIGHT, DEFAULT_WARMUP_TOKENS_PER_S};
+use crate::reload::Reloader;
 use crate::table::TableLimits;
-use crate::tenants::{
-    parse_tenant_secret, TenantSecret, Tenants, API_KEY, DEFAULT_MAX_IN_FLIGHT, DEFAULT_TENANT, TENANT_ADMIN_TOKEN,
-};
+use crate::tenant_settings::FlagSettings;
+use crate::tenants::{parse_tenant_secret, TenantSecret, Tenants, API_KEY, DEFAULT_TENANT, TENANT_ADMIN_TOKEN};
 use crate::warmup::WarmupOptions;
 
 #[derive(clap::Args, Debug)]
@@ -102,11 +102,17 @@ pub struct ServeArgs {
     /// limit, else above its guarantee (docs/multi-tenant.md). Needs `--eviction-socket`.
     #[arg(long = "share", value_name = "TENANT=MIN[:MAX]", value_parser = parse_share)]
     pub shares: Vec<(String, Share)>,
+    /// A TOML file of tenants — API keys, admin tokens, shares, quotas (docs/multi-tenant.md) —
+    /// added to the flags'. Read at start and again on SIGHUP or `POST /admin/reload`; a file
+    /// that does not parse or validate changes nothing.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 /// Every tenant's quotas (docs/security.md); a tenant over one gets a clear error or a throttled
 /// side effect, never another tenant's capacity. Each tenant's policy memory is
-/// `--policy-memory-mib`.
+/// `--policy-memory-mib`. The config file's `[defaults]` replace these, and a tenant's own
+/// section may set any of them for that tenant.
 #[derive(clap::Args, Debug)]
 pub struct QuotaArgs {
     /// Requests one tenant may have in flight; more get 429 before their body is read. 0 = no limit.
@@ -117,6 +123,20 @@ pub struct QuotaArgs {
     /// (`agentrt_policy_throttled_total`). 0 = no budget.
     #[arg(long, default_value_t = DEFAULT_CPU_MS_PER_S)]
     pub policy_cpu_ms_per_s: u32,
+    /// Prompt tokens of warm-ups one tenant may send upstream per second; past it its warm-ups
+    /// are skipped (`agentrt_tenant_warmups_throttled_total`) until the budget refills. 0 = no limit.
+    #[arg(long, default_value_t = DEFAULT_WARMUP_TOKENS_PER_S)]
+    pub tenant_warmup_tokens_per_s: u64,
+}
+
+impl QuotaArgs {
+    pub fn quotas(&self) -> Quotas {
+        Quotas {
+            max_in_flight: self.tenant_max_in_flight,
+            policy_cpu_ms_per_s: self.policy_cpu_ms_per_s,
+            warmup_tokens_per_s: self.tenant_warmup_tokens_per_s,
+        }
+    }
 }
 
 fn parse_share(text: &str) -> Result<(String, Share), String> {
@@ -335,20 +355,29 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         init: pairs(&args.policy_config, "--policy-config")?,
         ..slot
     };
-    let keys = tenant_keys(&args.tenants)?;
-    let admin_tokens = AdminTokens::new(args.admin_token, tenant_admin_tokens(&args.tenant_admins)?, &keys)
-        .map_err(|e| anyhow::anyhow!(e))?;
-    let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, keys)
+    let flags = FlagSettings {
+        keys: tenant_keys(&args.tenants)?,
+        operator_token: args.admin_token,
+        tenant_admin_tokens: tenant_admin_tokens(&args.tenant_admins)?,
+        shares: args.shares.iter().cloned().collect(),
+        defaults: args.quotas.quotas(),
+    };
+    let reloader = args.config.map(|path| Reloader {
+        path,
+        flags: flags.clone(),
+    });
+    let settings = match &reloader {
+        Some(reloader) => reloader.read(),
+        None => flags.settings(),
+    }
+    .map_err(|e| anyhow::anyhow!(e))?;
+    let shares = settings.shares.clone();
+    let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, settings)
         .with_tables(args.tables.limits()?)
-        .with_policy_worker(WorkerOptions {
-            queue_jobs: args.tables.policy_queue_jobs,
-            cpu_ms_per_s: args.quotas.policy_cpu_ms_per_s,
-        })
-        .with_max_in_flight(args.quotas.tenant_max_in_flight);
+        .with_queue_jobs(args.tables.policy_queue_jobs);
     let options = ServeOptions {
         upstream: args.upstream.clone(),
         vllm_xargs: !args.no_vllm_xargs,
-        admin_tokens,
         upstream_api_key: args.upstream_api_key,
         metrics_token: args.metrics_token,
         cache_salt_secret: args.cache_salt_secret,
@@ -360,10 +389,12 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         },
     };
     let mut state = AppState::new(options, tenants);
+    state.reloader = reloader;
 
     anyhow::ensure!(
-        args.shares.is_empty() || args.eviction_socket.is_some(),
-        "--share needs --eviction-socket: shares act when vLLM's plugin asks which blocks to evict"
+        shares.is_empty() || args.eviction_socket.is_some(),
+        "cache shares (--share, or share = … in --config) need --eviction-socket: shares act when vLLM's \
+         plugin asks which blocks to evict"
     );
     // The engine adapter feeds the engine tenant's policy: one vLLM, one eviction order — unless
     // shares divide the cache, and each tenant's policy ranks its own blocks.
@@ -377,13 +408,13 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
                 agents: engine_tenant.agents.clone(),
                 ..agentrt_vllm::EvictionOptions::default()
             };
-            let ranker: Arc<dyn agentrt_vllm::EngineRanker> = if args.shares.is_empty() {
+            let ranker: Arc<dyn agentrt_vllm::EngineRanker> = if shares.is_empty() {
                 engine_tenant.policy.clone()
             } else {
                 let cache = Arc::new(agentrt_vllm::SharedCache::new(
                     Arc::new(state.tenants.engine_tenants()),
                     DEFAULT_TENANT,
-                    args.shares.iter().cloned().collect(),
+                    shares,
                 ));
                 state.engine_cache = Some(cache.clone());
                 cache
@@ -424,6 +455,8 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         engine_tenant.policy.info().name
     );
     let state = Arc::new(state);
+    #[cfg(unix)]
+    crate::reload::reload_on_sighup(state.clone()).context("installing the SIGHUP handler")?;
     if args.session_idle_ms > 0 {
         let idle = std::time::Duration::from_millis(args.session_idle_ms);
         let sweeper = state.clone();

@@ -83,6 +83,13 @@ impl ApiError {
             message: message.into(),
         }
     }
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::CONFLICT,
+            kind: "conflict_error",
+            message: message.into(),
+        }
+    }
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self {
             status: StatusCode::FORBIDDEN,

@@ -11,6 +11,9 @@
 //!   chunk by chunk, upstream errors returned as they came, request events to the policy;
 //! - [`policy_worker`]: each tenant's policy calls on a thread of its own behind a bounded
 //!   queue — a request never waits on a policy, and a slow one delays only its own tenant;
+//! - [`tenant_settings`], [`quotas`], [`reload`]: what the operator sets per tenant (keys,
+//!   admin tokens, cache shares, quotas) from flags and a TOML file, each tenant's quotas as its
+//!   checks read them, and replacing the settings without a restart;
 //! - [`cache_salt`]: every named tenant's requests carry a salt of its own, so tenants never
 //!   share prefix-cache blocks (nor learn through timing what another tenant sent);
 //! - [`warmup`]: the policy's `act()` side effects, off the critical path — a warm-up is a real
@@ -38,8 +41,11 @@ pub mod limits;
 pub mod metrics;
 pub mod policy_worker;
 pub mod proxy;
+pub mod quotas;
+pub mod reload;
 pub mod table;
 pub mod tenant_report;
+pub mod tenant_settings;
 pub mod tenants;
 pub mod upstream;
 pub mod warmup;

@@ -183,7 +183,7 @@ impl ConnectionMetrics {
 /// dropped) and the sizes of the tables its clients fill ([`crate::table`]).
 pub fn render_tenants(tenants: &[std::sync::Arc<crate::tenants::Tenant>], out: &mut String) {
     type Read = fn(&crate::tenants::Tenant) -> u64;
-    let series: [(&str, &str, &str, Read); 13] = [
+    let series: [(&str, &str, &str, Read); 17] = [
         (
             "agentrt_policy_queue_jobs",
             "gauge",
@@ -223,8 +223,32 @@ pub fn render_tenants(tenants: &[std::sync::Arc<crate::tenants::Tenant>], out: &
         (
             "agentrt_tenant_refused_total",
             "counter",
-            "The tenant's requests refused with 429: over --tenant-max-in-flight.",
+            "The tenant's requests refused with 429: over its max_in_flight quota.",
             |t| t.refused(),
+        ),
+        (
+            "agentrt_tenant_max_in_flight",
+            "gauge",
+            "The tenant's in-flight quota now (0 = none; a reload may change it).",
+            |t| t.quotas.get().max_in_flight,
+        ),
+        (
+            "agentrt_tenant_warmup_tokens_total",
+            "counter",
+            "Prompt tokens of the tenant's warm-ups, as the upstream counted them (estimated when it did not say).",
+            |t| t.warmup_tokens(),
+        ),
+        (
+            "agentrt_tenant_warmup_tokens_per_second_quota",
+            "gauge",
+            "The tenant's warm-up quota in prompt tokens per second (0 = none).",
+            |t| t.quotas.get().warmup_tokens_per_s,
+        ),
+        (
+            "agentrt_tenant_warmups_throttled_total",
+            "counter",
+            "The tenant's warm-ups skipped because it had spent its warm-up tokens for the second.",
+            |t| t.warmups_throttled(),
         ),
         (
             "agentrt_tenant_prompt_tokens_total",

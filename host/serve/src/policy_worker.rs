@@ -19,37 +19,17 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::oneshot;
 
 use agentrt_runtime::types::{Event, SideEffect};
 use agentrt_runtime::{PolicyError, PolicyHandle};
 
+use crate::quotas::{LiveQuotas, RateBudget};
+
 /// Jobs a tenant's worker holds at most; what comes beyond is dropped and counted.
 pub const DEFAULT_QUEUE_JOBS: usize = 1024;
-/// Policy time one tenant may spend per second on the request path: half a core. Past it, its
-/// events are dropped and its `act` answers nothing until the budget refills.
-pub const DEFAULT_CPU_MS_PER_S: u32 = 500;
-
-/// How a tenant's worker runs.
-#[derive(Debug, Clone, Copy)]
-pub struct WorkerOptions {
-    /// Jobs the queue holds at most.
-    pub queue_jobs: usize,
-    /// Milliseconds of policy calls per second of wall time (a token bucket one second deep);
-    /// 0: no budget.
-    pub cpu_ms_per_s: u32,
-}
-
-impl Default for WorkerOptions {
-    fn default() -> Self {
-        Self {
-            queue_jobs: DEFAULT_QUEUE_JOBS,
-            cpu_ms_per_s: DEFAULT_CPU_MS_PER_S,
-        }
-    }
-}
 
 enum Job {
     Observe(Vec<Event>),
@@ -99,9 +79,16 @@ pub struct PolicyWorker {
 }
 
 impl PolicyWorker {
-    /// Start the worker of `tenant`'s `policy`.
-    pub fn spawn(tenant: &str, policy: Arc<PolicyHandle>, options: WorkerOptions) -> std::io::Result<Self> {
-        let (jobs, queue) = sync_channel::<Job>(options.queue_jobs.max(1));
+    /// Start the worker of `tenant`'s `policy`, holding at most `queue_jobs` jobs, within the
+    /// tenant's `quotas` (its policy time per second: read before every call, so a reload
+    /// changes it at once).
+    pub fn spawn(
+        tenant: &str,
+        policy: Arc<PolicyHandle>,
+        queue_jobs: usize,
+        quotas: Arc<LiveQuotas>,
+    ) -> std::io::Result<Self> {
+        let (jobs, queue) = sync_channel::<Job>(queue_jobs.max(1));
         let act_pending = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(WorkerStats::default());
         let thread = WorkerThread {
@@ -109,7 +96,8 @@ impl PolicyWorker {
             policy,
             act_pending: act_pending.clone(),
             stats: stats.clone(),
-            budget: CpuBudget::new(options.cpu_ms_per_s),
+            budget: RateBudget::new(f64::from(quotas.get().policy_cpu_ms_per_s)),
+            quotas,
         };
         std::thread::Builder::new()
             .name(format!("policy-{tenant}"))
@@ -170,13 +158,16 @@ struct WorkerThread {
     policy: Arc<PolicyHandle>,
     act_pending: Arc<AtomicBool>,
     stats: Arc<WorkerStats>,
-    budget: CpuBudget,
+    /// Milliseconds of policy calls left this second. Calls are CPU-bound, so their wall time
+    /// is their CPU time.
+    budget: RateBudget,
+    quotas: Arc<LiveQuotas>,
 }
 
 impl WorkerThread {
     fn run(mut self, queue: Receiver<Job>) {
         for job in queue {
-            let within_budget = self.budget.available();
+            let within_budget = self.budget.available(f64::from(self.quotas.get().policy_cpu_ms_per_s));
             let started = Instant::now();
             match job {
                 Job::Observe(events) if !within_budget => {
@@ -206,66 +197,9 @@ impl WorkerThread {
                     let _ = reply.send(answer);
                 }
             }
-            self.budget.spend(started.elapsed());
+            self.budget.spend(started.elapsed().as_secs_f64() * 1000.0);
             // Counted until done: zero means the policy has been given everything.
             self.stats.queued.fetch_sub(1, Relaxed);
         }
-    }
-}
-
-/// Policy time a tenant may spend: a bucket of milliseconds that refills at `per_second` ms per
-/// second, up to one second's worth. Calls are CPU-bound, so their wall time is their CPU time.
-struct CpuBudget {
-    per_second_ms: f64,
-    tokens_ms: f64,
-    refilled: Instant,
-}
-
-impl CpuBudget {
-    fn new(per_second_ms: u32) -> Self {
-        Self {
-            per_second_ms: f64::from(per_second_ms),
-            tokens_ms: f64::from(per_second_ms),
-            refilled: Instant::now(),
-        }
-    }
-
-    /// Whether a call may be made now (no budget: always).
-    fn available(&mut self) -> bool {
-        if self.per_second_ms == 0.0 {
-            return true;
-        }
-        let now = Instant::now();
-        let refill = now.duration_since(self.refilled).as_secs_f64() * self.per_second_ms;
-        self.tokens_ms = (self.tokens_ms + refill).min(self.per_second_ms);
-        self.refilled = now;
-        self.tokens_ms > 0.0
-    }
-
-    fn spend(&mut self, took: Duration) {
-        if self.per_second_ms > 0.0 {
-            self.tokens_ms -= took.as_secs_f64() * 1000.0;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_budget_allows_its_rate_and_refills_with_time() {
-        let mut budget = CpuBudget::new(100);
-        assert!(budget.available());
-        budget.spend(Duration::from_millis(150));
-        assert!(!budget.available(), "overspent: 100 ms per second, 150 ms used");
-        budget.refilled -= Duration::from_millis(600);
-        assert!(
-            budget.available(),
-            "600 ms later, 60 ms came back: the balance is positive"
-        );
-        let mut unlimited = CpuBudget::new(0);
-        unlimited.spend(Duration::from_secs(10));
-        assert!(unlimited.available());
     }
 }

@@ -22,7 +22,6 @@ use serde_json::{json, Value};
 
 use agentrt_runtime::types::{Continuation, Event, RequestArrival, RequestFinish};
 
-use crate::admin_auth::AdminTokens;
 use crate::cache_salt::CacheSalts;
 use crate::continuation::PromptShape;
 use crate::error::ApiError;
@@ -41,9 +40,6 @@ pub struct ServeOptions {
     /// Add `vllm_xargs` (agent, session, warm-up flag) to forwarded bodies. Off for upstreams that
     /// reject unknown fields.
     pub vllm_xargs: bool,
-    /// Who may use `/admin/*` ([`crate::admin_auth`]): the operator's token and tenants' tokens;
-    /// none disables the admin API.
-    pub admin_tokens: AdminTokens,
     /// Sent upstream as `Authorization: Bearer …` (clients' keys are agentrt's, never forwarded).
     pub upstream_api_key: Option<String>,
     /// Bearer token `/metrics` requires; `None` leaves it open (it names every tenant).
@@ -69,6 +65,8 @@ pub struct AppState {
     pub engine_cache: Option<Arc<agentrt_vllm::SharedCache>>,
     /// Where `pin`/`unpin` side effects go when the vLLM eviction service runs.
     pub engine_pins: Option<Arc<agentrt_vllm::PinTable>>,
+    /// Re-reads the config file (`--config`) on SIGHUP and `POST /admin/reload`.
+    pub reloader: Option<crate::reload::Reloader>,
     clock: Instant,
     next_request_id: AtomicU64,
 }
@@ -91,6 +89,7 @@ impl AppState {
             warmups,
             engine_pins: None,
             engine_cache: None,
+            reloader: None,
             clock: Instant::now(),
             next_request_id: AtomicU64::new(1),
         }
@@ -237,10 +236,10 @@ struct Prepared {
 /// thread: instantiating it must not hold an async worker other tenants' requests need.
 async fn tenant_of(state: &Arc<AppState>, headers: &HeaderMap) -> Result<Arc<Tenant>, ApiError> {
     let name = state.tenants.name_for(headers)?;
-    if let Some(tenant) = state.tenants.get(name) {
+    if let Some(tenant) = state.tenants.get(&name) {
         return Ok(tenant);
     }
-    let (starting, name) = (state.clone(), name.to_string());
+    let starting = state.clone();
     tokio::task::spawn_blocking(move || starting.tenants.get_or_start(&name))
         .await
         .map_err(|e| ApiError::internal(format!("starting the tenant's policy did not finish: {e}")))?
@@ -254,7 +253,7 @@ async fn authenticate_then_read(
     body: Body,
 ) -> Result<(Arc<Tenant>, TenantPermit, Bytes), ApiError> {
     let tenant = tenant_of(state, headers).await?;
-    let permit = tenant.admit(state.tenants.max_in_flight())?;
+    let permit = tenant.admit()?;
     let body = read_body(body, state.options.limits.max_body_bytes, "--max-body-bytes").await?;
     Ok((tenant, permit, body))
 }

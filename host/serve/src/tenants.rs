@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 
+use arc_swap::ArcSwap;
 use axum::http::HeaderMap;
 
 use agentrt_runtime::{PolicyComponent, PolicyError, PolicyHandle, PolicyRegistry, RegistryError, SlotConfig};
@@ -19,12 +20,10 @@ use crate::continuation::Continuations;
 use crate::error::ApiError;
 use crate::handles::Handles;
 use crate::identity::AgentDirectory;
-use crate::policy_worker::{PolicyWorker, WorkerOptions};
+use crate::policy_worker::{PolicyWorker, DEFAULT_QUEUE_JOBS};
+use crate::quotas::{LiveQuotas, RateBudget};
 use crate::table::TableLimits;
-
-/// Requests one tenant may have in flight by default: a quarter of the default connection cap, so
-/// that one tenant cannot hold every connection's worth of upstream work.
-pub const DEFAULT_MAX_IN_FLIGHT: u64 = 1024;
+use crate::tenant_settings::TenantSettings;
 
 /// The registry slot every tenant's KV-cache policy runs in.
 pub const KV_SLOT: &str = "kv";
@@ -39,6 +38,14 @@ pub struct Tenant {
     pub agents: Arc<AgentDirectory>,
     /// The last prompt shape of each (session, agent): whether a call carries its history forward.
     pub continuations: Continuations,
+    /// Its quotas, as the last reload set them.
+    pub quotas: Arc<LiveQuotas>,
+    /// Prompt tokens of warm-ups left this second (`warmup_tokens_per_s`).
+    warmup_budget: Mutex<RateBudget>,
+    /// Prompt tokens its warm-ups cost, as the engine counted them.
+    warmup_tokens: AtomicU64,
+    /// Warm-ups skipped for its warm-up quota.
+    warmups_throttled: AtomicU64,
     /// Requests of this tenant between authentication and their end.
     in_flight: AtomicU64,
     /// Requests refused for `--tenant-max-in-flight`.
@@ -50,9 +57,10 @@ pub struct Tenant {
 }
 
 impl Tenant {
-    /// Count a request in, unless the tenant already has `limit` in flight (0: no limit). The
-    /// permit counts it out when dropped, however the request ends.
-    pub fn admit(self: &Arc<Self>, limit: u64) -> Result<TenantPermit, ApiError> {
+    /// Count a request in, unless the tenant already has its `max_in_flight` quota in flight
+    /// (0: no limit). The permit counts it out when dropped, however the request ends.
+    pub fn admit(self: &Arc<Self>) -> Result<TenantPermit, ApiError> {
+        let limit = self.quotas.get().max_in_flight;
         let admitted = self
             .in_flight
             .fetch_update(Relaxed, Relaxed, |n| (limit == 0 || n < limit).then_some(n + 1));
@@ -66,6 +74,43 @@ impl Tenant {
                 )))
             }
         }
+    }
+
+    /// Whether a warm-up may go upstream now under the tenant's `warmup_tokens_per_s`; counted
+    /// when not. The warm-up pays with [`Tenant::pay_warmup`].
+    pub fn may_warm_up(&self) -> bool {
+        let rate = self.quotas.get().warmup_tokens_per_s as f64;
+        let allowed = self
+            .warmup_budget
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .available(rate);
+        if !allowed {
+            self.warmups_throttled.fetch_add(1, Relaxed);
+        }
+        allowed
+    }
+
+    /// Pay for a warm-up's prompt tokens (an estimate before it is sent, then the difference
+    /// to what the engine counted: negative gives back).
+    pub fn pay_warmup(&self, tokens: i64) {
+        self.warmup_budget
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .spend(tokens as f64);
+        if tokens > 0 {
+            self.warmup_tokens.fetch_add(tokens as u64, Relaxed);
+        } else {
+            self.warmup_tokens.fetch_sub(tokens.unsigned_abs(), Relaxed);
+        }
+    }
+
+    pub fn warmup_tokens(&self) -> u64 {
+        self.warmup_tokens.load(Relaxed)
+    }
+
+    pub fn warmups_throttled(&self) -> u64 {
+        self.warmups_throttled.load(Relaxed)
     }
 
     pub fn in_flight(&self) -> u64 {
@@ -104,8 +149,8 @@ pub struct Tenants {
     registry: Arc<PolicyRegistry>,
     default_policy: Arc<PolicyComponent>,
     default_config: SlotConfig,
-    /// API key → tenant name; empty = single-tenant mode.
-    keys: HashMap<String, String>,
+    /// Keys, admin tokens, shares and quotas: replaced whole by a reload.
+    settings: ArcSwap<TenantSettings>,
     live: RwLock<HashMap<String, Arc<Tenant>>>,
     /// Held while a tenant starts.
     starting: Mutex<()>,
@@ -113,10 +158,8 @@ pub struct Tenants {
     tables: TableLimits,
     /// Agent handles, unique across tenants.
     handles: Handles,
-    /// How each tenant's policy worker runs (queue, time budget).
-    worker: WorkerOptions,
-    /// Requests each tenant may have in flight (0: no limit).
-    max_in_flight: u64,
+    /// Jobs each tenant's policy worker holds at most.
+    queue_jobs: usize,
 }
 
 impl Tenants {
@@ -124,36 +167,43 @@ impl Tenants {
         registry: PolicyRegistry,
         default_policy: Arc<PolicyComponent>,
         default_config: SlotConfig,
-        keys: HashMap<String, String>,
+        settings: TenantSettings,
     ) -> Self {
         Self {
             registry: Arc::new(registry),
             default_policy,
             default_config,
-            keys,
+            settings: ArcSwap::from_pointee(settings),
             live: RwLock::new(HashMap::new()),
             starting: Mutex::new(()),
             tables: TableLimits::default(),
             handles: Handles::default(),
-            worker: WorkerOptions::default(),
-            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            queue_jobs: DEFAULT_QUEUE_JOBS,
         }
     }
 
-    /// Let each tenant have at most `requests` in flight (0: no limit).
-    pub fn with_max_in_flight(mut self, requests: u64) -> Self {
-        self.max_in_flight = requests;
+    /// Let each tenant's policy worker hold at most `jobs` (before any tenant starts).
+    pub fn with_queue_jobs(mut self, jobs: usize) -> Self {
+        self.queue_jobs = jobs;
         self
     }
 
-    pub fn max_in_flight(&self) -> u64 {
-        self.max_in_flight
+    /// The settings now. Hold it only as long as one request needs it: a reload replaces it.
+    pub fn settings(&self) -> Arc<TenantSettings> {
+        self.settings.load_full()
     }
 
-    /// Run each tenant's policy worker so (before any tenant starts).
-    pub fn with_policy_worker(mut self, worker: WorkerOptions) -> Self {
-        self.worker = worker;
-        self
+    /// Replace the settings (a reload): requests from now on see the new keys and tokens, and
+    /// every live tenant's quotas change in place. A tenant whose keys are gone gets no new
+    /// requests; its policy and state stay until the process ends.
+    pub fn replace_settings(&self, settings: TenantSettings) {
+        // No tenant starts meanwhile with the old quotas.
+        let _starting = self.starting.lock().unwrap_or_else(|p| p.into_inner());
+        let settings = Arc::new(settings);
+        self.settings.store(settings.clone());
+        for tenant in self.list() {
+            tenant.quotas.set(settings.quotas_of(&tenant.name));
+        }
     }
 
     /// Cap every tenant's tables at `tables` (before any tenant starts).
@@ -176,14 +226,16 @@ impl Tenants {
     }
 
     /// The name of the tenant a request belongs to, from its headers alone.
-    pub fn name_for(&self, headers: &HeaderMap) -> Result<&str, ApiError> {
-        if self.keys.is_empty() {
-            return Ok(DEFAULT_TENANT);
+    pub fn name_for(&self, headers: &HeaderMap) -> Result<String, ApiError> {
+        let settings = self.settings.load();
+        if settings.keys.is_empty() {
+            return Ok(DEFAULT_TENANT.to_string());
         }
         let key = bearer(headers).ok_or_else(|| ApiError::unauthorized("missing `Authorization: Bearer <key>`"))?;
-        self.keys
+        settings
+            .keys
             .get(key)
-            .map(String::as_str)
+            .cloned()
             .ok_or_else(|| ApiError::unauthorized("unknown API key"))
     }
 
@@ -226,7 +278,9 @@ impl Tenants {
             .registry
             .install(name, KV_SLOT, component, self.default_config.clone())
             .map_err(|e| policy_did_not_start(name, &e))?;
-        let worker = match PolicyWorker::spawn(name, policy.clone(), self.worker) {
+        let quotas = self.settings.load().quotas_of(name);
+        let live_quotas = Arc::new(LiveQuotas::new(quotas));
+        let worker = match PolicyWorker::spawn(name, policy.clone(), self.queue_jobs, live_quotas.clone()) {
             Ok(worker) => worker,
             Err(e) => {
                 // No thread, no tenant: its slot is given back.
@@ -242,6 +296,10 @@ impl Tenants {
             worker,
             agents: Arc::new(AgentDirectory::new(name, self.tables, self.handles.clone())),
             continuations: Continuations::new(&self.tables),
+            quotas: live_quotas,
+            warmup_budget: Mutex::new(RateBudget::new(quotas.warmup_tokens_per_s as f64)),
+            warmup_tokens: AtomicU64::new(0),
+            warmups_throttled: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             prompt_tokens: AtomicU64::new(0),

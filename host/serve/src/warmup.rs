@@ -5,7 +5,8 @@
 //! messages + tools) with a one-character user message and `max_tokens: 1`, marked as a warm-up
 //! (header `x-agentrt-warmup: 1`, `vllm_xargs.agentrt_warmup: true`) so that the engine adapter and
 //! the policy do not take it for user traffic. Warm-ups are bounded in concurrency and rate,
-//! skipped when the engine is busy, de-duplicated per anchor, and never retried.
+//! skipped when the engine is busy or their tenant has spent its warm-up tokens for the second
+//! (`warmup_tokens_per_s`), de-duplicated per anchor, and never retried.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
@@ -128,6 +129,10 @@ impl Warmups {
         if state.metrics.in_flight.load(Relaxed) >= self.options.busy_in_flight {
             return skip("engine busy");
         }
+        // The tenant's own quota first: a throttled tenant takes none of the shared capacity.
+        if !tenant.may_warm_up() {
+            return skip("tenant's warm-up quota");
+        }
         let key = (tenant.name.clone(), warm.anchor_hash);
         if !self
             .in_flight
@@ -165,6 +170,11 @@ impl Warmups {
         if let Some(salt) = &anchor.cache_salt {
             body[crate::cache_salt::FIELD] = json!(salt);
         }
+        let body = serde_json::to_vec(&body).expect("values serialize");
+        // Paid up front at ~4 bytes per token (the JSON's punctuation makes it an overestimate),
+        // then corrected to the prompt tokens the engine reports.
+        let estimate = (body.len() / 4) as i64;
+        tenant.pay_warmup(estimate);
         let request_id = u64::MAX - state.metrics.warmups_sent.load(Relaxed);
         let arrival = RequestArrival {
             request_id,
@@ -181,10 +191,17 @@ impl Warmups {
         let request = state
             .upstream_request("/v1/chat/completions")
             .header("x-agentrt-warmup", "1")
-            .body(serde_json::to_vec(&body).expect("values serialize"));
+            .body(body);
         // Under the first-byte timeout: a hanging upstream must not hold a warm-up slot forever.
         let sent = crate::upstream::send(request, &state.options.upstream, &state.options.limits).await;
-        let ok = matches!(&sent, Ok(r) if r.status().is_success());
+        let reply = match sent {
+            Ok(r) if r.status().is_success() => crate::upstream::read_reply(r, &state.options.limits).await.ok(),
+            _ => None,
+        };
+        let ok = reply.is_some();
+        if let Some(tokens) = reply.as_deref().and_then(prompt_tokens) {
+            tenant.pay_warmup(i64::from(tokens) - estimate);
+        }
         if !ok {
             // Never retried: a warm-up is a guess, and retries would compete with user traffic.
             state.metrics.warmups_failed.fetch_add(1, Relaxed);
@@ -203,6 +220,14 @@ impl Warmups {
         };
         state.tell_policy(tenant, vec![Event::RequestFinish(finish)]);
     }
+}
+
+/// `usage.prompt_tokens` of an OpenAI reply.
+fn prompt_tokens(reply: &[u8]) -> Option<u32> {
+    let value: Value = serde_json::from_slice(reply).ok()?;
+    value["usage"]["prompt_tokens"]
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok())
 }
 
 /// Removes an anchor from the in-flight set when the warm-up ends, however it ends.

@@ -264,7 +264,10 @@ impl Connection {
                         event[2] = 0;
                     }
                 }
-                add(&self.shared.metrics.block_events, (words.len() / WORDS_PER_EVENT) as u64);
+                add(
+                    &self.shared.metrics.block_events,
+                    (words.len() / WORDS_PER_EVENT) as u64,
+                );
                 if let Err(e) = self.shared.policy.observe_blocks(&words) {
                     tracing::warn!(error = %e, events = words.len() / WORDS_PER_EVENT, "policy observe-blocks failed");
                 }

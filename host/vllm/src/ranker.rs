@@ -12,7 +12,7 @@
 //! hold back a request that would cut into another tenant's guarantee (the simulator does).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use agentrt_runtime::packed::{op_and_agent, WORDS_PER_EVENT};
 use agentrt_runtime::shares::{victim_tenant, Share, Usage};
@@ -62,7 +62,8 @@ pub struct SharedCache {
     directory: Arc<dyn TenantDirectory>,
     /// The tenant of blocks whose agent no tenant named.
     default_tenant: Arc<str>,
-    shares: HashMap<String, Share>,
+    /// Replaced whole when the operator reloads the settings.
+    shares: RwLock<HashMap<String, Share>>,
     /// What each tenant holds in the engine's cache and has lost, from the plugin's block events.
     cached: Mutex<HashMap<Arc<str>, TenantCache>>,
 }
@@ -83,7 +84,7 @@ impl SharedCache {
         Self {
             directory,
             default_tenant: default_tenant.into(),
-            shares,
+            shares: RwLock::new(shares),
             cached: Mutex::new(HashMap::new()),
         }
     }
@@ -110,7 +111,16 @@ impl SharedCache {
     }
 
     fn share(&self, tenant: &str) -> Share {
-        self.shares.get(tenant).copied().unwrap_or(Share::NONE)
+        self.shares().get(tenant).copied().unwrap_or(Share::NONE)
+    }
+
+    fn shares(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Share>> {
+        self.shares.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Replace every tenant's share (a reload); the next eviction follows the new ones.
+    pub fn set_shares(&self, shares: HashMap<String, Share>) {
+        *self.shares.write().unwrap_or_else(|p| p.into_inner()) = shares;
     }
 
     /// One tenant's candidates (indices into the whole list) in its own evict-first order.
@@ -130,7 +140,7 @@ impl SharedCache {
 
 impl EngineRanker for SharedCache {
     fn label(&self) -> String {
-        format!("{} tenants under shares", self.shares.len())
+        format!("{} tenants under shares", self.shares().len())
     }
 
     fn observe_blocks(&self, words: &[u64]) -> Result<(), PolicyError> {
@@ -145,8 +155,13 @@ impl EngineRanker for SharedCache {
                     for tenant in cached.values_mut() {
                         tenant.blocks = 0;
                     }
-                    // Every tenant's policy hears that the cache was cleared.
-                    for tenant in self.shares.keys().map(|t| Arc::<str>::from(t.as_str())) {
+                    // Every tenant's policy hears that the cache was cleared: those holding
+                    // blocks, and those with a share.
+                    let mut told: Vec<Arc<str>> = cached.keys().cloned().collect();
+                    told.extend(self.shares().keys().map(|t| Arc::from(t.as_str())));
+                    told.sort();
+                    told.dedup();
+                    for tenant in told {
                         by_tenant.entry(tenant).or_default().extend_from_slice(event);
                     }
                     continue;

@@ -12,6 +12,7 @@ use agentrt_runtime::{
     ComponentLookup, ComponentSource, EmbeddedSet, EngineOptions, PolicyEngine, PolicyRegistry, SlotConfig,
 };
 use agentrt_serve::admin_auth::AdminTokens;
+use agentrt_serve::tenant_settings::TenantSettings;
 use agentrt_serve::tenants::Tenants;
 use agentrt_serve::warmup::WarmupOptions;
 use agentrt_serve::{AppState, ServeOptions};
@@ -55,17 +56,21 @@ pub async fn start_proxy(
     keys: HashMap<String, String>,
     admin_tokens: AdminTokens,
 ) -> (String, Arc<AppState>) {
+    let settings = TenantSettings {
+        keys,
+        admin: admin_tokens,
+        ..TenantSettings::default()
+    };
     let engine = PolicyEngine::new(EngineOptions::default()).unwrap();
     let component = Arc::new(
         engine
             .load_bytes("cachesage", &component_bytes("cachesage"))
             .expect("loading cachesage"),
     );
-    let tenants = Tenants::new(PolicyRegistry::new(engine), component, SlotConfig::new(""), keys);
+    let tenants = Tenants::new(PolicyRegistry::new(engine), component, SlotConfig::new(""), settings);
     let options = ServeOptions {
         upstream: upstream.to_string(),
         vllm_xargs: true,
-        admin_tokens,
         upstream_api_key: None,
         metrics_token: None,
         cache_salt_secret: None,

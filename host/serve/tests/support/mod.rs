@@ -9,8 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyRegistry, PoolingOptions, SlotConfig};
-use agentrt_serve::admin_auth::AdminTokens;
+use agentrt_serve::quotas::Quotas;
+use agentrt_serve::reload::Reloader;
 use agentrt_serve::table::TableLimits;
+use agentrt_serve::tenant_settings::FlagSettings;
 use agentrt_serve::tenants::Tenants;
 use agentrt_serve::warmup::WarmupOptions;
 use agentrt_serve::{AppState, Limits, ServeOptions};
@@ -45,10 +47,10 @@ pub struct Setup {
     pub pool_instances: Option<u32>,
     /// Jobs each tenant's policy queue holds.
     pub policy_queue_jobs: usize,
-    /// Each tenant's policy time budget (ms per second; 0: none).
-    pub policy_cpu_ms_per_s: u32,
-    /// Requests each tenant may have in flight (0: no limit).
-    pub tenant_max_in_flight: u64,
+    /// Every tenant's quotas (the flags'; a config file may override them).
+    pub quotas: Quotas,
+    /// A config file (`--config`) read at start and by `POST /admin/reload`.
+    pub config: Option<std::path::PathBuf>,
     /// Every tenant's policy call deadline (the runtime's default when `None`).
     pub policy_deadline: Option<Duration>,
 }
@@ -67,8 +69,8 @@ impl Setup {
             tables: TableLimits::default(),
             pool_instances: None,
             policy_queue_jobs: agentrt_serve::policy_worker::DEFAULT_QUEUE_JOBS,
-            policy_cpu_ms_per_s: agentrt_serve::policy_worker::DEFAULT_CPU_MS_PER_S,
-            tenant_max_in_flight: agentrt_serve::tenants::DEFAULT_MAX_IN_FLIGHT,
+            quotas: Quotas::default(),
+            config: None,
             policy_deadline: None,
         }
     }
@@ -97,25 +99,37 @@ impl Setup {
         if let Some(deadline) = self.policy_deadline {
             slot.limits.call_deadline = deadline;
         }
-        let admin_tokens = AdminTokens::new(self.admin_token, self.tenant_admins, &self.keys).unwrap();
-        let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, self.keys)
+        let flags = FlagSettings {
+            keys: self.keys,
+            operator_token: self.admin_token,
+            tenant_admin_tokens: self.tenant_admins,
+            shares: HashMap::new(),
+            defaults: self.quotas,
+        };
+        let reloader = self.config.map(|path| Reloader {
+            path,
+            flags: flags.clone(),
+        });
+        let settings = match &reloader {
+            Some(reloader) => reloader.read(),
+            None => flags.settings(),
+        }
+        .unwrap();
+        let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, settings)
             .with_tables(self.tables)
-            .with_policy_worker(agentrt_serve::policy_worker::WorkerOptions {
-                queue_jobs: self.policy_queue_jobs,
-                cpu_ms_per_s: self.policy_cpu_ms_per_s,
-            })
-            .with_max_in_flight(self.tenant_max_in_flight);
+            .with_queue_jobs(self.policy_queue_jobs);
         let options = ServeOptions {
             upstream: self.upstream.unwrap_or(stub_url),
             vllm_xargs: true,
-            admin_tokens,
             upstream_api_key: None,
             metrics_token: self.metrics_token,
             cache_salt_secret: Some("test-salt-key".into()),
             warmup: WarmupOptions::default(),
             limits: self.limits,
         };
-        let state = Arc::new(AppState::new(options, tenants));
+        let mut state = AppState::new(options, tenants);
+        state.reloader = reloader;
+        let state = Arc::new(state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(agentrt_serve::proxy::serve(

@@ -1,0 +1,319 @@
+//! What an operator sets per tenant — API keys, admin tokens, cache shares, quotas — as one value
+//! that a reload replaces whole: from the flags, merged with the config file (`--config`,
+//! [`ConfigFile`]) when there is one. Requests read the current value without a lock; a reload
+//! that fails to parse or validate changes nothing.
+//!
+//! ```toml
+//! [defaults]                      # every tenant's quotas (else the flags')
+//! max_in_flight = 256
+//! policy_cpu_ms_per_s = 200
+//! warmup_tokens_per_s = 20000
+//!
+//! [tenants.alpha]
+//! api_keys = ["sk-alpha-1"]       # requests with `Authorization: Bearer sk-alpha-1` are alpha's
+//! admin_tokens = ["adm-alpha"]    # the admin API for alpha's routes only
+//! share = { min_blocks = 400, max_blocks = 1200 }
+//! max_in_flight = 64              # any quota, for this tenant only
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use serde::Deserialize;
+
+use agentrt_runtime::Share;
+
+use crate::admin_auth::AdminTokens;
+use crate::quotas::Quotas;
+use crate::tenants::{validate_tenant_name, DEFAULT_TENANT};
+
+/// Every tenant's settings at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct TenantSettings {
+    /// API key → tenant; empty: every request belongs to `default`.
+    pub keys: HashMap<String, String>,
+    pub admin: AdminTokens,
+    /// Cache shares by tenant (engine blocks); empty: one policy ranks the whole engine.
+    pub shares: HashMap<String, Share>,
+    /// The quotas of a tenant the settings do not name.
+    pub defaults: Quotas,
+    /// Tenants with quotas of their own.
+    pub quotas: HashMap<String, Quotas>,
+}
+
+impl TenantSettings {
+    /// The quotas `tenant` runs under.
+    pub fn quotas_of(&self, tenant: &str) -> Quotas {
+        self.quotas.get(tenant).copied().unwrap_or(self.defaults)
+    }
+
+    /// Whether `tenant` is one requests can reach: one an API key names (`default` without any).
+    pub fn reachable(&self, tenant: &str) -> bool {
+        if self.keys.is_empty() {
+            tenant == DEFAULT_TENANT
+        } else {
+            self.keys.values().any(|t| t == tenant)
+        }
+    }
+}
+
+/// What the flags give: the settings without a file, and the base a file adds to.
+#[derive(Debug, Clone, Default)]
+pub struct FlagSettings {
+    pub keys: HashMap<String, String>,
+    pub operator_token: Option<String>,
+    pub tenant_admin_tokens: HashMap<String, String>,
+    pub shares: HashMap<String, Share>,
+    pub defaults: Quotas,
+}
+
+impl FlagSettings {
+    /// The settings from the flags alone.
+    pub fn settings(&self) -> Result<TenantSettings, String> {
+        self.merge(ConfigFile::default())
+    }
+
+    /// The flags' settings with `file`'s added. Keys, tokens and shares may come from either but
+    /// not both for the same key, token or tenant: which would win is not obvious, so it is an
+    /// error. The file's `[defaults]` replace the quota flags'.
+    pub fn merge(&self, file: ConfigFile) -> Result<TenantSettings, String> {
+        let mut keys = self.keys.clone();
+        let mut admin_tokens = self.tenant_admin_tokens.clone();
+        let mut shares = self.shares.clone();
+        let defaults = file.defaults.over(self.defaults);
+        let mut quotas = HashMap::new();
+        for (tenant, section) in file.tenants {
+            validate_tenant_name(&tenant).map_err(|e| format!("[tenants.{tenant}]: {e}"))?;
+            let own = section.quotas();
+            for key in section.api_keys {
+                if key.is_empty() {
+                    return Err(format!("[tenants.{tenant}] api_keys: an API key is empty"));
+                }
+                if keys.insert(key, tenant.clone()).is_some() {
+                    return Err(format!(
+                        "[tenants.{tenant}] api_keys: an API key is given more than once (flags or file)"
+                    ));
+                }
+            }
+            for token in section.admin_tokens {
+                if token.is_empty() {
+                    return Err(format!("[tenants.{tenant}] admin_tokens: a token is empty"));
+                }
+                if admin_tokens.insert(token, tenant.clone()).is_some() {
+                    return Err(format!(
+                        "[tenants.{tenant}] admin_tokens: a token is given more than once (flags or file)"
+                    ));
+                }
+            }
+            if let Some(share) = section.share {
+                let share = share.share().map_err(|e| format!("[tenants.{tenant}] share: {e}"))?;
+                if shares.insert(tenant.clone(), share).is_some() {
+                    return Err(format!(
+                        "[tenants.{tenant}] share: the tenant has a --share flag too; give it in one place"
+                    ));
+                }
+            }
+            if !own.is_empty() {
+                quotas.insert(tenant, own.over(defaults));
+            }
+        }
+        let admin = AdminTokens::new(self.operator_token.clone(), admin_tokens, &keys)?;
+        Ok(TenantSettings {
+            keys,
+            admin,
+            shares,
+            defaults,
+            quotas,
+        })
+    }
+}
+
+/// The config file, as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    #[serde(default)]
+    pub defaults: QuotaSection,
+    #[serde(default)]
+    pub tenants: BTreeMap<String, TenantSection>,
+}
+
+impl ConfigFile {
+    /// Read and parse `path`; the error names the file and, for a syntax or schema error, the
+    /// line.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|span| format!("line {}: ", text[..span.start].matches('\n').count() + 1))
+                .unwrap_or_default();
+            format!("{line}{}", e.message())
+        })
+    }
+}
+
+/// One `[tenants.NAME]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantSection {
+    #[serde(default)]
+    pub api_keys: Vec<String>,
+    #[serde(default)]
+    pub admin_tokens: Vec<String>,
+    pub share: Option<ShareSection>,
+    // The quotas' fields, spelled out rather than `#[serde(flatten)]`: flattening loses the
+    // position of an unknown field, and an error must say which line is wrong.
+    pub max_in_flight: Option<u64>,
+    pub policy_cpu_ms_per_s: Option<u32>,
+    pub warmup_tokens_per_s: Option<u64>,
+}
+
+impl TenantSection {
+    fn quotas(&self) -> QuotaSection {
+        QuotaSection {
+            max_in_flight: self.max_in_flight,
+            policy_cpu_ms_per_s: self.policy_cpu_ms_per_s,
+            warmup_tokens_per_s: self.warmup_tokens_per_s,
+        }
+    }
+}
+
+/// `share = { min_blocks = N, max_blocks = M }`; without `max_blocks` no limit.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShareSection {
+    pub min_blocks: u64,
+    pub max_blocks: Option<u64>,
+}
+
+impl ShareSection {
+    fn share(&self) -> Result<Share, String> {
+        let text = match self.max_blocks {
+            Some(max) => format!("{}:{max}", self.min_blocks),
+            None => self.min_blocks.to_string(),
+        };
+        // One parser, one set of rules (min ≤ max), for the flag and the file.
+        Share::parse(&text)
+    }
+}
+
+/// Quotas as a file gives them: any may be left out.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaSection {
+    pub max_in_flight: Option<u64>,
+    pub policy_cpu_ms_per_s: Option<u32>,
+    pub warmup_tokens_per_s: Option<u64>,
+}
+
+impl QuotaSection {
+    fn is_empty(&self) -> bool {
+        self.max_in_flight.is_none() && self.policy_cpu_ms_per_s.is_none() && self.warmup_tokens_per_s.is_none()
+    }
+
+    /// These quotas, the rest from `base`.
+    fn over(&self, base: Quotas) -> Quotas {
+        Quotas {
+            max_in_flight: self.max_in_flight.unwrap_or(base.max_in_flight),
+            policy_cpu_ms_per_s: self.policy_cpu_ms_per_s.unwrap_or(base.policy_cpu_ms_per_s),
+            warmup_tokens_per_s: self.warmup_tokens_per_s.unwrap_or(base.warmup_tokens_per_s),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+[defaults]
+max_in_flight = 256
+
+[tenants.alpha]
+api_keys = ["sk-alpha"]
+admin_tokens = ["adm-alpha"]
+share = { min_blocks = 400, max_blocks = 1200 }
+warmup_tokens_per_s = 5000
+
+[tenants.beta]
+api_keys = ["sk-beta-1", "sk-beta-2"]
+"#;
+
+    fn flags() -> FlagSettings {
+        FlagSettings {
+            operator_token: Some("op".into()),
+            ..FlagSettings::default()
+        }
+    }
+
+    #[test]
+    fn a_file_gives_keys_tokens_shares_and_quotas() {
+        let settings = flags().merge(ConfigFile::parse(EXAMPLE).unwrap()).unwrap();
+        assert_eq!(settings.keys.get("sk-beta-2").map(String::as_str), Some("beta"));
+        assert_eq!(settings.keys.len(), 3);
+        assert_eq!(
+            settings.shares["alpha"],
+            Share {
+                min_blocks: 400,
+                max_blocks: 1200
+            }
+        );
+        let alpha = settings.quotas_of("alpha");
+        assert_eq!(
+            (alpha.max_in_flight, alpha.warmup_tokens_per_s),
+            (256, 5000),
+            "alpha: its own warm-up quota over the file's defaults"
+        );
+        assert_eq!(settings.quotas_of("beta").max_in_flight, 256);
+        assert_eq!(
+            settings.quotas_of("beta").policy_cpu_ms_per_s,
+            Quotas::default().policy_cpu_ms_per_s,
+            "what neither the file nor the flags set keeps its default"
+        );
+        assert!(settings.reachable("beta") && !settings.reachable("default"));
+    }
+
+    #[test]
+    fn errors_name_the_line_or_the_tenant_and_never_a_secret() {
+        let unknown = ConfigFile::parse("[tenants.alpha]\napi_key = \"sk-secret\"\n").unwrap_err();
+        assert!(
+            unknown.starts_with("line 2: ") && unknown.contains("api_key"),
+            "{unknown}"
+        );
+        assert!(!unknown.contains("sk-secret"), "{unknown}");
+
+        let twice = "[tenants.alpha]\napi_keys = [\"k\"]\n[tenants.beta]\napi_keys = [\"k\"]\n";
+        let e = flags().merge(ConfigFile::parse(twice).unwrap()).unwrap_err();
+        assert!(e.contains("[tenants.beta] api_keys") && !e.contains("\"k\""), "{e}");
+
+        let bad_name = flags()
+            .merge(ConfigFile::parse("[tenants.\"a b\"]\n").unwrap())
+            .unwrap_err();
+        assert!(bad_name.starts_with("[tenants.a b]"), "{bad_name}");
+
+        let upside_down = "[tenants.alpha]\napi_keys = [\"k\"]\nshare = { min_blocks = 9, max_blocks = 3 }\n";
+        let e = flags().merge(ConfigFile::parse(upside_down).unwrap()).unwrap_err();
+        assert!(e.starts_with("[tenants.alpha] share:"), "{e}");
+
+        let both = FlagSettings {
+            shares: [("alpha".to_string(), Share::NONE)].into_iter().collect(),
+            ..flags()
+        };
+        let e = both
+            .merge(ConfigFile::parse("[tenants.alpha]\nshare = { min_blocks = 1 }\n").unwrap())
+            .unwrap_err();
+        assert!(e.contains("--share flag too"), "{e}");
+    }
+
+    #[test]
+    fn an_admin_token_must_name_a_tenant_requests_reach() {
+        let file = "[tenants.alpha]\nadmin_tokens = [\"adm\"]\n";
+        let e = flags().merge(ConfigFile::parse(file).unwrap()).unwrap_err();
+        assert!(e.contains("`alpha` receives no requests"), "{e}");
+    }
+}

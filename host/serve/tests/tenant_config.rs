@@ -1,0 +1,188 @@
+//! The tenants' config file (`--config`) over real HTTP on loopback: tenants, tokens and quotas
+//! from the file, a reload that changes them without a restart, a broken file that changes
+//! nothing, and the per-tenant warm-up quota.
+
+mod stub_upstream;
+mod support;
+
+use std::time::Duration;
+
+use support::{admin_get, chat, metrics_text, post, post_json, settle, Proxy, Setup};
+
+const OPERATOR: &str = "s3cret";
+
+async fn proxy_with_config(policy: &'static str, file: &std::path::Path) -> Proxy {
+    Setup {
+        config: Some(file.to_path_buf()),
+        ..Setup::new(policy)
+    }
+    .start()
+    .await
+}
+
+/// One chat request as the holder of `key`, as `agent`: its status.
+async fn call(p: &Proxy, key: &str, agent: &str) -> u16 {
+    let auth = format!("Bearer {key}");
+    let headers = [("authorization", auth.as_str()), ("x-agent-id", agent)];
+    let system = format!("You are the {agent}.");
+    post_json(p, &chat(&system, "Task", "tiny", false), &headers)
+        .await
+        .status()
+        .as_u16()
+}
+
+async fn reload(p: &Proxy, token: &str) -> (u16, serde_json::Value) {
+    let response = post(
+        &format!("{}/admin/reload", p.url),
+        "",
+        &[("authorization", &format!("Bearer {token}"))],
+    )
+    .await;
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+/// The value of `name{tenant="…"}` on `/metrics`.
+fn series(metrics: &str, name: &str, tenant: &str) -> Option<u64> {
+    let prefix = format!("{name}{{tenant=\"{tenant}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(|v| v.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_adds_tenants_revokes_keys_and_changes_quotas_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tenants.toml");
+    std::fs::write(
+        &file,
+        "[tenants.alpha]\napi_keys = [\"key-a\"]\nadmin_tokens = [\"adm-a\"]\nmax_in_flight = 100\n",
+    )
+    .unwrap();
+    let p = proxy_with_config("lru", &file).await;
+    assert_eq!(call(&p, "key-a", "planner").await, 200);
+    assert_eq!(call(&p, "key-b", "planner").await, 401, "beta is not a tenant yet");
+    let metrics = metrics_text(&p).await;
+    assert_eq!(series(&metrics, "agentrt_tenant_max_in_flight", "alpha"), Some(100));
+
+    // Beta joins, alpha's key is rotated and its quota lowered; the process keeps running.
+    std::fs::write(
+        &file,
+        "[tenants.alpha]\napi_keys = [\"key-a2\"]\nmax_in_flight = 7\n[tenants.beta]\napi_keys = [\"key-b\"]\n",
+    )
+    .unwrap();
+    let (status, answer) = reload(&p, OPERATOR).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["tenants"], serde_json::json!(["alpha", "beta"]));
+    assert_eq!(call(&p, "key-b", "planner").await, 200, "beta's key works at once");
+    assert_eq!(call(&p, "key-a", "planner").await, 401, "alpha's old key is revoked");
+    assert_eq!(call(&p, "key-a2", "planner").await, 200);
+    let metrics = metrics_text(&p).await;
+    assert_eq!(
+        series(&metrics, "agentrt_tenant_max_in_flight", "alpha"),
+        Some(7),
+        "the live tenant's quota changed in place"
+    );
+    // Alpha's admin token was in the old file only.
+    let (status, _) = admin_get(&p, "/admin/tenants/alpha/stats", "adm-a").await;
+    assert_eq!(status, 401, "a token the file no longer gives is refused");
+    // Alpha kept its policy and what it learned: the reload touched settings, not tenants.
+    let (status, stats) = admin_get(&p, "/admin/tenants/alpha/stats", OPERATOR).await;
+    assert_eq!(status, 200, "{stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_file_is_refused_with_where_and_the_previous_settings_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tenants.toml");
+    std::fs::write(&file, "[tenants.alpha]\napi_keys = [\"key-a\"]\n").unwrap();
+    let p = proxy_with_config("lru", &file).await;
+
+    for (broken, says) in [
+        ("[tenants.alpha]\napi_keys = [\"key-a\"]\nmax_in_flite = 3\n", "line 3"),
+        (
+            "[tenants.alpha]\napi_keys = [\"key-a\"]\n[tenants.beta]\napi_keys = [\"key-a\"]\n",
+            "[tenants.beta] api_keys",
+        ),
+        (
+            "[tenants.alpha]\napi_keys = [\"key-a\"]\nshare = { min_blocks = 5 }\n",
+            "--eviction-socket",
+        ),
+    ] {
+        std::fs::write(&file, broken).unwrap();
+        let (status, answer) = reload(&p, OPERATOR).await;
+        let message = answer["error"]["message"].as_str().unwrap_or_default().to_string();
+        assert_eq!(status, 400, "{answer}");
+        assert!(message.contains(says), "{message:?} should say {says:?}");
+        assert!(!message.contains("\"key-a\""), "errors never repeat a key: {message}");
+        assert_eq!(call(&p, "key-a", "planner").await, 200, "the previous settings stay");
+    }
+    std::fs::remove_file(&file).unwrap();
+    let (status, answer) = reload(&p, OPERATOR).await;
+    assert_eq!(status, 400);
+    assert!(answer["error"]["message"].as_str().unwrap().contains("tenants.toml"));
+    assert_eq!(call(&p, "key-a", "planner").await, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_operator_may_reload_and_only_with_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tenants.toml");
+    std::fs::write(
+        &file,
+        "[tenants.alpha]\napi_keys = [\"key-a\"]\nadmin_tokens = [\"adm-a\"]\n",
+    )
+    .unwrap();
+    let p = proxy_with_config("lru", &file).await;
+    assert_eq!(reload(&p, "adm-a").await.0, 403, "a tenant's admin cannot reload");
+    assert_eq!(reload(&p, "nope").await.0, 401);
+    let without = Setup::new("lru").start().await;
+    assert_eq!(
+        reload(&without, OPERATOR).await.0,
+        409,
+        "no --config, nothing to reload"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_past_its_warmup_quota_is_throttled_and_the_other_tenant_is_not() {
+    // The probe asks for a warm-up of its last agent's anchor on every act(). The stub counts 12
+    // prompt tokens per request; `lo` may warm 1 token per second: its first warm-up goes (the
+    // bucket starts full), then it is in debt for seconds.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tenants.toml");
+    std::fs::write(
+        &file,
+        "[tenants.lo]\napi_keys = [\"key-lo\"]\nwarmup_tokens_per_s = 1\n[tenants.hi]\napi_keys = [\"key-hi\"]\n",
+    )
+    .unwrap();
+    let p = proxy_with_config("probe", &file).await;
+    for i in 0..6 {
+        let agent = format!("agent-{i}");
+        assert_eq!(call(&p, "key-lo", &agent).await, 200);
+        assert_eq!(call(&p, "key-hi", &agent).await, 200);
+        // Past the proxy's own warm-up rate (20 per second) and concurrency.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    settle(&p).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lo = p.state.tenants.get("lo").unwrap();
+    let hi = p.state.tenants.get("hi").unwrap();
+    eprintln!(
+        "lo: {} warm-up tokens, {} throttled; hi: {} tokens, {} throttled",
+        lo.warmup_tokens(),
+        lo.warmups_throttled(),
+        hi.warmup_tokens(),
+        hi.warmups_throttled()
+    );
+    assert_eq!(lo.warmup_tokens(), 12, "one warm-up, paid at what the engine counted");
+    assert!(lo.warmups_throttled() >= 3, "lo's later warm-ups were skipped");
+    assert_eq!(hi.warmups_throttled(), 0, "hi's quota is its own");
+    assert!(hi.warmup_tokens() >= 3 * 12, "hi warmed up several anchors");
+    let metrics = metrics_text(&p).await;
+    assert_eq!(series(&metrics, "agentrt_tenant_warmup_tokens_total", "lo"), Some(12));
+    assert_eq!(
+        series(&metrics, "agentrt_tenant_warmup_tokens_per_second_quota", "lo"),
+        Some(1)
+    );
+}
