@@ -378,20 +378,25 @@ def test_a_langgraph_graph_through_agentrt_serve(start_stack):
     assert vllm.get("vllm:request_success_total", 0) >= 3 * len(tasks), "vLLM finished every call"
 
 
-def test_tenants_never_hit_each_others_prompts(start_stack):
+def test_tenants_never_hit_each_others_prompts_unless_the_anchor_is_public(start_stack, tmp_path):
     """A prefix-cache hit is visible in timing and in `cached_tokens`: a tenant that could hit
     another tenant's blocks could test what that tenant sent. The proxy salts each tenant's
     requests (vLLM's `cache_salt`), so the same prompt from beta after alpha computes from scratch,
-    while each tenant still hits its own cache."""
+    while each tenant still hits its own cache. An anchor the operator marks public (config file,
+    reloaded without a restart) carries one salt for every tenant: then beta hits alpha's blocks."""
     from conftest import http_json
 
-    stack = start_stack("lru", serve_args=("--tenant", "key-a=alpha", "--tenant", "key-b=beta",
-                                           "--cache-salt-secret", "e2e-salt"))
-    system = _words(random.Random(5), 220)
-    body = {"model": "tiny", "max_tokens": 1, "temperature": 0,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Summarise the notes."}]}
+    config = tmp_path / "tenants.toml"
+    tenants = '[tenants.alpha]\napi_keys = ["key-a"]\n[tenants.beta]\napi_keys = ["key-b"]\n'
+    config.write_text(tenants)
+    stack = start_stack("lru", admin_token="adm",
+                        serve_args=("--config", str(config), "--cache-salt-secret", "e2e-salt"))
+    rng = random.Random(5)
+    system, shared_system = _words(rng, 220), _words(rng, 220)
 
-    def cached(key: str) -> int:
+    def cached(key: str, system: str = system) -> int:
+        body = {"model": "tiny", "max_tokens": 1, "temperature": 0,
+                "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Summarise the notes."}]}
         status, reply = http_json(stack.serve.base + "/v1/chat/completions", body,
                                   headers={"authorization": f"Bearer {key}"})
         assert status == 200, reply
@@ -404,3 +409,22 @@ def test_tenants_never_hit_each_others_prompts(start_stack):
     assert second_alpha >= 64, "a tenant hits its own cached prompt"
     assert first_beta == 0, "another tenant's identical prompt is not a hit"
     assert second_beta >= 64, "beta hits its own blocks"
+
+    # The operator marks the shared anchor public: its hash from alpha's stats, then a reload.
+    def anchors() -> set:
+        status, stats = http_json(stack.serve.base + "/admin/tenants/alpha/stats",
+                                  headers={"authorization": "Bearer adm"})
+        assert status == 200, stats
+        return {a["hash"] for a in stats["tables"]["anchor_list"]}
+
+    before = anchors()
+    cached("key-a", shared_system)
+    (public,) = anchors() - before
+    config.write_text(f'{tenants}[public]\nanchors = ["{public}"]\n')
+    status, reloaded = http_json(stack.serve.base + "/admin/reload", {}, headers={"authorization": "Bearer adm"})
+    assert status == 200, reloaded
+    cached("key-a", shared_system)  # alpha's first request under the public salt stores its blocks
+    beta_on_public = cached("key-b", shared_system)
+    print(f"beta on alpha's public anchor: {beta_on_public} cached tokens")
+    assert beta_on_public >= 64, "a public anchor's blocks serve every tenant"
+    assert cached("key-b", system) >= 64 and cached("key-a", system) >= 64, "private prompts stay each tenant's own"

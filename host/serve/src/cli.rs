@@ -107,6 +107,12 @@ pub struct ServeArgs {
     /// that does not parse or validate changes nothing.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// An anchor hash (16 hex digits, as `GET /admin/tenants/{tenant}/stats` lists them;
+    /// repeatable) whose requests every tenant shares cache blocks for: they carry one public
+    /// cache salt instead of their tenant's. The whole request is shared, the conversation after
+    /// the anchor included (docs/multi-tenant.md).
+    #[arg(long = "public-anchor", value_name = "HASH", value_parser = crate::tenant_settings::parse_anchor_hash)]
+    pub public_anchors: Vec<u64>,
 }
 
 /// Every tenant's quotas (docs/security.md); a tenant over one gets a clear error or a throttled
@@ -361,6 +367,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         tenant_admin_tokens: tenant_admin_tokens(&args.tenant_admins)?,
         shares: args.shares.iter().cloned().collect(),
         defaults: args.quotas.quotas(),
+        public_anchors: args.public_anchors.iter().copied().collect(),
     };
     let reloader = args.config.map(|path| Reloader {
         path,

@@ -250,7 +250,10 @@ impl AgentDirectory {
     /// Remember `anchor` (of agent `handle`) under its hash.
     pub fn record_anchor(&self, hash: u64, handle: u32, anchor: Anchor) {
         let mut d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if d.anchors.get_mut(&hash).is_some() {
+        if let Some((_, known)) = d.anchors.get_mut(&hash) {
+            // A reload may have made the anchor public (or private again): its warm-ups must
+            // carry the salt its requests carry now.
+            known.cache_salt = anchor.cache_salt;
             return;
         }
         let bytes = anchor.messages.iter().map(|m| m.to_string().len()).sum::<usize>()
@@ -283,6 +286,14 @@ impl AgentDirectory {
     /// Agent names, in handle order.
     pub fn agent_names(&self) -> Vec<String> {
         self.named_agents().into_iter().map(|(_, n)| n).collect()
+    }
+
+    /// (anchor hash, agent handle) of every anchor kept now, in hash order.
+    pub fn anchor_hashes(&self) -> Vec<(u64, u32)> {
+        let d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all: Vec<(u64, u32)> = d.anchors.iter().map(|(h, (agent, _))| (*h, *agent)).collect();
+        all.sort();
+        all
     }
 
     /// (handle, name) of every agent known now, in handle order.

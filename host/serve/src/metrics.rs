@@ -20,6 +20,8 @@ pub struct ProxyMetrics {
     pub warmups_sent: AtomicU64,
     pub warmups_skipped: AtomicU64,
     pub warmups_failed: AtomicU64,
+    /// Requests sent with the public cache salt: their anchor is marked public.
+    pub public_anchor_requests: AtomicU64,
     pub policy_errors: AtomicU64,
     pub anchors_tokenized: AtomicU64,
     pub anchors_estimated: AtomicU64,
@@ -83,6 +85,11 @@ impl ProxyMetrics {
                 "agentrt_proxy_warmups_failed_total",
                 "Warm-ups the upstream failed (never retried).",
                 &self.warmups_failed,
+            ),
+            (
+                "agentrt_proxy_public_anchor_requests_total",
+                "Requests whose anchor is marked public: sent with the cache salt every tenant shares.",
+                &self.public_anchor_requests,
             ),
             (
                 "agentrt_proxy_policy_errors_total",

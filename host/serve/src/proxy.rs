@@ -141,13 +141,17 @@ impl AppState {
         }
     }
 
-    /// Give `body` its tenant's `cache_salt` (when vLLM's extensions are on); returns the salt.
-    pub fn salt(&self, body: &mut Value, tenant: &str) -> Option<String> {
-        if self.options.vllm_xargs {
-            self.cache_salts.apply(body, tenant)
-        } else {
-            None
+    /// Give `body` its tenant's `cache_salt` (when vLLM's extensions are on), or the public one
+    /// when its anchor is public; returns the salt.
+    pub fn salt(&self, body: &mut Value, tenant: &str, anchor_hash: Option<u64>) -> Option<String> {
+        if !self.options.vllm_xargs {
+            return None;
         }
+        let public = anchor_hash.is_some_and(|h| self.tenants.settings().public_anchors.contains(&h));
+        if public {
+            self.metrics.public_anchor_requests.fetch_add(1, Relaxed);
+        }
+        self.cache_salts.apply(body, tenant, public)
     }
 
     /// Queue events for a tenant's policy. Never waits: the tenant's worker makes the call, and
@@ -281,7 +285,7 @@ async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
     // The proxy's overhead counts from here: the client's upload time is not the proxy's.
     let received = Instant::now();
     let prepared = parse_body(&state, &body).and_then(|mut json| {
-        state.salt(&mut json, &tenant.name);
+        state.salt(&mut json, &tenant.name, None);
         let mut identity = identify_completion(&headers, &json).map_err(|m| {
             state.metrics.bad_requests.fetch_add(1, Relaxed);
             ApiError::bad_request(m)
@@ -305,12 +309,11 @@ async fn prepare_chat(
     body: &Bytes,
 ) -> Result<Prepared, ApiError> {
     let mut json = parse_body(state, body)?;
-    let salt = state.salt(&mut json, &tenant.name);
     let (mut identity, mut anchor) = identify_chat(headers, &json).map_err(|m| {
         state.metrics.bad_requests.fetch_add(1, Relaxed);
         ApiError::bad_request(m)
     })?;
-    anchor.cache_salt = salt;
+    anchor.cache_salt = state.salt(&mut json, &tenant.name, Some(identity.anchor_hash));
     identity.scope_to_tenant(&tenant.name);
     let (agent, mut registration) = tenant.agents.intern(&identity);
     if let Some(Event::AgentRegistered(new_agent)) = registration.as_mut() {

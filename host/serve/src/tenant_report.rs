@@ -30,6 +30,14 @@ pub fn stats(tenant: &Tenant) -> Value {
         .collect();
     let worker = tenant.worker.stats();
     let (anchors, anchor_bytes) = tenant.agents.anchors();
+    let names: HashMap<u32, String> = tenant.agents.named_agents().into_iter().collect();
+    // The hashes an operator marks public (`[public] anchors`), and whose agent each is.
+    let anchor_list: Vec<Value> = tenant
+        .agents
+        .anchor_hashes()
+        .into_iter()
+        .map(|(hash, agent)| json!({ "hash": format!("{hash:016x}"), "agent": names.get(&agent) }))
+        .collect();
     json!({
         "tenant": tenant.name,
         "policy": { "name": info.name, "version": info.version },
@@ -61,6 +69,7 @@ pub fn stats(tenant: &Tenant) -> Value {
             "sessions_seen": tenant.agents.sessions(),
             "anchors": anchors,
             "anchor_bytes": anchor_bytes,
+            "anchor_list": anchor_list,
             "prompt_shapes": tenant.continuations.len(),
             "prompt_shape_bytes": tenant.continuations.bytes(),
         },

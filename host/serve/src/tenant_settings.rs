@@ -14,9 +14,12 @@
 //! admin_tokens = ["adm-alpha"]    # the admin API for alpha's routes only
 //! share = { min_blocks = 400, max_blocks = 1200 }
 //! max_in_flight = 64              # any quota, for this tenant only
+//!
+//! [public]                        # anchors every tenant shares cache blocks for
+//! anchors = ["3f9a0c1d2e4b5a69"]  # (the hashes the admin API's tenant stats list)
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use serde::Deserialize;
@@ -39,6 +42,8 @@ pub struct TenantSettings {
     pub defaults: Quotas,
     /// Tenants with quotas of their own.
     pub quotas: HashMap<String, Quotas>,
+    /// Anchor hashes whose requests carry the public cache salt ([`crate::cache_salt`]).
+    pub public_anchors: HashSet<u64>,
 }
 
 impl TenantSettings {
@@ -65,6 +70,7 @@ pub struct FlagSettings {
     pub tenant_admin_tokens: HashMap<String, String>,
     pub shares: HashMap<String, Share>,
     pub defaults: Quotas,
+    pub public_anchors: HashSet<u64>,
 }
 
 impl FlagSettings {
@@ -80,6 +86,10 @@ impl FlagSettings {
         let mut keys = self.keys.clone();
         let mut admin_tokens = self.tenant_admin_tokens.clone();
         let mut shares = self.shares.clone();
+        let mut public_anchors = self.public_anchors.clone();
+        for (i, hash) in file.public.anchors.iter().enumerate() {
+            public_anchors.insert(parse_anchor_hash(hash).map_err(|e| format!("[public] anchors[{i}]: {e}"))?);
+        }
         let defaults = file.defaults.over(self.defaults);
         let mut quotas = HashMap::new();
         for (tenant, section) in file.tenants {
@@ -124,8 +134,17 @@ impl FlagSettings {
             shares,
             defaults,
             quotas,
+            public_anchors,
         })
     }
+}
+
+/// An anchor hash as the admin API lists it: 16 hex digits.
+pub fn parse_anchor_hash(text: &str) -> Result<u64, String> {
+    if text.len() != 16 {
+        return Err(format!("{text:?} is not an anchor hash (16 hex digits)"));
+    }
+    u64::from_str_radix(text, 16).map_err(|_| format!("{text:?} is not an anchor hash (16 hex digits)"))
 }
 
 /// The config file, as written.
@@ -136,6 +155,16 @@ pub struct ConfigFile {
     pub defaults: QuotaSection,
     #[serde(default)]
     pub tenants: BTreeMap<String, TenantSection>,
+    #[serde(default)]
+    pub public: PublicSection,
+}
+
+/// `[public]`: content every tenant may share cache blocks for.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublicSection {
+    #[serde(default)]
+    pub anchors: Vec<String>,
 }
 
 impl ConfigFile {
@@ -308,6 +337,21 @@ api_keys = ["sk-beta-1", "sk-beta-2"]
             .merge(ConfigFile::parse("[tenants.alpha]\nshare = { min_blocks = 1 }\n").unwrap())
             .unwrap_err();
         assert!(e.contains("--share flag too"), "{e}");
+    }
+
+    #[test]
+    fn public_anchors_come_from_flags_and_file_as_sixteen_hex_digits() {
+        let both = FlagSettings {
+            public_anchors: [7].into_iter().collect(),
+            ..flags()
+        };
+        let file = "[public]\nanchors = [\"00000000000000ff\"]\n";
+        let settings = both.merge(ConfigFile::parse(file).unwrap()).unwrap();
+        assert_eq!(settings.public_anchors, [7, 255].into_iter().collect());
+        let e = flags()
+            .merge(ConfigFile::parse("[public]\nanchors = [\"00000000000000ff\", \"xyz\"]\n").unwrap())
+            .unwrap_err();
+        assert!(e.starts_with("[public] anchors[1]: \"xyz\""), "{e}");
     }
 
     #[test]

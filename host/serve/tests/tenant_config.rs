@@ -186,3 +186,35 @@ async fn a_tenant_past_its_warmup_quota_is_throttled_and_the_other_tenant_is_not
         Some(1)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anchor_marked_public_carries_one_salt_for_every_tenant() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tenants.toml");
+    let tenants = "[tenants.alpha]\napi_keys = [\"key-a\"]\n[tenants.beta]\napi_keys = [\"key-b\"]\n";
+    std::fs::write(&file, tenants).unwrap();
+    let p = proxy_with_config("lru", &file).await;
+    let salt_of_last = || p.stub.user_requests().last().unwrap().body["cache_salt"].clone();
+
+    // The operator finds the anchor's hash in the tenant's stats.
+    assert_eq!(call(&p, "key-a", "planner").await, 200);
+    let private_alpha = salt_of_last();
+    let (_, stats) = admin_get(&p, "/admin/tenants/alpha/stats", OPERATOR).await;
+    let listed = &stats["tables"]["anchor_list"][0];
+    assert_eq!(listed["agent"], "planner");
+    let hash = listed["hash"].as_str().unwrap().to_string();
+
+    std::fs::write(&file, format!("{tenants}[public]\nanchors = [\"{hash}\"]\n")).unwrap();
+    assert_eq!(reload(&p, OPERATOR).await.0, 200);
+    assert_eq!(call(&p, "key-a", "planner").await, 200);
+    let public_alpha = salt_of_last();
+    assert_eq!(call(&p, "key-b", "planner").await, 200);
+    let public_beta = salt_of_last();
+    assert_eq!(public_alpha, public_beta, "both tenants' requests with the public anchor share a salt");
+    assert_ne!(public_alpha, private_alpha);
+    // Another anchor stays private.
+    assert_eq!(call(&p, "key-b", "coder").await, 200);
+    assert_ne!(salt_of_last(), public_beta);
+    let metrics = metrics_text(&p).await;
+    assert!(metrics.contains("agentrt_proxy_public_anchor_requests_total 2"), "{metrics}");
+}

@@ -105,6 +105,7 @@ impl Setup {
             tenant_admin_tokens: self.tenant_admins,
             shares: HashMap::new(),
             defaults: self.quotas,
+            public_anchors: Default::default(),
         };
         let reloader = self.config.map(|path| Reloader {
             path,
