@@ -105,7 +105,10 @@ mod tests {
     #[test]
     fn each_tenant_gets_its_own_salt_and_a_client_cannot_reach_another_tenants() {
         let salts = CacheSalts::new(Some("k"));
-        let (a, b) = (salts.salt("alpha", None, false).unwrap(), salts.salt("beta", None, false).unwrap());
+        let (a, b) = (
+            salts.salt("alpha", None, false).unwrap(),
+            salts.salt("beta", None, false).unwrap(),
+        );
         assert_ne!(a, b);
         assert_eq!(salts.salt("alpha", None, false).unwrap(), a, "stable");
         // Beta's client sending alpha's salt gets a salt of beta's, not alpha's.
@@ -150,6 +153,9 @@ mod tests {
             salts.salt("alpha", Some("x"), true),
             salts.salt("beta", Some("x"), true)
         );
-        assert_ne!(CacheSalts::new(Some("other")).salt("alpha", None, true).unwrap(), public);
+        assert_ne!(
+            CacheSalts::new(Some("other")).salt("alpha", None, true).unwrap(),
+            public
+        );
     }
 }

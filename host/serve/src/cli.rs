@@ -455,15 +455,16 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
+    let state = Arc::new(state);
+    // Before saying we listen: SIGHUP's default action would end the process.
+    #[cfg(unix)]
+    crate::reload::reload_on_sighup(state.clone()).context("installing the SIGHUP handler")?;
     eprintln!(
         "agentrt serve: listening on http://{} → {} (policy {})",
         listener.local_addr()?,
         args.upstream,
         engine_tenant.policy.info().name
     );
-    let state = Arc::new(state);
-    #[cfg(unix)]
-    crate::reload::reload_on_sighup(state.clone()).context("installing the SIGHUP handler")?;
     if args.session_idle_ms > 0 {
         let idle = std::time::Duration::from_millis(args.session_idle_ms);
         let sweeper = state.clone();

@@ -210,11 +210,17 @@ async fn an_anchor_marked_public_carries_one_salt_for_every_tenant() {
     let public_alpha = salt_of_last();
     assert_eq!(call(&p, "key-b", "planner").await, 200);
     let public_beta = salt_of_last();
-    assert_eq!(public_alpha, public_beta, "both tenants' requests with the public anchor share a salt");
+    assert_eq!(
+        public_alpha, public_beta,
+        "both tenants' requests with the public anchor share a salt"
+    );
     assert_ne!(public_alpha, private_alpha);
     // Another anchor stays private.
     assert_eq!(call(&p, "key-b", "coder").await, 200);
     assert_ne!(salt_of_last(), public_beta);
     let metrics = metrics_text(&p).await;
-    assert!(metrics.contains("agentrt_proxy_public_anchor_requests_total 2"), "{metrics}");
+    assert!(
+        metrics.contains("agentrt_proxy_public_anchor_requests_total 2"),
+        "{metrics}"
+    );
 }
