@@ -17,7 +17,7 @@ use crate::limits::Limits;
 use crate::policy_worker::DEFAULT_QUEUE_JOBS;
 use crate::proxy::{AppState, ServeOptions};
 use crate::quotas::{Quotas, DEFAULT_CPU_MS_PER_S, DEFAULT_MAX_IN_FLIGHT, DEFAULT_WARMUP_TOKENS_PER_S};
-use crate::reload::Reloader;
+use crate::reload::initial_settings;
 use crate::table::TableLimits;
 use crate::tenant_settings::FlagSettings;
 use crate::tenants::{parse_tenant_secret, TenantSecret, Tenants, API_KEY, DEFAULT_TENANT, TENANT_ADMIN_TOKEN};
@@ -369,15 +369,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         defaults: args.quotas.quotas(),
         public_anchors: args.public_anchors.iter().copied().collect(),
     };
-    let reloader = args.config.map(|path| Reloader {
-        path,
-        flags: flags.clone(),
-    });
-    let settings = match &reloader {
-        Some(reloader) => reloader.read(),
-        None => flags.settings(),
-    }
-    .map_err(|e| anyhow::anyhow!(e))?;
+    let (settings, reloader) = initial_settings(args.config, flags).map_err(|e| anyhow::anyhow!(e))?;
     let shares = settings.shares.clone();
     let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, settings)
         .with_tables(args.tables.limits()?)

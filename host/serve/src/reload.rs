@@ -35,6 +35,21 @@ pub struct Reloaded {
     pub shares: Vec<String>,
 }
 
+/// The settings at start: from `flags`, merged with the file at `config` when there is one, and
+/// the reloader that re-reads it.
+pub fn initial_settings(
+    config: Option<PathBuf>,
+    flags: FlagSettings,
+) -> Result<(TenantSettings, Option<Reloader>), String> {
+    match config {
+        Some(path) => {
+            let reloader = Reloader { path, flags };
+            Ok((reloader.read()?, Some(reloader)))
+        }
+        None => Ok((flags.settings()?, None)),
+    }
+}
+
 impl Reloader {
     /// The settings the file and flags give now (nothing is installed).
     pub fn read(&self) -> Result<TenantSettings, String> {

@@ -30,19 +30,23 @@ impl TenantDirectory for Directory {
     }
 }
 
-fn stored(agent: u32, block_hash: u64) -> Vec<u64> {
+fn block_event(op: agentrt_sdk::BlockOp, agent: u32, block_hash: u64, parent_hash: u64) -> Vec<u64> {
     let mut words = Vec::new();
     agentrt_sdk::packed::encode(
         &agentrt_sdk::BlockEvent {
-            op: agentrt_sdk::BlockOp::Stored,
+            op,
             agent,
             block_hash,
-            parent_hash: 0,
+            parent_hash,
             position: 0,
         },
         &mut words,
     );
     words
+}
+
+fn stored(agent: u32, block_hash: u64) -> Vec<u64> {
+    block_event(agentrt_sdk::BlockOp::Stored, agent, block_hash, 0)
 }
 
 /// The service over two tenants' policies, and a plugin connected to it.
@@ -164,16 +168,7 @@ async fn each_tenants_blocks_and_evictions_are_counted() {
     for (agent, hash) in [(1, 100), (1, 101), (10, 200), (99, 300)] {
         words.extend(stored(agent, hash));
     }
-    agentrt_sdk::packed::encode(
-        &agentrt_sdk::BlockEvent {
-            op: agentrt_sdk::BlockOp::Removed,
-            agent: 1,
-            block_hash: 100,
-            parent_hash: 0,
-            position: 0,
-        },
-        &mut words,
-    );
+    words.extend(removed(1, 100, 0));
     agentrt_vllm::EngineRanker::observe_blocks(&cache, &words).unwrap();
     let figures: Vec<(String, u64, u64)> = cache
         .tenants()
@@ -191,20 +186,9 @@ async fn each_tenants_blocks_and_evictions_are_counted() {
     );
 }
 
+/// A removal as the plugin sends it: the evicting request's agent in the third word.
 fn removed(agent: u32, block_hash: u64, evictor: u32) -> Vec<u64> {
-    let mut words = Vec::new();
-    agentrt_sdk::packed::encode(
-        &agentrt_sdk::BlockEvent {
-            op: agentrt_sdk::BlockOp::Removed,
-            agent,
-            block_hash,
-            // The wire protocol's removal carries the evicting request's agent here.
-            parent_hash: u64::from(evictor),
-            position: 0,
-        },
-        &mut words,
-    );
-    words
+    block_event(agentrt_sdk::BlockOp::Removed, agent, block_hash, u64::from(evictor))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyRegistry, PoolingOptions, SlotConfig};
 use agentrt_serve::quotas::Quotas;
-use agentrt_serve::reload::Reloader;
+use agentrt_serve::reload::initial_settings;
 use agentrt_serve::table::TableLimits;
 use agentrt_serve::tenant_settings::FlagSettings;
 use agentrt_serve::tenants::Tenants;
@@ -107,15 +107,7 @@ impl Setup {
             defaults: self.quotas,
             public_anchors: Default::default(),
         };
-        let reloader = self.config.map(|path| Reloader {
-            path,
-            flags: flags.clone(),
-        });
-        let settings = match &reloader {
-            Some(reloader) => reloader.read(),
-            None => flags.settings(),
-        }
-        .unwrap();
+        let (settings, reloader) = initial_settings(self.config, flags).unwrap();
         let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, settings)
             .with_tables(self.tables)
             .with_queue_jobs(self.policy_queue_jobs);
