@@ -67,6 +67,8 @@ pub struct AppState {
     pub engine_pins: Option<Arc<agentrt_vllm::PinTable>>,
     /// Re-reads the config file (`--config`) on SIGHUP and `POST /admin/reload`.
     pub reloader: Option<crate::reload::Reloader>,
+    /// The MCP gateway at `/mcp/SERVER` (`--mcp-server`), set by [`crate::mcp::mount`].
+    pub mcp: std::sync::OnceLock<Arc<agentrt_mcp::Gateway>>,
     clock: Instant,
     next_request_id: AtomicU64,
 }
@@ -90,6 +92,7 @@ impl AppState {
             engine_pins: None,
             engine_cache: None,
             reloader: None,
+            mcp: std::sync::OnceLock::new(),
             clock: Instant::now(),
             next_request_id: AtomicU64::new(1),
         }
@@ -180,14 +183,19 @@ pub async fn serve(
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    let mcp = state.mcp.get().map(agentrt_mcp::routes::router);
+    let proxy = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .merge(crate::admin::routes())
-        .with_state(state)
+        .with_state(state);
+    match mcp {
+        Some(mcp) => proxy.merge(mcp),
+        None => proxy,
+    }
 }
 
 fn parse_body(state: &AppState, body: &Bytes) -> Result<Value, ApiError> {
@@ -668,6 +676,9 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         crate::metrics::render_engine_cache(cache, &mut out);
     }
     out.push_str(&state.tenants.registry().render_prometheus());
+    if let Some(gateway) = state.mcp.get() {
+        gateway.render_prometheus(&mut out);
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 
