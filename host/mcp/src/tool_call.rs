@@ -113,13 +113,12 @@ pub async fn call(
                 latency_us,
                 bytes,
             };
-            // Off the response's path: the agent has its answer whatever the policy says.
-            tokio::spawn(async move {
-                let kept = memo.offer(entry, returned).await;
-                counters.memo_stored.fetch_add(u64::from(kept.stored), Relaxed);
-                counters.memo_expired.fetch_add(kept.expired as u64, Relaxed);
-                counters.memo_evicted.fetch_add(kept.evicted as u64, Relaxed);
-            });
+            // Kept before the answer goes back, so the agent's next identical call finds it; the
+            // wait is one policy call (bounded by the decision timeout) after a server call.
+            let kept = memo.offer(entry, returned).await;
+            counters.memo_stored.fetch_add(u64::from(kept.stored), Relaxed);
+            counters.memo_expired.fetch_add(kept.expired as u64, Relaxed);
+            counters.memo_evicted.fetch_add(kept.evicted as u64, Relaxed);
         }
         Some(memo) => memo.observe(vec![returned]),
         None => {}

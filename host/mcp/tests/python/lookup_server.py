@@ -91,7 +91,7 @@ async def crash() -> str:
 @server.tool()
 def stats() -> str:
     """What the server has done so far."""
-    return json.dumps({**counts, "notes": len(notes), "pid": os.getpid()})
+    return json.dumps({**counts, "notes": len(notes), "pid": os.getpid(), "epoch": EPOCH})
 
 
 @server.resource("facts://about")

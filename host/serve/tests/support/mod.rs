@@ -20,6 +20,8 @@ use serde_json::{json, Value};
 
 use crate::stub_upstream;
 
+pub type McpOptions = Box<dyn FnOnce(&PolicyEngine) -> agentrt_mcp::GatewayOptions>;
+
 pub struct Proxy {
     pub url: String,
     pub state: Arc<AppState>,
@@ -53,6 +55,9 @@ pub struct Setup {
     pub config: Option<std::path::PathBuf>,
     /// Every tenant's policy call deadline (the runtime's default when `None`).
     pub policy_deadline: Option<Duration>,
+    /// The MCP gateway to mount at `/mcp`, its options made with the proxy's engine (its memo
+    /// policy must be loaded by the engine the registry runs).
+    pub mcp: Option<McpOptions>,
 }
 
 impl Setup {
@@ -72,6 +77,7 @@ impl Setup {
             quotas: Quotas::default(),
             config: None,
             policy_deadline: None,
+            mcp: None,
         }
     }
 
@@ -108,6 +114,7 @@ impl Setup {
             public_anchors: Default::default(),
         };
         let (settings, reloader) = initial_settings(self.config, flags).unwrap();
+        let mcp = self.mcp.map(|options| options(&engine));
         let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, settings)
             .with_tables(self.tables)
             .with_queue_jobs(self.policy_queue_jobs);
@@ -123,6 +130,9 @@ impl Setup {
         let mut state = AppState::new(options, tenants);
         state.reloader = reloader;
         let state = Arc::new(state);
+        if let Some(options) = mcp {
+            agentrt_serve::mcp::mount(&state, options);
+        }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(agentrt_serve::proxy::serve(
