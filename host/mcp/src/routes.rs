@@ -42,15 +42,25 @@ pub fn router(gateway: &Arc<Gateway>) -> Router {
         );
         router = router.route_service(&format!("/mcp/{}", spec.name), service);
     }
-    let names: Vec<String> = gateway.options.servers.iter().map(|s| s.name.clone()).collect();
+    let configured: Arc<str> = gateway
+        .options
+        .servers
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+        .into();
     router
         .route(
             "/mcp/{server}",
-            any(move |Path(server): Path<String>| async move {
-                (
-                    StatusCode::NOT_FOUND,
-                    format!("no MCP server `{server}` behind this gateway; configured: {}", names.join(", ")),
-                )
+            any(move |Path(server): Path<String>| {
+                let configured = configured.clone();
+                async move {
+                    (
+                        StatusCode::NOT_FOUND,
+                        format!("no MCP server `{server}` behind this gateway; configured: {configured}"),
+                    )
+                }
             }),
         )
         .layer(from_fn_with_state(gateway.clone(), authenticate))

@@ -129,8 +129,9 @@ async fn gaia_like_lookups_through_the_gateway_save_calls_without_a_wrong_answer
     assert_eq!((baseline.hits, baseline.server_calls), (0, baseline.calls as u64));
     assert_eq!(memo.wrong, 0, "no answer older than the TTL, none for another topic");
     assert_eq!(memo.server_calls + memo.hits as u64, memo.calls as u64, "every call is a hit or a server call");
-    assert!(memo.server_calls * 2 < baseline.server_calls, "{memo:?} vs {baseline:?}");
-    assert!(memo.mean_ms * 2.0 < baseline.mean_ms, "{memo:?} vs {baseline:?}");
+    // At least a third of the server calls and of the waiting saved (docs/mcp.md has the figures).
+    assert!(memo.server_calls * 3 < baseline.server_calls * 2, "{memo:?} vs {baseline:?}");
+    assert!(memo.mean_ms * 3.0 < baseline.mean_ms * 2.0, "{memo:?} vs {baseline:?}");
     // The checker bites: a TTL the run does not allow shows up as old answers.
     assert!(control.wrong > 0, "{control:?}");
 }

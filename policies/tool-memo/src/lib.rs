@@ -11,8 +11,8 @@
 //!   any moment of the call — and "now" is the latest `at-us` of the tool calls observed: the
 //!   gateway always tells the policy of the call it asks about first, so a lookup is judged at
 //!   the call's own time. No wall clock is read, so a replay is deterministic.
-//! - **Worth keeping.** A result whose calls took less than `min-latency-ms` (nothing to save) or
-//!   that is larger than `max-result-tokens` scores 0.
+//! - **Worth keeping.** A result of a key with no successful return observed, whose calls took
+//!   less than `min-latency-ms` (nothing to save) or that is larger than `max-result-tokens` scores 0.
 //! - **Value over budget.** Otherwise the score is the time a hit saves per token kept, weighted
 //!   by how often the key was called and by the share of its TTL left:
 //!   `(1 + calls) × latency_ms / (tokens + 1) × (ttl − age) / ttl`, never below a tiny positive
@@ -76,7 +76,9 @@ impl ToolMemo {
             return 0.0;
         }
         let stats = self.keys.get(&item.key).copied().unwrap_or_default();
-        if stats.latency_us < self.min_latency_us {
+        // No successful return seen for the key (or one too fast to be worth memory): nothing
+        // this policy can vouch for.
+        if stats.latency_us == 0 || stats.latency_us < self.min_latency_us {
             return 0.0;
         }
         let left = (self.ttl_us - age) as f64 / self.ttl_us as f64;
@@ -250,7 +252,7 @@ mod tests {
     }
 
     #[test]
-    fn over_budget_slow_popular_small_fresh_results_are_kept_first() {
+    fn over_budget_the_results_saving_most_time_per_token_are_kept_first() {
         let mut memo = Harness::<ToolMemo>::new([("ttl-ms", "10000")]).unwrap();
         memo.observe(&[
             call(1, 0),
@@ -266,7 +268,9 @@ mod tests {
         memo.observe(&[ret(3, 50, true)]);
         let items = [result(1, 0, 10), result(2, 0, 10), result(3, 0, 10), result(1, 0, 1000)];
         let order = rank(&items, &memo.score(&items));
-        assert_eq!(order, vec![2, 0, 3, 1], "popular, then slow-small, then slow-large, then fast");
+        // Time saved per token kept: popular 2 s / 10 tokens, then 2 s / 10, then 0.1 s / 10, and
+        // last 2 s / 1000 tokens (a large result costs more memory than it saves per token).
+        assert_eq!(order, vec![2, 0, 1, 3]);
         // Failed returns teach nothing.
         memo.observe(&[call(4, 30), ret(4, 9_000_000, false)]);
         assert_eq!(memo.score(&[result(4, 30, 10)])[0], 0.0);
