@@ -120,7 +120,9 @@ impl ServerHandler for ServerFront {
         let connection = self.connection(&caller).await?;
         if let Some(upstream) = connection.server_info() {
             answer.capabilities = upstream.capabilities.clone();
-            answer.server_info = upstream.server_info.clone();
+            if let Some(server_info) = &upstream.server_info {
+                answer.server_info = server_info.clone();
+            }
             answer.instructions = upstream.instructions.clone();
         }
         Ok(answer)

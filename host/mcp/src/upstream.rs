@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, InitializeResult, Tool};
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ServerPeerInfo, Tool};
 use rmcp::service::{Peer, RunningService};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
@@ -108,7 +108,7 @@ impl Connection {
     }
 
     /// The server's answer to `initialize`: its capabilities, info and instructions.
-    pub fn server_info(&self) -> Option<Arc<InitializeResult>> {
+    pub fn server_info(&self) -> Option<Arc<ServerPeerInfo>> {
         self.running.peer().peer_info()
     }
 

@@ -55,7 +55,7 @@ async fn tools_resources_and_prompts_are_forwarded_unchanged() {
     assert!(got.to_string().contains("rome"));
     // The agent sees the server's own name and instructions.
     let info = through.peer().peer_info().unwrap();
-    assert_eq!(info.server_info.name, "lookup");
+    assert_eq!(info.server_info.as_ref().unwrap().name, "lookup");
     assert!(info.instructions.as_deref().unwrap_or("").contains("change over time"));
 }
 
