@@ -18,6 +18,7 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 
 use crate::caller::Caller;
 use crate::gateway::Gateway;
+use crate::result_type::ExplicitResultType;
 use crate::upstream::{Connection, UpstreamSpec};
 
 /// The MCP server agents see for one upstream server.
@@ -72,6 +73,7 @@ impl ServerFront {
     /// Forward one request (not a tool call) and count it.
     async fn forward<T, F, Fut>(&self, method: &str, context: &RequestContext<RoleServer>, send: F) -> Result<T, McpError>
     where
+        T: ExplicitResultType,
         F: FnOnce(Arc<Connection>) -> Fut,
         Fut: Future<Output = Result<T, ServiceError>>,
     {
@@ -84,7 +86,7 @@ impl ServerFront {
             .fetch_add(1, Relaxed);
         tokio::select! {
             answer = send(connection) => match answer {
-                Ok(answer) => Ok(answer),
+                Ok(answer) => Ok(answer.with_explicit_result_type()),
                 Err(error) => Err(self.upstream_failed(&caller, method, error).await),
             },
             // Dropping the upstream request tells the server it was cancelled.

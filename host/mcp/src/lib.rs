@@ -12,7 +12,7 @@
 //! session of a request); [`upstream`] (servers and each tenant's client sessions to them);
 //! [`eligibility`] (which tools may be memoized: the host's rule); [`keys`] (tool hashes, result
 //! keys over canonical arguments); [`memo`] (a tenant's two memo decisions), [`memo_store`] (its
-//! results), [`memo_worker`] (its policy's thread); [`gateway`] (shared state); [`metrics`];
+//! results), [`memo_worker`] (its policy's thread); [`result_type`] (results across protocol versions); [`gateway`] (shared state); [`metrics`];
 //! [`args`] (command-line options).
 
 pub mod args;
@@ -25,6 +25,7 @@ pub mod memo;
 pub mod memo_store;
 pub mod memo_worker;
 pub mod metrics;
+pub mod result_type;
 pub mod routes;
 pub mod tenancy;
 pub mod tool_call;

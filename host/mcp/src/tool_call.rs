@@ -24,6 +24,7 @@ use crate::front::ServerFront;
 use crate::keys::{tool_hash, ResultKey};
 use crate::memo::{Miss, TenantMemo};
 use crate::memo_store::Entry;
+use crate::result_type::ExplicitResultType;
 use crate::metrics::ServerCounters;
 use crate::upstream::Connection;
 
@@ -84,7 +85,7 @@ pub async fn call(
     };
     let latency_us = started.elapsed().as_micros() as u64;
     counters.upstream_us.fetch_add(latency_us, Relaxed);
-    let result = match answer {
+    let result = match answer.map(ExplicitResultType::with_explicit_result_type) {
         Ok(CallToolResponse::Complete(result)) => result,
         // Input requests and tasks pass through unchanged; nothing of them is kept.
         Ok(other) => {

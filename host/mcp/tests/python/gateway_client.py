@@ -20,7 +20,7 @@ async def main(url: str, key: str, agent: str, session: str) -> None:
     async with Client(streamable_http_client(url, http_client=http)) as client:
         tools = await client.list_tools()
         out["tools"] = sorted(t.name for t in tools.tools)
-        out["read_only"] = sorted(t.name for t in tools.tools if t.annotations and t.annotations.readOnlyHint)
+        out["read_only"] = sorted(t.name for t in tools.tools if t.annotations and t.annotations.read_only_hint)
         calls = []
         for _ in range(2):
             result = await client.call_tool("lookup", {"topic": "kyoto"})
