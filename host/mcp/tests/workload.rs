@@ -16,9 +16,11 @@ use agentrt_tests::Rng;
 use support::*;
 
 const SERVER_DELAY_MS: u64 = 150;
-const CHANGE_EVERY_MS: u64 = 1000;
-const FRESHNESS_MS: u64 = 800;
-const SESSIONS: usize = 12;
+const CHANGE_EVERY_MS: u64 = 2000;
+const FRESHNESS_MS: u64 = 1500;
+/// The agent's model call between two tool calls.
+const THINK_MS: u64 = 40;
+const SESSIONS: usize = 16;
 const CALLS_PER_SESSION: usize = 8;
 const TOPICS: u64 = 16;
 const CONCURRENT_SESSIONS: usize = 4;
@@ -71,6 +73,7 @@ async fn replay(server_url: &str, memo: Option<&[(&str, &str)]>) -> Figures {
                 let session = client(&url, "key-a", "planner", &format!("task-{i}-{}", topics[0])).await;
                 let mut answers = Vec::new();
                 for topic in topics {
+                    tokio::time::sleep(Duration::from_millis(THINK_MS)).await;
                     let (start_wall, started) = (wall(), Instant::now());
                     let result = session.peer().call_tool(call("lookup", json!({ "topic": topic }))).await.unwrap();
                     answers.push((topic, start_wall, started.elapsed(), text(&result), is_memo_hit(&result)));
@@ -111,7 +114,7 @@ async fn gaia_like_lookups_through_the_gateway_save_calls_without_a_wrong_answer
     let baseline = replay(&server.url, None).await;
     let memo = replay(&server.url, Some(&[("ttl-ms", ttl.as_str())])).await;
     let control = replay(&server.url, Some(&[("ttl-ms", "60000")])).await;
-    for (name, f) in [("no memo", &baseline), ("tool-memo ttl 800 ms", &memo), ("control: ttl 60 s", &control)] {
+    for (name, f) in [("no memo", &baseline), ("tool-memo ttl 1.5 s", &memo), ("control: ttl 60 s", &control)] {
         eprintln!(
             "workload {name:>22}: {} calls, {} to the server ({} saved), {} hits, mean {:.1} ms, p50 {:.1} ms, \
              {} older than {FRESHNESS_MS} ms or wrong topic, {} superseded within the TTL",
