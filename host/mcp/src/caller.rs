@@ -29,9 +29,10 @@ pub struct Caller {
 
 impl Caller {
     pub fn of(context: &RequestContext<RoleServer>) -> Result<Self, McpError> {
-        let parts = context.extensions.get::<Parts>().ok_or_else(|| {
-            McpError::internal_error("agentrt MCP gateway: the request carries no HTTP parts", None)
-        })?;
+        let parts = context
+            .extensions
+            .get::<Parts>()
+            .ok_or_else(|| McpError::internal_error("agentrt MCP gateway: the request carries no HTTP parts", None))?;
         let tenant = parts
             .extensions
             .get::<AuthenticatedTenant>()

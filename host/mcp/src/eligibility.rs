@@ -87,7 +87,10 @@ mod tests {
     #[test]
     fn only_read_only_or_operator_allowed_tools_qualify_and_deny_wins() {
         let rules = MemoRules::default();
-        assert_eq!(rules.eligibility("s", &tool(json!({"readOnlyHint": true}))), Eligibility::ReadOnly);
+        assert_eq!(
+            rules.eligibility("s", &tool(json!({"readOnlyHint": true}))),
+            Eligibility::ReadOnly
+        );
         for side_effects in [
             json!({}),
             json!({"readOnlyHint": false}),
@@ -105,7 +108,10 @@ mod tests {
             deny: BTreeSet::new(),
         };
         assert_eq!(rules.eligibility("s", &tool(json!({}))), Eligibility::OperatorAllowed);
-        assert_eq!(rules.eligibility("other", &tool(json!({}))), Eligibility::MayHaveSideEffects);
+        assert_eq!(
+            rules.eligibility("other", &tool(json!({}))),
+            Eligibility::MayHaveSideEffects
+        );
         let rules = MemoRules {
             allow: ["s/t".to_string()].into(),
             deny: ["s/t".to_string()].into(),
@@ -121,7 +127,10 @@ mod tests {
     fn malformed_entries_name_the_flag() {
         assert_eq!(MemoRules::parse_entry("a/b", "--mcp-memo-allow").unwrap(), "a/b");
         let error = MemoRules::parse_entry("nope", "--mcp-memo-allow").unwrap_err();
-        assert!(error.contains("--mcp-memo-allow") && error.contains("SERVER/TOOL"), "{error}");
+        assert!(
+            error.contains("--mcp-memo-allow") && error.contains("SERVER/TOOL"),
+            "{error}"
+        );
         assert!(MemoRules::parse_entry("/b", "--mcp-memo-deny").is_err());
     }
 }

@@ -71,7 +71,12 @@ impl ServerFront {
     }
 
     /// Forward one request (not a tool call) and count it.
-    async fn forward<T, F, Fut>(&self, method: &str, context: &RequestContext<RoleServer>, send: F) -> Result<T, McpError>
+    async fn forward<T, F, Fut>(
+        &self,
+        method: &str,
+        context: &RequestContext<RoleServer>,
+        send: F,
+    ) -> Result<T, McpError>
     where
         T: ExplicitResultType,
         F: FnOnce(Arc<Connection>) -> Fut,
@@ -162,8 +167,10 @@ impl ServerHandler for ServerFront {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        self.forward("resources/list", &context, |c| async move { c.peer().list_resources(request).await })
-            .await
+        self.forward("resources/list", &context, |c| async move {
+            c.peer().list_resources(request).await
+        })
+        .await
     }
 
     async fn list_resource_templates(
@@ -182,8 +189,10 @@ impl ServerHandler for ServerFront {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        self.forward("resources/read", &context, |c| async move { c.peer().read_resource_once(request).await })
-            .await
+        self.forward("resources/read", &context, |c| async move {
+            c.peer().read_resource_once(request).await
+        })
+        .await
     }
 
     async fn list_prompts(
@@ -191,8 +200,10 @@ impl ServerHandler for ServerFront {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
-        self.forward("prompts/list", &context, |c| async move { c.peer().list_prompts(request).await })
-            .await
+        self.forward("prompts/list", &context, |c| async move {
+            c.peer().list_prompts(request).await
+        })
+        .await
     }
 
     async fn get_prompt(
@@ -200,8 +211,10 @@ impl ServerHandler for ServerFront {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        self.forward("prompts/get", &context, |c| async move { c.peer().get_prompt_once(request).await })
-            .await
+        self.forward("prompts/get", &context, |c| async move {
+            c.peer().get_prompt_once(request).await
+        })
+        .await
     }
 
     async fn complete(
@@ -209,7 +222,9 @@ impl ServerHandler for ServerFront {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, McpError> {
-        self.forward("completion/complete", &context, |c| async move { c.peer().complete(request).await })
-            .await
+        self.forward("completion/complete", &context, |c| async move {
+            c.peer().complete(request).await
+        })
+        .await
     }
 }

@@ -84,7 +84,12 @@ impl Gateway {
         let started = self
             .tenancy
             .registry()
-            .install(tenant.name(), TOOLS_SLOT, policy.component.clone(), policy.config.clone())
+            .install(
+                tenant.name(),
+                TOOLS_SLOT,
+                policy.component.clone(),
+                policy.config.clone(),
+            )
             .map_err(|e| e.to_string())
             .and_then(|handle| MemoWorker::spawn(tenant.name(), handle).map_err(|e| e.to_string()));
         let memo = match started {

@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use agentrt_runtime::keep_order;
-use agentrt_runtime::types::Event;
+use agentrt_runtime::types::{Event, Item};
 
 use crate::keys::ResultKey;
 use crate::memo_store::{Entry, MemoBudget, MemoStore};
@@ -165,7 +165,7 @@ impl TenantMemo {
     }
 
     /// Score `items` after `events`, within the decision timeout; `None` without an answer.
-    async fn ask(&self, events: Vec<Event>, items: Vec<agentrt_runtime::types::Item>) -> Option<Vec<f32>> {
+    async fn ask(&self, events: Vec<Event>, items: Vec<Item>) -> Option<Vec<f32>> {
         let n = items.len();
         let answer = self.worker.decide(events, items)?;
         match tokio::time::timeout(self.limits.decision_timeout, answer).await {

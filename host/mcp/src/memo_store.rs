@@ -114,10 +114,6 @@ impl MemoStore {
     pub fn items(&self) -> Vec<Item> {
         self.entries.values().map(Entry::item).collect()
     }
-
-    pub fn entry(&self, key: u64) -> Option<&Entry> {
-        self.entries.get(&key)
-    }
 }
 
 #[cfg(test)]
@@ -160,6 +156,9 @@ mod tests {
         };
         assert!(store.over(&budget));
         let item = store.items()[0];
-        assert_eq!((item.kind, item.last_access, item.tokens, item.session), (ItemKind::ToolResult, 2, 12, 0));
+        assert_eq!(
+            (item.kind, item.last_access, item.tokens, item.session),
+            (ItemKind::ToolResult, 2, 12, 0)
+        );
     }
 }

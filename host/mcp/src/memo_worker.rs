@@ -93,12 +93,10 @@ fn run(policy: Arc<PolicyHandle>, queue: Receiver<Job>, stats: Arc<MemoWorkerSta
                 } else {
                     policy.observe(&events)
                 };
-                let scores = observed
-                    .and_then(|()| policy.score(&items))
-                    .map_err(|e| {
-                        stats.failed.fetch_add(1, Relaxed);
-                        format!("tool-memo policy {}: {e}", policy.label())
-                    });
+                let scores = observed.and_then(|()| policy.score(&items)).map_err(|e| {
+                    stats.failed.fetch_add(1, Relaxed);
+                    format!("tool-memo policy {}: {e}", policy.label())
+                });
                 // The caller may have stopped waiting (its deadline): nothing to tell then.
                 let _ = reply.send(scores);
             }

@@ -60,31 +60,69 @@ impl GatewayMetrics {
         let servers = self.servers.lock().unwrap_or_else(|p| p.into_inner()).clone();
         type Field = fn(&ServerCounters) -> &AtomicU64;
         let counters: [(&str, &str, Field); 13] = [
-            ("agentrt_mcp_tool_calls_total", "tools/call requests received.", |c| &c.calls),
-            ("agentrt_mcp_memo_hits_total", "Tool calls answered from memory, without the server.", |c| &c.memo_hits),
-            ("agentrt_mcp_memo_misses_total", "Calls of memoizable tools sent to the server.", |c| &c.memo_misses),
+            ("agentrt_mcp_tool_calls_total", "tools/call requests received.", |c| {
+                &c.calls
+            }),
+            (
+                "agentrt_mcp_memo_hits_total",
+                "Tool calls answered from memory, without the server.",
+                |c| &c.memo_hits,
+            ),
+            (
+                "agentrt_mcp_memo_misses_total",
+                "Calls of memoizable tools sent to the server.",
+                |c| &c.memo_misses,
+            ),
             (
                 "agentrt_mcp_memo_no_answer_total",
                 "Memo lookups the tool-memo policy did not answer in time (sent to the server).",
                 |c| &c.memo_no_answer,
             ),
-            ("agentrt_mcp_memo_stored_total", "Fetched results kept in memory.", |c| &c.memo_stored),
-            ("agentrt_mcp_memo_expired_total", "Kept results the policy dropped (TTL).", |c| &c.memo_expired),
-            ("agentrt_mcp_memo_evicted_total", "Kept results dropped to stay within the budget.", |c| &c.memo_evicted),
-            ("agentrt_mcp_upstream_errors_total", "Requests the server failed or could not be reached for.", |c| {
-                &c.upstream_errors
-            }),
-            ("agentrt_mcp_tool_errors_total", "Tool results the server marked isError.", |c| &c.tool_errors),
-            ("agentrt_mcp_cancelled_total", "Calls the client cancelled while the server worked.", |c| &c.cancelled),
-            ("agentrt_mcp_forwarded_total", "Other requests forwarded (lists, reads, prompts).", |c| &c.forwarded),
+            (
+                "agentrt_mcp_memo_stored_total",
+                "Fetched results kept in memory.",
+                |c| &c.memo_stored,
+            ),
+            (
+                "agentrt_mcp_memo_expired_total",
+                "Kept results the policy dropped (TTL).",
+                |c| &c.memo_expired,
+            ),
+            (
+                "agentrt_mcp_memo_evicted_total",
+                "Kept results dropped to stay within the budget.",
+                |c| &c.memo_evicted,
+            ),
+            (
+                "agentrt_mcp_upstream_errors_total",
+                "Requests the server failed or could not be reached for.",
+                |c| &c.upstream_errors,
+            ),
+            (
+                "agentrt_mcp_tool_errors_total",
+                "Tool results the server marked isError.",
+                |c| &c.tool_errors,
+            ),
+            (
+                "agentrt_mcp_cancelled_total",
+                "Calls the client cancelled while the server worked.",
+                |c| &c.cancelled,
+            ),
+            (
+                "agentrt_mcp_forwarded_total",
+                "Other requests forwarded (lists, reads, prompts).",
+                |c| &c.forwarded,
+            ),
             (
                 "agentrt_mcp_memo_saved_seconds_total",
                 "Server time saved by hits (the latency of the fetch each served result came from).",
                 |c| &c.memo_saved_us,
             ),
-            ("agentrt_mcp_upstream_seconds_total", "Time spent waiting on servers for tool calls.", |c| {
-                &c.upstream_us
-            }),
+            (
+                "agentrt_mcp_upstream_seconds_total",
+                "Time spent waiting on servers for tool calls.",
+                |c| &c.upstream_us,
+            ),
         ];
         for (name, help, field) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
@@ -92,7 +130,11 @@ impl GatewayMetrics {
             for ((tenant, server), c) in &servers {
                 let v = field(c).load(Relaxed);
                 if seconds {
-                    let _ = writeln!(out, "{name}{{tenant=\"{tenant}\",server=\"{server}\"}} {}", v as f64 / 1e6);
+                    let _ = writeln!(
+                        out,
+                        "{name}{{tenant=\"{tenant}\",server=\"{server}\"}} {}",
+                        v as f64 / 1e6
+                    );
                 } else {
                     let _ = writeln!(out, "{name}{{tenant=\"{tenant}\",server=\"{server}\"}} {v}");
                 }

@@ -76,7 +76,10 @@ mod tests {
     fn an_absent_result_type_becomes_complete_and_a_present_one_stays() {
         let mut legacy = CallToolResult::success(vec![]);
         legacy.result_type = None;
-        assert_eq!(legacy.with_explicit_result_type().result_type, Some(ResultType::COMPLETE));
+        assert_eq!(
+            legacy.with_explicit_result_type().result_type,
+            Some(ResultType::COMPLETE)
+        );
         let mut other = ListToolsResult::default();
         other.result_type = Some(ResultType::TASK);
         assert_eq!(other.with_explicit_result_type().result_type, Some(ResultType::TASK));

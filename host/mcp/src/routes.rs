@@ -29,7 +29,8 @@ pub fn router(gateway: &Arc<Gateway>) -> Router {
             gateway: gateway.clone(),
             server: Arc::new(spec.clone()),
         };
-        let mut config = StreamableHttpServerConfig::default().with_max_request_body_bytes(gateway.options.max_body_bytes);
+        let mut config =
+            StreamableHttpServerConfig::default().with_max_request_body_bytes(gateway.options.max_body_bytes);
         config = if gateway.options.allowed_hosts.is_empty() {
             config.disable_allowed_hosts()
         } else {

@@ -24,8 +24,8 @@ use crate::front::ServerFront;
 use crate::keys::{tool_hash, ResultKey};
 use crate::memo::{Miss, TenantMemo};
 use crate::memo_store::Entry;
-use crate::result_type::ExplicitResultType;
 use crate::metrics::ServerCounters;
+use crate::result_type::ExplicitResultType;
 use crate::upstream::Connection;
 
 /// The `_meta` key a memo hit is marked with.
@@ -94,7 +94,9 @@ pub async fn call(
         }
         Err(error) => {
             report.returned(memo.as_deref(), 0, started, false);
-            return Err(front.upstream_failed(&caller, &format!("tools/call `{}`", request.name), error).await);
+            return Err(front
+                .upstream_failed(&caller, &format!("tools/call `{}`", request.name), error)
+                .await);
         }
     };
     let bytes = serde_json::to_vec(&result).map_or(0, |b| b.len());

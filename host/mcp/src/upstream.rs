@@ -86,7 +86,9 @@ fn validate_name(name: &str) -> Result<(), String> {
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
     {
-        Some(c) => Err(format!("the server name {name:?} contains {c:?}; use letters, digits, `-`, `_` or `.`")),
+        Some(c) => Err(format!(
+            "the server name {name:?} contains {c:?}; use letters, digits, `-`, `_` or `.`"
+        )),
         None => Ok(()),
     }
 }
@@ -143,7 +145,6 @@ impl Connection {
 type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
 
 /// Every tenant's sessions to every server, made on first use.
-#[derive(Default)]
 pub struct Connections {
     slots: Mutex<HashMap<(String, String), Slot>>,
     pub connect_timeout: Duration,

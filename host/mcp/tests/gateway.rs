@@ -30,7 +30,11 @@ async fn tools_resources_and_prompts_are_forwarded_unchanged() {
     };
     let (a, b) = (listed(&direct).await, listed(&through).await);
     assert_eq!(a, b, "tools, schemas and annotations as the server lists them");
-    assert!(b.as_array().unwrap().iter().any(|t| t["annotations"]["readOnlyHint"] == json!(true)));
+    assert!(b
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["annotations"]["readOnlyHint"] == json!(true)));
     assert_eq!(
         serde_json::to_value(direct.peer().list_all_resources().await.unwrap()).unwrap(),
         serde_json::to_value(through.peer().list_all_resources().await.unwrap()).unwrap()
@@ -51,7 +55,10 @@ async fn tools_resources_and_prompts_are_forwarded_unchanged() {
     let mut prompt = GetPromptRequestParams::new("ask");
     prompt.arguments = json!({"topic": "rome"}).as_object().cloned();
     let got = serde_json::to_value(through.peer().get_prompt(prompt.clone()).await.unwrap()).unwrap();
-    assert_eq!(got, serde_json::to_value(direct.peer().get_prompt(prompt).await.unwrap()).unwrap());
+    assert_eq!(
+        got,
+        serde_json::to_value(direct.peer().get_prompt(prompt).await.unwrap()).unwrap()
+    );
     assert!(got.to_string().contains("rome"));
     // The agent sees the server's own name and instructions.
     let info = through.peer().peer_info().unwrap();
@@ -68,11 +75,19 @@ async fn a_repeated_read_only_call_is_answered_from_memory_and_reported_as_tool_
     let first_session = client(&url, "key-a", "planner", "task-1").await;
     let other_session = client(&url, "key-a", "planner", "task-2").await;
 
-    let fetched = first_session.peer().call_tool(call("lookup", json!({"topic": "paris"}))).await.unwrap();
+    let fetched = first_session
+        .peer()
+        .call_tool(call("lookup", json!({"topic": "paris"})))
+        .await
+        .unwrap();
     assert!(!is_memo_hit(&fetched));
     // Another session of the same tenant, the same arguments in another order of keys: from memory.
     let started = std::time::Instant::now();
-    let served = other_session.peer().call_tool(call("lookup", json!({"topic": "paris"}))).await.unwrap();
+    let served = other_session
+        .peer()
+        .call_tool(call("lookup", json!({"topic": "paris"})))
+        .await
+        .unwrap();
     let waited = started.elapsed();
     assert!(is_memo_hit(&served), "marked in _meta: {:?}", served.meta);
     assert_eq!(text(&served), text(&fetched), "the same answer");
@@ -91,7 +106,10 @@ async fn a_repeated_read_only_call_is_answered_from_memory_and_reported_as_tool_
     let tool_events: Vec<Event> = gw
         .events_of("alpha")
         .into_iter()
-        .filter(|e| matches!(e, Event::ToolCall(c) if c.args_hash == key) || matches!(e, Event::ToolReturn(r) if r.args_hash == key))
+        .filter(|e| {
+            matches!(e, Event::ToolCall(c) if c.args_hash == key)
+                || matches!(e, Event::ToolReturn(r) if r.args_hash == key)
+        })
         .collect();
     assert_eq!(tool_events.len(), 4, "{tool_events:?}");
     let (Event::ToolCall(c1), Event::ToolReturn(r1), Event::ToolCall(c2), Event::ToolReturn(r2)) =
@@ -105,7 +123,10 @@ async fn a_repeated_read_only_call_is_answered_from_memory_and_reported_as_tool_
     assert!(r1.ok && r2.ok && r1.result_tokens > 0);
     assert!(r1.latency_us >= 200_000 && r2.latency_us < 150_000, "{r1:?} {r2:?}");
     assert!(c2.at_us > c1.at_us);
-    assert!(gw.events_of("beta").is_empty(), "nothing reaches another tenant's stream");
+    assert!(
+        gw.events_of("beta").is_empty(),
+        "nothing reaches another tenant's stream"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -119,20 +140,42 @@ async fn tools_with_side_effects_errors_and_other_tenants_never_get_memoized_res
 
     // A write (no readOnlyHint) runs every time.
     for _ in 0..2 {
-        alpha.peer().call_tool(call("record", json!({"note": "x"}))).await.unwrap();
+        alpha
+            .peer()
+            .call_tool(call("record", json!({"note": "x"})))
+            .await
+            .unwrap();
     }
     assert_eq!(server_stats(&alpha).await["record"], 2);
     // A failing read-only tool: its error result passes through and is not kept.
     for _ in 0..2 {
-        let failed = alpha.peer().call_tool(call("fail", json!({"message": "m"}))).await.unwrap();
+        let failed = alpha
+            .peer()
+            .call_tool(call("fail", json!({"message": "m"})))
+            .await
+            .unwrap();
         assert_eq!(failed.is_error, Some(true));
         assert!(!is_memo_hit(&failed));
     }
     assert_eq!(server_stats(&alpha).await["fail"], 2);
     // Alpha's kept result is not beta's: beta's call goes to the server.
-    alpha.peer().call_tool(call("lookup", json!({"topic": "oslo"}))).await.unwrap();
-    assert!(is_memo_hit(&alpha.peer().call_tool(call("lookup", json!({"topic": "oslo"}))).await.unwrap()));
-    let for_beta = beta.peer().call_tool(call("lookup", json!({"topic": "oslo"}))).await.unwrap();
+    alpha
+        .peer()
+        .call_tool(call("lookup", json!({"topic": "oslo"})))
+        .await
+        .unwrap();
+    assert!(is_memo_hit(
+        &alpha
+            .peer()
+            .call_tool(call("lookup", json!({"topic": "oslo"})))
+            .await
+            .unwrap()
+    ));
+    let for_beta = beta
+        .peer()
+        .call_tool(call("lookup", json!({"topic": "oslo"})))
+        .await
+        .unwrap();
     assert!(!is_memo_hit(&for_beta));
     assert_eq!(server_stats(&alpha).await["lookup"], 2, "one call per tenant");
     assert_eq!(gw.metric("agentrt_mcp_tool_errors_total", LABELS_A), 2.0);
@@ -148,7 +191,10 @@ async fn a_result_past_its_ttl_is_fetched_again() {
     alpha.peer().call_tool(lookup()).await.unwrap();
     assert!(is_memo_hit(&alpha.peer().call_tool(lookup()).await.unwrap()));
     tokio::time::sleep(Duration::from_millis(450)).await;
-    assert!(!is_memo_hit(&alpha.peer().call_tool(lookup()).await.unwrap()), "older than 400 ms");
+    assert!(
+        !is_memo_hit(&alpha.peer().call_tool(lookup()).await.unwrap()),
+        "older than 400 ms"
+    );
     assert_eq!(server_stats(&alpha).await["lookup"], 2);
     assert_eq!(gw.metric("agentrt_mcp_memo_expired_total", LABELS_A), 1.0);
 }
@@ -161,9 +207,20 @@ async fn bad_requests_get_clear_errors_and_the_gateway_keeps_serving() {
     let url = format!("{}/mcp/lookup", gw.url);
     let alpha = client(&url, "key-a", "planner", "s").await;
 
-    let unknown = alpha.peer().call_tool(call("teleport", json!({}))).await.unwrap_err().to_string();
-    assert!(unknown.contains("unknown tool `teleport`") && unknown.contains("lookup"), "{unknown}");
-    assert!(unknown.contains("offers") && unknown.contains("stats"), "names what the server offers: {unknown}");
+    let unknown = alpha
+        .peer()
+        .call_tool(call("teleport", json!({})))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        unknown.contains("unknown tool `teleport`") && unknown.contains("lookup"),
+        "{unknown}"
+    );
+    assert!(
+        unknown.contains("offers") && unknown.contains("stats"),
+        "names what the server offers: {unknown}"
+    );
 
     let http = reqwest::Client::new();
     // No key, or a wrong one: refused from the headers alone.
@@ -184,26 +241,55 @@ async fn bad_requests_get_clear_errors_and_the_gateway_keeps_serving() {
         .unwrap();
     assert!(malformed.status().is_client_error(), "{}", malformed.status());
     // A server that is not configured: 404 naming those that are.
-    let missing = http.post(format!("{}/mcp/nowhere", gw.url)).bearer_auth("key-a").send().await.unwrap();
+    let missing = http
+        .post(format!("{}/mcp/nowhere", gw.url))
+        .bearer_auth("key-a")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(missing.status(), 404);
     assert!(missing.text().await.unwrap().contains("configured: lookup"));
-    assert_eq!(gw.gateway.metrics.refused.load(std::sync::atomic::Ordering::Relaxed), 2, "no key, wrong key");
+    assert_eq!(
+        gw.gateway.metrics.refused.load(std::sync::atomic::Ordering::Relaxed),
+        2,
+        "no key, wrong key"
+    );
     // Still serving.
-    assert!(alpha.peer().call_tool(call("lookup", json!({"topic": "x"}))).await.is_ok());
+    assert!(alpha
+        .peer()
+        .call_tool(call("lookup", json!({"topic": "x"})))
+        .await
+        .is_ok());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_dies_mid_call_is_named_in_the_error_and_replaced_on_the_next_request() {
     let python = python_or_skip!();
     // A stdio server the gateway launches itself.
-    let stdio = format!("files=stdio:{} {} --stdio --delay-ms 10", python.display(), server_script().display());
+    let stdio = format!(
+        "files=stdio:{} {} --stdio --delay-ms 10",
+        python.display(),
+        server_script().display()
+    );
     let gw = gateway(&[stdio], Some(&[])).await;
     let alpha = client(&format!("{}/mcp/files", gw.url), "key-a", "planner", "s").await;
     let first_pid = server_stats(&alpha).await["pid"].clone();
-    let error = alpha.peer().call_tool(call("crash", json!({}))).await.unwrap_err().to_string();
-    assert!(error.contains("MCP server `files`") && error.contains("tools/call `crash`"), "{error}");
+    let error = alpha
+        .peer()
+        .call_tool(call("crash", json!({})))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("MCP server `files`") && error.contains("tools/call `crash`"),
+        "{error}"
+    );
     // The next request starts a new server process.
-    let answer = alpha.peer().call_tool(call("lookup", json!({"topic": "y"}))).await.unwrap();
+    let answer = alpha
+        .peer()
+        .call_tool(call("lookup", json!({"topic": "y"})))
+        .await
+        .unwrap();
     assert_eq!(text(&answer)["topic"], "y");
     assert_ne!(server_stats(&alpha).await["pid"], first_pid, "a new process");
     let labels = "tenant=\"alpha\",server=\"files\"";
@@ -219,10 +305,19 @@ async fn a_server_that_dies_mid_call_is_named_in_the_error_and_replaced_on_the_n
     let slow = tokio::spawn(async move { peer.call_tool(call("slow", json!({"seconds": 5.0}))).await });
     tokio::time::sleep(Duration::from_millis(500)).await;
     server.kill();
-    let error = tokio::time::timeout(Duration::from_secs(10), slow).await.unwrap().unwrap().unwrap_err().to_string();
+    let error = tokio::time::timeout(Duration::from_secs(10), slow)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err()
+        .to_string();
     assert!(error.contains("MCP server `lookup`"), "{error}");
     let _back = LookupServer::start_on(&python2, port, 10, 60_000).await;
-    let answer = alpha.peer().call_tool(call("lookup", json!({"topic": "z"}))).await.unwrap();
+    let answer = alpha
+        .peer()
+        .call_tool(call("lookup", json!({"topic": "z"})))
+        .await
+        .unwrap();
     assert_eq!(text(&answer)["topic"], "z");
 }
 
@@ -243,7 +338,10 @@ async fn a_cancelled_call_is_cancelled_at_the_server() {
         if stats["slow_cancelled"] == 1 {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "the server never saw the cancellation: {stats}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never saw the cancellation: {stats}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(gw.metric("agentrt_mcp_cancelled_total", LABELS_A), 1.0);
@@ -278,9 +376,16 @@ async fn the_official_python_client_works_through_the_gateway() {
     let calls = out["calls"].as_array().unwrap();
     assert_eq!(calls[0]["text"], calls[1]["text"]);
     assert!(calls[0]["meta"].get(agentrt_mcp::MEMO_META_KEY).is_none(), "{out}");
-    assert_eq!(calls[1]["meta"][agentrt_mcp::MEMO_META_KEY]["hit"], json!(true), "{out}");
+    assert_eq!(
+        calls[1]["meta"][agentrt_mcp::MEMO_META_KEY]["hit"],
+        json!(true),
+        "{out}"
+    );
     assert_eq!(out["fail_is_error"], json!(true));
-    assert!(out["unknown_tool_error"].as_str().unwrap_or("").contains("teleport"), "{out}");
+    assert!(
+        out["unknown_tool_error"].as_str().unwrap_or("").contains("teleport"),
+        "{out}"
+    );
     let sessions: Vec<u64> = gw
         .events_of("alpha")
         .iter()
@@ -289,5 +394,8 @@ async fn the_official_python_client_works_through_the_gateway() {
             _ => None,
         })
         .collect();
-    assert!(sessions.iter().all(|&s| s == session_of("alpha", "py-session")), "{sessions:?}");
+    assert!(
+        sessions.iter().all(|&s| s == session_of("alpha", "py-session")),
+        "{sessions:?}"
+    );
 }

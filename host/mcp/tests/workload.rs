@@ -75,8 +75,18 @@ async fn replay(server_url: &str, memo: Option<&[(&str, &str)]>) -> Figures {
                 for topic in topics {
                     tokio::time::sleep(Duration::from_millis(THINK_MS)).await;
                     let (start_wall, started) = (wall(), Instant::now());
-                    let result = session.peer().call_tool(call("lookup", json!({ "topic": topic }))).await.unwrap();
-                    answers.push((topic, start_wall, started.elapsed(), text(&result), is_memo_hit(&result)));
+                    let result = session
+                        .peer()
+                        .call_tool(call("lookup", json!({ "topic": topic })))
+                        .await
+                        .unwrap();
+                    answers.push((
+                        topic,
+                        start_wall,
+                        started.elapsed(),
+                        text(&result),
+                        is_memo_hit(&result),
+                    ));
                 }
                 answers
             }));
@@ -114,7 +124,11 @@ async fn gaia_like_lookups_through_the_gateway_save_calls_without_a_wrong_answer
     let baseline = replay(&server.url, None).await;
     let memo = replay(&server.url, Some(&[("ttl-ms", ttl.as_str())])).await;
     let control = replay(&server.url, Some(&[("ttl-ms", "60000")])).await;
-    for (name, f) in [("no memo", &baseline), ("tool-memo ttl 1.5 s", &memo), ("control: ttl 60 s", &control)] {
+    for (name, f) in [
+        ("no memo", &baseline),
+        ("tool-memo ttl 1.5 s", &memo),
+        ("control: ttl 60 s", &control),
+    ] {
         eprintln!(
             "workload {name:>22}: {} calls, {} to the server ({} saved), {} hits, mean {:.1} ms, p50 {:.1} ms, \
              {} older than {FRESHNESS_MS} ms or wrong topic, {} superseded within the TTL",
@@ -131,9 +145,16 @@ async fn gaia_like_lookups_through_the_gateway_save_calls_without_a_wrong_answer
     assert_eq!(baseline.calls, SESSIONS * CALLS_PER_SESSION);
     assert_eq!((baseline.hits, baseline.server_calls), (0, baseline.calls as u64));
     assert_eq!(memo.wrong, 0, "no answer older than the TTL, none for another topic");
-    assert_eq!(memo.server_calls + memo.hits as u64, memo.calls as u64, "every call is a hit or a server call");
+    assert_eq!(
+        memo.server_calls + memo.hits as u64,
+        memo.calls as u64,
+        "every call is a hit or a server call"
+    );
     // At least a third of the server calls and of the waiting saved (docs/mcp.md has the figures).
-    assert!(memo.server_calls * 3 < baseline.server_calls * 2, "{memo:?} vs {baseline:?}");
+    assert!(
+        memo.server_calls * 3 < baseline.server_calls * 2,
+        "{memo:?} vs {baseline:?}"
+    );
     assert!(memo.mean_ms * 3.0 < baseline.mean_ms * 2.0, "{memo:?} vs {baseline:?}");
     // The checker bites: a TTL the run does not allow shows up as old answers.
     assert!(control.wrong > 0, "{control:?}");

@@ -41,7 +41,11 @@ async fn tool_calls_through_serve_reach_the_tenants_own_policy_and_metrics() {
         eprintln!("skipped: no MCP venv (run `bash host/mcp/tests/python/setup-venv.sh`)");
         return;
     };
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut server = tokio::process::Command::new(&python)
         .arg(python_scripts().join("lookup_server.py"))
         .args(["--port", &port.to_string(), "--delay-ms", "50"])
@@ -56,7 +60,9 @@ async fn tool_calls_through_serve_reach_the_tenants_own_policy_and_metrics() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let options: support::McpOptions = Box::new(move |engine| agentrt_mcp::GatewayOptions {
-        servers: vec![agentrt_mcp::upstream::UpstreamSpec::parse(&format!("lookup=http://127.0.0.1:{port}/mcp")).unwrap()],
+        servers: vec![
+            agentrt_mcp::upstream::UpstreamSpec::parse(&format!("lookup=http://127.0.0.1:{port}/mcp")).unwrap(),
+        ],
         memo_policy: Some(agentrt_mcp::MemoPolicy {
             component: agentrt_tests::load(engine, "tool-memo"),
             config: agentrt_runtime::SlotConfig::new(""),
@@ -75,7 +81,16 @@ async fn tool_calls_through_serve_reach_the_tenants_own_policy_and_metrics() {
     .await;
 
     // The planner calls the model first (the proxy registers it), then its tools.
-    let answered = post_json(&p, &chat("You plan.", "Task 9", "m", false), &[("authorization", "Bearer key-a"), ("x-agent-id", "planner"), ("x-session-id", "s-9")]).await;
+    let answered = post_json(
+        &p,
+        &chat("You plan.", "Task 9", "m", false),
+        &[
+            ("authorization", "Bearer key-a"),
+            ("x-agent-id", "planner"),
+            ("x-session-id", "s-9"),
+        ],
+    )
+    .await;
     assert_eq!(answered.status(), 200);
     settle(&p).await;
     let before = probe_events(&p, "alpha");
@@ -89,19 +104,36 @@ async fn tool_calls_through_serve_reach_the_tenants_own_policy_and_metrics() {
         .unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let out: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(out["calls"][1]["meta"][agentrt_mcp::MEMO_META_KEY]["hit"], json!(true), "{out}");
+    assert_eq!(
+        out["calls"][1]["meta"][agentrt_mcp::MEMO_META_KEY]["hit"],
+        json!(true),
+        "{out}"
+    );
     settle(&p).await;
     // Three completed calls (lookup twice, fail once) = six events on alpha's own stream; the
     // unknown tool is refused before it is a call.
     assert_eq!(probe_events(&p, "alpha") - before, 6);
-    assert!(p.state.tenants.registry().get("alpha", agentrt_mcp::TOOLS_SLOT).is_some());
-    assert!(p.state.tenants.registry().get("beta", agentrt_mcp::TOOLS_SLOT).is_none());
+    assert!(p
+        .state
+        .tenants
+        .registry()
+        .get("alpha", agentrt_mcp::TOOLS_SLOT)
+        .is_some());
+    assert!(p
+        .state
+        .tenants
+        .registry()
+        .get("beta", agentrt_mcp::TOOLS_SLOT)
+        .is_none());
 
     // The proxy's keys guard /mcp, before any body is read.
     let refused = reqwest::Client::new().post(&url).body("{").send().await.unwrap();
     assert_eq!(refused.status(), 401);
     let metrics = metrics_text(&p).await;
-    assert!(metrics.contains("agentrt_mcp_memo_hits_total{tenant=\"alpha\",server=\"lookup\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("agentrt_mcp_memo_hits_total{tenant=\"alpha\",server=\"lookup\"} 1"),
+        "{metrics}"
+    );
     assert!(metrics.contains("agentrt_mcp_refused_total 1"));
     assert!(
         metrics.contains("tenant=\"alpha\",slot=\"tools\""),

@@ -82,7 +82,8 @@ impl ToolMemo {
             return 0.0;
         }
         let left = (self.ttl_us - age) as f64 / self.ttl_us as f64;
-        let value = (1.0 + f64::from(stats.calls)) * (stats.latency_us as f64 / 1000.0) / (f64::from(item.tokens) + 1.0);
+        let value =
+            (1.0 + f64::from(stats.calls)) * (stats.latency_us as f64 / 1000.0) / (f64::from(item.tokens) + 1.0);
         ((value * left) as f32).max(FLOOR)
     }
 
@@ -297,7 +298,9 @@ mod tests {
         assert_eq!(other.score(&[result(1, 50, 10)]), memo.score(&[result(1, 50, 10)]));
         assert!(other.restore(b"nope").is_err());
         assert!(Harness::<ToolMemo>::new([("ttl", "5")]).unwrap_err().contains("ttl"));
-        assert!(Harness::<ToolMemo>::new([("ttl-ms", "0")]).unwrap_err().contains("ttl-ms"));
+        assert!(Harness::<ToolMemo>::new([("ttl-ms", "0")])
+            .unwrap_err()
+            .contains("ttl-ms"));
     }
 
     #[test]

@@ -28,9 +28,9 @@ use agentrt_runtime::{PolicyRegistry, SlotConfig};
 
 /// The venv's Python, or why the test cannot run.
 pub fn venv_python() -> Result<PathBuf, String> {
-    let venv = std::env::var_os("AGENTRT_MCP_VENV").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/agentrt/venv-mcp")
-    });
+    let venv = std::env::var_os("AGENTRT_MCP_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/agentrt/venv-mcp"));
     let python = venv.join("bin/python");
     if python.is_file() {
         Ok(python)
@@ -88,7 +88,10 @@ impl LookupServer {
             .expect("the lookup server starts");
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "the lookup server did not listen on {port} within 30 s");
+            assert!(
+                Instant::now() < deadline,
+                "the lookup server did not listen on {port} within 30 s"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Self {
@@ -179,7 +182,12 @@ impl TenantStream for RecordingTenant {
         self.clock.elapsed().as_micros() as u64
     }
     fn observe(&self, events: Vec<Event>) {
-        self.events.lock().unwrap().entry(self.name.clone()).or_default().extend(events);
+        self.events
+            .lock()
+            .unwrap()
+            .entry(self.name.clone())
+            .or_default()
+            .extend(events);
     }
 }
 
@@ -269,8 +277,14 @@ pub async fn client(url: &str, key: &str, agent: &str, session: &str) -> Client 
 
 pub async fn try_client(url: &str, key: &str, agent: &str, session: &str) -> Result<Client, String> {
     let mut headers = HashMap::new();
-    headers.insert(HeaderName::from_static("x-agent-id"), HeaderValue::from_str(agent).unwrap());
-    headers.insert(HeaderName::from_static("x-session-id"), HeaderValue::from_str(session).unwrap());
+    headers.insert(
+        HeaderName::from_static("x-agent-id"),
+        HeaderValue::from_str(agent).unwrap(),
+    );
+    headers.insert(
+        HeaderName::from_static("x-session-id"),
+        HeaderValue::from_str(session).unwrap(),
+    );
     let config = StreamableHttpClientTransportConfig::with_uri(url)
         .auth_header(key)
         .custom_headers(headers);
