@@ -80,8 +80,10 @@ mod tests {
             legacy.with_explicit_result_type().result_type,
             Some(ResultType::COMPLETE)
         );
-        let mut other = ListToolsResult::default();
-        other.result_type = Some(ResultType::TASK);
+        let other = ListToolsResult {
+            result_type: Some(ResultType::TASK),
+            ..ListToolsResult::default()
+        };
         assert_eq!(other.with_explicit_result_type().result_type, Some(ResultType::TASK));
     }
 }
