@@ -10,7 +10,9 @@ use std::sync::{Arc, Weak};
 
 use axum::http::{HeaderMap, StatusCode};
 
-use agentrt_mcp::{Gateway, GatewayOptions, Refusal, Tenancy, TenantStream};
+/// What [`mount`] takes, for callers that do not depend on `agentrt-mcp` themselves.
+pub use agentrt_mcp::GatewayOptions;
+use agentrt_mcp::{Gateway, Refusal, Tenancy, TenantStream};
 use agentrt_runtime::types::Event;
 use agentrt_runtime::PolicyRegistry;
 

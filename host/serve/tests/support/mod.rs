@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 use crate::stub_upstream;
 
-pub type McpOptions = Box<dyn FnOnce(&PolicyEngine) -> agentrt_mcp::GatewayOptions>;
+pub type McpOptions = Box<dyn FnOnce(&PolicyEngine) -> agentrt_serve::mcp::GatewayOptions>;
 
 pub struct Proxy {
     pub url: String,
