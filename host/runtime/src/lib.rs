@@ -41,6 +41,7 @@ pub mod registry;
 pub mod results;
 pub mod sandbox;
 pub mod shares;
+pub mod side_effects;
 
 pub use artifact_cache::ArtifactCache;
 pub use breaker::BreakerConfig;
@@ -53,6 +54,7 @@ pub use handle::{keep_order, lru_order, PolicyHandle, Ranking, SlotConfig, SwapR
 pub use registry::{PolicyRegistry, RegistryError};
 pub use sandbox::SandboxLimits;
 pub use shares::{Share, Usage};
+pub use side_effects::merge_side_effects;
 
 /// The WIT types as the host sees them.
 pub mod types {

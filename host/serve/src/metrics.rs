@@ -20,6 +20,10 @@ pub struct ProxyMetrics {
     pub warmups_sent: AtomicU64,
     pub warmups_skipped: AtomicU64,
     pub warmups_failed: AtomicU64,
+    /// Sessions (or whole tenants: session 0) a policy's `deny` refused from then on.
+    pub sessions_denied: AtomicU64,
+    /// Requests refused because a policy denied their session.
+    pub denied_requests: AtomicU64,
     /// Requests sent with the public cache salt: their anchor is marked public.
     pub public_anchor_requests: AtomicU64,
     pub policy_errors: AtomicU64,
@@ -85,6 +89,16 @@ impl ProxyMetrics {
                 "agentrt_proxy_warmups_failed_total",
                 "Warm-ups the upstream failed (never retried).",
                 &self.warmups_failed,
+            ),
+            (
+                "agentrt_proxy_sessions_denied_total",
+                "Sessions a policy's deny refused from then on (session 0: a whole tenant).",
+                &self.sessions_denied,
+            ),
+            (
+                "agentrt_proxy_denied_requests_total",
+                "Requests refused with 403 because a policy denied their session.",
+                &self.denied_requests,
             ),
             (
                 "agentrt_proxy_public_anchor_requests_total",

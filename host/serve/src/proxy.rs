@@ -157,7 +157,7 @@ impl AppState {
     /// Queue events for a tenant's policy. Never waits: the tenant's worker makes the call, and
     /// drops (and counts) what its full queue cannot hold.
     pub fn tell_policy(&self, tenant: &Tenant, events: Vec<Event>) {
-        tenant.worker.observe(events);
+        tenant.observe(events);
     }
 }
 
@@ -291,6 +291,7 @@ async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
             ApiError::bad_request(m)
         })?;
         identity.scope_to_tenant(&tenant.name);
+        refuse_denied(&state, &tenant, &identity)?;
         let (agent, registration) = tenant.agents.intern(&identity);
         let prompt = json.get("prompt").map(Value::to_string).unwrap_or_default();
         let shape = PromptShape::of_text(&prompt);
@@ -315,6 +316,7 @@ async fn prepare_chat(
     })?;
     anchor.cache_salt = state.salt(&mut json, &tenant.name, Some(identity.anchor_hash));
     identity.scope_to_tenant(&tenant.name);
+    refuse_denied(state, &tenant, &identity)?;
     let (agent, mut registration) = tenant.agents.intern(&identity);
     if let Some(Event::AgentRegistered(new_agent)) = registration.as_mut() {
         if state.options.vllm_xargs {
@@ -326,6 +328,21 @@ async fn prepare_chat(
     tenant.agents.record_anchor(identity.anchor_hash, agent, anchor);
     let shape = PromptShape::of_chat(&json);
     Ok(prepare(state, tenant, json, identity, agent, registration, shape))
+}
+
+/// 403 for a session one of the tenant's policies denied (a guard's budget or loop rule): the
+/// message is the policy's reason. Nothing goes upstream and no policy hears of the request.
+fn refuse_denied(state: &AppState, tenant: &Tenant, identity: &Identity) -> Result<(), ApiError> {
+    match tenant.denial(identity.session) {
+        None => Ok(()),
+        Some(reason) => {
+            state.metrics.denied_requests.fetch_add(1, Relaxed);
+            Err(ApiError::forbidden(format!(
+                "session {:?} denied by tenant {}'s policy: {reason}",
+                identity.session_key, tenant.name
+            )))
+        }
+    }
 }
 
 /// Record the session and the prompt's shape, and amend the body: the part every route shares.

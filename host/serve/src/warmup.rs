@@ -16,10 +16,11 @@ use std::time::Instant;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
+use agentrt_runtime::merge_side_effects;
 use agentrt_runtime::types::{Event, RequestArrival, RequestFinish, SideEffect, WarmPrefix};
 
 use crate::proxy::AppState;
-use crate::tenants::{Tenant, DEFAULT_TENANT};
+use crate::tenants::{Tenant, DEFAULT_TENANT, KV_SLOT};
 
 #[derive(Debug, Clone)]
 pub struct WarmupOptions {
@@ -59,29 +60,42 @@ impl Warmups {
         }
     }
 
-    /// Ask the tenant's policy for side effects and carry them out, in the background.
-    /// The call runs on the tenant's policy worker; when an `act` is already pending there, its
-    /// answer serves this request too and nothing more is queued.
+    /// Ask each of the tenant's policy slots for side effects and carry out their merge
+    /// ([`merge_side_effects`]: `deny` wins, one warm-up per anchor), in the background. The calls
+    /// run on the slots' workers; a slot whose `act` is already pending answers this request with
+    /// that call, and nothing more is queued for it.
     pub fn kick(&self, state: Arc<AppState>, tenant: Arc<Tenant>) {
-        let Some(answer) = tenant.worker.act() else {
+        let slots = std::iter::once((KV_SLOT, &tenant.worker))
+            .chain(tenant.extra_slots.iter().map(|s| (s.name.as_str(), &s.worker)));
+        let answers: Vec<_> = slots
+            .filter_map(|(slot, worker)| worker.act().map(|answer| (slot.to_string(), answer)))
+            .collect();
+        if answers.is_empty() {
             return;
-        };
+        }
         tokio::spawn(async move {
-            let effects = match answer.await {
-                // The worker is gone: the tenant's policy is shutting down.
-                Err(_) => return,
-                Ok(Ok(effects)) => effects,
-                Ok(Err(e)) => {
-                    state.metrics.policy_errors.fetch_add(1, Relaxed);
-                    // A suspended policy was reported once when its circuit opened.
-                    if !e.is_circuit_open() {
-                        tracing::warn!(tenant = %tenant.name, error = %e, "policy act failed");
+            let mut per_slot = Vec::with_capacity(answers.len());
+            for (slot, answer) in answers {
+                match answer.await {
+                    // The worker is gone: the tenant's policy is shutting down.
+                    Err(_) => {}
+                    Ok(Ok(effects)) => per_slot.push(effects),
+                    Ok(Err(e)) => {
+                        state.metrics.policy_errors.fetch_add(1, Relaxed);
+                        // A suspended policy was reported once when its circuit opened.
+                        if !e.is_circuit_open() {
+                            tracing::warn!(tenant = %tenant.name, slot, error = %e, "policy act failed");
+                        }
                     }
-                    return;
                 }
-            };
-            for effect in effects {
+            }
+            for effect in merge_side_effects(per_slot) {
                 match effect {
+                    SideEffect::Deny(deny) => {
+                        tracing::info!(tenant = %tenant.name, session = deny.session, reason = %deny.reason, "session denied by policy");
+                        state.metrics.sessions_denied.fetch_add(1, Relaxed);
+                        tenant.deny(deny.session, deny.reason);
+                    }
                     SideEffect::WarmPrefix(warm) => state.warmups.warm(&state, &tenant, warm).await,
                     // Pins protect blocks inside the engine, whose eviction only the engine
                     // tenant's policy ranks: the eviction service applies them.

@@ -30,6 +30,8 @@ pub struct Proxy {
 /// How a test's proxy is set up: `Setup::new(policy).start()` is what most tests use.
 pub struct Setup {
     pub policy: &'static str,
+    /// Slots besides `kv`: (name, component, init).
+    pub extra_slots: Vec<(&'static str, &'static str, Vec<(&'static str, &'static str)>)>,
     /// API key → tenant; empty = single-tenant.
     pub keys: HashMap<String, String>,
     /// Another upstream than the stub.
@@ -59,6 +61,7 @@ impl Setup {
     pub fn new(policy: &'static str) -> Self {
         Self {
             policy,
+            extra_slots: Vec::new(),
             keys: HashMap::new(),
             upstream: None,
             admin_token: Some("s3cret".into()),
@@ -108,7 +111,19 @@ impl Setup {
             public_anchors: Default::default(),
         };
         let (settings, reloader) = initial_settings(self.config, flags).unwrap();
+        let extra_slots = self
+            .extra_slots
+            .iter()
+            .map(|(name, policy, init)| {
+                let config = SlotConfig {
+                    init: init.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+                    ..slot.clone()
+                };
+                (name.to_string(), agentrt_tests::load(&engine, policy), config)
+            })
+            .collect();
         let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, settings)
+            .with_extra_slots(extra_slots)
             .with_tables(self.tables)
             .with_queue_jobs(self.policy_queue_jobs);
         let options = ServeOptions {
@@ -185,8 +200,19 @@ pub async fn install_policy(p: &Proxy, tenant: &str, component: &str) {
 /// `PUT /admin/tenants/{tenant}/policy` with `component`'s bytes under `token` (`fresh`: start the
 /// new policy from scratch): the status and the JSON answer.
 pub async fn put_policy(p: &Proxy, tenant: &str, component: &str, token: &str, fresh: bool) -> (u16, Value) {
+    upload(p, &format!("/admin/tenants/{tenant}/policy?fresh={fresh}"), component, token).await
+}
+
+/// `PUT /admin/tenants/{tenant}/policy?fresh=true&slot=SLOT` with `component` under the operator's
+/// token: the status and the JSON answer.
+pub async fn put_policy_in_slot(p: &Proxy, tenant: &str, component: &str, slot: &str) -> (u16, Value) {
+    let path = format!("/admin/tenants/{tenant}/policy?fresh=true&slot={slot}");
+    upload(p, &path, component, "s3cret").await
+}
+
+async fn upload(p: &Proxy, path: &str, component: &str, token: &str) -> (u16, Value) {
     let response = reqwest::Client::new()
-        .put(format!("{}/admin/tenants/{tenant}/policy?fresh={fresh}", p.url))
+        .put(format!("{}{path}", p.url))
         .bearer_auth(token)
         .body(agentrt_tests::component_bytes(component))
         .send()
