@@ -47,19 +47,30 @@ async fn a_looping_session_is_denied_and_no_other_session_or_tenant_is() {
     // Session s1 re-sends the same prompt; s2 (same tenant) makes progress; beta loops too but
     // only twice.
     for i in 0..4 {
-        assert_eq!(call(&p, "key-a", "coder", "s1", "Fix the bug.").await.0, 200, "call {i}");
+        assert_eq!(
+            call(&p, "key-a", "coder", "s1", "Fix the bug.").await.0,
+            200,
+            "call {i}"
+        );
         acted(&p).await;
     }
     let (status, answer) = call(&p, "key-a", "coder", "s1", "Fix the bug.").await;
     assert_eq!(status, 403, "{answer}");
     let message = answer["error"]["message"].as_str().unwrap();
-    assert!(message.contains("runaway loop") && message.contains("loop-repeats=3"), "{message}");
+    assert!(
+        message.contains("runaway loop") && message.contains("loop-repeats=3"),
+        "{message}"
+    );
     assert_eq!(answer["error"]["type"], "permission_error");
 
     let mut task = String::from("Step");
     for _ in 0..5 {
         task.push_str(" and then the next step, with a new tool result: the file compiled, three tests failed, the log follows, and it is long enough to be progress by any measure.");
-        assert_eq!(call(&p, "key-a", "coder", "s2", &task).await.0, 200, "progress is not a loop");
+        assert_eq!(
+            call(&p, "key-a", "coder", "s2", &task).await.0,
+            200,
+            "progress is not a loop"
+        );
         acted(&p).await;
     }
     for _ in 0..2 {
@@ -91,7 +102,11 @@ async fn a_session_over_its_token_budget_is_denied() {
         .as_str()
         .unwrap()
         .contains("session-token-budget=40"));
-    assert_eq!(call(&p, "key-a", "coder", "s10", "task").await.0, 200, "a new session has its own budget");
+    assert_eq!(
+        call(&p, "key-a", "coder", "s10", "task").await.0,
+        200,
+        "a new session has its own budget"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -72,7 +72,9 @@ pub async fn start_proxy(
     let extra_slots = extra_slots
         .iter()
         .map(|(slot, name)| {
-            let component = engine.load_bytes(name, &component_bytes(name)).expect("loading a slot's component");
+            let component = engine
+                .load_bytes(name, &component_bytes(name))
+                .expect("loading a slot's component");
             (slot.to_string(), Arc::new(component), SlotConfig::new(""))
         })
         .collect();

@@ -200,7 +200,13 @@ pub async fn install_policy(p: &Proxy, tenant: &str, component: &str) {
 /// `PUT /admin/tenants/{tenant}/policy` with `component`'s bytes under `token` (`fresh`: start the
 /// new policy from scratch): the status and the JSON answer.
 pub async fn put_policy(p: &Proxy, tenant: &str, component: &str, token: &str, fresh: bool) -> (u16, Value) {
-    upload(p, &format!("/admin/tenants/{tenant}/policy?fresh={fresh}"), component, token).await
+    upload(
+        p,
+        &format!("/admin/tenants/{tenant}/policy?fresh={fresh}"),
+        component,
+        token,
+    )
+    .await
 }
 
 /// `PUT /admin/tenants/{tenant}/policy?fresh=true&slot=SLOT` with `component` under the operator's
