@@ -28,6 +28,7 @@
 
 pub mod admin;
 pub mod admin_auth;
+pub mod agent_api;
 pub mod auth;
 pub mod cache_salt;
 pub mod cli;

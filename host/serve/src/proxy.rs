@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 
 use agentrt_runtime::types::{Continuation, Event, RequestArrival, RequestFinish};
 
+use crate::agent_api::{AgentApi, Usage};
 use crate::cache_salt::CacheSalts;
 use crate::continuation::PromptShape;
 use crate::error::ApiError;
@@ -182,6 +183,8 @@ pub async fn serve(
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/responses", post(responses))
+        .route("/v1/messages", post(messages))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics))
@@ -263,6 +266,19 @@ async fn authenticate_then_read(
 }
 
 async fn chat_completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    agent_call(state, headers, body, AgentApi::ChatCompletions).await
+}
+
+async fn responses(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    agent_call(state, headers, body, AgentApi::Responses).await
+}
+
+async fn messages(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    agent_call(state, headers, body, AgentApi::Messages).await
+}
+
+/// A call in one of the APIs with agent identity: chat completions, Responses, Messages.
+async fn agent_call(state: Arc<AppState>, headers: HeaderMap, body: Body, api: AgentApi) -> Response {
     state.metrics.requests.fetch_add(1, Relaxed);
     let (tenant, permit, body) = match authenticate_then_read(&state, &headers, body).await {
         Ok(read) => read,
@@ -270,8 +286,8 @@ async fn chat_completions(State(state): State<Arc<AppState>>, headers: HeaderMap
     };
     // The proxy's overhead counts from here: the client's upload time is not the proxy's.
     let received = Instant::now();
-    match prepare_chat(&state, tenant, &headers, &body).await {
-        Ok(prepared) => forward(state, "/v1/chat/completions", prepared, permit, received).await,
+    match prepare_agent_call(&state, tenant, &headers, &body, api).await {
+        Ok(prepared) => forward(state, api.path(), api, prepared, permit, received).await,
         Err(e) => failed(&state, e),
     }
 }
@@ -298,22 +314,40 @@ async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
         Ok(prepare(&state, tenant, json, identity, agent, registration, shape))
     });
     match prepared {
-        Ok(prepared) => forward(state, "/v1/completions", prepared, permit, received).await,
+        // Plain completions report usage in chat completions' words.
+        Ok(prepared) => {
+            forward(
+                state,
+                "/v1/completions",
+                AgentApi::ChatCompletions,
+                prepared,
+                permit,
+                received,
+            )
+            .await
+        }
         Err(e) => failed(&state, e),
     }
 }
 
-async fn prepare_chat(
+async fn prepare_agent_call(
     state: &AppState,
     tenant: Arc<Tenant>,
     headers: &HeaderMap,
     body: &Bytes,
+    api: AgentApi,
 ) -> Result<Prepared, ApiError> {
     let mut json = parse_body(state, body)?;
-    let (mut identity, mut anchor) = identify_chat(headers, &json).map_err(|m| {
+    let bad_request = |m: String| {
         state.metrics.bad_requests.fetch_add(1, Relaxed);
         ApiError::bad_request(m)
-    })?;
+    };
+    // Identity, anchor and prompt shape are read from the request as chat messages; the body
+    // goes upstream in its own API.
+    let view = api.chat_view(&json).map_err(bad_request)?;
+    let (mut identity, mut anchor) = identify_chat(headers, &view).map_err(bad_request)?;
+    anchor.api = api;
+    anchor.fields = api.anchor_fields(&json);
     anchor.cache_salt = state.salt(&mut json, &tenant.name, Some(identity.anchor_hash));
     identity.scope_to_tenant(&tenant.name);
     refuse_denied(state, &tenant, &identity)?;
@@ -326,7 +360,7 @@ async fn prepare_chat(
         }
     }
     tenant.agents.record_anchor(identity.anchor_hash, agent, anchor);
-    let shape = PromptShape::of_chat(&json);
+    let shape = PromptShape::of_chat(&view);
     Ok(prepare(state, tenant, json, identity, agent, registration, shape))
 }
 
@@ -382,6 +416,11 @@ async fn anchor_tokens_upstream(state: &AppState, anchor: &Anchor) -> Option<u32
     if anchor.messages.is_empty() && anchor.tools.is_none() {
         return None;
     }
+    // `/tokenize` renders chat messages and chat-completion tools; another API's tool schema
+    // would be refused, so its anchor keeps the byte estimate.
+    if anchor.api != AgentApi::ChatCompletions && anchor.tools.is_some() {
+        return None;
+    }
     let mut body = json!({"model": anchor.model, "messages": anchor.messages, "add_generation_prompt": false});
     if let Some(tools) = &anchor.tools {
         body["tools"] = tools.clone();
@@ -432,11 +471,11 @@ struct FinishGuard {
 }
 
 impl FinishGuard {
-    fn finish(mut self, ok: bool, usage: Option<&Value>) {
+    fn finish(mut self, ok: bool, usage: Option<Usage>) {
         self.report(ok, usage);
     }
 
-    fn report(&mut self, ok: bool, usage: Option<&Value>) {
+    fn report(&mut self, ok: bool, usage: Option<Usage>) {
         if self.done {
             return;
         }
@@ -445,12 +484,11 @@ impl FinishGuard {
         finish.ok = ok;
         finish.at_us = self.state.now_us();
         if let Some(usage) = usage {
-            let field = |v: Option<&Value>| v.and_then(Value::as_u64).map(|n| n as u32);
-            if let Some(n) = field(usage.get("prompt_tokens")) {
+            if let Some(n) = usage.prompt_tokens {
                 finish.prompt_tokens = n;
             }
-            finish.output_tokens = field(usage.get("completion_tokens")).unwrap_or(0);
-            finish.cached_tokens = field(usage.pointer("/prompt_tokens_details/cached_tokens")).unwrap_or(0);
+            finish.output_tokens = usage.output_tokens.unwrap_or(0);
+            finish.cached_tokens = usage.cached_tokens.unwrap_or(0);
             self.tenant.record_usage(finish.prompt_tokens, finish.cached_tokens);
         }
         let mut events = vec![Event::RequestFinish(finish)];
@@ -477,6 +515,7 @@ impl Drop for FinishGuard {
 async fn forward(
     state: Arc<AppState>,
     path: &str,
+    api: AgentApi,
     prepared: Prepared,
     permit: TenantPermit,
     received: Instant,
@@ -550,14 +589,12 @@ async fn forward(
         .as_deref()
         .is_some_and(|c| c.starts_with("text/event-stream"));
     let mut response = if is_stream {
-        Response::new(Body::from_stream(relay_stream(reply, guard, status.is_success())))
+        Response::new(Body::from_stream(relay_stream(reply, guard, status.is_success(), api)))
     } else {
         match upstream::read_reply(reply, &state.options.limits).await {
             Ok(bytes) => {
-                let usage: Option<Value> = serde_json::from_slice::<Value>(&bytes)
-                    .ok()
-                    .and_then(|v| v.get("usage").cloned());
-                guard.finish(status.is_success(), usage.as_ref());
+                let usage = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| api.usage(&v));
+                guard.finish(status.is_success(), usage);
                 Response::new(Body::from(bytes))
             }
             Err(e) => {
@@ -582,18 +619,20 @@ fn relay_stream(
     reply: reqwest::Response,
     guard: FinishGuard,
     ok_status: bool,
+    api: AgentApi,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
     let state = guard.state.clone();
     let mut guard = Some(guard);
-    let mut usage: Option<Value> = None;
+    let mut usage: Option<Usage> = None;
     let mut chunks = Box::pin(reply.bytes_stream());
     async_stream(move |yield_| async move {
         let limits = &state.options.limits;
         while let Some(chunk) = upstream::next_chunk(&mut chunks, limits, "mid-stream").await {
             match chunk {
                 Ok(bytes) => {
-                    if let Some(u) = find_usage(&bytes) {
-                        usage = Some(u);
+                    // Streams report usage in pieces (the Messages API: input first, output last).
+                    if let Some(u) = api.usage_in_chunk(&bytes) {
+                        usage = Some(usage.unwrap_or_default().updated(u));
                     }
                     if !yield_(Ok(bytes)).await {
                         return; // client gone: dropping the guard reports it
@@ -610,22 +649,9 @@ fn relay_stream(
             }
         }
         if let Some(g) = guard.take() {
-            g.finish(ok_status, usage.as_ref());
+            g.finish(ok_status, usage);
         }
     })
-}
-
-/// The `usage` object of an SSE chunk's `data:` lines, if one carries it.
-fn find_usage(chunk: &[u8]) -> Option<Value> {
-    let text = std::str::from_utf8(chunk).ok()?;
-    if !text.contains("\"usage\"") {
-        return None;
-    }
-    text.lines()
-        .rev()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .find_map(|v| v.get("usage").filter(|u| !u.is_null()).cloned())
 }
 
 /// A minimal generator-style stream over a channel: the producer future sends items and learns
@@ -686,17 +712,4 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
     }
     out.push_str(&state.tenants.registry().render_prometheus());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::find_usage;
-
-    #[test]
-    fn usage_is_found_in_the_final_sse_chunk_only() {
-        assert!(find_usage(b"data: {\"choices\":[]}\n\n").is_none());
-        let chunk = b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7}}\n\ndata: [DONE]\n\n";
-        assert_eq!(find_usage(chunk).unwrap()["prompt_tokens"], 7);
-        assert!(find_usage(b"data: {\"usage\":null}\n\n").is_none());
-    }
 }

@@ -167,16 +167,13 @@ impl Warmups {
             return skip("concurrency limit");
         };
 
-        let mut messages: Vec<Value> = anchor.messages.clone();
-        messages.push(json!({"role": "user", "content": "."}));
-        let mut body = json!({"model": anchor.model, "messages": messages, "max_tokens": 1, "stream": false});
-        if let Some(tools) = &anchor.tools {
-            body["tools"] = tools.clone();
-            // The tools are part of the anchor (the chat template renders them), but a warm-up
-            // must not ask for a tool call: without `tool_choice` an OpenAI server defaults to
-            // "auto", which vLLM refuses (400) unless started with a tool-call parser.
-            body["tool_choice"] = json!("none");
-        }
+        // Through the agent's own API: another would render another prefix.
+        let mut body = anchor.api.warmup_body(
+            &anchor.model,
+            &anchor.messages,
+            anchor.tools.as_ref(),
+            anchor.fields.as_ref(),
+        );
         if state.options.vllm_xargs {
             body["vllm_xargs"] = json!({"agentrt_agent": agent, "agentrt_session": 0, "agentrt_warmup": true});
         }
@@ -203,7 +200,7 @@ impl Warmups {
         state.tell_policy(tenant, vec![Event::RequestArrival(arrival)]);
         state.metrics.warmups_sent.fetch_add(1, Relaxed);
         let request = state
-            .upstream_request("/v1/chat/completions")
+            .upstream_request(anchor.api.path())
             .header("x-agentrt-warmup", "1")
             .body(body);
         // Under the first-byte timeout: a hanging upstream must not hold a warm-up slot forever.
@@ -213,7 +210,11 @@ impl Warmups {
             _ => None,
         };
         let ok = reply.is_some();
-        if let Some(tokens) = reply.as_deref().and_then(prompt_tokens) {
+        let usage = reply
+            .as_deref()
+            .and_then(|r| serde_json::from_slice::<Value>(r).ok())
+            .and_then(|r| anchor.api.usage(&r));
+        if let Some(tokens) = usage.and_then(|u| u.prompt_tokens) {
             tenant.pay_warmup(i64::from(tokens) - estimate);
         }
         if !ok {
@@ -234,14 +235,6 @@ impl Warmups {
         };
         state.tell_policy(tenant, vec![Event::RequestFinish(finish)]);
     }
-}
-
-/// `usage.prompt_tokens` of an OpenAI reply.
-fn prompt_tokens(reply: &[u8]) -> Option<u32> {
-    let value: Value = serde_json::from_slice(reply).ok()?;
-    value["usage"]["prompt_tokens"]
-        .as_u64()
-        .and_then(|n| u32::try_from(n).ok())
 }
 
 /// Removes an anchor from the in-flight set when the warm-up ends, however it ends.
