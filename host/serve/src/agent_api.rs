@@ -197,11 +197,18 @@ impl AgentApi {
                 cached_tokens: count(usage.pointer("/input_tokens_details/cached_tokens")),
                 output_tokens: count(usage.get("output_tokens")),
             },
-            AgentApi::Messages => Usage {
-                prompt_tokens: count(usage.get("input_tokens")),
-                cached_tokens: count(usage.get("cache_read_input_tokens")),
-                output_tokens: count(usage.get("output_tokens")),
-            },
+            // Anthropic's `input_tokens` are the prompt tokens *not* read from or written to the
+            // cache: the prompt is all three together.
+            AgentApi::Messages => {
+                let read = count(usage.get("cache_read_input_tokens"));
+                let written = count(usage.get("cache_creation_input_tokens"));
+                Usage {
+                    prompt_tokens: count(usage.get("input_tokens"))
+                        .map(|n| n + read.unwrap_or(0) + written.unwrap_or(0)),
+                    cached_tokens: read,
+                    output_tokens: count(usage.get("output_tokens")),
+                }
+            }
         })
     }
 
@@ -294,8 +301,13 @@ mod tests {
                 output_tokens: Some(2)
             })
         );
-        let messages = json!({"usage": {"input_tokens": 40, "output_tokens": 1, "cache_read_input_tokens": 16}});
-        assert_eq!(AgentApi::Messages.usage(&messages).unwrap().cached_tokens, Some(16));
+        let messages = json!({"usage": {"input_tokens": 24, "output_tokens": 1, "cache_read_input_tokens": 16}});
+        let usage = AgentApi::Messages.usage(&messages).unwrap();
+        assert_eq!(
+            (usage.prompt_tokens, usage.cached_tokens),
+            (Some(40), Some(16)),
+            "Anthropic's input_tokens leave the cached ones out"
+        );
 
         let completed = b"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":7,\"output_tokens\":1}}}\n\n";
         assert_eq!(

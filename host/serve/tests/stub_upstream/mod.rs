@@ -118,8 +118,9 @@ pub async fn start() -> (String, Stub) {
     (format!("http://{addr}"), stub)
 }
 
-/// The Responses and Messages APIs: a fixed reply in each one's shape, usage included (20 input
-/// tokens, 16 of them cached, 2 output); streamed as that API streams it when `stream` is true.
+/// The Responses and Messages APIs: a fixed reply in each one's shape, usage included (a prompt of
+/// 20 tokens, 16 of them cached, 2 output — in Anthropic's words 4 input tokens and 16 cache
+/// reads); streamed as that API streams it when `stream` is true.
 fn other_api(stub: Stub, path: &'static str, headers: HeaderMap, body: Value) -> Response {
     stub.received.lock().unwrap().push(Received {
         body: body.clone(),
@@ -148,11 +149,11 @@ fn other_api(stub: Stub, path: &'static str, headers: HeaderMap, body: Value) ->
         (response, events)
     } else {
         let message = json!({"id": "m1", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "hi"}],
-            "usage": {"input_tokens": 20, "output_tokens": 2, "cache_read_input_tokens": 16}});
+            "usage": {"input_tokens": 4, "output_tokens": 2, "cache_read_input_tokens": 16}});
         let events = vec![
             (
                 "message_start",
-                json!({"type": "message_start", "message": {"id": "m1", "usage": {"input_tokens": 20, "output_tokens": 0, "cache_read_input_tokens": 16}}}),
+                json!({"type": "message_start", "message": {"id": "m1", "usage": {"input_tokens": 4, "output_tokens": 0, "cache_read_input_tokens": 16}}}),
             ),
             (
                 "content_block_delta",
