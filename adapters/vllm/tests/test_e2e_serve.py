@@ -428,3 +428,45 @@ def test_tenants_never_hit_each_others_prompts_unless_the_anchor_is_public(start
     beta_on_public = cached("key-b", shared_system)
     print(f"beta on alpha's public anchor: {beta_on_public} cached tokens")
     assert beta_on_public >= 64, "a public anchor's blocks serve every tenant"
+
+
+def test_responses_and_messages_apis_through_the_proxy(start_stack):
+    """Agent SDKs speak the Responses API (OpenAI Agents SDK) and the Anthropic Messages API; vLLM
+    serves both. Through the proxy each call is identified (one agent per system prompt), its
+    usage counted, streamed or not, and the second call of an agent hits its cached anchor."""
+    from conftest import http_json
+
+    stack = start_stack("lru", admin_token="adm")
+    rng = random.Random(11)
+    researcher, writer = _words(rng, 220), _words(rng, 220)
+    calls = {
+        "/v1/responses": lambda stream: {"model": "tiny", "instructions": researcher, "input": "Summarise the notes.",
+                                         "max_output_tokens": 4, "temperature": 0, "stream": stream},
+        "/v1/messages": lambda stream: {"model": "tiny", "system": writer, "max_tokens": 4, "temperature": 0,
+                                        "messages": [{"role": "user", "content": "Summarise the notes."}], "stream": stream},
+    }
+
+    def cached(path: str, reply: dict) -> int:
+        usage = reply["usage"]
+        if path == "/v1/responses":
+            return (usage.get("input_tokens_details") or {}).get("cached_tokens") or 0
+        return usage.get("cache_read_input_tokens") or 0
+
+    for path, body in calls.items():
+        first = http_json(stack.serve.base + path, body(False))
+        second = http_json(stack.serve.base + path, body(False))
+        assert first[0] == 200 and second[0] == 200, (first, second)
+        print(f"\n{path}: cached tokens {cached(path, first[1])} → {cached(path, second[1])}")
+        assert cached(path, second[1]) >= 64, f"{path}: the agent's second call hits its anchor"
+        req = urllib.request.Request(stack.serve.base + path, data=json.dumps(body(True)).encode(),
+                                     headers={"content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            assert r.status == 200
+            streamed = r.read().decode()
+        assert "data:" in streamed, streamed[:500]
+    status, tenants = http_json(stack.serve.base + "/admin/tenants", headers={"authorization": "Bearer adm"})
+    assert status == 200, tenants
+    assert tenants["tenants"][0]["agents"] == 2, tenants
+    proxy = stack.serve.metrics()
+    assert proxy["agentrt_proxy_requests_failed_total"] == 0
+    assert proxy["agentrt_tenant_cached_tokens_total"] >= 128, proxy

@@ -7,8 +7,10 @@
 //! - [`identity`]: who is calling — the agent (`x-agent-id`, the `user` field, or the content hash
 //!   of system prompt + tools: the *anchor*) and the session (`x-session-id`, `session_id`, or the
 //!   first user message) — interned into handles and announced once per policy;
-//! - [`proxy`]: `/v1/chat/completions`, `/v1/completions`, `/v1/models`, streaming passed through
-//!   chunk by chunk, upstream errors returned as they came, request events to the policy;
+//! - [`proxy`]: `/v1/chat/completions`, `/v1/responses` (OpenAI Responses API), `/v1/messages`
+//!   (Anthropic Messages API), `/v1/completions`, `/v1/models`, streaming passed through chunk by
+//!   chunk, upstream errors returned as they came, request events to the policy; [`agent_api`]:
+//!   what differs between the three agent APIs (anchor, usage, streamed usage, warm-up body);
 //! - [`policy_worker`]: each tenant's policy calls on a thread of its own behind a bounded
 //!   queue — a request never waits on a policy, and a slow one delays only its own tenant;
 //! - [`tenant_settings`], [`quotas`], [`reload`]: what the operator sets per tenant (keys,
