@@ -30,6 +30,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -470,3 +471,36 @@ def test_responses_and_messages_apis_through_the_proxy(start_stack):
     proxy = stack.serve.metrics()
     assert proxy["agentrt_proxy_requests_failed_total"] == 0
     assert proxy["agentrt_tenant_cached_tokens_total"] >= 128, proxy
+
+
+def agents_python() -> Path:
+    """The venv of examples/setup-venv.sh (AGENTRT_AGENTS_VENV overrides); skip without it."""
+    venv = Path(os.environ.get("AGENTRT_AGENTS_VENV", Path.home() / ".cache" / "agentrt" / "venv-agents"))
+    python = venv / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"no agent-frameworks venv at {venv}: run examples/setup-venv.sh")
+    return python
+
+
+@pytest.mark.parametrize("example, agents", [("openai-agents/research.py", 2), ("autogen/team.py", 2)])
+def test_an_agent_framework_example_through_agentrt_serve(start_stack, example, agents):
+    """examples/openai-agents (the Responses API) and examples/autogen (chat completions), unchanged
+    but for base_url, run against the proxy and a real vLLM: every call succeeds, each agent is one
+    agent and each task one session."""
+    import subprocess
+
+    from conftest import REPO
+
+    python = agents_python()
+    stack = start_stack("cachesage", admin_token="e2e-admin")
+    tasks = 2
+    run = subprocess.run([str(python), str(REPO / "examples" / example), "--base-url", stack.serve.base + "/v1",
+                          "--tasks", str(tasks), "--max-tokens", "8"], capture_output=True, text=True, timeout=600)
+    print(run.stdout[-2000:], run.stderr[-3000:])
+    assert run.returncode == 0, run.stderr[-3000:]
+    (tenant,) = stack.serve.tenants()["tenants"]
+    assert tenant["agents"] == agents, tenant
+    proxy = stack.serve.metrics()
+    assert proxy["agentrt_proxy_requests_total"] >= 2 * tasks
+    assert proxy["agentrt_proxy_requests_failed_total"] == 0
+    assert proxy["agentrt_proxy_bad_requests_total"] == 0
