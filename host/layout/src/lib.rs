@@ -40,7 +40,7 @@ pub fn installed_components_dirs(bin_dir: &Path) -> Vec<PathBuf> {
 
 /// The components the `agentrt` binary embeds when they are built. The Python policy
 /// (`frequency`) is not among them: it carries CPython and weighs about 18 MB.
-pub const EMBEDDED_COMPONENTS: [&str; 4] = ["lru", "ttl", "cachesage", "guard"];
+pub const EMBEDDED_COMPONENTS: [&str; 5] = ["lru", "ttl", "cachesage", "guard", "fair-share"];
 
 /// The build's target folder: `cargo_target_dir` (the value of `CARGO_TARGET_DIR`), taken
 /// relative to the workspace root when it is relative, or `<workspace root>/target` when it is

@@ -52,6 +52,11 @@ impl AgentApi {
         }
     }
 
+    /// Whether vLLM takes a `priority` field in this API (its Anthropic endpoint has none).
+    pub fn has_priority(self) -> bool {
+        self != AgentApi::Messages
+    }
+
     /// The request as chat completion `messages` and `tools`: what agent identity, the anchor and
     /// prompt shapes are read from, whatever the API. The system prompt (`instructions`,
     /// `system`) comes first as a `system` message; a Responses `input` string is one user

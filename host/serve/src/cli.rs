@@ -100,6 +100,11 @@ pub struct ServeArgs {
     /// proxy in front of one engine the same key; without one it is random per process.
     #[arg(long, env = "AGENTRT_CACHE_SALT_SECRET", hide_env_values = true)]
     pub cache_salt_secret: Option<String>,
+    /// Send policies' `set-priority` demotions upstream as the request's `priority` (start vLLM
+    /// with `--scheduling-policy priority`: it refuses a non-zero priority otherwise). A policy
+    /// may only demote its own tenant's sessions.
+    #[arg(long)]
+    pub engine_priorities: bool,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
@@ -444,6 +449,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         upstream_api_key: args.upstream_api_key,
         metrics_token: args.metrics_token,
         cache_salt_secret: args.cache_salt_secret,
+        engine_priorities: args.engine_priorities,
         limits,
         warmup: WarmupOptions {
             max_concurrent: args.warmup_concurrency,

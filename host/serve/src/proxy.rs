@@ -47,6 +47,9 @@ pub struct ServeOptions {
     pub metrics_token: Option<String>,
     /// Key of the tenants' cache salts ([`crate::cache_salt`]); `None`: random per process.
     pub cache_salt_secret: Option<String>,
+    /// Send policies' `set-priority` demotions as the request's `priority` (vLLM started with
+    /// `--scheduling-policy priority`; vLLM refuses a non-zero priority otherwise).
+    pub engine_priorities: bool,
     pub warmup: WarmupOptions,
     pub limits: Limits,
 }
@@ -311,7 +314,16 @@ async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
         let (agent, registration) = tenant.agents.intern(&identity);
         let prompt = json.get("prompt").map(Value::to_string).unwrap_or_default();
         let shape = PromptShape::of_text(&prompt);
-        Ok(prepare(&state, tenant, json, identity, agent, registration, shape))
+        Ok(prepare(
+            &state,
+            AgentApi::ChatCompletions,
+            tenant,
+            json,
+            identity,
+            agent,
+            registration,
+            shape,
+        ))
     });
     match prepared {
         // Plain completions report usage in chat completions' words.
@@ -361,7 +373,7 @@ async fn prepare_agent_call(
     }
     tenant.agents.record_anchor(identity.anchor_hash, agent, anchor);
     let shape = PromptShape::of_chat(&view);
-    Ok(prepare(state, tenant, json, identity, agent, registration, shape))
+    Ok(prepare(state, api, tenant, json, identity, agent, registration, shape))
 }
 
 /// 403 for a session one of the tenant's policies denied (a guard's budget or loop rule): the
@@ -379,9 +391,14 @@ fn refuse_denied(state: &AppState, tenant: &Tenant, identity: &Identity) -> Resu
     }
 }
 
+/// The largest priority the proxy sends vLLM (a demotion by this much or more is this much).
+pub const MAX_ENGINE_PRIORITY: u32 = 1_000_000;
+
 /// Record the session and the prompt's shape, and amend the body: the part every route shares.
+#[allow(clippy::too_many_arguments)]
 fn prepare(
     state: &AppState,
+    api: AgentApi,
     tenant: Arc<Tenant>,
     mut json: Value,
     identity: Identity,
@@ -391,6 +408,15 @@ fn prepare(
 ) -> Prepared {
     let ended = tenant.agents.record_session(identity.session).forgotten;
     let continues = tenant.continuations.observe(identity.session, agent, shape);
+    if state.options.engine_priorities && api.has_priority() {
+        // vLLM's priority scheduling: lower is served earlier. A policy may only demote its own
+        // tenant's sessions (a positive priority is not an engine's to give): never ahead of
+        // another tenant's requests, which go at 0.
+        let demotion = tenant.priority(identity.session).min(0).unsigned_abs();
+        if demotion > 0 {
+            json["priority"] = json!(demotion.min(MAX_ENGINE_PRIORITY));
+        }
+    }
     let body = json_with(state, &mut json, agent, &identity);
     Prepared {
         tenant,

@@ -55,6 +55,9 @@ pub struct Tenant {
     /// Its other slots, in configured order (the side-effect merge order after `kv`).
     pub extra_slots: Vec<ExtraSlot>,
     denials: Mutex<Denials>,
+    /// Each session's priority as the tenant's policies last set it (`set-priority`; 0 when
+    /// never set): higher is served earlier.
+    priorities: Mutex<LruTable<u64, i32>>,
     pub agents: Arc<AgentDirectory>,
     /// The last prompt shape of each (session, agent): whether a call carries its history forward.
     pub continuations: Continuations,
@@ -159,6 +162,24 @@ impl Tenant {
             .whole_tenant
             .clone()
             .or_else(|| denials.sessions.peek(&session).cloned())
+    }
+
+    /// Set `session`'s priority (a policy's `set-priority`); 0 forgets it.
+    pub fn set_priority(&self, session: u64, priority: i32) {
+        let mut priorities = self.priorities.lock().unwrap_or_else(|p| p.into_inner());
+        if priority == 0 {
+            priorities.remove(&session);
+        } else if let Some(p) = priorities.get_mut(&session) {
+            *p = priority;
+        } else {
+            priorities.insert(session, priority, 0);
+        }
+    }
+
+    /// `session`'s priority (0 unless a policy set one).
+    pub fn priority(&self, session: u64) -> i32 {
+        let priorities = self.priorities.lock().unwrap_or_else(|p| p.into_inner());
+        priorities.peek(&session).copied().unwrap_or(0)
     }
 
     /// The policy of slot `name` (`kv` or an extra slot).
@@ -378,6 +399,7 @@ impl Tenants {
                 sessions: LruTable::new(self.tables.max_sessions, usize::MAX),
                 whole_tenant: None,
             }),
+            priorities: Mutex::new(LruTable::new(self.tables.max_sessions, usize::MAX)),
             agents: Arc::new(AgentDirectory::new(name, self.tables, self.handles.clone())),
             continuations: Continuations::new(&self.tables),
             quotas: live_quotas,

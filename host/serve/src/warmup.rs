@@ -91,6 +91,7 @@ impl Warmups {
             }
             for effect in merge_side_effects(per_slot) {
                 match effect {
+                    SideEffect::SetPriority(p) => tenant.set_priority(p.session, p.priority),
                     SideEffect::Deny(deny) => {
                         tracing::info!(tenant = %tenant.name, session = deny.session, reason = %deny.reason, "session denied by policy");
                         state.metrics.sessions_denied.fetch_add(1, Relaxed);

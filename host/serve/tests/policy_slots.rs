@@ -126,3 +126,60 @@ async fn one_slot_is_swapped_alone_and_an_unknown_slot_is_404() {
     assert_eq!(status, 404, "{answer}");
     assert!(answer["error"]["message"].as_str().unwrap().contains("guard"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_past_its_share_goes_upstream_demoted_and_the_others_do_not() {
+    let p = Setup {
+        extra_slots: vec![("fair", "fair-share", vec![])],
+        engine_priorities: true,
+        limits: agentrt_serve::Limits {
+            upstream_first_byte_timeout: Duration::from_millis(3000),
+            ..agentrt_serve::Limits::default()
+        },
+        ..Setup::new("lru")
+    }
+    .start()
+    .await;
+    // The light session's call hangs upstream (the stub's fault model): it waits, in flight,
+    // while the heavy session sends long prompts.
+    let light = {
+        let url = p.url.clone();
+        tokio::spawn(async move {
+            let body = chat("You are the coder.", "short", "hang-before-headers", false);
+            let headers = [("x-agent-id", "coder"), ("x-session-id", "light")];
+            support::post(&format!("{url}/v1/chat/completions"), body.to_string(), &headers).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let long_task = "a long document to summarise ".repeat(400);
+    for _ in 0..3 {
+        let headers = [("x-agent-id", "reader"), ("x-session-id", "heavy")];
+        let body = chat("You are the reader.", &long_task, "tiny", false);
+        assert_eq!(post_json(&p, &body, &headers).await.status(), 200);
+        // Not `acted`: that waits for every call in flight, the light one included.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(light.await.unwrap().status(), 504, "the hanging call times out, as set");
+    let sent = p.stub.user_requests();
+    let priorities: Vec<(String, Value)> = sent
+        .iter()
+        .map(|r| {
+            (
+                r.body["messages"][0]["content"].as_str().unwrap().to_string(),
+                r.body["priority"].clone(),
+            )
+        })
+        .collect();
+    eprintln!("{priorities:?}");
+    let heavy: Vec<&Value> = priorities
+        .iter()
+        .filter(|(system, _)| system == "You are the reader.")
+        .map(|(_, p)| p)
+        .collect();
+    assert_eq!(heavy[0], &Value::Null, "the first long call is not yet anyone's excess");
+    assert!(heavy[1..].iter().all(|p| *p == 10), "later ones go demoted: {heavy:?}");
+    assert!(priorities
+        .iter()
+        .filter(|(system, _)| system == "You are the coder.")
+        .all(|(_, p)| p.is_null()));
+}

@@ -86,6 +86,7 @@ pub async fn start_proxy(
         upstream_api_key: None,
         metrics_token: None,
         cache_salt_secret: None,
+        engine_priorities: false,
         warmup: WarmupOptions::default(),
         limits: agentrt_serve::Limits::default(),
     };

@@ -28,10 +28,15 @@ pub struct Proxy {
 }
 
 /// How a test's proxy is set up: `Setup::new(policy).start()` is what most tests use.
+/// A slot besides `kv`: (name, component, init).
+pub type ExtraSlotSetup = (&'static str, &'static str, Vec<(&'static str, &'static str)>);
+
 pub struct Setup {
     pub policy: &'static str,
+    /// Send `set-priority` demotions upstream as `priority` (`--engine-priorities`).
+    pub engine_priorities: bool,
     /// Slots besides `kv`: (name, component, init).
-    pub extra_slots: Vec<(&'static str, &'static str, Vec<(&'static str, &'static str)>)>,
+    pub extra_slots: Vec<ExtraSlotSetup>,
     /// API key → tenant; empty = single-tenant.
     pub keys: HashMap<String, String>,
     /// Another upstream than the stub.
@@ -62,6 +67,7 @@ impl Setup {
         Self {
             policy,
             extra_slots: Vec::new(),
+            engine_priorities: false,
             keys: HashMap::new(),
             upstream: None,
             admin_token: Some("s3cret".into()),
@@ -132,6 +138,7 @@ impl Setup {
             upstream_api_key: None,
             metrics_token: self.metrics_token,
             cache_salt_secret: Some("test-salt-key".into()),
+            engine_priorities: self.engine_priorities,
             warmup: WarmupOptions::default(),
             limits: self.limits,
         };
