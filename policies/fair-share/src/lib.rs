@@ -11,8 +11,11 @@
 //! Rules (a session is demoted while either holds):
 //!
 //! - **Share** (`max-share`, default 0.5): the session's decayed tokens exceed this fraction of
-//!   all sessions' together, while another session has calls in flight (someone it would make
-//!   wait; alone, a session takes nobody's share).
+//!   all sessions' together, while other sessions have used the engine recently too (at least one
+//!   decayed token: alone, a session takes nobody's share). The demotion holds while the share
+//!   does, not only while another call waits: vLLM orders its waiting queue by priority when a
+//!   request arrives, so a flood demoted only when a light call shows up would already sit ahead
+//!   of it.
 //! - **In flight** (`max-in-flight`, default 8): more of its calls are in flight at once.
 //!
 //! Settings: `half-life-ms` (default 10000), `demotion` (default 10), `max-sessions` (default
@@ -95,12 +98,11 @@ impl FairShare {
         use_
     }
 
-    /// Whether a session with `use_` takes more than its share now; `waiting` sessions have calls
-    /// in flight, this one's included.
-    fn over_share(&self, use_: &SessionUse, total: f64, waiting: usize) -> bool {
-        let others_waiting = waiting > usize::from(use_.in_flight > 0);
-        use_.in_flight > self.max_in_flight
-            || (others_waiting && total > 0.0 && self.tokens_at(use_, self.now_us) / total > self.max_share)
+    /// Whether a session with `use_` takes more than its share now, of `total` decayed tokens.
+    fn over_share(&self, use_: &SessionUse, total: f64) -> bool {
+        let mine = self.tokens_at(use_, self.now_us);
+        let others = total - mine;
+        use_.in_flight > self.max_in_flight || (others >= 1.0 && mine / total > self.max_share)
     }
 }
 
@@ -162,12 +164,11 @@ impl Policy for FairShare {
     fn act(&mut self) -> Vec<SideEffect> {
         let now = self.now_us;
         let total: f64 = self.sessions.values().map(|u| self.tokens_at(u, now)).sum();
-        let waiting = self.sessions.values().filter(|u| u.in_flight > 0).count();
         let mut sessions: Vec<(&u64, &SessionUse)> = self.sessions.iter().collect();
         sessions.sort_unstable_by_key(|(s, _)| **s);
         let over: BTreeSet<u64> = sessions
             .into_iter()
-            .filter(|(_, u)| self.over_share(u, total, waiting))
+            .filter(|(_, u)| self.over_share(u, total))
             .map(|(s, _)| *s)
             .collect();
         let mut effects = Vec::new();
@@ -277,17 +278,19 @@ mod tests {
     #[test]
     fn a_session_past_its_share_is_demoted_and_restored_when_it_calms_down() {
         let mut fair = Harness::<FairShare>::new([("half-life-ms", "1000")]).unwrap();
-        fair.observe(&[arrival(2, 5000, 0)]);
+        fair.observe(&[arrival(2, 5000, 0), finish(2, 5)]);
         assert!(fair.act().is_empty(), "one session alone has no one to be unfair to");
-        // Session 1 waits behind session 2's 5,000 tokens.
-        fair.observe(&[arrival(1, 100, 10)]);
+        fair.observe(&[arrival(1, 100, 10), finish(1, 20)]);
         assert_eq!(priorities(fair.act()), vec![(2, -10)]);
         assert!(fair.act().is_empty(), "told once");
-        // Ten half-lives later session 2 is quiet and restored; session 1 is now the heavy one
-        // while session 3 waits.
-        fair.observe(&[finish(2, 20), finish(1, 30)]);
-        fair.observe(&[arrival(1, 100, 10_000_000), arrival(3, 5, 10_000_000)]);
+        // Session 2 falls silent; session 1 keeps calling: after a few half-lives they swap roles.
+        for t in 1..=6u64 {
+            fair.observe(&[arrival(1, 100, t * 1_000_000), finish(1, t * 1_000_000 + 10)]);
+        }
         assert_eq!(priorities(fair.act()), vec![(1, -10), (2, 0)]);
+        // Ten half-lives on, session 2 has left less than a token: session 1 is alone again.
+        fair.observe(&[arrival(1, 1, 60_000_000)]);
+        assert_eq!(priorities(fair.act()), vec![(1, 0)]);
     }
 
     #[test]
