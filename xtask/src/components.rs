@@ -1,5 +1,5 @@
 //! Build policy crates for `wasm32-unknown-unknown` and encode each core module as a component;
-//! then the Python policies ([`crate::python_policies`]).
+//! then the policies in other languages: [`crate::python_policies`], [`crate::js_policies`].
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -55,6 +55,7 @@ pub fn build_all(workspace: &Workspace) -> Result<Vec<PathBuf>> {
         built.push(out);
     }
     built.extend(crate::python_policies::build_all(root, &out_dir)?);
+    built.extend(crate::js_policies::build_all(root, &out_dir)?);
     let names: Vec<String> = built
         .iter()
         .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
