@@ -1,8 +1,8 @@
 /* callrate in C: the reference policy of the language SDKs (policies/callrate/SPEC.md).
  *
  * Per-agent decayed call counts + recency, one warm-up in `act`. All arithmetic is uint64_t until
- * the one conversion to float, so this ranks, acts and snapshots exactly like the Rust, Python,
- * JavaScript and Go versions (tests/languages.rs). The table is an array kept in ascending agent
+ * the one conversion to float, so this ranks, acts and snapshots exactly like the Rust, Python and
+ * JavaScript versions (tests/languages.rs). The table is an array kept in ascending agent
  * order: the snapshot's order and the tie rule's. */
 
 #include <string.h>

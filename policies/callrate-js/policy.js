@@ -2,7 +2,7 @@
 //
 // Per-agent decayed call counts + recency, one warm-up in `act`. Counts are Numbers kept below
 // 2^53 (exact integers; `Math.floor` and `%` only on exact values); u64 fields from the host are
-// BigInt. So this ranks, acts and snapshots exactly like the Rust, Python, C and Go versions
+// BigInt. So this ranks, acts and snapshots exactly like the Rust, Python and C versions
 // (tests/languages.rs).
 
 import { Policy, StateReader, StateWriter, exportPolicy } from '../../sdk/js/agentrt_policy.js';

@@ -1,8 +1,8 @@
 """callrate in Python: the reference policy of the language SDKs (policies/callrate/SPEC.md).
 
 Per-agent decayed call counts + recency, one warm-up in `act`. Every quantity is an integer until
-the one conversion to f32, so this ranks, acts and snapshots exactly like the Rust, JavaScript, C
-and Go versions (tests/languages.rs).
+the one conversion to f32, so this ranks, acts and snapshots exactly like the Rust, JavaScript and C
+versions (tests/languages.rs).
 """
 
 from typing import Dict, List

@@ -2,7 +2,7 @@
 //!
 //! Keeps the KV blocks of agents called often recently: per-agent decayed call counts, recency
 //! within an agent, one warm-up in `act` for the hottest agent that was not just called. The same
-//! specification ([SPEC.md](../SPEC.md)) is implemented in Python, JavaScript, C and Go beside
+//! specification ([SPEC.md](../SPEC.md)) is implemented in Python, JavaScript and C beside
 //! this one; `tests/languages.rs` requires all five to rank, act and snapshot identically, so
 //! every quantity here is an integer until the one conversion to `f32`.
 
