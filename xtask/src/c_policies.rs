@@ -43,7 +43,16 @@ impl Toolchain {
     /// `zig cc` with `args`.
     fn cc(&self) -> Command {
         let mut cc = Command::new(&self.zig_python);
-        cc.args(["-m", "ziglang", "cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Wno-unknown-attributes"]);
+        cc.args([
+            "-m",
+            "ziglang",
+            "cc",
+            "-std=c11",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Wno-unknown-attributes",
+        ]);
         cc
     }
 }

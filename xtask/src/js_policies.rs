@@ -100,10 +100,17 @@ fn node_version() -> Result<(u32, u32)> {
         .output()
         .context("`node` (Node.js 20.6 or later) is not on PATH")?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let mut parts = text.trim().trim_start_matches('v').split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let mut parts = text
+        .trim()
+        .trim_start_matches('v')
+        .split('.')
+        .map(|p| p.parse::<u32>().unwrap_or(0));
     let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     if version < (20, 6) {
-        bail!("Node.js {} is too old: the JavaScript policies need 20.6 or later", text.trim());
+        bail!(
+            "Node.js {} is too old: the JavaScript policies need 20.6 or later",
+            text.trim()
+        );
     }
     Ok(version)
 }

@@ -24,7 +24,9 @@ pub fn discover(root: &Path, marker: &str) -> Result<Vec<PathBuf>> {
 
 /// A policy folder's name: its component's name.
 pub fn name(dir: &Path) -> String {
-    dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// True for a file that is a test, not part of a component: `test_*.py`, `*.test.js`, `*_test.go`,
@@ -41,7 +43,10 @@ pub fn source_files(dirs: &[&Path]) -> Result<Vec<PathBuf>> {
     while let Some(d) = stack.pop() {
         for entry in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
             let path = entry?.path();
-            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
             if path.is_dir() {
                 if !matches!(name.as_str(), "__pycache__" | "tests" | "test" | "node_modules") {
                     stack.push(path);

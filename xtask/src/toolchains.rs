@@ -27,7 +27,9 @@ pub const REQUIRE_LANGS_ENV: &str = "AGENTRT_REQUIRE_LANGS";
 pub fn cache_dir(name: &str) -> Result<PathBuf> {
     let base = match std::env::var_os("XDG_CACHE_HOME") {
         Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").context("neither XDG_CACHE_HOME nor HOME is set")?).join(".cache"),
+        None => {
+            PathBuf::from(std::env::var_os("HOME").context("neither XDG_CACHE_HOME nor HOME is set")?).join(".cache")
+        }
     };
     Ok(base.join("agentrt").join(name))
 }
@@ -45,7 +47,10 @@ pub fn install_once(
     if std::fs::read_to_string(&marker).is_ok_and(|m| m == what) && ready() {
         return Ok(());
     }
-    eprintln!("xtask: installing {what} into {} (from {registry}, once)", dir.display());
+    eprintln!(
+        "xtask: installing {what} into {} (from {registry}, once)",
+        dir.display()
+    );
     let started = Instant::now();
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -64,12 +69,20 @@ pub fn pip_venv(name: &str, packages: &[&str]) -> Result<PathBuf> {
     let venv = cache_dir(name)?;
     let python = venv.join("bin/python");
     let what = packages.join(" ");
-    install_once(&venv, &what, "PyPI", || python.is_file(), |dir| {
-        let base = std::env::var("AGENTRT_PYTHON").unwrap_or_else(|_| "python3".to_string());
-        run(Command::new(&base).arg("-m").arg("venv").arg(dir))
-            .with_context(|| format!("`{base} -m venv` is needed (AGENTRT_PYTHON names another interpreter)"))?;
-        run(Command::new(&python).args(["-m", "pip", "install", "--quiet"]).args(packages))
-    })?;
+    install_once(
+        &venv,
+        &what,
+        "PyPI",
+        || python.is_file(),
+        |dir| {
+            let base = std::env::var("AGENTRT_PYTHON").unwrap_or_else(|_| "python3".to_string());
+            run(Command::new(&base).arg("-m").arg("venv").arg(dir))
+                .with_context(|| format!("`{base} -m venv` is needed (AGENTRT_PYTHON names another interpreter)"))?;
+            run(Command::new(&python)
+                .args(["-m", "pip", "install", "--quiet"])
+                .args(packages))
+        },
+    )?;
     Ok(venv)
 }
 
@@ -79,13 +92,19 @@ pub fn npm_prefix(name: &str, packages: &[&str]) -> Result<PathBuf> {
     let prefix = cache_dir(name)?;
     let bin = prefix.join("node_modules/.bin");
     let what = packages.join(" ");
-    install_once(&prefix, &what, "the npm registry", || bin.is_dir(), |dir| {
-        run(Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix"])
-            .arg(dir)
-            .args(packages))
-        .context("`npm` (with Node.js 18 or later) is needed")
-    })?;
+    install_once(
+        &prefix,
+        &what,
+        "the npm registry",
+        || bin.is_dir(),
+        |dir| {
+            run(Command::new("npm")
+                .args(["install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix"])
+                .arg(dir)
+                .args(packages))
+            .context("`npm` (with Node.js 18 or later) is needed")
+        },
+    )?;
     Ok(prefix)
 }
 
@@ -95,16 +114,22 @@ pub fn cargo_install(krate: &str, version: &str, bin: &str) -> Result<PathBuf> {
     let root = cache_dir(&format!("{krate}-{version}"))?;
     let exe = root.join("bin").join(bin);
     let what = format!("{krate} {version}");
-    install_once(&root, &what, "crates.io", || exe.is_file(), |dir| {
-        eprintln!("xtask: (compiling {krate}: a few minutes on 2 cores)");
-        run(Command::new(crate::cargo())
-            .args(["install", "--quiet", "--locked", krate, "--version", version, "--root"])
-            .arg(dir)
-            // Its own target folder: not the workspace's, and not left behind.
-            .env("CARGO_TARGET_DIR", dir.join("build")))?;
-        let _ = std::fs::remove_dir_all(dir.join("build"));
-        Ok(())
-    })?;
+    install_once(
+        &root,
+        &what,
+        "crates.io",
+        || exe.is_file(),
+        |dir| {
+            eprintln!("xtask: (compiling {krate}: a few minutes on 2 cores)");
+            run(Command::new(crate::cargo())
+                .args(["install", "--quiet", "--locked", krate, "--version", version, "--root"])
+                .arg(dir)
+                // Its own target folder: not the workspace's, and not left behind.
+                .env("CARGO_TARGET_DIR", dir.join("build")))?;
+            let _ = std::fs::remove_dir_all(dir.join("build"));
+            Ok(())
+        },
+    )?;
     Ok(exe)
 }
 

@@ -45,7 +45,10 @@ const PYTHON: &[Template] = &[
 ];
 const JS: &[Template] = &[
     ("policy.js", include_str!("../../../sdk/templates/js/policy.js")),
-    ("policy.test.js", include_str!("../../../sdk/templates/js/policy.test.js")),
+    (
+        "policy.test.js",
+        include_str!("../../../sdk/templates/js/policy.test.js"),
+    ),
 ];
 const C: &[Template] = &[
     ("policy.c", include_str!("../../../sdk/templates/c/policy.c")),
@@ -118,11 +121,15 @@ pub fn create(parent: &Path, name: &str, lang: Lang) -> Result<Vec<PathBuf>> {
 fn check_name(name: &str) -> Result<()> {
     let ok = name.len() <= 40
         && name.starts_with(|c: char| c.is_ascii_lowercase())
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !name.ends_with('-')
         && !name.contains("--");
     if !ok {
-        bail!("policy name {name:?}: use lowercase letters, digits and single `-`, starting with a letter (at most 40)");
+        bail!(
+            "policy name {name:?}: use lowercase letters, digits and single `-`, starting with a letter (at most 40)"
+        );
     }
     Ok(())
 }
@@ -170,11 +177,18 @@ mod tests {
             let written = create(&dir, &name, lang).unwrap();
             assert!(written.len() >= 2, "{lang:?}: a policy and its test");
             let text = std::fs::read_to_string(dir.join(&name).join(main)).unwrap();
-            assert!(text.contains(&format!("\"{name}\"")) || text.contains(&format!("'{name}'")), "{lang:?}: {text}");
+            assert!(
+                text.contains(&format!("\"{name}\"")) || text.contains(&format!("'{name}'")),
+                "{lang:?}: {text}"
+            );
             assert!(text.contains("YOUR LOGIC HERE"), "{lang:?} says where the logic goes");
             for file in written {
                 let text = std::fs::read_to_string(&file).unwrap();
-                assert!(!text.contains("__NAME__") && !text.contains("__TYPE__"), "{}", file.display());
+                assert!(
+                    !text.contains("__NAME__") && !text.contains("__TYPE__"),
+                    "{}",
+                    file.display()
+                );
             }
         }
         let _ = std::fs::remove_dir_all(&dir);

@@ -9,9 +9,7 @@
 use std::collections::BTreeMap;
 
 use agentrt_sdk::state::{Reader, Writer};
-use agentrt_sdk::{
-    info, BlockEvent, BlockOp, Config, Event, Item, Policy, PolicyInfo, SideEffect, WarmPrefix,
-};
+use agentrt_sdk::{info, BlockEvent, BlockOp, Config, Event, Item, Policy, PolicyInfo, SideEffect, WarmPrefix};
 
 /// One call, in the fixed-point unit of `count` (1/65536 of a call).
 const CALL: u64 = 1 << 16;
