@@ -1,6 +1,7 @@
 //! `agentrt` — the command-line front of the agent runtime layer.
 //!
 //! - `agentrt policy check FILE.wasm` — load and validate a policy component, print its world.
+//! - `agentrt policy new NAME --lang L` — a policy skeleton in Rust, Python, JavaScript or C.
 //! - `agentrt demo` — run the built-in policies on a short synthetic multi-agent trace and print
 //!   what they observe, score, predict and act on.
 //! - `agentrt sim gen|run|table` — the prefix-cache simulator and the evaluation (crate
@@ -15,6 +16,7 @@
 mod demo;
 mod embedded;
 mod policy_check;
+mod policy_new;
 
 use agentrt_runtime::ComponentLookup;
 use clap::{Parser, Subcommand};
@@ -51,6 +53,8 @@ enum Command {
 enum PolicyCommand {
     /// Load and validate a component; print the world it implements and its exports.
     Check(policy_check::CheckArgs),
+    /// Write a working skeleton of a policy in Rust, Python, JavaScript or C into ./NAME.
+    New(policy_new::NewArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -64,6 +68,9 @@ fn main() -> std::process::ExitCode {
         Command::Policy {
             command: PolicyCommand::Check(args),
         } => policy_check::run(args),
+        Command::Policy {
+            command: PolicyCommand::New(args),
+        } => policy_new::run(args),
         Command::Demo(args) => demo::run(args, &components),
         Command::Sim(args) => agentrt_sim::cli::run(args, &components),
         Command::Serve(args) => agentrt_serve::run(*args, &components),
