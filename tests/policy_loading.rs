@@ -190,14 +190,21 @@ fn the_default_cap_and_pool_hold_a_policy_of_100_mib() {
             .with_limits(limits);
         PolicyHandle::start(&engine, probe.clone(), slot)
     };
-    let big = holding(SandboxLimits::default()).unwrap_or_else(|e| panic!("{e}"));
+    // Filling 100 MiB takes longer than the serving deadline on a loaded machine; the memory
+    // cap under test is the default one.
+    let generous = SandboxLimits {
+        call_deadline: std::time::Duration::from_secs(5),
+        ..SandboxLimits::default()
+    };
+    assert_eq!(generous.memory_bytes, 128 << 20);
+    let big = holding(generous.clone()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(big.score(&[block_item(1, 1, 1)]).unwrap(), vec![1.0]);
     let bytes = big.metrics().memory_bytes();
     assert!((100 << 20..128 << 20).contains(&bytes), "{} MiB", bytes >> 20);
 
     let small = holding(SandboxLimits {
         memory_bytes: 64 << 20,
-        ..SandboxLimits::default()
+        ..generous
     });
     assert!(
         matches!(small, Err(PolicyError::OutOfMemory { .. })),

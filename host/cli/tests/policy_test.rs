@@ -84,6 +84,11 @@ fn the_built_in_policies_pass_every_property() {
             !stdout.contains("FAIL") && !stdout.contains("skip  "),
             "{name}:\n{stdout}"
         );
+        // Each refuses an unknown key by name, as the contract asks.
+        assert!(
+            line(&stdout, "init: an unknown key").contains("refused, naming it"),
+            "{stdout}"
+        );
         assert!(line(&stdout, "time: score-packed").contains("p50"), "{stdout}");
         assert!(line(&stdout, "memory: peak").contains("MiB cap"), "{stdout}");
         assert!(
@@ -161,6 +166,14 @@ fn each_broken_guest_fails_the_property_of_its_fault() {
         let fine = line(&stdout, still_passes);
         assert!(fine.starts_with("pass  "), "{fault}: {fine}\n{stdout}");
     }
+    // A failure is blamed once: the huge batch (past the typical size) of a score that already
+    // failed is not run, not failed again.
+    let (stdout, _) = policy_test("probe", &["--config", "fault=short-score"]);
+    let huge = line(&stdout, "score: a huge batch");
+    assert!(
+        huge.starts_with("skip  ") && huge.contains("score-packed failed above"),
+        "{huge}"
+    );
     // And without a fault, the probe passes: the failures above are the faults'.
     let (stdout, ok) = policy_test("probe", &["--huge-batch", "1000"]);
     assert!(ok, "{stdout}");

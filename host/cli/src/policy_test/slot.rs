@@ -155,10 +155,8 @@ impl Slot<'_> {
                 let peak = m.peak_memory.entry(export).or_default();
                 *peak = (*peak).max(memory);
             }
-            // An error is an answer of `init` and `restore`; and a huge batch may fail without
-            // the export failing on ordinary ones.
+            // An error is an answer of `init` and `restore`, not a failure.
             Err(PolicyError::Rejected { .. }) => {}
-            Err(_) if items > TYPICAL_BATCH => {}
             Err(e) => {
                 if let Some(how) = self.host.failed.borrow().get(export) {
                     return Err(CallError::FailedBefore {
@@ -166,9 +164,12 @@ impl Slot<'_> {
                         how: how.clone(),
                     });
                 }
-                self.host.failed.borrow_mut().insert(export, describe(e));
-                if matches!(e, PolicyError::DeadlineExceeded { .. }) {
-                    self.host.hung.borrow_mut().push(export);
+                // A huge batch may fail where ordinary ones do not: that is its own property's.
+                if items <= TYPICAL_BATCH {
+                    self.host.failed.borrow_mut().insert(export, describe(e));
+                    if matches!(e, PolicyError::DeadlineExceeded { .. }) {
+                        self.host.hung.borrow_mut().push(export);
+                    }
                 }
             }
         }
