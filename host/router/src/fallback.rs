@@ -60,7 +60,12 @@ pub struct FallbackRouter {
 }
 
 impl FallbackRouter {
-    pub fn new(primary: Option<Arc<dyn Router>>, sticky: SessionSticky, deadline: Duration, retry_after: Duration) -> Self {
+    pub fn new(
+        primary: Option<Arc<dyn Router>>,
+        sticky: SessionSticky,
+        deadline: Duration,
+        retry_after: Duration,
+    ) -> Self {
         Self {
             primary,
             sticky,
@@ -171,7 +176,10 @@ impl FallbackRouter {
             }
             Err(_) => {
                 self.counters.router_deadlines.fetch_add(1, Relaxed);
-                (FallbackReason::Deadline, format!("no answer within {:?}", self.deadline))
+                (
+                    FallbackReason::Deadline,
+                    format!("no answer within {:?}", self.deadline),
+                )
             }
         };
         let mut resting = self.resting_until.lock().expect("not poisoned");

@@ -96,13 +96,22 @@ impl Default for HintRule {
 impl HintRule {
     /// Hints for a call of `agent`, given each usable replica's requests in flight (`loads`:
     /// replicas absent from it are not usable — the hint never names one).
-    pub fn hints(&self, placement: &AnchorPlacement, agent: u32, loads: &HashMap<ReplicaId, u32>, now: Instant) -> Hints {
+    pub fn hints(
+        &self,
+        placement: &AnchorPlacement,
+        agent: u32,
+        loads: &HashMap<ReplicaId, u32>,
+        now: Instant,
+    ) -> Hints {
         let least = loads.values().copied().min().unwrap_or(0);
         let since = now.checked_sub(self.anchor_ttl).unwrap_or(now);
         let affinity = placement
             .holders(agent, since)
             .find(|r| loads.get(r).is_some_and(|&load| load <= least + self.max_imbalance));
-        Hints { affinity, allowed: None }
+        Hints {
+            affinity,
+            allowed: None,
+        }
     }
 }
 
@@ -122,7 +131,11 @@ mod tests {
         let rule = HintRule::default();
         let mut placement = AnchorPlacement::default();
         let now = Instant::now();
-        assert_eq!(rule.hints(&placement, 7, &loads(0, 0), now).affinity, None, "unknown agent: no hint");
+        assert_eq!(
+            rule.hints(&placement, 7, &loads(0, 0), now).affinity,
+            None,
+            "unknown agent: no hint"
+        );
         placement.placed(7, A, now);
         placement.placed(7, B, now);
         assert_eq!(rule.hints(&placement, 7, &loads(0, 0), now).affinity, Some(B));
@@ -142,11 +155,23 @@ mod tests {
         let now = Instant::now();
         placement.placed(7, A, now);
         assert_eq!(rule.hints(&placement, 7, &loads(2, 0), now).affinity, Some(A));
-        assert_eq!(rule.hints(&placement, 7, &loads(3, 0), now).affinity, None, "3 more in flight than B");
+        assert_eq!(
+            rule.hints(&placement, 7, &loads(3, 0), now).affinity,
+            None,
+            "3 more in flight than B"
+        );
         let later = now + Duration::from_secs(11);
-        assert_eq!(rule.hints(&placement, 7, &loads(0, 0), later).affinity, None, "past the TTL");
+        assert_eq!(
+            rule.hints(&placement, 7, &loads(0, 0), later).affinity,
+            None,
+            "past the TTL"
+        );
         let only_b = HashMap::from([(B, 0)]);
-        assert_eq!(rule.hints(&placement, 7, &only_b, now).affinity, None, "A is not usable");
+        assert_eq!(
+            rule.hints(&placement, 7, &only_b, now).affinity,
+            None,
+            "A is not usable"
+        );
     }
 
     #[test]

@@ -46,7 +46,9 @@ impl Replica {
             .ok_or_else(|| format!("replica {text:?}: expected NAME=URL, e.g. a=http://127.0.0.1:8000"))?;
         let name = name.trim();
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-            return Err(format!("replica {text:?}: the name must be letters, digits, '-' or '_'"));
+            return Err(format!(
+                "replica {text:?}: the name must be letters, digits, '-' or '_'"
+            ));
         }
         let url = url.trim().trim_end_matches('/');
         if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -72,7 +74,10 @@ impl Replicas {
         }
         for (i, r) in replicas.iter().enumerate() {
             if let Some(other) = replicas[..i].iter().find(|o| o.name == r.name || o.id == r.id) {
-                return Err(format!("replica {:?} is given twice (or its id collides with {:?})", r.name, other.name));
+                return Err(format!(
+                    "replica {:?} is given twice (or its id collides with {:?})",
+                    r.name, other.name
+                ));
             }
         }
         Ok(Self(replicas))
@@ -83,11 +88,10 @@ impl Replicas {
         let (name, endpoint) = text
             .split_once('=')
             .ok_or_else(|| format!("KV events {text:?}: expected NAME=ENDPOINT, e.g. a=tcp://127.0.0.1:5557"))?;
-        let replica = self
-            .0
-            .iter_mut()
-            .find(|r| r.name == name.trim())
-            .ok_or_else(|| format!("KV events for {name:?}: no replica of that name (--replica {name}=URL first)"))?;
+        let replica =
+            self.0.iter_mut().find(|r| r.name == name.trim()).ok_or_else(|| {
+                format!("KV events for {name:?}: no replica of that name (--replica {name}=URL first)")
+            })?;
         replica.kv_events = Some(endpoint.trim().to_string());
         Ok(())
     }
@@ -136,7 +140,10 @@ mod tests {
         assert!(Replica::parse("http://x").unwrap_err().contains("NAME=URL"));
         assert!(Replica::parse("a=ftp://x").unwrap_err().contains("not an http"));
         assert!(Replica::parse("a b=http://x").unwrap_err().contains("name must be"));
-        let twice = vec![Replica::parse("a=http://x").unwrap(), Replica::parse("a=http://y").unwrap()];
+        let twice = vec![
+            Replica::parse("a=http://x").unwrap(),
+            Replica::parse("a=http://y").unwrap(),
+        ];
         assert!(Replicas::new(twice).unwrap_err().contains("given twice"));
         assert!(Replicas::new(vec![]).unwrap_err().contains("no replicas"));
     }
@@ -145,7 +152,10 @@ mod tests {
     fn kv_events_attach_to_the_named_replica_only() {
         let mut rs = Replicas::new(vec![Replica::parse("a=http://x").unwrap()]).unwrap();
         rs.set_kv_events("a=tcp://127.0.0.1:5557").unwrap();
-        assert_eq!(rs.by_name("a").unwrap().kv_events.as_deref(), Some("tcp://127.0.0.1:5557"));
+        assert_eq!(
+            rs.by_name("a").unwrap().kv_events.as_deref(),
+            Some("tcp://127.0.0.1:5557")
+        );
         assert!(rs.set_kv_events("z=tcp://x").unwrap_err().contains("no replica"));
     }
 }

@@ -67,9 +67,18 @@ pub enum RouterError {
     #[error("router at {url}: {route} could not be sent: {detail}")]
     Unreachable { url: String, route: String, detail: String },
     #[error("router at {url}: {route} did not answer within {after:?}")]
-    Timeout { url: String, route: String, after: Duration },
+    Timeout {
+        url: String,
+        route: String,
+        after: Duration,
+    },
     #[error("router at {url}: {route} answered {status}: {message}")]
-    Status { url: String, route: String, status: u16, message: String },
+    Status {
+        url: String,
+        route: String,
+        status: u16,
+        message: String,
+    },
     #[error("router at {url}: {route} answered something unreadable: {detail}")]
     BadAnswer { url: String, route: String, detail: String },
     #[error("router chose replica {0}, which agentrt does not know")]

@@ -27,7 +27,11 @@ impl SessionSticky {
     /// The replica for `request`, among `allowed` (all when `None`).
     pub fn choose(&self, request: &RouteRequest) -> Result<ReplicaId, RouterError> {
         let allowed = |id: &ReplicaId| request.hints.allowed.as_ref().is_none_or(|ids| ids.contains(id));
-        if let Some(id) = request.hints.affinity.filter(|id| self.replicas.contains(id) && allowed(id)) {
+        if let Some(id) = request
+            .hints
+            .affinity
+            .filter(|id| self.replicas.contains(id) && allowed(id))
+        {
             return Ok(id);
         }
         let key = match &request.session {
@@ -71,7 +75,9 @@ impl Router for SessionSticky {
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// splitmix64's finalizer: spreads nearby keys over the whole range.
@@ -88,7 +94,13 @@ mod tests {
     use crate::router::Hints;
 
     fn replicas(names: &[&str]) -> Replicas {
-        Replicas::new(names.iter().map(|n| Replica::parse(&format!("{n}=http://{n}")).unwrap()).collect()).unwrap()
+        Replicas::new(
+            names
+                .iter()
+                .map(|n| Replica::parse(&format!("{n}=http://{n}")).unwrap())
+                .collect(),
+        )
+        .unwrap()
     }
 
     fn session(s: &str) -> RouteRequest {

@@ -86,14 +86,22 @@ impl SelectionClient {
     }
 
     /// Blocks of the prompt each replica holds, as the router sees them.
-    pub async fn overlap(&self, token_ids: &[u32], cache_salt: Option<&str>) -> Result<BTreeMap<ReplicaId, usize>, RouterError> {
+    pub async fn overlap(
+        &self,
+        token_ids: &[u32],
+        cache_salt: Option<&str>,
+    ) -> Result<BTreeMap<ReplicaId, usize>, RouterError> {
         let body = wire::OverlapRequest {
             model_name: &self.model,
             token_ids,
             cache_salt,
         };
         let answer: wire::OverlapResponse = self.call(Method::POST, "/overlap_scores", Some(&body)).await?;
-        Ok(answer.by_worker().into_iter().map(|(id, n)| (ReplicaId(id), n)).collect())
+        Ok(answer
+            .by_worker()
+            .into_iter()
+            .map(|(id, n)| (ReplicaId(id), n))
+            .collect())
     }
 
     fn select_body<'a>(&'a self, request: &'a RouteRequest, booking: bool, advisory: bool) -> wire::SelectRequest<'a> {
@@ -122,7 +130,12 @@ impl SelectionClient {
         }
     }
 
-    async fn call<T: DeserializeOwned>(&self, method: Method, path: &str, body: Option<&impl Serialize>) -> Result<T, RouterError> {
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&impl Serialize>,
+    ) -> Result<T, RouterError> {
         let route = format!("{method} {path}");
         let mut request = self
             .http
