@@ -21,6 +21,8 @@ pub mod replica;
 pub mod router;
 pub mod selection;
 pub mod sticky;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use fallback::{Decider, FallbackRouter, Routed, RoutingCounters};
 pub use hints::{AnchorPlacement, HintRule};

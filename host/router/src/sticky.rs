@@ -2,9 +2,10 @@
 //! (its history stays warm there) without any shared state, and when a replica leaves only its
 //! own sessions move. Used when the router is down, slow or wrong ([`crate::fallback`]).
 //!
-//! Rules, in order: a hinted replica that is allowed (agentrt knows it holds the agent's anchor)
-//! → that one; else the allowed replica with the highest hash of (session, replica). A request
-//! without a session hashes its first 64 tokens instead (the start of its agent's anchor).
+//! The rule: the allowed replica with the highest hash of (session, replica). A request without a
+//! session hashes its first 64 tokens instead (the start of its agent's anchor). The affinity
+//! hint is the router's to weigh against load; without the router there is no load view, so
+//! the fallback keeps sessions whole and ignores it.
 
 use crate::replica::{ReplicaId, Replicas};
 use crate::router::{Route, RouteRequest, Router, RouterError, RouterFuture};
@@ -27,13 +28,6 @@ impl SessionSticky {
     /// The replica for `request`, among `allowed` (all when `None`).
     pub fn choose(&self, request: &RouteRequest) -> Result<ReplicaId, RouterError> {
         let allowed = |id: &ReplicaId| request.hints.allowed.as_ref().is_none_or(|ids| ids.contains(id));
-        if let Some(id) = request
-            .hints
-            .affinity
-            .filter(|id| self.replicas.contains(id) && allowed(id))
-        {
-            return Ok(id);
-        }
         let key = match &request.session {
             Some(session) => fnv1a(session.as_bytes()),
             None => {
@@ -139,20 +133,22 @@ mod tests {
     }
 
     #[test]
-    fn an_allowed_affinity_wins_and_the_allowed_set_is_kept() {
+    fn the_allowed_set_is_kept_and_affinity_left_to_the_router() {
         let sticky = SessionSticky::new(&replicas(&["a", "b"]));
         let (a, b) = (ReplicaId::of_name("a"), ReplicaId::of_name("b"));
         let mut request = session("s");
+        let hashed = sticky.choose(&request).unwrap();
+        let other = if hashed == a { b } else { a };
         request.hints = Hints {
-            affinity: Some(b),
+            affinity: Some(other),
             allowed: None,
         };
-        assert_eq!(sticky.choose(&request).unwrap(), b);
+        assert_eq!(sticky.choose(&request).unwrap(), hashed, "the session's replica");
         request.hints = Hints {
-            affinity: Some(b),
-            allowed: Some(vec![a]),
+            affinity: None,
+            allowed: Some(vec![other]),
         };
-        assert_eq!(sticky.choose(&request).unwrap(), a);
+        assert_eq!(sticky.choose(&request).unwrap(), other);
         request.hints.allowed = Some(vec![]);
         assert!(matches!(sticky.choose(&request), Err(RouterError::NoReplica)));
     }

@@ -1,6 +1,7 @@
 //! The router client against the real Dynamo selection service (`python -m
 //! dynamo.select_service` from `ai-dynamo-runtime` 1.6.1, installed by
-//! `adapters/dynamo/setup-venv.sh`; these tests print why and return when it is missing).
+//! `adapters/dynamo/setup-venv.sh`; these tests print why and return when it is missing —
+//! `agentrt_router::testing`).
 //!
 //! The replicas' KV events are real ones: the msgpack batch a real vLLM published when it cached a
 //! 512-token agent prompt (`host/vllm/tests/fixtures/vllm-0.32.0-cpu/0000.msgpack`), sent on the
@@ -10,12 +11,11 @@
 //! One stand-in, for a fault the real service cannot be made to show on cue: `HangingRouter`, a
 //! TCP listener that accepts and never answers (a router that hangs).
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentrt_router::fallback::FallbackReason;
+use agentrt_router::testing::SelectionService;
 use agentrt_router::{
     Decider, FallbackRouter, Hints, Replica, ReplicaId, Replicas, RouteRequest, Router, RouterError, SelectionClient,
     SessionSticky,
@@ -26,80 +26,6 @@ const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../vllm/tests/fixtures/vllm-0.32.0-cpu/0000.msgpack"
 );
-
-fn dynamo_python() -> Result<PathBuf, String> {
-    let venv = std::env::var_os("AGENTRT_DYNAMO_VENV")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/agentrt/venv-dynamo")))
-        .ok_or("HOME is not set")?;
-    let python = venv.join("bin/python");
-    if python.is_file() {
-        Ok(python)
-    } else {
-        Err(format!(
-            "the selection service is not installed ({} is missing): run adapters/dynamo/setup-venv.sh",
-            python.display()
-        ))
-    }
-}
-
-/// A real selection service on a free loopback port, stopped (by its pid) when dropped.
-struct SelectionService {
-    child: Child,
-    url: String,
-}
-
-impl SelectionService {
-    async fn start() -> Result<Self, String> {
-        let python = dynamo_python()?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(python)
-            .args([
-                "-m",
-                "dynamo.select_service",
-                "--port",
-                &port.to_string(),
-                "--threads",
-                "1",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("starting the selection service: {e}"))?;
-        let service = Self {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if let Ok(r) = reqwest::get(format!("{}/health", service.url)).await {
-                if r.status().is_success() {
-                    return Ok(service);
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!(
-            "the selection service at {} did not answer /health within 60 s",
-            service.url
-        );
-    }
-
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for SelectionService {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 macro_rules! service_or_skip {
     () => {

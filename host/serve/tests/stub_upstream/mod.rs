@@ -4,7 +4,7 @@
 //!
 //! Behaviour by request `model`: `fail-mid-stream` sends one SSE chunk then cuts the connection;
 //! `unknown` answers 404 like vLLM; anything else answers, streaming (three chunks, the last with
-//! usage) when `stream` is true. `/tokenize` answers a count of 321 (404 for model `no-tokenize`).
+//! usage) when `stream` is true. `/tokenize` answers a count of 321 and stand-in token ids (404 for model `no-tokenize`).
 //!
 //! FAULT INJECTION, for the proxy's upstream limits (a real vLLM does not hang or flood on
 //! demand): `hang-before-headers` never answers; `hang-mid-body` sends the start of a
@@ -74,11 +74,12 @@ pub async fn start() -> (String, Stub) {
                 let tokenize = tokenize.clone();
                 async move {
                     let missing = body["model"] == "no-tokenize";
+                    let tokens = stand_in_tokens(&body);
                     tokenize.lock().unwrap().push(body);
                     if missing {
                         return StatusCode::NOT_FOUND.into_response();
                     }
-                    Json(json!({"count": 321, "max_model_len": 2048, "tokens": []})).into_response()
+                    Json(json!({"count": 321, "max_model_len": 2048, "tokens": tokens})).into_response()
                 }
             }),
         )
@@ -97,6 +98,18 @@ pub async fn start() -> (String, Stub) {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (format!("http://{addr}"), stub)
+}
+
+/// Token ids standing in for a tokenizer's: the bytes of each message's role and content (or of
+/// the prompt), so prompts that share a start share their first tokens, as real ones do.
+fn stand_in_tokens(body: &Value) -> Vec<u32> {
+    let mut text = String::new();
+    for m in body["messages"].as_array().into_iter().flatten() {
+        text.push_str(m["role"].as_str().unwrap_or_default());
+        text.push_str(m["content"].as_str().unwrap_or_default());
+    }
+    text.push_str(body["prompt"].as_str().unwrap_or_default());
+    text.bytes().take(4096).map(u32::from).collect()
 }
 
 async fn chat(stub: Stub, headers: HeaderMap, body: Value) -> Response {
