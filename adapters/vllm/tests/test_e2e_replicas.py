@@ -121,6 +121,8 @@ def test_an_agents_next_call_lands_on_the_replica_holding_its_anchor(agentrt_bin
             time.sleep(0.3)  # the call's KV events reach the router
         print("placement:", where, "cached tokens of each agent's last call:", cached)
         for agent, placed in where.items():
+            if len(placed) < 2:
+                continue  # coder: one call, nothing to hit
             assert len(set(placed)) == 1, f"{agent}'s calls went to {placed}:\n{serve.log()}"
             anchor = anchor_tokens(replicas["a"].base, agent)
             assert cached[agent] >= (anchor // BLOCK) * BLOCK, (agent, cached[agent], anchor)
