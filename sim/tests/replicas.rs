@@ -44,10 +44,11 @@ fn one_replica_behind_any_router_replays_exactly_as_one_engine() {
 fn every_request_is_served_once_and_the_kv_router_beats_round_robin_on_hits() {
     // Many agent applications, each replica's cache far smaller than all their anchors.
     let trace = trace(Workload::Fleet, 120, 12.0);
-    let cfg = SimConfig::new(1500);
+    let cfg = SimConfig::new(3000);
     let rr = replay(&cfg, &trace, &mut lru(2), RouterKind::RoundRobin).unwrap();
     let kv = replay(&cfg, &trace, &mut lru(2), RouterKind::Kv).unwrap();
     for r in [&rr, &kv] {
+        assert_eq!(r.rejected, 0, "every prompt fits one replica's cache");
         assert!(r.ttft_us.iter().all(|t| t.is_finite()), "a request was never served");
         assert_eq!(r.admission_order.len(), trace.requests.len());
     }
