@@ -9,15 +9,15 @@
 //!   blocks of the prompt it holds)` and `decode_blocks` = the blocks its requests will hold; the
 //!   lowest wins (temperature 0; ties to the replica with fewer requests, then the first). The
 //!   router sees each replica's cache exactly (its KV events, without their delay);
-//! - `agentrt`: `kv` plus agentrt's hint — the replica that last received the agent's anchor (a
-//!   call or a warm-up), unless it has more than 4 requests in flight beyond the least busy
+//! - `agentrt`: `kv` plus agentrt's hint — the replica of the session's last call, else the one
+//!   that last received the agent's anchor (a call or a warm-up), unless it has more than 4 requests in flight beyond the least busy
 //!   (`agentrt_router::HintRule`, the same code) — which Dynamo's `affinity_target` makes the
 //!   choice while it is eligible.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use agentrt_router::{AnchorPlacement, HintRule, Replica, ReplicaId, Replicas, RouteRequest, SessionSticky};
+use agentrt_router::{HintRule, Placement, Replica, ReplicaId, Replicas, RouteRequest, SessionSticky};
 
 use crate::scheduler::EngineLoadView;
 
@@ -58,7 +58,7 @@ pub(crate) struct RouterModel {
     next: usize,
     sticky: SessionSticky,
     ids: Vec<ReplicaId>,
-    placement: AnchorPlacement,
+    placement: Placement,
     rule: HintRule,
     /// Simulated time 0 as an `Instant` (the hint rule's clock).
     epoch: Instant,
@@ -78,7 +78,7 @@ impl RouterModel {
             next: 0,
             sticky: SessionSticky::new(&named),
             ids: named.ids().collect(),
-            placement: AnchorPlacement::default(),
+            placement: Placement::default(),
             rule: HintRule::default(),
             epoch: Instant::now(),
             hinted: 0,
@@ -115,7 +115,13 @@ impl RouterModel {
                     .zip(request.loads)
                     .map(|(id, l)| (*id, l.in_flight))
                     .collect();
-                let hints = self.rule.hints(&self.placement, request.agent, &loads, self.at(now_ns));
+                let hints = self.rule.hints(
+                    &self.placement,
+                    request.agent,
+                    Some(request.session),
+                    &loads,
+                    self.at(now_ns),
+                );
                 match hints.affinity {
                     Some(id) => {
                         self.hinted += 1;
@@ -125,6 +131,12 @@ impl RouterModel {
                 }
             }
         }
+    }
+
+    /// A call of `session` went to replica `replica` at `now_ns`.
+    pub fn session_placed(&mut self, session: u64, replica: usize, now_ns: u64) {
+        let at = self.at(now_ns);
+        self.placement.session_placed(session, self.ids[replica], at);
     }
 
     /// `agent`'s anchor went to replica `replica` (its call, or its warm-up) at `now_ns`.

@@ -28,7 +28,12 @@ fn one_replica_behind_any_router_replays_exactly_as_one_engine() {
     let cfg = SimConfig::new(3000);
     let mut policy = NativeLru;
     let alone = Sim::new(cfg.clone(), &trace, &mut policy).run().unwrap();
-    for router in [RouterKind::RoundRobin, RouterKind::Session, RouterKind::Kv, RouterKind::Agentrt] {
+    for router in [
+        RouterKind::RoundRobin,
+        RouterKind::Session,
+        RouterKind::Kv,
+        RouterKind::Agentrt,
+    ] {
         let one = replay(&cfg, &trace, &mut lru(1), router).unwrap();
         assert_eq!(one.hit_tokens, alone.hit_tokens, "{router:?}");
         assert_eq!(one.prompt_tokens, alone.prompt_tokens);

@@ -25,7 +25,7 @@ pub mod sticky;
 pub mod testing;
 
 pub use fallback::{Decider, FallbackRouter, Routed, RoutingCounters};
-pub use hints::{AnchorPlacement, HintRule};
+pub use hints::{HintRule, Placement};
 pub use replica::{Replica, ReplicaId, Replicas};
 pub use router::{Hints, Route, RouteRequest, Router, RouterError, RouterFuture};
 pub use selection::SelectionClient;

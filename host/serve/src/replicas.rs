@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentrt_router::{
-    AnchorPlacement, Decider, FallbackRouter, HintRule, Replica, ReplicaId, Replicas, Route, RouteRequest, Router,
+    Decider, FallbackRouter, HintRule, Placement, Replica, ReplicaId, Replicas, Route, RouteRequest, Router,
     SelectionClient, SessionSticky,
 };
 use serde_json::{json, Value};
@@ -63,7 +63,7 @@ struct Counts {
 pub struct ReplicaRouting {
     replicas: Replicas,
     router: Arc<FallbackRouter>,
-    placement: Mutex<AnchorPlacement>,
+    placement: Mutex<Placement>,
     rule: HintRule,
     in_flight: HashMap<ReplicaId, AtomicU32>,
     /// Replicas that failed a request lately, and until when they are left out.
@@ -142,7 +142,7 @@ impl ReplicaRouting {
             session: Some(format!("{:016x}", input.session)),
             expected_output_tokens: input.max_tokens,
             booking_id: format!("{}-{}", self.booking_prefix, self.bookings.fetch_add(1, Relaxed)),
-            hints: self.hints(agent),
+            hints: self.hints(agent, Some(input.session)),
         };
         let routed = self.router.route(&request).await;
         let route = match routed {
@@ -163,6 +163,11 @@ impl ReplicaRouting {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .placed(agent, route.replica, Instant::now());
+        self.placement.lock().unwrap_or_else(|p| p.into_inner()).session_placed(
+            input.session,
+            route.replica,
+            Instant::now(),
+        );
         self.in_flight[&route.replica].fetch_add(1, Relaxed);
         Lease {
             routing: self.clone(),
@@ -184,7 +189,7 @@ impl ReplicaRouting {
         let request = RouteRequest {
             token_ids: self.tokens(state, &input).await,
             cache_salt: input.cache_salt,
-            hints: self.hints(agent),
+            hints: self.hints(agent, None),
             ..Default::default()
         };
         let replica = match self.router.peek(&request).await {
@@ -206,12 +211,12 @@ impl ReplicaRouting {
     /// agentrt's hints for a call of `agent`: the replica that last got its anchor (unless it is
     /// much busier than the rest), and — while some replica is left out after a failure — the
     /// ones still usable.
-    fn hints(&self, agent: u32) -> agentrt_router::Hints {
+    fn hints(&self, agent: u32, session: Option<u64>) -> agentrt_router::Hints {
         let now = Instant::now();
         let up = self.usable(now);
         let loads: HashMap<ReplicaId, u32> = up.iter().map(|id| (*id, self.in_flight[id].load(Relaxed))).collect();
         let placement = self.placement.lock().unwrap_or_else(|p| p.into_inner());
-        let mut hints = self.rule.hints(&placement, agent, &loads, now);
+        let mut hints = self.rule.hints(&placement, agent, session, &loads, now);
         if hints.affinity.is_some() {
             self.counts.hinted.fetch_add(1, Relaxed);
         }
