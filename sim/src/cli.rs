@@ -286,7 +286,18 @@ fn run_trace(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     };
     let results = if a.replicas > 1 {
         let rerank = a.replay.rerank();
-        crate::replicas::run_all(&host, &prepared, &cfg, &policies, rerank, a.replicas, a.router, step)?
+        crate::replicas::run_all(
+            &host,
+            &prepared,
+            &cfg,
+            &policies,
+            rerank,
+            crate::replicas::ReplicaSetup {
+                replicas: a.replicas,
+                router: a.router,
+            },
+            step,
+        )?
     } else {
         run_all(&host, &prepared, &cfg, &policies, a.replay.rerank(), audit, step)?
     };

@@ -144,7 +144,14 @@ fn merge(results: Vec<RunResult>) -> RunResult {
     total
 }
 
-/// Every policy of `policies` on `replicas` replicas behind `router` (Bélády, an offline bound
+/// How many replicas, behind which router.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplicaSetup {
+    pub replicas: usize,
+    pub router: RouterKind,
+}
+
+/// Every policy of `policies` on `setup`'s replicas behind its router (Bélády, an offline bound
 /// for one cache, has no meaning here and is refused). `done` is called after each.
 pub fn run_all(
     host: &crate::harness::PolicyHost,
@@ -152,15 +159,14 @@ pub fn run_all(
     cfg: &SimConfig,
     policies: &[crate::harness::PolicySpec],
     rerank: crate::policies::Rerank,
-    replicas: usize,
-    router: RouterKind,
+    setup: ReplicaSetup,
     mut done: impl FnMut(&RunResult),
 ) -> anyhow::Result<Vec<RunResult>> {
     use crate::harness::PolicySpec;
     let mut results = Vec::new();
     for policy in policies {
         let mut instances: Vec<Box<dyn SimPolicy>> = Vec::new();
-        for r in 0..replicas {
+        for r in 0..setup.replicas {
             instances.push(match policy {
                 PolicySpec::NativeLru => Box::new(crate::policies::NativeLru),
                 PolicySpec::Wasm { name, component, init } => {
@@ -171,7 +177,7 @@ pub fn run_all(
                 ),
             });
         }
-        let mut result = replay(cfg, trace, &mut instances, router)?;
+        let mut result = replay(cfg, trace, &mut instances, setup.router)?;
         result.policy = policy.name().to_string();
         done(&result);
         results.push(result);
