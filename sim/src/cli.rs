@@ -173,6 +173,14 @@ pub struct RunArgs {
     /// either way.
     #[arg(long = "share", value_name = "TENANT=MIN[:MAX]", value_parser = parse_share)]
     pub shares: Vec<(String, Share)>,
+    /// Replicas, each with --capacity-blocks of cache and its own instance of the policy, behind
+    /// --router (docs/replicas.md).
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
+    /// The router in front of several replicas: round-robin, session (sticky hashing), kv
+    /// (Dynamo's KV-aware cost), agentrt (kv plus agentrt's anchor hint).
+    #[arg(long, value_enum, default_value = "kv")]
+    pub router: crate::router_model::RouterKind,
     #[command(flatten)]
     pub replay: ReplayOptions,
 }
@@ -289,19 +297,45 @@ fn run_trace(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     host.preload(&policies)?;
     let bar = progress(policies.len() as u64);
     let audit = a.eviction_log.is_some();
-    let results = run_all(&host, &prepared, &cfg, &policies, a.replay.rerank(), audit, |r| {
+    let step = |r: &crate::scheduler::RunResult| {
         bar.set_message(format!("{} done", r.policy));
         bar.inc(1);
-    })?;
+    };
+    let results = if a.replicas > 1 {
+        let rerank = a.replay.rerank();
+        crate::replicas::run_all(
+            &host,
+            &prepared,
+            &cfg,
+            &policies,
+            rerank,
+            crate::replicas::ReplicaSetup {
+                replicas: a.replicas,
+                router: a.router,
+            },
+            step,
+        )?
+    } else {
+        run_all(&host, &prepared, &cfg, &policies, a.replay.rerank(), audit, step)?
+    };
     bar.finish_and_clear();
     let summaries = summarize(&results);
     println!(
-        "{}: {} sessions, {} requests, cache {} blocks × {} tokens",
+        "{}: {} sessions, {} requests, cache {} blocks × {} tokens{}",
         a.trace.display(),
         prepared.sessions.len(),
         prepared.requests.len(),
         blocks,
-        BLOCK_SIZE
+        BLOCK_SIZE,
+        if a.replicas > 1 {
+            format!(
+                " on each of {} replicas behind the {} router",
+                a.replicas,
+                a.router.name()
+            )
+        } else {
+            String::new()
+        }
     );
     print!("{}", table(&summaries));
     print!("{}", crate::report::tenant_table(&summaries));
@@ -312,7 +346,11 @@ fn run_trace(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
         println!("every eviction → {}", path.display());
     }
     if let Some(path) = &a.json {
-        let json = run_json(&a.trace.display().to_string(), blocks, BLOCK_SIZE, &summaries);
+        let mut json = run_json(&a.trace.display().to_string(), blocks, BLOCK_SIZE, &summaries);
+        if a.replicas > 1 {
+            json["replicas"] = serde_json::json!(a.replicas);
+            json["router"] = serde_json::json!(a.router.name());
+        }
         std::fs::write(path, serde_json::to_string_pretty(&json)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }

@@ -34,6 +34,8 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    #[command(flatten)]
+    pub replicas: crate::replicas::ReplicaArgs,
     /// Each tenant's policy: a component name (`cachesage`, `lru`, `ttl`; found in
     /// `$AGENTRT_COMPONENTS_DIR`, beside the binary, built into it, or in the source tree's build)
     /// or a path to a `.wasm` file.
@@ -459,6 +461,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
     };
     let mut state = AppState::new(options, tenants);
     state.reloader = reloader;
+    state.replicas = crate::replicas::ReplicaRouting::from_args(&args.replicas)?;
 
     anyhow::ensure!(
         shares.is_empty() || args.eviction_socket.is_some(),

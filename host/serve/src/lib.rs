@@ -24,6 +24,8 @@
 //!   tenant's stats and forecasts ([`tenant_report`]); [`admin_auth`]: which admin token may act
 //!   on which tenant (the operator's on all, a tenant's on its own);
 //! - [`metrics`]: Prometheus counters for the proxy and every policy slot;
+//! - [`replicas`]: several upstream replicas behind a KV-aware router (Dynamo's selection
+//!   service, session-sticky hashing when it fails), fed agentrt's hints (`agentrt-router`);
 //! - [`limits`], [`connections`], [`upstream`]: the front door's limits (connections, header
 //!   and upstream timeouts, body and reply sizes), the accept loop that enforces the connection
 //!   ones, and waiting on the upstream under the rest; [`auth`]: bearer tokens.
@@ -46,6 +48,7 @@ pub mod policy_worker;
 pub mod proxy;
 pub mod quotas;
 pub mod reload;
+pub mod replicas;
 pub mod table;
 pub mod tenant_report;
 pub mod tenant_settings;

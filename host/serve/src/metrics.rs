@@ -153,7 +153,7 @@ impl ProxyMetrics {
 }
 
 /// Prometheus text for `(name, help, value)` counters.
-fn render_counters(out: &mut String, counters: &[(&str, &str, &AtomicU64)]) {
+pub(crate) fn render_counters(out: &mut String, counters: &[(&str, &str, &AtomicU64)]) {
     for (name, help, value) in counters {
         let _ = writeln!(
             out,

@@ -71,6 +71,8 @@ pub struct AppState {
     pub engine_pins: Option<Arc<agentrt_vllm::PinTable>>,
     /// Re-reads the config file (`--config`) on SIGHUP and `POST /admin/reload`.
     pub reloader: Option<crate::reload::Reloader>,
+    /// Several replicas behind a router (`--replica`), else every request goes to `upstream`.
+    pub replicas: Option<Arc<crate::replicas::ReplicaRouting>>,
     clock: Instant,
     next_request_id: AtomicU64,
 }
@@ -94,6 +96,7 @@ impl AppState {
             engine_pins: None,
             engine_cache: None,
             reloader: None,
+            replicas: None,
             clock: Instant::now(),
             next_request_id: AtomicU64::new(1),
         }
@@ -108,9 +111,14 @@ impl AppState {
     }
 
     pub fn upstream_request(&self, path: &str) -> reqwest::RequestBuilder {
+        self.upstream_request_to(&self.options.upstream, path)
+    }
+
+    /// A POST of JSON to `path` on the upstream at `base` (one of several replicas).
+    pub fn upstream_request_to(&self, base: &str, path: &str) -> reqwest::RequestBuilder {
         let builder = self
             .client
-            .post(self.upstream_url(path))
+            .post(format!("{}{path}", base.trim_end_matches('/')))
             .header(header::CONTENT_TYPE, "application/json");
         match &self.options.upstream_api_key {
             Some(key) => builder.bearer_auth(key),
@@ -240,6 +248,8 @@ struct Prepared {
     continues: Option<Continuation>,
     /// Sessions this one pushed out of the tenant's full session table: reported ended first.
     ended: Vec<u64>,
+    /// What the router needs to place it, when there are several replicas.
+    route: Option<crate::replicas::RouteInput>,
 }
 
 /// The caller's tenant, from the headers alone. A new tenant's policy starts on a blocking
@@ -417,6 +427,10 @@ fn prepare(
             json["priority"] = json!(demotion.min(MAX_ENGINE_PRIORITY));
         }
     }
+    let route = state
+        .replicas
+        .as_ref()
+        .map(|_| crate::replicas::RouteInput::of_body(&json).with_session(identity.session));
     let body = json_with(state, &mut json, agent, &identity);
     Prepared {
         tenant,
@@ -426,6 +440,7 @@ fn prepare(
         registration,
         continues,
         ended,
+        route,
     }
 }
 
@@ -492,6 +507,8 @@ struct FinishGuard {
     tenant: Arc<Tenant>,
     /// The request counts against its tenant's in-flight limit until the guard goes.
     _permit: TenantPermit,
+    /// Its place on a replica (several replicas), released when the guard goes.
+    lease: Option<crate::replicas::Lease>,
     template: RequestFinish,
     done: bool,
 }
@@ -554,6 +571,7 @@ async fn forward(
         registration,
         continues,
         ended,
+        route,
     } = prepared;
     let request_id = state.next_request_id.fetch_add(1, Relaxed);
     state.metrics.sessions_ended.fetch_add(ended.len() as u64, Relaxed);
@@ -571,10 +589,11 @@ async fn forward(
     }));
     state.tell_policy(&tenant, events);
     state.metrics.in_flight.fetch_add(1, Relaxed);
-    let guard = FinishGuard {
+    let mut guard = FinishGuard {
         state: state.clone(),
         tenant: tenant.clone(),
         _permit: permit,
+        lease: None,
         template: RequestFinish {
             request_id,
             agent,
@@ -591,13 +610,27 @@ async fn forward(
     // The policy's next move does not wait for the upstream.
     state.warmups.kick(state.clone(), tenant.clone());
 
-    let request = state.upstream_request(path).body(body);
-    let sent = upstream::send(request, &state.options.upstream, &state.options.limits);
+    let lease = match (&state.replicas, route) {
+        (Some(replicas), Some(input)) => Some(replicas.place(&state, agent, input).await),
+        _ => None,
+    };
+    let base = lease.as_ref().map_or(state.options.upstream.as_str(), |l| l.url());
+    let request = state.upstream_request_to(base, path).body(body);
+    let sent = upstream::send(request, base, &state.options.limits);
     state.metrics.observe_overhead(received.elapsed());
     let reply = match sent.await {
-        Ok(response) => response,
+        Ok(response) => {
+            guard.lease = lease.map(|mut lease| {
+                lease.prefill_complete();
+                lease
+            });
+            response
+        }
         Err(e) => {
             state.upstream_failed(&e);
+            if let Some(lease) = &lease {
+                lease.failed();
+            }
             guard.finish(false, None);
             return failed(&state, e);
         }
@@ -735,6 +768,9 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
     crate::metrics::render_tenants(&state.tenants.list(), &mut out);
     if let Some(cache) = &state.engine_cache {
         crate::metrics::render_engine_cache(cache, &mut out);
+    }
+    if let Some(replicas) = &state.replicas {
+        replicas.render(&mut out);
     }
     out.push_str(&state.tenants.registry().render_prometheus());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()

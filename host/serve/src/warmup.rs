@@ -182,6 +182,11 @@ impl Warmups {
         if let Some(salt) = &anchor.cache_salt {
             body[crate::cache_salt::FIELD] = json!(salt);
         }
+        // With several replicas: where the router says the agent's next call will go.
+        let base = match &state.replicas {
+            Some(replicas) => replicas.warm_target(state, agent, &body).await,
+            None => state.options.upstream.clone(),
+        };
         let body = serde_json::to_vec(&body).expect("values serialize");
         // Paid up front at ~4 bytes per token (the JSON's punctuation makes it an overestimate),
         // then corrected to the prompt tokens the engine reports.
@@ -201,11 +206,11 @@ impl Warmups {
         state.tell_policy(tenant, vec![Event::RequestArrival(arrival)]);
         state.metrics.warmups_sent.fetch_add(1, Relaxed);
         let request = state
-            .upstream_request(anchor.api.path())
+            .upstream_request_to(&base, anchor.api.path())
             .header("x-agentrt-warmup", "1")
             .body(body);
         // Under the first-byte timeout: a hanging upstream must not hold a warm-up slot forever.
-        let sent = crate::upstream::send(request, &state.options.upstream, &state.options.limits).await;
+        let sent = crate::upstream::send(request, &base, &state.options.limits).await;
         let reply = match sent {
             Ok(r) if r.status().is_success() => crate::upstream::read_reply(r, &state.options.limits).await.ok(),
             _ => None,

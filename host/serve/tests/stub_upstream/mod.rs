@@ -4,7 +4,7 @@
 //!
 //! Behaviour by request `model`: `fail-mid-stream` sends one SSE chunk then cuts the connection;
 //! `unknown` answers 404 like vLLM; anything else answers, streaming (three chunks, the last with
-//! usage) when `stream` is true. `/tokenize` answers a count of 321 (404 for model `no-tokenize`).
+//! usage) when `stream` is true. `/tokenize` answers a count of 321 and stand-in token ids (404 for model `no-tokenize`).
 //! `/v1/responses` and `/v1/messages` answer a fixed reply in their own shapes, streamed as each
 //! API streams when asked.
 //!
@@ -79,11 +79,12 @@ pub async fn start() -> (String, Stub) {
                 let tokenize = tokenize.clone();
                 async move {
                     let missing = body["model"] == "no-tokenize";
+                    let tokens = stand_in_tokens(&body);
                     tokenize.lock().unwrap().push(body);
                     if missing {
                         return StatusCode::NOT_FOUND.into_response();
                     }
-                    Json(json!({"count": 321, "max_model_len": 2048, "tokens": []})).into_response()
+                    Json(json!({"count": 321, "max_model_len": 2048, "tokens": tokens})).into_response()
                 }
             }),
         )
@@ -178,6 +179,18 @@ fn other_api(stub: Stub, path: &'static str, headers: HeaderMap, body: Value) ->
         .header("content-type", "text/event-stream")
         .body(Body::from(sse))
         .unwrap()
+}
+
+/// Token ids standing in for a tokenizer's: the bytes of each message's role and content (or of
+/// the prompt), so prompts that share a start share their first tokens, as real ones do.
+fn stand_in_tokens(body: &Value) -> Vec<u32> {
+    let mut text = String::new();
+    for m in body["messages"].as_array().into_iter().flatten() {
+        text.push_str(m["role"].as_str().unwrap_or_default());
+        text.push_str(m["content"].as_str().unwrap_or_default());
+    }
+    text.push_str(body["prompt"].as_str().unwrap_or_default());
+    text.bytes().take(4096).map(u32::from).collect()
 }
 
 async fn chat(stub: Stub, headers: HeaderMap, body: Value) -> Response {

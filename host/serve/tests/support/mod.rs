@@ -60,6 +60,8 @@ pub struct Setup {
     pub config: Option<std::path::PathBuf>,
     /// Every tenant's policy call deadline (the runtime's default when `None`).
     pub policy_deadline: Option<Duration>,
+    /// Several replicas behind a router (`--replica`, `--router`, …); none by default.
+    pub replicas: agentrt_serve::replicas::ReplicaArgs,
 }
 
 impl Setup {
@@ -81,6 +83,7 @@ impl Setup {
             quotas: Quotas::default(),
             config: None,
             policy_deadline: None,
+            replicas: Default::default(),
         }
     }
 
@@ -144,6 +147,7 @@ impl Setup {
         };
         let mut state = AppState::new(options, tenants);
         state.reloader = reloader;
+        state.replicas = agentrt_serve::replicas::ReplicaRouting::from_args(&self.replicas).unwrap();
         let state = Arc::new(state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
