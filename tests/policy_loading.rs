@@ -170,3 +170,45 @@ fn a_component_file_over_the_limit_is_refused_naming_the_path_and_the_limit() {
     let (engine, _cache) = engine_with_max_component_bytes(size);
     assert!(engine.load_file(&path).is_ok());
 }
+
+/// The default limits fit every supported language: a JavaScript policy's heap settles near
+/// 65 MiB. Under the default cap and the default instance pool (`EngineOptions::default()`), a
+/// policy holding 100 MiB starts, answers and is measured; under a 64 MiB cap it does not start.
+#[test]
+fn the_default_cap_and_pool_hold_a_policy_of_100_mib() {
+    use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyError, PolicyHandle, SandboxLimits, SlotConfig};
+    let cache = tempfile::tempdir().unwrap();
+    let engine = PolicyEngine::new(EngineOptions {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    let probe = std::sync::Arc::new(engine.load_file(&component_path("probe")).unwrap());
+    let holding = |limits: SandboxLimits| {
+        let slot = SlotConfig::new("test/probe")
+            .with_init([("hold_mib", "100")])
+            .with_limits(limits);
+        PolicyHandle::start(&engine, probe.clone(), slot)
+    };
+    // Filling 100 MiB takes longer than the serving deadline on a loaded machine; the memory
+    // cap under test is the default one.
+    let generous = SandboxLimits {
+        call_deadline: std::time::Duration::from_secs(5),
+        ..SandboxLimits::default()
+    };
+    assert_eq!(generous.memory_bytes, 128 << 20);
+    let big = holding(generous.clone()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(big.score(&[block_item(1, 1, 1)]).unwrap(), vec![1.0]);
+    let bytes = big.metrics().memory_bytes();
+    assert!((100 << 20..128 << 20).contains(&bytes), "{} MiB", bytes >> 20);
+
+    let small = holding(SandboxLimits {
+        memory_bytes: 64 << 20,
+        ..generous
+    });
+    assert!(
+        matches!(small, Err(PolicyError::OutOfMemory { .. })),
+        "{:?}",
+        small.err()
+    );
+}

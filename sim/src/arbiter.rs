@@ -224,16 +224,7 @@ impl SimPolicy for TenantArbiter {
     fn stats(&self) -> PolicyStats {
         let mut sum = PolicyStats::default();
         for t in &self.tenants {
-            let s = t.policy.stats();
-            sum.state_bytes_max = sum.state_bytes_max.max(s.state_bytes_max);
-            sum.events += s.events;
-            sum.observe_ns += s.observe_ns;
-            sum.score_calls += s.score_calls;
-            sum.score_items += s.score_items;
-            sum.score_ns += s.score_ns;
-            sum.act_calls += s.act_calls;
-            sum.act_ns += s.act_ns;
-            sum.fallbacks += s.fallbacks;
+            sum.add(&t.policy.stats());
         }
         sum
     }

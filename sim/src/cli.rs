@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use agentrt_runtime::{ComponentLookup, Share};
+use agentrt_runtime::{ComponentLookup, Share, SlowCompileNotice};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -14,6 +14,7 @@ use crate::audit::EvictionAudit;
 use crate::harness::{default_policies, run_all, PolicyHost, PolicySpec};
 use crate::latency::{GpuMemory, LatencyModel};
 use crate::policies::Rerank;
+use crate::policy_limits::PolicyLimitArgs;
 use crate::prepare::PreparedTrace;
 use crate::report::{markdown_rows, regret_table, run_json, summarize, table, PolicySummary, MARKDOWN_HEADER};
 use crate::scheduler::{OpLog, Sim, SimConfig};
@@ -103,19 +104,34 @@ pub struct ReplayOptions {
     /// simulated time (0 = every scheduler step). See docs/simulator.md for the measured effect.
     #[arg(long, default_value_t = DEFAULT_RERANK_MS)]
     pub rerank_ms: f64,
-    /// Look for policy components only in this folder (default: `$AGENTRT_COMPONENTS_DIR`, beside
-    /// the binary, built into it, then the source tree's build).
+    /// Look for policy components only in this folder — but for the baseline `lru`, which comes
+    /// built into agentrt when the folder has none (default: `$AGENTRT_COMPONENTS_DIR`, beside the
+    /// binary, built into it, then the source tree's build). A policy may also be named by a path
+    /// ending in `.wasm`.
     #[arg(long)]
     pub components: Option<PathBuf>,
+    #[command(flatten)]
+    pub limits: PolicyLimitArgs,
 }
 
 impl ReplayOptions {
-    /// Where components are found: only `--components` when given, else `default`.
+    /// Where components are found: `--components` (and the built-in baseline) when given, else
+    /// `default`.
     pub(crate) fn components(&self, default: &ComponentLookup) -> ComponentLookup {
         match &self.components {
-            Some(dir) => ComponentLookup::in_folder(dir.clone()),
+            Some(dir) => default.given_folder(dir.clone()),
             None => default.clone(),
         }
+    }
+
+    /// The host that loads and starts the replay's policies, under the limits of the flags; a
+    /// long first compile is announced on stderr.
+    pub(crate) fn host(&self, default: &ComponentLookup) -> anyhow::Result<PolicyHost> {
+        PolicyHost::with_limits(
+            self.components(default),
+            self.limits.limits()?,
+            Some(SlowCompileNotice::stderr()),
+        )
     }
 
     pub(crate) fn rerank(&self) -> Rerank {
@@ -157,6 +173,14 @@ pub struct RunArgs {
     /// either way.
     #[arg(long = "share", value_name = "TENANT=MIN[:MAX]", value_parser = parse_share)]
     pub shares: Vec<(String, Share)>,
+    /// Replicas, each with --capacity-blocks of cache and its own instance of the policy, behind
+    /// --router (docs/replicas.md).
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
+    /// The router in front of several replicas: round-robin, session (sticky hashing), kv
+    /// (Dynamo's KV-aware cost), agentrt (kv plus agentrt's anchor hint).
+    #[arg(long, value_enum, default_value = "kv")]
+    pub router: crate::router_model::RouterKind,
     #[command(flatten)]
     pub replay: ReplayOptions,
 }
@@ -269,22 +293,49 @@ fn run_trace(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
         Some(names) => names.iter().map(|n| PolicySpec::parse(n)).collect(),
         None => default_policies(),
     };
-    let host = PolicyHost::new(a.replay.components(components))?;
+    let host = a.replay.host(components)?;
+    host.preload(&policies)?;
     let bar = progress(policies.len() as u64);
     let audit = a.eviction_log.is_some();
-    let results = run_all(&host, &prepared, &cfg, &policies, a.replay.rerank(), audit, |r| {
+    let step = |r: &crate::scheduler::RunResult| {
         bar.set_message(format!("{} done", r.policy));
         bar.inc(1);
-    })?;
+    };
+    let results = if a.replicas > 1 {
+        let rerank = a.replay.rerank();
+        crate::replicas::run_all(
+            &host,
+            &prepared,
+            &cfg,
+            &policies,
+            rerank,
+            crate::replicas::ReplicaSetup {
+                replicas: a.replicas,
+                router: a.router,
+            },
+            step,
+        )?
+    } else {
+        run_all(&host, &prepared, &cfg, &policies, a.replay.rerank(), audit, step)?
+    };
     bar.finish_and_clear();
     let summaries = summarize(&results);
     println!(
-        "{}: {} sessions, {} requests, cache {} blocks × {} tokens",
+        "{}: {} sessions, {} requests, cache {} blocks × {} tokens{}",
         a.trace.display(),
         prepared.sessions.len(),
         prepared.requests.len(),
         blocks,
-        BLOCK_SIZE
+        BLOCK_SIZE,
+        if a.replicas > 1 {
+            format!(
+                " on each of {} replicas behind the {} router",
+                a.replicas,
+                a.router.name()
+            )
+        } else {
+            String::new()
+        }
     );
     print!("{}", table(&summaries));
     print!("{}", crate::report::tenant_table(&summaries));
@@ -295,7 +346,11 @@ fn run_trace(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
         println!("every eviction → {}", path.display());
     }
     if let Some(path) = &a.json {
-        let json = run_json(&a.trace.display().to_string(), blocks, BLOCK_SIZE, &summaries);
+        let mut json = run_json(&a.trace.display().to_string(), blocks, BLOCK_SIZE, &summaries);
+        if a.replicas > 1 {
+            json["replicas"] = serde_json::json!(a.replicas);
+            json["router"] = serde_json::json!(a.router.name());
+        }
         std::fs::write(path, serde_json::to_string_pretty(&json)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
@@ -331,13 +386,8 @@ fn run_table(a: TableArgs, components: &ComponentLookup) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| if a.quick { vec![0.5, 2.0] } else { vec![0.25, 0.5] });
     let policies = default_policies();
-    let host = PolicyHost::new(a.replay.components(components))?;
-    // Fail early, before minutes of replay, if a component is missing.
-    for p in &policies {
-        if let PolicySpec::Wasm { component, .. } = p {
-            host.find(component)?;
-        }
-    }
+    let host = a.replay.host(components)?;
+    host.preload(&policies)?;
 
     let mut params_used = Vec::new();
     let mut traces = Vec::new();

@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::cli::{headline_blocks, progress, ReplayOptions, BLOCK_SIZE};
-use crate::harness::{run_all, PolicyHost, PolicySpec};
+use crate::harness::{run_all, PolicySpec};
 use crate::prepare::PreparedTrace;
 use crate::report::{run_json, summarize, PolicySummary};
 use crate::scheduler::SimConfig;
@@ -70,7 +70,8 @@ pub fn run(a: FleetSweepArgs, components: &ComponentLookup) -> anyhow::Result<()
     let started = Instant::now();
     let blocks = a.capacity_blocks.unwrap_or_else(headline_blocks);
     let policies: Vec<PolicySpec> = a.policies.iter().map(|n| PolicySpec::parse(n)).collect();
-    let host = PolicyHost::new(a.replay.components(components))?;
+    let host = a.replay.host(components)?;
+    host.preload(&policies)?;
     let mut points = Vec::new();
     for &scale in &a.anchor_scales {
         for &apps in &a.applications {

@@ -6,7 +6,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use agentrt_runtime::{ComponentLookup, ComponentSource, EngineOptions, PolicyComponent, PolicyEngine, PoolingOptions};
+use agentrt_runtime::{
+    ComponentLookup, ComponentSource, EngineOptions, PolicyComponent, PolicyEngine, PoolingOptions, SlowCompileNotice,
+};
 use anyhow::Context;
 
 use agentrt_runtime::Share;
@@ -14,6 +16,7 @@ use agentrt_runtime::Share;
 use crate::arbiter::{Ownership, TenantArbiter};
 use crate::audit::Audited;
 use crate::policies::{Belady, NativeLru, Rerank, SimPolicy, WasmPolicy};
+use crate::policy_limits::ReplayLimits;
 use crate::prepare::PreparedTrace;
 use crate::scheduler::{RunResult, Sim, SimConfig};
 
@@ -24,7 +27,8 @@ pub enum PolicySpec {
     NativeLru,
     /// Bélády's offline optimum (needs an LRU run first).
     Belady,
-    /// A component by name (found by the [`ComponentLookup`]), with `init` configuration.
+    /// A component by name (found by the [`ComponentLookup`]) or path (ending in `.wasm`), with
+    /// `init` configuration.
     Wasm {
         name: String,
         component: String,
@@ -93,30 +97,57 @@ pub fn default_policies() -> Vec<PolicySpec> {
 pub struct PolicyHost {
     engine: PolicyEngine,
     lookup: ComponentLookup,
+    limits: ReplayLimits,
     components: Mutex<HashMap<String, Arc<PolicyComponent>>>,
 }
 
 impl PolicyHost {
+    /// A host whose slots get the replay's default limits.
     pub fn new(lookup: ComponentLookup) -> anyhow::Result<Self> {
-        let engine = PolicyEngine::new(EngineOptions {
+        Self::with_limits(lookup, ReplayLimits::default(), None)
+    }
+
+    /// A host whose slots get `limits`; `slow_compile` is told when a component's first compile
+    /// runs long.
+    pub fn with_limits(
+        lookup: ComponentLookup,
+        limits: ReplayLimits,
+        slow_compile: Option<SlowCompileNotice>,
+    ) -> anyhow::Result<Self> {
+        let options = EngineOptions {
             pooling: Some(PoolingOptions {
                 max_instances: 16,
                 ..PoolingOptions::default()
             }),
             seed: Some(7),
+            slow_compile,
             ..EngineOptions::default()
-        })
-        .map_err(|e| anyhow::anyhow!("starting the policy engine: {e}"))?;
+        };
+        let engine = PolicyEngine::new(options.fitting_memory_cap(limits.sandbox.memory_bytes))
+            .map_err(|e| anyhow::anyhow!("starting the policy engine: {e}"))?;
         Ok(Self {
             engine,
             lookup,
+            limits,
             components: Mutex::new(HashMap::new()),
         })
     }
 
-    /// Where the component `stem` is, or an error naming every place searched.
+    /// Where the component `stem` is (a name, or a path ending in `.wasm`), or an error naming
+    /// every place searched.
     pub fn find(&self, stem: &str) -> anyhow::Result<ComponentSource> {
-        Ok(self.lookup.find(stem)?)
+        Ok(self.lookup.resolve(stem)?)
+    }
+
+    /// Load every Wasm policy of `policies` now: a missing component fails before minutes of
+    /// replay, and a long first compile says so before a progress bar is drawn.
+    pub fn preload(&self, policies: &[PolicySpec]) -> anyhow::Result<()> {
+        for p in policies {
+            if let PolicySpec::Wasm { component, .. } = p {
+                self.component(component)?;
+            }
+        }
+        Ok(())
     }
 
     fn component(&self, stem: &str) -> anyhow::Result<Arc<PolicyComponent>> {
@@ -147,8 +178,8 @@ impl PolicyHost {
         WasmPolicy::start(
             &self.engine,
             self.component(stem)?,
+            self.limits.slot_config(format!("sim/{name}"), &init),
             name,
-            &init,
             block_size as u32,
             rerank,
         )

@@ -7,9 +7,9 @@
 //!
 //! Module map: [`trace`] (the JSONL format) → [`prepare`] (token ids, block hashes, agents) →
 //! [`scheduler`] (vLLM's scheduler over [`kv`] and [`prefix_cache`], timed by [`latency`]) with a
-//! policy from [`policies`]; [`workloads`] generate traces; [`harness`] runs every policy and
-//! [`report`] / [`plot`] present the results; [`audit`] says which evictions a later request
-//! regretted; [`cli`] is `agentrt sim`.
+//! policy from [`policies`] (held to [`policy_limits`]); [`workloads`] generate traces; [`harness`]
+//! runs every policy and [`report`] / [`plot`] present the results; [`audit`] says which evictions
+//! a later request regretted; [`cli`] is `agentrt sim`.
 
 pub mod arbiter;
 pub mod audit;
@@ -23,10 +23,13 @@ pub mod parallel;
 pub mod plot;
 pub mod png;
 pub mod policies;
+pub mod policy_limits;
 pub mod prefix_cache;
 pub mod prepare;
+pub mod replicas;
 pub mod report;
 pub mod rng;
+pub mod router_model;
 pub mod scheduler;
 pub mod tokens;
 pub mod trace;

@@ -23,7 +23,7 @@ use clap::Args;
 use agentrt_runtime::{ComponentLookup, Share};
 
 use crate::cli::{headline_blocks, progress, ReplayOptions, BLOCK_SIZE};
-use crate::harness::{run_all, PolicyHost, PolicySpec};
+use crate::harness::{run_all, PolicySpec};
 use crate::prepare::PreparedTrace;
 use crate::report::{summarize, PolicySummary, TenantSummary};
 use crate::scheduler::SimConfig;
@@ -124,7 +124,8 @@ pub fn run(a: NoisyNeighbourArgs, components: &ComponentLookup) -> anyhow::Resul
     let cache = a.cache_blocks.unwrap_or(2 * guarantee);
     anyhow::ensure!(cache > guarantee, "--cache-blocks must exceed --guarantee-blocks");
     let policies: Vec<PolicySpec> = a.policies.iter().map(|n| PolicySpec::parse(n)).collect();
-    let host = PolicyHost::new(a.replay.components(components))?;
+    let host = a.replay.host(components)?;
+    host.preload(&policies)?;
     let agents = agents_trace(&a);
     let alone = PreparedTrace::new(&agents, BLOCK_SIZE, a.replay.hide_agents);
 

@@ -4,12 +4,12 @@
 //! Every policy is a [`SimPolicy`]: a [`PoolObserver`] (it sees block events and may choose the
 //! victim when a cached block must go) plus the request-level events the runtime layer sees.
 
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 use std::time::Instant;
 
 use agentrt_runtime::types::{BlockEvent, BlockOp, Event, Item, ItemKind, SideEffect};
-use agentrt_runtime::{packed, PolicyComponent, PolicyEngine, PolicyHandle, SandboxLimits, SlotConfig};
+use agentrt_runtime::{packed, PolicyComponent, PolicyEngine, PolicyError, PolicyHandle, SlotConfig};
 
 use crate::prefix_cache::{Block, BlockId, BlockPool, FastMap, PoolObserver};
 
@@ -27,8 +27,41 @@ pub struct PolicyStats {
     pub score_ns: u64,
     pub act_calls: u64,
     pub act_ns: u64,
-    /// Rankings that fell back to LRU because the policy failed.
+    /// Rankings that fell back to LRU because the policy failed (or had been given up on).
     pub fallbacks: u64,
+    /// Calls into the policy that failed, of any primitive (calls not made because the replay
+    /// had given up on the policy are not failures: see [`Self::calls_skipped`]).
+    pub failed_calls: u64,
+    /// The same, by primitive and kind of failure: `"observe trap"`, `"score deadline"`, ….
+    pub failures: BTreeMap<String, u64>,
+    /// Fresh instances started after a failure.
+    pub restarts: u64,
+    /// Calls not made because the slot's breaker had opened: the replay gave up on the policy.
+    pub calls_skipped: u64,
+    /// Whether the replay gave up on the policy (its breaker opened).
+    pub gave_up: bool,
+}
+
+impl PolicyStats {
+    /// Add another slot's figures (one tenant's of several); the state is the largest one's.
+    pub fn add(&mut self, other: &PolicyStats) {
+        self.state_bytes_max = self.state_bytes_max.max(other.state_bytes_max);
+        self.events += other.events;
+        self.observe_ns += other.observe_ns;
+        self.score_calls += other.score_calls;
+        self.score_items += other.score_items;
+        self.score_ns += other.score_ns;
+        self.act_calls += other.act_calls;
+        self.act_ns += other.act_ns;
+        self.fallbacks += other.fallbacks;
+        self.failed_calls += other.failed_calls;
+        for (what, n) in &other.failures {
+            *self.failures.entry(what.clone()).or_default() += n;
+        }
+        self.restarts += other.restarts;
+        self.calls_skipped += other.calls_skipped;
+        self.gave_up |= other.gave_up;
+    }
 }
 
 /// A policy under replay.
@@ -259,27 +292,16 @@ const EVENT_BATCH: usize = 1024;
 const BLOCK_BATCH_WORDS: usize = 3 * 8192;
 
 impl WasmPolicy {
-    /// Start `component` in a slot of its own with `init` configuration.
+    /// Start `component` in a slot of its own, configured by `config` (see
+    /// [`crate::policy_limits::ReplayLimits::slot_config`]).
     pub fn start(
         engine: &PolicyEngine,
         component: Arc<PolicyComponent>,
+        config: SlotConfig,
         name: &str,
-        init: &[(&str, &str)],
         block_size: u32,
         rerank: Rerank,
     ) -> anyhow::Result<Self> {
-        let config = SlotConfig {
-            // Checkpoints are a serving concern; a replay measures state size explicitly.
-            checkpoint_every: None,
-            // A replay ranks the whole free queue (tens of thousands of blocks) in one call, on a
-            // CPU shared with other work: the serving deadline (20 ms) would interrupt it and fall
-            // back to LRU, discarding what the policy learned. Time is measured, not enforced.
-            limits: SandboxLimits {
-                call_deadline: std::time::Duration::from_secs(5),
-                ..SandboxLimits::default()
-            },
-            ..SlotConfig::new(format!("sim/{name}")).with_init(init.iter().copied())
-        };
         let handle = PolicyHandle::start(engine, component, config)
             .map_err(|e| anyhow::anyhow!("starting policy {name}: {e}"))?;
         Ok(Self {
@@ -313,13 +335,28 @@ impl WasmPolicy {
         &self.handle
     }
 
+    /// Count a failed call. A call not made because the replay gave up on the policy is not one:
+    /// the slot's metrics count those.
+    fn failed(&mut self, primitive: &str, error: &PolicyError) {
+        if error.is_circuit_open() {
+            return;
+        }
+        self.stats.failed_calls += 1;
+        *self
+            .stats
+            .failures
+            .entry(format!("{primitive} {}", error.kind()))
+            .or_default() += 1;
+        tracing::warn!(policy = %self.name, error = %error, "{primitive} failed");
+    }
+
     fn flush_events(&mut self) {
         if self.events.is_empty() {
             return;
         }
         let t = Instant::now();
         if let Err(e) = self.handle.observe(&self.events) {
-            tracing::warn!(policy = %self.name, error = %e, "observe failed");
+            self.failed("observe", &e);
         }
         self.stats.observe_ns += t.elapsed().as_nanos() as u64;
         self.stats.events += self.events.len() as u64;
@@ -332,7 +369,7 @@ impl WasmPolicy {
         }
         let t = Instant::now();
         if let Err(e) = self.handle.observe_blocks(&self.packed) {
-            tracing::warn!(policy = %self.name, error = %e, "observe-blocks failed");
+            self.failed("observe-blocks", &e);
         }
         self.stats.observe_ns += t.elapsed().as_nanos() as u64;
         self.stats.events += (self.packed.len() / packed::WORDS_PER_EVENT) as u64;
@@ -373,9 +410,11 @@ impl WasmPolicy {
         // materialised: a step evicts a few hundred blocks of tens of thousands of candidates,
         // and a full sort would cost more than the policy call. The order of what is
         // materialised is exactly the tail of `PolicyHandle::rank(..).order`, reversed.
+        // The host checks the count: a wrong one is an error (`bad_output`) like any other.
         let scores = match self.handle.score(&self.items) {
-            Ok(scores) if scores.len() == self.items.len() => scores,
-            Ok(_) | Err(_) => {
+            Ok(scores) => scores,
+            Err(e) => {
+                self.failed("score", &e);
                 self.stats.fallbacks += 1;
                 vec![0.0; self.items.len()]
             }
@@ -483,7 +522,7 @@ impl SimPolicy for WasmPolicy {
         let effects = match self.handle.act() {
             Ok(effects) => effects,
             Err(e) => {
-                tracing::warn!(policy = %self.name, error = %e, "act failed");
+                self.failed("act", &e);
                 Vec::new()
             }
         };
@@ -508,11 +547,17 @@ impl SimPolicy for WasmPolicy {
         self.flush();
         match self.handle.snapshot() {
             Ok(state) => self.stats.state_bytes_max = self.stats.state_bytes_max.max(state.len()),
-            Err(e) => tracing::warn!(policy = %self.name, error = %e, "snapshot failed"),
+            Err(e) => self.failed("snapshot", &e),
         }
     }
 
     fn stats(&self) -> PolicyStats {
-        self.stats.clone()
+        let metrics = self.handle.metrics();
+        PolicyStats {
+            restarts: metrics.restarts(),
+            calls_skipped: metrics.calls_skipped(),
+            gave_up: metrics.circuit_opens() > 0,
+            ..self.stats.clone()
+        }
     }
 }

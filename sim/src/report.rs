@@ -1,7 +1,8 @@
 //! Turn run results into the figures the evaluation reports: per policy, token hit rate, Δ pp vs
 //! LRU, the fraction of the LRU → Bélády gap closed, TTFT (mean, p99), per-turn latency,
-//! throughput, warm-up tokens, policy state size and policy time per event — as JSON and as a
-//! terminal table; and, for audited runs, which evictions a later request regretted.
+//! throughput, warm-up tokens, policy state size, policy time per event and how often the policy
+//! failed — as JSON and as a terminal table, with a loud note under it for a policy that failed;
+//! and, for audited runs, which evictions a later request regretted.
 
 use serde::Serialize;
 
@@ -42,7 +43,18 @@ pub struct PolicySummary {
     /// Wall time per act call (µs).
     pub act_us_per_call: f64,
     pub events: u64,
+    /// Rankings that fell back to LRU because the policy failed or had been given up on.
     pub fallbacks: u64,
+    /// Policy calls that failed (trap, deadline, memory cap, wrong output, …), any primitive.
+    pub failed_calls: u64,
+    /// The same by primitive and kind: `{"observe trap": 3, "score deadline": 5}`.
+    pub failures: std::collections::BTreeMap<String, u64>,
+    /// Fresh instances started after a failure.
+    pub restarts: u64,
+    /// Calls not made once the replay gave up on the policy (its breaker opened).
+    pub calls_skipped: u64,
+    /// The replay gave up on the policy: from then on its rankings are LRU's.
+    pub gave_up: bool,
     pub hit_tokens: u64,
     pub prompt_tokens: u64,
     pub evictions: u64,
@@ -134,6 +146,11 @@ pub fn summarize(results: &[RunResult]) -> Vec<(String, PolicySummary)> {
                 act_us_per_call: per(s.act_ns, s.act_calls),
                 events: s.events,
                 fallbacks: s.fallbacks,
+                failed_calls: s.failed_calls,
+                failures: s.failures.clone(),
+                restarts: s.restarts,
+                calls_skipped: s.calls_skipped,
+                gave_up: s.gave_up,
                 hit_tokens: r.hit_tokens,
                 prompt_tokens: r.prompt_tokens,
                 evictions: r.evictions,
@@ -220,7 +237,6 @@ pub fn markdown_rows(workload: &str, summaries: &[(String, PolicySummary)]) -> S
     out
 }
 
-/// A fixed-width table of one trace's results.
 /// Hit rate per tenant and policy, for traces with more than one tenant (empty otherwise).
 pub fn tenant_table(summaries: &[(String, PolicySummary)]) -> String {
     let Some((_, first)) = summaries.first() else {
@@ -244,10 +260,11 @@ pub fn tenant_table(summaries: &[(String, PolicySummary)]) -> String {
     out
 }
 
+/// A fixed-width table of one trace's results, and [`failure_notes`] under it.
 pub fn table(summaries: &[(String, PolicySummary)]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "{:<16} {:>7} {:>8} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}\n",
+        "{:<16} {:>7} {:>8} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>13} {:>8} {:>6} {:>8}\n",
         "policy",
         "hit %",
         "Δ pp",
@@ -259,11 +276,14 @@ pub fn table(summaries: &[(String, PolicySummary)]) -> String {
         "warm tok",
         "state B",
         "obs µs/ev",
-        "score µs"
+        "score µs/item",
+        "fallback",
+        "failed",
+        "restarts"
     ));
     for (name, s) in summaries {
         out.push_str(&format!(
-            "{:<16} {:>7.1} {:>8} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>10.0} {:>10} {:>9} {:>9.3} {:>9.3}\n",
+            "{:<16} {:>7.1} {:>8} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>10.0} {:>10} {:>9} {:>9.3} {:>13.3} {:>8} {:>6} {:>8}\n",
             name,
             s.hit_rate * 100.0,
             opt(s.delta_pp_vs_lru, 1),
@@ -276,7 +296,43 @@ pub fn table(summaries: &[(String, PolicySummary)]) -> String {
             s.state_bytes_max,
             s.observe_us_per_event,
             s.score_us_per_item,
+            s.fallbacks,
+            s.failed_calls,
+            s.restarts,
         ));
+    }
+    out.push_str(&failure_notes(summaries));
+    out
+}
+
+/// One line per policy that failed during the replay, saying how and what it did to its figures:
+/// a broken policy must not pass for a weak one.
+pub fn failure_notes(summaries: &[(String, PolicySummary)]) -> String {
+    let mut out = String::new();
+    for (name, s) in summaries {
+        if s.failed_calls == 0 && s.fallbacks == 0 {
+            continue;
+        }
+        let how: Vec<String> = s.failures.iter().map(|(what, n)| format!("{what} ×{n}")).collect();
+        out.push_str(&format!(
+            "! {name}: {} failed calls ({}), {} restarts; {} of {} rankings fell back to LRU",
+            s.failed_calls,
+            if how.is_empty() {
+                "none".to_string()
+            } else {
+                how.join(", ")
+            },
+            s.restarts,
+            s.fallbacks,
+            s.score_calls,
+        ));
+        if s.gave_up {
+            out.push_str(&format!(
+                "; gave up on it after repeated failures ({} calls skipped): its figures are mostly LRU's",
+                s.calls_skipped
+            ));
+        }
+        out.push('\n');
     }
     out
 }
@@ -373,6 +429,57 @@ mod tests {
         let json = run_json("t.jsonl", 100, 16, &s);
         assert_eq!(json["policies"]["belady"]["hit_rate"], 0.8);
         assert!(table(&s).contains("cachesage"));
+    }
+
+    #[test]
+    fn a_policy_that_failed_gets_columns_and_a_loud_note_and_a_healthy_one_none() {
+        let mut broken = run("broken", 400);
+        broken.policy_stats = crate::policies::PolicyStats {
+            score_calls: 816,
+            fallbacks: 816,
+            failed_calls: 7,
+            failures: [("score deadline".to_string(), 5), ("observe trap".to_string(), 2)].into(),
+            restarts: 6,
+            calls_skipped: 1600,
+            gave_up: true,
+            ..Default::default()
+        };
+        let s = summarize(&[run("lru", 400), broken]);
+        let text = table(&s);
+        let header: Vec<&str> = text.lines().next().unwrap().split_whitespace().collect();
+        assert_eq!(
+            header[header.len() - 4..],
+            ["µs/item", "fallback", "failed", "restarts"]
+        );
+        let row: Vec<&str> = text
+            .lines()
+            .find(|l| l.starts_with("broken"))
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        assert_eq!(row[row.len() - 3..], ["816", "7", "6"]);
+        let lru_row: Vec<&str> = text
+            .lines()
+            .find(|l| l.starts_with("lru"))
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        assert_eq!(lru_row[lru_row.len() - 3..], ["0", "0", "0"]);
+        let note = text.lines().find(|l| l.starts_with("! broken")).expect("a note");
+        assert!(
+            note.contains("7 failed calls (observe trap ×2, score deadline ×5), 6 restarts"),
+            "{note}"
+        );
+        assert!(note.contains("816 of 816 rankings fell back to LRU"), "{note}");
+        assert!(note.contains("gave up on it"), "{note}");
+        assert!(!text.contains("! lru"), "no note for a healthy policy");
+        let json = run_json("t", 1, 16, &s);
+        let broken = &json["policies"]["broken"];
+        assert_eq!(broken["failures"]["score deadline"], 5);
+        assert_eq!(
+            (broken["restarts"].as_u64(), broken["gave_up"].as_bool()),
+            (Some(6), Some(true))
+        );
     }
 
     #[test]

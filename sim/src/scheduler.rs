@@ -180,6 +180,8 @@ pub struct Sim<'a> {
     result: RunResult,
     first_arrival_ns: Option<u64>,
     ops: Option<OpLog<'a>>,
+    /// Agents whose warm-up this engine issued since [`Sim::take_warmed`] (several replicas).
+    warmed: Vec<u32>,
 }
 
 fn us(ns: u64) -> u64 {
@@ -224,6 +226,7 @@ impl<'a> Sim<'a> {
             result,
             first_arrival_ns: None,
             ops: None,
+            warmed: Vec::new(),
         }
     }
 
@@ -242,14 +245,7 @@ impl<'a> Sim<'a> {
     /// Run to the end of the trace.
     pub fn run(mut self) -> anyhow::Result<RunResult> {
         let started = Instant::now();
-        for a in &self.trace.agents {
-            self.policy.event(Event::AgentRegistered(AgentRegistered {
-                agent: a.handle,
-                name: a.name.clone(),
-                anchor_hash: a.anchor_hash,
-                anchor_tokens: a.anchor_tokens,
-            }));
-        }
+        self.register_agents();
         loop {
             self.issue_due();
             if self.waiting.is_empty() && self.running.is_empty() {
@@ -261,12 +257,33 @@ impl<'a> Sim<'a> {
                     None => break,
                 }
             }
-            self.step()?;
-            if self.result.steps.is_multiple_of(self.cfg.state_sample_steps) {
-                self.policy.sample_state();
-            }
-            self.carry_out_side_effects();
+            self.advance()?;
         }
+        self.finish_run(started)
+    }
+
+    fn register_agents(&mut self) {
+        for a in &self.trace.agents {
+            self.policy.event(Event::AgentRegistered(AgentRegistered {
+                agent: a.handle,
+                name: a.name.clone(),
+                anchor_hash: a.anchor_hash,
+                anchor_tokens: a.anchor_tokens,
+            }));
+        }
+    }
+
+    /// One scheduler step, then the policy's side effects.
+    fn advance(&mut self) -> anyhow::Result<()> {
+        self.step()?;
+        if self.result.steps.is_multiple_of(self.cfg.state_sample_steps) {
+            self.policy.sample_state();
+        }
+        self.carry_out_side_effects();
+        Ok(())
+    }
+
+    fn finish_run(mut self, started: Instant) -> anyhow::Result<RunResult> {
         self.policy.sample_state();
         self.result.makespan_us = (self.now_ns - self.first_arrival_ns.unwrap_or(0)) as f64 / 1000.0;
         self.result.evictions = self.kv.pool.stats.evictions;
@@ -624,6 +641,7 @@ impl<'a> Sim<'a> {
         }
         self.warmup_in_flight[handle as usize] = true;
         self.result.warmups += 1;
+        self.warmed.push(handle);
         let session = crate::tokens::hash_str(&format!("warmup/{}", a.name));
         let kv = SeqKv::new(
             a.warmup.tokens,
@@ -646,5 +664,85 @@ impl<'a> Sim<'a> {
             anchor_hash: a.anchor_hash,
             session: None,
         });
+    }
+}
+
+/// What a router sees of one engine's load (Dynamo's view: prompt tokens still to prefill, and
+/// the blocks its requests will hold).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct EngineLoadView {
+    pub prefill_tokens: u64,
+    pub decode_blocks: u64,
+    pub in_flight: u32,
+}
+
+/// One engine among several ([`crate::replicas`]): sessions are driven from outside, and each
+/// request arrives at the engine a router chose.
+impl<'a> Sim<'a> {
+    /// An engine with no sessions of its own.
+    pub(crate) fn replica(cfg: SimConfig, trace: &'a PreparedTrace, policy: &'a mut dyn SimPolicy) -> Self {
+        let mut sim = Self::new(cfg, trace, policy);
+        sim.pending.clear();
+        sim.register_agents();
+        sim
+    }
+
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.now_ns
+    }
+
+    pub(crate) fn busy(&self) -> bool {
+        !self.waiting.is_empty() || !self.running.is_empty()
+    }
+
+    /// Request number `index` of session `s`, due at `at_ns`, arrives here (an idle engine's
+    /// clock moves to it).
+    pub(crate) fn inject(&mut self, s: u32, index: u32, at_ns: u64) {
+        self.next_in_session[s as usize] = index;
+        if !self.busy() {
+            self.now_ns = self.now_ns.max(at_ns);
+        }
+        self.pending.push(Reverse((at_ns, s)));
+        self.issue_due();
+    }
+
+    /// One step of this engine.
+    pub(crate) fn advance_one(&mut self) -> anyhow::Result<()> {
+        self.advance()
+    }
+
+    /// Sessions whose next request became due here: (due at, session, the request's index).
+    pub(crate) fn take_due(&mut self) -> Vec<(u64, u32, u32)> {
+        let due: Vec<(u64, u32)> = self.pending.drain().map(|Reverse(d)| d).collect();
+        due.into_iter()
+            .map(|(t, s)| (t, s, self.next_in_session[s as usize]))
+            .collect()
+    }
+
+    /// Agents whose warm-up this engine issued since the last call.
+    pub(crate) fn take_warmed(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.warmed)
+    }
+
+    /// Blocks of `hashes`' prefix this engine holds.
+    pub(crate) fn cached_prefix_blocks(&self, hashes: &[u64]) -> usize {
+        self.kv.pool.longest_hit(hashes, hashes.len()).len()
+    }
+
+    pub(crate) fn load(&self) -> EngineLoadView {
+        let bs = self.trace.block_size as u64;
+        let mut load = EngineLoadView::default();
+        for &r in self.waiting.iter().chain(&self.running) {
+            let req = &self.reqs[r];
+            load.prefill_tokens += u64::from(req.prompt_tokens.saturating_sub(req.kv.num_computed_tokens));
+            load.decode_blocks += u64::from(req.prompt_tokens + req.output_target).div_ceil(bs);
+            load.in_flight += 1;
+        }
+        load
+    }
+
+    /// Close the replay (the end of [`Sim::run`]).
+    pub(crate) fn finish_replica(self, started: Instant) -> anyhow::Result<RunResult> {
+        self.finish_run(started)
     }
 }

@@ -231,3 +231,76 @@ fn a_python_policy_replays_and_with_weight_0_is_exactly_lru() {
     assert_eq!(r[1].admission_order, r[0].admission_order);
     assert!(r[2].policy_stats.state_bytes_max > 0, "the rates are state");
 }
+
+/// A policy that keeps failing is given up on after `failure_threshold` failures in a row, not
+/// paid for at every call: a `score` that spins costs the threshold × its deadline (here 5 ×
+/// 200 ms), not a deadline per ranking; a trap in `observe` is counted like any failure.
+#[test]
+fn a_policy_that_keeps_failing_is_given_up_on_and_counted() {
+    use agentrt_runtime::SandboxLimits;
+    use agentrt_sim::policy_limits::ReplayLimits;
+
+    let limits = ReplayLimits {
+        sandbox: SandboxLimits {
+            call_deadline: std::time::Duration::from_millis(200),
+            ..SandboxLimits::default()
+        },
+        failure_threshold: 5,
+    };
+    let host = PolicyHost::with_limits(ComponentLookup::from_environment(EmbeddedSet::NONE), limits, None)
+        .expect("policy engine");
+    let trace = small(Workload::Gsm8k, 40, 11);
+    let started = std::time::Instant::now();
+    let r = run(
+        &host,
+        &trace,
+        400,
+        &[
+            "lru-native",
+            "probe:fault=score-spin",
+            "probe:fault=observe-trap",
+            "probe",
+        ],
+    );
+    let wall = started.elapsed();
+
+    let spin = &r[1].policy_stats;
+    assert!(r[0].evictions > 0, "the cache must be under pressure");
+    assert!(spin.gave_up, "{spin:?}");
+    assert_eq!(spin.failures, [("score deadline".to_string(), 5)].into(), "{spin:?}");
+    assert_eq!(spin.failed_calls, 5);
+    assert_eq!(spin.fallbacks, spin.score_calls, "every ranking fell back to LRU");
+    assert!(spin.score_calls > 5 && spin.calls_skipped > 0, "{spin:?}");
+    assert!(wall < std::time::Duration::from_secs(60), "took {wall:?}");
+
+    let traps = &r[2].policy_stats;
+    assert!(traps.gave_up, "{traps:?}");
+    assert!(
+        traps
+            .failures
+            .keys()
+            .all(|k| k.starts_with("observe") && k.ends_with(" trap")),
+        "{traps:?}"
+    );
+    assert!(traps.failures.values().any(|&n| n == 5), "{traps:?}");
+    assert!(traps.restarts > 0, "each failure cost an instance");
+
+    let healthy = &r[3].policy_stats;
+    assert_eq!(
+        (
+            healthy.failed_calls,
+            healthy.fallbacks,
+            healthy.restarts,
+            healthy.gave_up
+        ),
+        (0, 0, 0, false)
+    );
+    // The table says so: columns, and a note for each broken policy only.
+    let text = agentrt_sim::report::table(&agentrt_sim::report::summarize(&r));
+    assert!(
+        text.contains("! probe:fault=score-spin: 5 failed calls (score deadline ×5)"),
+        "{text}"
+    );
+    assert!(text.contains("! probe:fault=observe-trap: "), "{text}");
+    assert!(!text.contains("! probe: "), "{text}");
+}

@@ -214,7 +214,7 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
     );
     assert!(p99 < Duration::from_millis(100), "bob's p99 {p99:?}");
     // The tables alice fills are capped (16 MiB of anchors, 16 MiB of shapes by default), her
-    // policy's instance at 64 MiB; bodies and results are bounded before they are buffered.
+    // policy's instance at 128 MiB; bodies and results are bounded before they are buffered.
     // Measured: 89 MB after 120 s (from 38 MB), flattening. Unbounded tables once held 985 MB.
     assert!(hwm < 256 << 20, "peak resident memory {} MB", hwm >> 20);
     let bob_tenant = p.state.tenants.get_or_start("bob").unwrap();

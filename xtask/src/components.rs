@@ -1,5 +1,5 @@
 //! Build policy crates for `wasm32-unknown-unknown` and encode each core module as a component;
-//! then the Python policies ([`crate::python_policies`]).
+//! then the policies in other languages: [`crate::python_policies`], [`crate::js_policies`], [`crate::c_policies`].
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -55,6 +55,8 @@ pub fn build_all(workspace: &Workspace) -> Result<Vec<PathBuf>> {
         built.push(out);
     }
     built.extend(crate::python_policies::build_all(root, &out_dir)?);
+    built.extend(crate::js_policies::build_all(root, &out_dir)?);
+    built.extend(crate::c_policies::build_all(workspace, &out_dir)?);
     let names: Vec<String> = built
         .iter()
         .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
@@ -71,7 +73,7 @@ pub fn build_all(workspace: &Workspace) -> Result<Vec<PathBuf>> {
 /// Turn a core module carrying wit-bindgen's component-type section into a component. An
 /// unchanged component is not written again: the `agentrt` binary embeds some of them and is
 /// rebuilt whenever one's modification time changes.
-fn encode_component(core: &Path, out: &Path) -> Result<()> {
+pub fn encode_component(core: &Path, out: &Path) -> Result<()> {
     let module = std::fs::read(core).with_context(|| format!("reading {}", core.display()))?;
     let component = ComponentEncoder::default()
         .validate(true)

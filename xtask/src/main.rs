@@ -18,8 +18,12 @@
 //! only `agentrt:policy/host` — no WASI surface at all, so a policy has no ambient capability even
 //! in principle — and it is half the size (docs/background.md §9: 28 KB vs 56 KB for the same policy).
 
+mod c_policies;
 mod components;
+mod js_policies;
+mod policy_sources;
 mod python_policies;
+mod toolchains;
 mod workspace;
 
 use std::process::Command;
@@ -41,6 +45,8 @@ fn main() -> Result<()> {
             components::build_all(&workspace)?;
             run(workspace.command(cargo()).args(["test", "--workspace"]).args(&rest))?;
             python_policies::test_all(&workspace)?;
+            js_policies::test_all(&workspace)?;
+            c_policies::test_all(&workspace)?;
             vllm_adapter_tests(&workspace)
         }
         "demo" => {

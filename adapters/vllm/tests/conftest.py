@@ -219,7 +219,8 @@ class VllmServer:
 
     def __init__(self, model: Path, log_path: Path, *, blocks: int = 80, eviction_socket: Path | None = None,
                  kv_endpoint: str | None = None, kv_replay: str | None = None, port: int | None = None,
-                 deadline_ms: float | None = None, extra_args: tuple[str, ...] = ()) -> None:
+                 deadline_ms: float | None = None, extra_args: tuple[str, ...] = (),
+                 env_extra: dict[str, str] | None = None) -> None:
         import json
 
         self.port = port or free_port()
@@ -232,6 +233,7 @@ class VllmServer:
             env["AGENTRT_EVICTION_SOCKET"] = str(eviction_socket)
         if deadline_ms is not None:
             env["AGENTRT_EVICTION_DEADLINE_MS"] = str(deadline_ms)
+        env.update(env_extra or {})
         args = [str(Path(sys.executable).parent / "vllm"), "serve", str(model), "--served-model-name", "tiny",
                 "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32", "--enforce-eager",
                 "--enable-prefix-caching", "--block-size", "32", "--max-model-len", "2048",

@@ -30,6 +30,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -423,8 +424,89 @@ def test_tenants_never_hit_each_others_prompts_unless_the_anchor_is_public(start
     config.write_text(f'{tenants}[public]\nanchors = ["{public}"]\n')
     status, reloaded = http_json(stack.serve.base + "/admin/reload", {}, headers={"authorization": "Bearer adm"})
     assert status == 200, reloaded
-    cached("key-a", shared_system)  # alpha's first request under the public salt stores its blocks
+    # Alpha's first request under the public salt finds none of its privately salted blocks.
+    assert cached("key-a", shared_system) == 0, "the public salt is not alpha's own"
     beta_on_public = cached("key-b", shared_system)
     print(f"beta on alpha's public anchor: {beta_on_public} cached tokens")
     assert beta_on_public >= 64, "a public anchor's blocks serve every tenant"
-    assert cached("key-b", system) >= 64 and cached("key-a", system) >= 64, "private prompts stay each tenant's own"
+
+
+def test_responses_and_messages_apis_through_the_proxy(start_stack):
+    """Agent SDKs speak the Responses API (OpenAI Agents SDK) and the Anthropic Messages API; vLLM
+    serves both. Through the proxy each call is identified (one agent per system prompt), its
+    usage counted, streamed or not, and the second call of an agent hits its cached anchor."""
+    from conftest import http_json
+
+    stack = start_stack("lru", admin_token="adm")
+    rng = random.Random(11)
+    researcher, writer = _words(rng, 220), _words(rng, 220)
+    calls = {
+        "/v1/responses": lambda stream: {"model": "tiny", "instructions": researcher, "input": "Summarise the notes.",
+                                         "max_output_tokens": 4, "temperature": 0, "stream": stream},
+        "/v1/messages": lambda stream: {"model": "tiny", "system": writer, "max_tokens": 4, "temperature": 0,
+                                        "messages": [{"role": "user", "content": "Summarise the notes."}], "stream": stream},
+    }
+
+    def cached(path: str, reply: dict) -> int:
+        usage = reply["usage"]
+        if path == "/v1/responses":
+            return (usage.get("input_tokens_details") or {}).get("cached_tokens") or 0
+        return usage.get("cache_read_input_tokens") or 0
+
+    for path, body in calls.items():
+        first = http_json(stack.serve.base + path, body(False))
+        second = http_json(stack.serve.base + path, body(False))
+        assert first[0] == 200 and second[0] == 200, (first, second)
+        print(f"\n{path}: cached tokens {cached(path, first[1])} → {cached(path, second[1])}")
+        assert cached(path, second[1]) >= 64, f"{path}: the agent's second call hits its anchor"
+        req = urllib.request.Request(stack.serve.base + path, data=json.dumps(body(True)).encode(),
+                                     headers={"content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            assert r.status == 200
+            streamed = r.read().decode()
+        assert "data:" in streamed, streamed[:500]
+    status, tenants = http_json(stack.serve.base + "/admin/tenants", headers={"authorization": "Bearer adm"})
+    assert status == 200, tenants
+    assert tenants["tenants"][0]["agents"] == 2, tenants
+    proxy = stack.serve.metrics()
+    assert proxy["agentrt_proxy_requests_failed_total"] == 0
+    assert proxy["agentrt_tenant_cached_tokens_total"] >= 128, proxy
+
+
+def agents_python() -> Path:
+    """The venv of examples/setup-venv.sh (AGENTRT_AGENTS_VENV overrides); skip without it."""
+    venv = Path(os.environ.get("AGENTRT_AGENTS_VENV", Path.home() / ".cache" / "agentrt" / "venv-agents"))
+    python = venv / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"no agent-frameworks venv at {venv}: run examples/setup-venv.sh")
+    return python
+
+
+# examples/openai-agents is not run here: the tiny random test model never ends an answer by itself,
+# and the OpenAI Agents SDK refuses an answer cut at max_tokens (Responses: `response.incomplete`;
+# chat completions: "finish_reason='length' but produced no assistant text"), with or without the
+# proxy. The Responses API through the proxy has its own test above.
+EXAMPLE_ARGS = {"autogen/team.py": ("--max-tokens", "8")}
+
+
+@pytest.mark.parametrize("example, agents", [("autogen/team.py", 2)])
+def test_an_agent_framework_example_through_agentrt_serve(start_stack, example, agents):
+    """examples/autogen, unchanged but for base_url, runs against the proxy and a real vLLM: every
+    call succeeds and each agent is one agent."""
+    import subprocess
+
+    from conftest import REPO
+
+    python = agents_python()
+    stack = start_stack("cachesage", admin_token="e2e-admin")
+    tasks = 2
+    run = subprocess.run([str(python), str(REPO / "examples" / example), "--base-url", stack.serve.base + "/v1",
+                          "--tasks", str(tasks), *EXAMPLE_ARGS[example]], capture_output=True, text=True, timeout=600)
+    print(run.stdout[-2000:], run.stderr[-3000:])
+    assert run.returncode == 0, run.stderr[-3000:]
+    (tenant,) = stack.serve.tenants()["tenants"]
+    assert tenant["agents"] == agents, tenant
+    proxy = stack.serve.metrics()
+    assert proxy["agentrt_proxy_requests_total"] >= 2 * tasks
+    assert proxy["agentrt_proxy_requests_failed_total"] == 0
+    assert proxy["agentrt_proxy_bad_requests_total"] == 0

@@ -8,12 +8,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use agentrt_runtime::types::*;
-use agentrt_runtime::{packed, ComponentLookup, EngineOptions, PolicyEngine, PolicyHandle, SlotConfig};
+use agentrt_runtime::{
+    packed, ComponentLookup, EngineOptions, PolicyEngine, PolicyHandle, SlotConfig, SlowCompileNotice,
+};
 use anyhow::Context;
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
-    /// Look for the policy components only in this folder (default: `$AGENTRT_COMPONENTS_DIR`,
+    /// Look for the policy components only in this folder — but for the baseline `lru`, which
+    /// comes built into agentrt when the folder has none (default: `$AGENTRT_COMPONENTS_DIR`,
     /// beside the binary, built into it, then the source tree's build).
     #[arg(long)]
     components: Option<PathBuf>,
@@ -41,10 +44,13 @@ const SESSION_EVERY_MS: u64 = 10_000;
 
 pub fn run(args: DemoArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     let components = match args.components {
-        Some(dir) => ComponentLookup::in_folder(dir),
+        Some(dir) => components.given_folder(dir),
         None => components.clone(),
     };
-    let engine = PolicyEngine::new(EngineOptions::default())?;
+    let engine = PolicyEngine::new(EngineOptions {
+        slow_compile: Some(SlowCompileNotice::stderr()),
+        ..EngineOptions::default()
+    })?;
     let mut ran = 0;
     let mut last_missing = None;
     for name in DEMO_POLICIES {

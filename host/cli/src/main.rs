@@ -1,6 +1,9 @@
 //! `agentrt` — the command-line front of the agent runtime layer.
 //!
 //! - `agentrt policy check FILE.wasm` — load and validate a policy component, print its world.
+//! - `agentrt policy new NAME --lang L` — a policy skeleton in Rust, Python, JavaScript or C.
+//! - `agentrt policy test FILE.wasm [--trace T]` — the conformance kit: every export on valid and
+//!   hostile input, one line per property ([`policy_test`]).
 //! - `agentrt demo` — run the built-in policies on a short synthetic multi-agent trace and print
 //!   what they observe, score, predict and act on.
 //! - `agentrt sim gen|run|table` — the prefix-cache simulator and the evaluation (crate
@@ -15,6 +18,8 @@
 mod demo;
 mod embedded;
 mod policy_check;
+mod policy_new;
+mod policy_test;
 
 use agentrt_runtime::ComponentLookup;
 use clap::{Parser, Subcommand};
@@ -51,19 +56,38 @@ enum Command {
 enum PolicyCommand {
     /// Load and validate a component; print the world it implements and its exports.
     Check(policy_check::CheckArgs),
+    /// Write a working skeleton of a policy in Rust, Python, JavaScript or C into ./NAME.
+    New(policy_new::NewArgs),
+    /// The conformance kit: call every export with valid and hostile input and check what the
+    /// contract asks; one line per property, exit status 1 when any fails.
+    Test(policy_test::TestArgs),
 }
 
 fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    // `policy test` feeds hostile input on purpose and reports each failure in its own lines:
+    // the host's line per discarded instance would only repeat them. A policy's own log stays.
+    let default_filter = match &cli.command {
+        Command::Policy {
+            command: PolicyCommand::Test(_),
+        } => "warn,agentrt_runtime::handle=error",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_env("AGENTRT_LOG").unwrap_or_else(|_| EnvFilter::new("warn")))
+        .with_env_filter(EnvFilter::try_from_env("AGENTRT_LOG").unwrap_or_else(|_| EnvFilter::new(default_filter)))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let components = ComponentLookup::from_environment(embedded::EMBEDDED);
     let result = match cli.command {
         Command::Policy {
             command: PolicyCommand::Check(args),
         } => policy_check::run(args),
+        Command::Policy {
+            command: PolicyCommand::New(args),
+        } => policy_new::run(args),
+        Command::Policy {
+            command: PolicyCommand::Test(args),
+        } => policy_test::run(args),
         Command::Demo(args) => demo::run(args, &components),
         Command::Sim(args) => agentrt_sim::cli::run(args, &components),
         Command::Serve(args) => agentrt_serve::run(*args, &components),

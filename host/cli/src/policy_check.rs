@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyHandle, SlotConfig, CONTRACT};
+use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyHandle, SlotConfig, SlowCompileNotice, CONTRACT};
 use anyhow::Context;
 
 #[derive(clap::Args)]
@@ -17,7 +17,10 @@ pub struct CheckArgs {
 }
 
 pub fn run(args: CheckArgs) -> anyhow::Result<()> {
-    let engine = PolicyEngine::new(EngineOptions::default())?;
+    let engine = PolicyEngine::new(EngineOptions {
+        slow_compile: Some(SlowCompileNotice::stderr()),
+        ..EngineOptions::default()
+    })?;
     let component = Arc::new(engine.load_file(&args.file)?);
     let init = parse_pairs(&args.config)?;
     let config = SlotConfig {
@@ -56,7 +59,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn parse_pairs(raw: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+pub(crate) fn parse_pairs(raw: &[String]) -> anyhow::Result<Vec<(String, String)>> {
     raw.iter()
         .map(|kv| {
             kv.split_once('=')

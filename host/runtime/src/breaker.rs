@@ -7,7 +7,8 @@
 //! while its `score` works still loses its instance on every request, so `score`'s successes must
 //! not hide `observe`'s failures): calls are not made at all (callers get `PolicyError::CircuitOpen`, `rank`
 //! answers in LRU order) until a backoff has passed; then one trial call is let through
-//! (*half-open*). Its success closes the slot; its failure opens it again for twice as long.
+//! (*half-open*). A success of a primitive that was failing closes the slot (another primitive's
+//! success does not: it leaves the slot half-open); any failure opens it again for twice as long.
 
 use std::time::{Duration, Instant};
 
@@ -34,6 +35,23 @@ impl Default for BreakerConfig {
         }
     }
 }
+
+impl BreakerConfig {
+    /// Give up on the policy for good once `failure_threshold` calls of one primitive failed in
+    /// a row (0: never): no trial call follows within the life of any process. For replays — the
+    /// simulator, `agentrt policy test` — whose clock is simulated: a backoff in wall time would
+    /// let trials in at a rate set by the machine's speed, not by the replay.
+    pub fn give_up_after(failure_threshold: u32) -> Self {
+        Self {
+            failure_threshold,
+            first_backoff: NEVER_AGAIN,
+            max_backoff: NEVER_AGAIN,
+        }
+    }
+}
+
+/// A backoff no process outlives (a year), yet small enough that `Instant + it` cannot overflow.
+const NEVER_AGAIN: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Exponential backoff: `first`, `2·first`, `4·first`, … up to `max`.
 #[derive(Debug, Clone)]
@@ -141,8 +159,15 @@ impl CircuitBreaker {
     }
 
     pub(crate) fn record_success(&mut self, primitive: Primitive) -> Transition {
-        self.consecutive_failures[index(primitive)] = 0;
+        let was_failing = std::mem::take(&mut self.consecutive_failures[index(primitive)]) > 0;
         if self.state == State::Closed {
+            return Transition::None;
+        }
+        // A trial tries what failed. Another primitive answering says nothing about it: were it
+        // to close the slot, an `observe` that works would reopen a `score` that spins to
+        // `failure_threshold` more deadlines after every backoff. Calls keep flowing meanwhile
+        // (half-open admits them), and any failure opens the slot again.
+        if !was_failing && self.consecutive_failures.iter().any(|&f| f > 0) {
             return Transition::None;
         }
         self.consecutive_failures = [0; Primitive::ALL.len()];
@@ -255,6 +280,41 @@ mod tests {
             b.record_success(O);
         }
         assert_eq!(b.admit(t), Admission::Call);
+    }
+
+    #[test]
+    fn only_the_failing_primitive_answering_closes_a_half_open_slot() {
+        let mut b = breaker();
+        let t = Instant::now();
+        for _ in 0..3 {
+            b.record_failure(Primitive::Score, t);
+        }
+        let later = t + Duration::from_secs(1);
+        assert_eq!(b.admit(later), Admission::Trial);
+        // Observe works — it always did; score is still untried.
+        assert_eq!(b.record_success(O), Transition::None);
+        assert_eq!(b.admit(later), Admission::Trial, "still half-open");
+        // Score fails again: open at once, for twice as long.
+        assert_eq!(
+            b.record_failure(Primitive::Score, later),
+            Transition::Reopened {
+                backoff: Duration::from_secs(2)
+            }
+        );
+        let trial = later + Duration::from_secs(2);
+        assert_eq!(b.admit(trial), Admission::Trial);
+        assert_eq!(b.record_success(Primitive::Score), Transition::Closed);
+        assert_eq!(b.admit(trial), Admission::Call);
+    }
+
+    #[test]
+    fn a_breaker_that_gives_up_never_lets_a_trial_through() {
+        let mut b = CircuitBreaker::new(&BreakerConfig::give_up_after(2));
+        let t = Instant::now();
+        b.record_failure(O, t);
+        assert!(matches!(b.record_failure(O, t), Transition::Opened { .. }));
+        let a_month = Duration::from_secs(30 * 24 * 3600);
+        assert!(matches!(b.admit(t + a_month), Admission::Refuse { .. }));
     }
 
     #[test]

@@ -49,6 +49,7 @@ impl PolicyComponent {
         engine: &Engine,
         linker: &Linker<GuestState>,
         cache: Option<&crate::ArtifactCache>,
+        slow_compile: Option<&crate::SlowCompileNotice>,
         name: &str,
         bytes: &[u8],
     ) -> Result<Self, LoadError> {
@@ -60,6 +61,7 @@ impl PolicyComponent {
         let component = match cached {
             Some(component) => component,
             None => {
+                let _watch = slow_compile.map(|notice| notice.watch(name, bytes.len()));
                 let component = Component::new(engine, bytes)
                     .map_err(|e| LoadError::new(name, format!("not a valid component: {}", root_cause(&e))))?;
                 if let Some(cache) = cache {

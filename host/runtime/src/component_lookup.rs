@@ -18,7 +18,9 @@ use std::ffi::OsStr;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use agentrt_layout::{built_components_dir, component_file_name, installed_components_dirs, target_dir};
+use agentrt_layout::{
+    built_components_dir, component_file_name, installed_components_dirs, target_dir, BASELINE_COMPONENT,
+};
 
 use crate::component::PolicyComponent;
 use crate::engine::PolicyEngine;
@@ -50,6 +52,10 @@ impl EmbeddedSet {
 
     fn get(&self, name: &str) -> Option<EmbeddedComponent> {
         self.components.iter().find(|c| c.name == name).copied()
+    }
+
+    fn names(&self) -> Vec<&'static str> {
+        self.components.iter().map(|c| c.name).collect()
     }
 }
 
@@ -94,7 +100,11 @@ enum Place {
         dir: PathBuf,
         label: &'static str,
     },
-    Embedded(EmbeddedSet),
+    /// The components built into the binary; with `only`, just that one.
+    Embedded {
+        set: EmbeddedSet,
+        only: Option<&'static str>,
+    },
     /// A folder named by an environment variable that is not set: listed when nothing is found,
     /// so that the message names the variable.
     UnsetVariable(&'static str),
@@ -134,7 +144,10 @@ impl ComponentLookup {
                 });
             }
         }
-        places.push(Place::Embedded(embedded));
+        places.push(Place::Embedded {
+            set: embedded,
+            only: None,
+        });
         places.push(Place::Folder {
             dir: source_tree_dir,
             label: "the source tree's build",
@@ -142,14 +155,31 @@ impl ComponentLookup {
         Self { places }
     }
 
-    /// Only the folder `dir` (a command's `--components DIR`).
+    /// Only the folder `dir`.
     pub fn in_folder(dir: PathBuf) -> Self {
         Self {
             places: vec![Place::Folder {
                 dir,
-                label: "--components",
+                label: GIVEN_FOLDER,
             }],
         }
+    }
+
+    /// A command's `--components DIR`: only `dir`, except that the baseline policy
+    /// ([`BASELINE_COMPONENT`], `lru`) comes from the components this lookup's binary embeds
+    /// when `dir` has none — a folder of one's own policies is still compared with the LRU the
+    /// rest of agentrt uses.
+    pub fn given_folder(&self, dir: PathBuf) -> Self {
+        let mut lookup = Self::in_folder(dir);
+        for place in &self.places {
+            if let Place::Embedded { set, .. } = place {
+                lookup.places.push(Place::Embedded {
+                    set: *set,
+                    only: Some(BASELINE_COMPONENT),
+                });
+            }
+        }
+        lookup
     }
 
     /// The first place in the order that has the component `name`.
@@ -162,9 +192,11 @@ impl ComponentLookup {
                         return Ok(ComponentSource::File(path));
                     }
                 }
-                Place::Embedded(set) => {
-                    if let Some(component) = set.get(name) {
-                        return Ok(ComponentSource::Embedded(component));
+                Place::Embedded { set, only } => {
+                    if only.is_none_or(|only| only == name) {
+                        if let Some(component) = set.get(name) {
+                            return Ok(ComponentSource::Embedded(component));
+                        }
                     }
                 }
                 Place::UnsetVariable(_) => {}
@@ -186,28 +218,52 @@ impl ComponentLookup {
     fn not_found(&self, name: &str) -> ComponentNotFound {
         let mut searched = Vec::new();
         let mut embeds_none = None;
+        let mut given = None;
         for place in &self.places {
             searched.push(match place {
-                Place::Folder { dir, label } => format!("  {label}: {}", dir.display()),
-                Place::UnsetVariable(variable) => format!("  {variable}: (unset)"),
-                Place::Embedded(set) if set.components.is_empty() => {
-                    embeds_none = Some(set.built_from);
-                    "  built into this binary: none".to_string()
+                Place::Folder { dir, label } => {
+                    if *label == GIVEN_FOLDER {
+                        given = Some(dir);
+                    }
+                    format!("  {label}: {}", dir.display())
                 }
-                Place::Embedded(set) => {
-                    let names: Vec<&str> = set.components.iter().map(|c| c.name).collect();
-                    format!("  built into this binary: {}", names.join(", "))
+                Place::UnsetVariable(variable) => format!("  {variable}: (unset)"),
+                Place::Embedded { set, only } => {
+                    if set.components.is_empty() {
+                        embeds_none = Some(set.built_from);
+                    }
+                    let names = set.names();
+                    match only {
+                        Some(only) if names.contains(only) => format!("  built into this binary: {only}"),
+                        Some(only) => format!("  built into this binary: no {only}"),
+                        None if names.is_empty() => "  built into this binary: none".to_string(),
+                        None => format!("  built into this binary: {}", names.join(", ")),
+                    }
                 }
             });
         }
         let file = component_file_name(name);
-        let hint = match embeds_none {
-            Some(built_from) if !built_from.is_empty() => format!(
+        let rebuild = |built_from: &str| {
+            format!(
                 "This agentrt was built before its components (none were in {built_from}): run \
-                 `cargo xtask build-policies`, then build agentrt again; or set {COMPONENTS_DIR_ENV} \
-                 to a folder holding {file}."
+                 `cargo xtask build-policies`, then build agentrt again"
+            )
+        };
+        let hint = match (given, embeds_none) {
+            (Some(dir), Some(built_from)) if name == BASELINE_COMPONENT && !built_from.is_empty() => {
+                format!("Put {file} in {}, or: {}.", dir.display(), rebuild(built_from))
+            }
+            (Some(dir), _) => format!(
+                "Put {file} in {} (--components), or leave --components out to search the usual places.",
+                dir.display()
             ),
-            _ => format!("Run `cargo xtask build-policies`, or set {COMPONENTS_DIR_ENV} to a folder holding {file}."),
+            (None, Some(built_from)) if !built_from.is_empty() => format!(
+                "{}; or set {COMPONENTS_DIR_ENV} to a folder holding {file}.",
+                rebuild(built_from)
+            ),
+            (None, _) => {
+                format!("Run `cargo xtask build-policies`, or set {COMPONENTS_DIR_ENV} to a folder holding {file}.")
+            }
         };
         ComponentNotFound {
             name: name.to_string(),
@@ -216,6 +272,9 @@ impl ComponentLookup {
         }
     }
 }
+
+/// How a command's `--components DIR` is named where it is listed.
+const GIVEN_FOLDER: &str = "--components";
 
 /// Where `cargo xtask build-policies` put components for the checkout this crate was compiled
 /// from: `<target>/components`, with the target folder as `CARGO_TARGET_DIR` said at compile time.
@@ -377,6 +436,65 @@ mod tests {
         assert!(lookup.find("lru").is_err());
         let env = layout.put("env", "lru");
         assert_eq!(file(lookup.find("lru").unwrap()), env);
+    }
+
+    #[test]
+    fn a_given_folder_replaces_every_place_but_the_built_in_baseline() {
+        const TWO: EmbeddedSet = EmbeddedSet {
+            components: &[
+                EmbeddedComponent {
+                    name: "lru",
+                    bytes: b"embedded lru",
+                },
+                EmbeddedComponent {
+                    name: "ttl",
+                    bytes: b"embedded ttl",
+                },
+            ],
+            built_from: "/build/target/components",
+        };
+        let layout = Layout::new();
+        layout.put("tree", "mine");
+        let mine = layout.put("env", "mine");
+        let lookup = layout.lookup(true, TWO).given_folder(layout.dir("env"));
+        assert_eq!(file(lookup.find("mine").unwrap()), mine);
+        // The folder lacks the baseline: the built-in one.
+        match lookup.find("lru").unwrap() {
+            ComponentSource::Embedded(c) => assert_eq!(c.bytes, b"embedded lru"),
+            other => panic!("expected the built-in lru, got {other}"),
+        }
+        // The folder's own lru wins.
+        let lru = layout.put("env", "lru");
+        assert_eq!(file(lookup.find("lru").unwrap()), lru);
+        // Any other built-in is not looked for: the folder is what was asked for.
+        let message = lookup.find("ttl").unwrap_err().to_string();
+        assert!(
+            message.contains(&format!(
+                "Put ttl.wasm in {} (--components)",
+                layout.dir("env").display()
+            )),
+            "{message}"
+        );
+        assert!(message.contains("built into this binary: lru"), "{message}");
+        assert!(!message.contains("xtask"), "nothing to build: {message}");
+
+        // A binary built before its components has no lru to offer: say so, and both ways out.
+        let bare = layout
+            .lookup(
+                false,
+                EmbeddedSet {
+                    components: &[],
+                    built_from: "/build/target/components",
+                },
+            )
+            .given_folder(layout.dir("bin/components"));
+        let message = bare.find("lru").unwrap_err().to_string();
+        assert!(message.contains("built into this binary: no lru"), "{message}");
+        assert!(
+            message.contains(&format!("Put lru.wasm in {}", layout.dir("bin/components").display()))
+                && message.contains("built before its components"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -35,6 +35,68 @@ pub struct EngineOptions {
     /// Largest component accepted, from a file or as bytes
     /// ([`crate::component_file::DEFAULT_MAX_COMPONENT_BYTES`] by default).
     pub max_component_bytes: u64,
+    /// Told when a compile (an artifact-cache miss) runs long; `None` by default: a library
+    /// prints nothing, the `agentrt` command says what it is waiting for.
+    pub slow_compile: Option<SlowCompileNotice>,
+}
+
+/// What to do when compiling a component takes longer than [`Self::after`]: a cold artifact cache
+/// costs seconds for a Python component and most of a minute for a JavaScript one, with nothing
+/// else to show for it.
+#[derive(Clone)]
+pub struct SlowCompileNotice {
+    pub after: Duration,
+    /// Called once, from another thread, with the component's name and size in bytes, while the
+    /// compile still runs.
+    pub notify: Arc<CompileNotify>,
+}
+
+/// What [`SlowCompileNotice::notify`] is: the component's name and its size in bytes.
+pub type CompileNotify = dyn Fn(&str, usize) + Send + Sync;
+
+impl SlowCompileNotice {
+    /// One line on stderr after a second: `compiling NAME (SIZE; first use, cached afterwards)…`.
+    pub fn stderr() -> Self {
+        Self {
+            after: Duration::from_secs(1),
+            notify: Arc::new(|name, bytes| {
+                eprintln!(
+                    "compiling {name} ({:.1} MB; first use, cached afterwards)…",
+                    bytes as f64 / 1e6
+                )
+            }),
+        }
+    }
+
+    /// Watch a compile that starts now; the notice fires unless the guard is dropped first.
+    pub(crate) fn watch(&self, name: &str, bytes: usize) -> SlowCompileGuard {
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let (after, notify, name) = (self.after, self.notify.clone(), name.to_string());
+        let spawned = std::thread::Builder::new()
+            .name("agentrt-compile-notice".into())
+            .spawn(move || {
+                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(after) {
+                    notify(&name, bytes);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::debug!(error = %e, "no thread for the slow-compile notice; compiling without it");
+        }
+        SlowCompileGuard { _done: done }
+    }
+}
+
+impl std::fmt::Debug for SlowCompileNotice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlowCompileNotice")
+            .field("after", &self.after)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Ends a [`SlowCompileNotice::watch`] when dropped (the watcher sees its channel close).
+pub(crate) struct SlowCompileGuard {
+    _done: std::sync::mpsc::Sender<()>,
 }
 
 /// Sizes of the pooling allocator.
@@ -83,7 +145,19 @@ impl Default for EngineOptions {
             cpu_bound: CpuBound::EpochDeadline,
             seed: None,
             max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES,
+            slow_compile: None,
         }
+    }
+}
+
+impl EngineOptions {
+    /// These options with an instance pool whose memories can hold `memory_cap` bytes (a slot's
+    /// [`crate::SandboxLimits::memory_bytes`]): a cap over the pool's size would be unreachable.
+    pub fn fitting_memory_cap(mut self, memory_cap: usize) -> Self {
+        if let Some(pool) = &mut self.pooling {
+            pool.max_memory_bytes = pool.max_memory_bytes.max(memory_cap);
+        }
+        self
     }
 }
 
@@ -202,6 +276,7 @@ impl PolicyEngine {
             &self.inner.engine,
             &self.inner.linker,
             self.inner.cache.as_ref(),
+            self.inner.options.slow_compile.as_ref(),
             name,
             bytes,
         )
@@ -251,4 +326,49 @@ fn spawn_epoch_ticker(engine: Engine, tick: Duration, stop: Arc<AtomicBool>) {
             }
         })
         .expect("spawning the epoch ticker thread");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    fn counting(after: Duration) -> (SlowCompileNotice, Arc<AtomicUsize>) {
+        let fired = Arc::new(AtomicUsize::new(0));
+        let seen = fired.clone();
+        let notice = SlowCompileNotice {
+            after,
+            notify: Arc::new(move |name, bytes| {
+                assert_eq!((name, bytes), ("big.wasm", 12_000_000));
+                seen.fetch_add(1, Ordering::SeqCst);
+            }),
+        };
+        (notice, fired)
+    }
+
+    #[test]
+    fn a_slow_compile_is_announced_once_and_a_quick_one_not_at_all() {
+        let (notice, fired) = counting(Duration::from_millis(20));
+        let slow = notice.watch("big.wasm", 12_000_000);
+        std::thread::sleep(Duration::from_millis(300));
+        drop(slow);
+        assert_eq!(fired.load(Ordering::SeqCst), 1);
+
+        let (notice, fired) = counting(Duration::from_secs(5));
+        drop(notice.watch("big.wasm", 12_000_000));
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(fired.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn the_pool_grows_to_fit_a_larger_memory_cap_and_never_shrinks() {
+        let pool = |o: EngineOptions| o.pooling.unwrap().max_memory_bytes;
+        let default = pool(EngineOptions::default());
+        assert!(
+            default >= crate::DEFAULT_MEMORY_BYTES,
+            "the default cap fits the default pool"
+        );
+        assert_eq!(pool(EngineOptions::default().fitting_memory_cap(1 << 20)), default);
+        assert_eq!(pool(EngineOptions::default().fitting_memory_cap(1 << 30)), 1 << 30);
+    }
 }

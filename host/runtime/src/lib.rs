@@ -41,18 +41,20 @@ pub mod registry;
 pub mod results;
 pub mod sandbox;
 pub mod shares;
+pub mod side_effects;
 
 pub use artifact_cache::ArtifactCache;
 pub use breaker::BreakerConfig;
 pub use component::{LoadStats, PolicyComponent, WorldShape, CONTRACT};
 pub use component_file::{read_component_file, DEFAULT_MAX_COMPONENT_BYTES};
 pub use component_lookup::{ComponentLookup, ComponentNotFound, ComponentSource, EmbeddedComponent, EmbeddedSet};
-pub use engine::{CpuBound, EngineOptions, PolicyEngine, PoolingOptions};
+pub use engine::{CpuBound, EngineOptions, PolicyEngine, PoolingOptions, SlowCompileNotice};
 pub use error::{LoadError, PolicyError, Primitive};
 pub use handle::{keep_order, lru_order, PolicyHandle, Ranking, SlotConfig, SwapReport};
 pub use registry::{PolicyRegistry, RegistryError};
-pub use sandbox::SandboxLimits;
+pub use sandbox::{SandboxLimits, DEFAULT_MEMORY_BYTES};
 pub use shares::{Share, Usage};
+pub use side_effects::merge_side_effects;
 
 /// The WIT types as the host sees them.
 pub mod types {

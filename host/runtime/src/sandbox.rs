@@ -12,6 +12,9 @@ use wasmtime::ResourceLimiter;
 use crate::bindings::agentrt::policy::{host, types};
 use crate::policy_log::PolicyLog;
 
+/// The default cap on an instance's memories and tables together: 128 MiB.
+pub const DEFAULT_MEMORY_BYTES: usize = 128 << 20;
+
 /// Per-instance limits, set per tenant.
 #[derive(Debug, Clone)]
 pub struct SandboxLimits {
@@ -31,8 +34,10 @@ pub struct SandboxLimits {
 impl Default for SandboxLimits {
     fn default() -> Self {
         Self {
-            // CacheSage needs well under 1 MiB; 64 MiB leaves room for policies in Python or JS.
-            memory_bytes: 64 << 20,
+            // CacheSage needs well under 1 MiB; a JavaScript policy (StarlingMonkey) settles near
+            // 65 MiB. 128 MiB fits every supported language with room, and sits under the
+            // instance pool's 256 MiB per memory.
+            memory_bytes: DEFAULT_MEMORY_BYTES,
             // Generous next to a score call's microseconds, small next to a scheduler step.
             call_deadline: Duration::from_millis(20),
             // ~10–20 ms of guest code on this machine's cores.

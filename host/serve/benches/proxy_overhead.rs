@@ -6,7 +6,8 @@
 //!
 //! The upstream answers a fixed chat completion at once (an in-process HTTP server), so the
 //! difference between the two columns is the proxy: parsing, identity, the policy's `observe`
-//! calls, the upstream hop. The proxy runs CacheSage, the default policy.
+//! calls, the upstream hop. The proxy runs CacheSage, the default policy; two more rows add a
+//! second (`guard`) and a third (`ttl`) policy slot, which get the same events.
 
 mod support;
 
@@ -64,12 +65,29 @@ fn main() {
         .unwrap();
     runtime.block_on(async {
         let upstream = fast_upstream().await;
-        let (proxied, _state) = start_proxy(&upstream, HashMap::new(), Default::default()).await;
-        // Warm both paths (connections, the policy's first compile-cache hit, allocations).
-        drive(&upstream, 300, concurrency).await;
-        drive(&proxied, 300, concurrency).await;
+        let (proxied, _state) = start_proxy(&upstream, HashMap::new(), Default::default(), &[]).await;
+        // A second and a third policy slot: the same events to each, their `act`s merged.
+        let (two_slots, _state2) =
+            start_proxy(&upstream, HashMap::new(), Default::default(), &[("guard", "guard")]).await;
+        let (three_slots, _state3) = start_proxy(
+            &upstream,
+            HashMap::new(),
+            Default::default(),
+            &[("guard", "guard"), ("extra", "ttl")],
+        )
+        .await;
+        let paths = [
+            ("direct", &upstream),
+            ("through agentrt serve", &proxied),
+            ("  + guard slot", &two_slots),
+            ("  + guard + ttl slots", &three_slots),
+        ];
+        // Warm every path (connections, the policy's first compile-cache hit, allocations).
+        for (_, url) in paths {
+            drive(url, 300, concurrency).await;
+        }
         let mut rows = Vec::new();
-        for (label, url) in [("direct", &upstream), ("through agentrt serve", &proxied)] {
+        for (label, url) in paths {
             let (mut latencies, wall) = drive(url, n, concurrency).await;
             latencies.sort();
             rows.push((
@@ -79,7 +97,7 @@ fn main() {
                 n as f64 / wall.as_secs_f64(),
             ));
         }
-        println!("{n} requests, {concurrency} in flight, fast local upstream, CacheSage in the proxy");
+        println!("{n} requests, {concurrency} in flight, fast local upstream, CacheSage in the kv slot");
         println!("{:<24} {:>10} {:>10} {:>12}", "path", "p50 µs", "p99 µs", "req/s");
         for (label, p50, p99, rps) in &rows {
             println!(

@@ -4,8 +4,10 @@
 //! ([`crate::admin_auth`]); without any token the API is disabled. The token is checked before a
 //! byte of the body is read, and an upload is read under `--max-upload-bytes` (64 MiB by default).
 //!
-//! - `PUT /admin/tenants/{tenant}/policy[?fresh=true]` — body: a policy component (`.wasm`). A new
-//!   tenant starts with it; an existing one hot-swaps to it, carrying learned state over
+//! - `PUT /admin/tenants/{tenant}/policy[?fresh=true][&slot=NAME]` — body: a policy component
+//!   (`.wasm`) for slot NAME (`kv` when absent; another slot must be one `--slot` gives, else 404).
+//!   A new tenant starts with it (another slot's upload: with the defaults, then swapped); an
+//!   existing one hot-swaps to it, carrying learned state over
 //!   (`fresh=true`: start the new policy from scratch, e.g. a different policy). A component that
 //!   does not load, start or accept the state leaves the running policy in place (for a new
 //!   tenant: no tenant) and answers 400; no free policy instance (the pool is full) answers 503.
@@ -70,6 +72,14 @@ async fn put_policy(
         Ok(body) => body,
         Err(e) => return closing_connection(e.into_response()),
     };
+    let slot = query.slot.clone().unwrap_or_else(|| KV_SLOT.to_string());
+    if !state.tenants.slot_names().contains(&slot.as_str()) {
+        return ApiError::not_found(format!(
+            "no policy slot {slot:?}: the tenants' slots are {:?} (--slot adds one)",
+            state.tenants.slot_names()
+        ))
+        .into_response();
+    }
     let engine = state.tenants.registry().engine().clone();
     let name = format!("admin upload for {tenant}");
     let component = match tokio::task::spawn_blocking(move || engine.load_bytes(&name, &body)).await {
@@ -79,10 +89,15 @@ async fn put_policy(
     };
     // A new tenant starts with the upload itself: if it does not start, no tenant is left behind
     // (not one running the default policy, as a start-then-swap would leave).
-    let starting = (state.clone(), tenant.clone(), component.clone());
+    // Another slot's upload swaps into a tenant started with the defaults.
+    let starting = (state.clone(), tenant.clone(), component.clone(), slot == KV_SLOT);
     let started = tokio::task::spawn_blocking(move || {
-        let (state, tenant, component) = starting;
-        state.tenants.get_or_start_with(&tenant, component)
+        let (state, tenant, component, kv) = starting;
+        if kv {
+            state.tenants.get_or_start_with(&tenant, component)
+        } else {
+            state.tenants.get_or_start(&tenant).map(|t| (t, false))
+        }
     })
     .await;
     let (live, created) = match started {
@@ -94,6 +109,7 @@ async fn put_policy(
         let info = live.policy.info();
         return Json(json!({
             "tenant": tenant,
+            "slot": slot,
             "policy": info.name,
             "version": info.version,
             "created": true,
@@ -104,21 +120,24 @@ async fn put_policy(
     }
     // A swap waits for the slot's current call (up to its deadline) and restores state into the
     // new instance: work for a blocking thread, not an async worker.
-    let swapping = state.clone();
+    let swapping = (state.clone(), slot.clone());
     let keep_state = !query.fresh;
     let swapped = tokio::task::spawn_blocking(move || {
-        swapping
+        let (state, slot) = swapping;
+        state
             .tenants
             .registry()
-            .swap(&tenant, KV_SLOT, component, keep_state)
+            .swap(&tenant, &slot, component, keep_state)
             .map(|report| (tenant, report))
     })
     .await;
+    let info = live.slot(&slot).map(|policy| policy.info());
     match swapped {
         Ok(Ok((tenant, report))) => Json(json!({
             "tenant": tenant,
-            "policy": live.policy.info().name,
-            "version": live.policy.info().version,
+            "slot": slot,
+            "policy": info.as_ref().map(|i| i.name.clone()),
+            "version": info.as_ref().map(|i| i.version.clone()),
             "created": false,
             "state_bytes_carried": report.state_bytes,
             "paused_us": report.paused.as_micros() as u64,
@@ -141,6 +160,8 @@ async fn put_policy(
 struct SwapQuery {
     #[serde(default)]
     fresh: bool,
+    /// The slot to install or swap; `kv` when absent.
+    slot: Option<String>,
 }
 
 /// The started tenant `name`, for one of its routes, once the caller may act on it.

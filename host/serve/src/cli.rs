@@ -10,7 +10,8 @@ use anyhow::Context;
 
 use agentrt_runtime::Share;
 use agentrt_runtime::{
-    BreakerConfig, ComponentLookup, EngineOptions, PolicyEngine, PolicyRegistry, SandboxLimits, SlotConfig,
+    BreakerConfig, ComponentLookup, EngineOptions, PolicyComponent, PolicyEngine, PolicyRegistry, SandboxLimits,
+    SlotConfig,
 };
 
 use crate::limits::Limits;
@@ -20,7 +21,9 @@ use crate::quotas::{Quotas, DEFAULT_CPU_MS_PER_S, DEFAULT_MAX_IN_FLIGHT, DEFAULT
 use crate::reload::initial_settings;
 use crate::table::TableLimits;
 use crate::tenant_settings::FlagSettings;
-use crate::tenants::{parse_tenant_secret, TenantSecret, Tenants, API_KEY, DEFAULT_TENANT, TENANT_ADMIN_TOKEN};
+use crate::tenants::{
+    parse_tenant_secret, TenantSecret, Tenants, API_KEY, DEFAULT_TENANT, KV_SLOT, TENANT_ADMIN_TOKEN,
+};
 use crate::warmup::WarmupOptions;
 
 #[derive(clap::Args, Debug)]
@@ -31,6 +34,8 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    #[command(flatten)]
+    pub replicas: crate::replicas::ReplicaArgs,
     /// Each tenant's policy: a component name (`cachesage`, `lru`, `ttl`; found in
     /// `$AGENTRT_COMPONENTS_DIR`, beside the binary, built into it, or in the source tree's build)
     /// or a path to a `.wasm` file.
@@ -39,6 +44,15 @@ pub struct ServeArgs {
     /// `key=value` passed to the policy's `init` (repeatable).
     #[arg(long = "policy-config", value_name = "KEY=VALUE")]
     pub policy_config: Vec<String>,
+    /// `NAME=COMPONENT` (repeatable): a policy slot every tenant runs besides `kv` — e.g.
+    /// `guard=guard` — fed the same events, with its own instance and limits, swappable alone
+    /// (`PUT /admin/tenants/{tenant}/policy?slot=NAME`). Side effects of all slots are merged:
+    /// `deny` wins, one warm-up per anchor (docs/policy-slots.md).
+    #[arg(long = "slot", value_name = "NAME=COMPONENT")]
+    pub slots: Vec<String>,
+    /// `NAME:KEY=VALUE` (repeatable): passed to slot NAME's `init`.
+    #[arg(long = "slot-config", value_name = "NAME:KEY=VALUE")]
+    pub slot_configs: Vec<String>,
     /// The operator's bearer token for the admin API (or env AGENTRT_ADMIN_TOKEN): every route,
     /// every tenant. Without it (and without --tenant-admin) the admin API is disabled.
     #[arg(long, env = "AGENTRT_ADMIN_TOKEN", hide_env_values = true)]
@@ -88,6 +102,11 @@ pub struct ServeArgs {
     /// proxy in front of one engine the same key; without one it is random per process.
     #[arg(long, env = "AGENTRT_CACHE_SALT_SECRET", hide_env_values = true)]
     pub cache_salt_secret: Option<String>,
+    /// Send policies' `set-priority` demotions upstream as the request's `priority` (start vLLM
+    /// with `--scheduling-policy priority`: it refuses a non-zero priority otherwise). A policy
+    /// may only demote its own tenant's sessions.
+    #[arg(long)]
+    pub engine_priorities: bool,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
@@ -347,6 +366,56 @@ fn secrets_by_tenant(raw: &[String], secret: TenantSecret) -> anyhow::Result<Has
     Ok(secrets)
 }
 
+/// The `--slot NAME=COMPONENT` options with their `--slot-config NAME:KEY=VALUE`, loaded, each
+/// with `base`'s limits.
+fn extra_slots(
+    slots: &[String],
+    configs: &[String],
+    base: &SlotConfig,
+    engine: &PolicyEngine,
+    components: &ComponentLookup,
+) -> anyhow::Result<Vec<(String, Arc<PolicyComponent>, SlotConfig)>> {
+    let mut init: HashMap<String, Vec<(String, String)>> = HashMap::new();
+    for option in configs {
+        let (slot, pair) = option
+            .split_once(':')
+            .with_context(|| format!("--slot-config {option:?}: expected NAME:KEY=VALUE"))?;
+        let (key, value) = pair
+            .split_once('=')
+            .with_context(|| format!("--slot-config {option:?}: expected NAME:KEY=VALUE"))?;
+        init.entry(slot.to_string())
+            .or_default()
+            .push((key.to_string(), value.to_string()));
+    }
+    let mut loaded: Vec<(String, Arc<PolicyComponent>, SlotConfig)> = Vec::new();
+    for option in slots {
+        let (name, policy) = option
+            .split_once('=')
+            .with_context(|| format!("--slot {option:?}: expected NAME=COMPONENT"))?;
+        crate::tenants::validate_tenant_name(name).map_err(|e| anyhow::anyhow!("--slot {option:?}: the slot {e}"))?;
+        anyhow::ensure!(
+            name != KV_SLOT,
+            "--slot {option:?}: `{KV_SLOT}` is the cache policy's slot; set it with --policy"
+        );
+        anyhow::ensure!(
+            loaded.iter().all(|(n, _, _)| n != name),
+            "--slot: slot `{name}` is given twice"
+        );
+        let source = components.resolve(policy)?;
+        tracing::info!(slot = name, policy, source = %source, "policy slot component");
+        let component = Arc::new(source.load(engine)?);
+        let config = SlotConfig {
+            init: init.remove(name).unwrap_or_default(),
+            ..base.clone()
+        };
+        loaded.push((name.to_string(), component, config));
+    }
+    if let Some(unknown) = init.keys().next() {
+        anyhow::bail!("--slot-config names slot `{unknown}`, which no --slot gives");
+    }
+    Ok(loaded)
+}
+
 /// Run the proxy until Ctrl-C / SIGTERM; `components` finds `--policy` by name.
 pub fn run(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -374,6 +443,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
     };
     let (settings, reloader) = initial_settings(args.config, flags).map_err(|e| anyhow::anyhow!(e))?;
     let shares = settings.shares.clone();
+    let extra_slots = extra_slots(&args.slots, &args.slot_configs, &slot, &engine, components)?;
     let mcp = args.mcp.options(
         |name| Ok(Arc::new(components.resolve(name)?.load(&engine)?)),
         &slot,
@@ -381,13 +451,15 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
     )?;
     let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, settings)
         .with_tables(args.tables.limits()?)
-        .with_queue_jobs(args.tables.policy_queue_jobs);
+        .with_queue_jobs(args.tables.policy_queue_jobs)
+        .with_extra_slots(extra_slots);
     let options = ServeOptions {
         upstream: args.upstream.clone(),
         vllm_xargs: !args.no_vllm_xargs,
         upstream_api_key: args.upstream_api_key,
         metrics_token: args.metrics_token,
         cache_salt_secret: args.cache_salt_secret,
+        engine_priorities: args.engine_priorities,
         limits,
         warmup: WarmupOptions {
             max_concurrent: args.warmup_concurrency,
@@ -397,6 +469,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
     };
     let mut state = AppState::new(options, tenants);
     state.reloader = reloader;
+    state.replicas = crate::replicas::ReplicaRouting::from_args(&args.replicas)?;
 
     anyhow::ensure!(
         shares.is_empty() || args.eviction_socket.is_some(),

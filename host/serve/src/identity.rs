@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 
 use agentrt_runtime::types::{AgentRegistered, Event};
 
+use crate::agent_api::AgentApi;
 use crate::handles::Handles;
 use crate::table::{LruTable, TableLimits, MAX_AGENT_NAME_BYTES};
 
@@ -44,6 +45,12 @@ pub struct Anchor {
     pub model: String,
     /// The `cache_salt` the agent's requests went upstream with: its warm-ups must carry it too.
     pub cache_salt: Option<String>,
+    /// The API the agent speaks: its warm-ups go through the same one, so that the engine renders
+    /// the same prefix.
+    pub api: AgentApi,
+    /// The anchor as that API spells it (`instructions`/`system`, `tools`); `None` for chat
+    /// completions, whose anchor is `messages` and `tools`.
+    pub fields: Option<Value>,
 }
 
 /// A stable 64-bit hash (the first 8 bytes of SHA-256): stable across restarts and versions,
@@ -112,6 +119,8 @@ pub fn identify_chat(headers: &HeaderMap, body: &Value) -> Result<(Identity, Anc
             tools,
             model,
             cache_salt: None,
+            api: AgentApi::ChatCompletions,
+            fields: None,
         },
     ))
 }
@@ -265,7 +274,8 @@ impl AgentDirectory {
         }
         let bytes = anchor.messages.iter().map(|m| m.to_string().len()).sum::<usize>()
             + anchor.tools.as_ref().map_or(0, |t| t.to_string().len())
-            + anchor.model.len();
+            + anchor.model.len()
+            + anchor.fields.as_ref().map_or(0, |f| f.to_string().len());
         d.anchors.insert(hash, (handle, anchor), bytes);
     }
 

@@ -7,8 +7,10 @@
 //! - [`identity`]: who is calling — the agent (`x-agent-id`, the `user` field, or the content hash
 //!   of system prompt + tools: the *anchor*) and the session (`x-session-id`, `session_id`, or the
 //!   first user message) — interned into handles and announced once per policy;
-//! - [`proxy`]: `/v1/chat/completions`, `/v1/completions`, `/v1/models`, streaming passed through
-//!   chunk by chunk, upstream errors returned as they came, request events to the policy;
+//! - [`proxy`]: `/v1/chat/completions`, `/v1/responses` (OpenAI Responses API), `/v1/messages`
+//!   (Anthropic Messages API), `/v1/completions`, `/v1/models`, streaming passed through chunk by
+//!   chunk, upstream errors returned as they came, request events to the policy; [`agent_api`]:
+//!   what differs between the three agent APIs (anchor, usage, streamed usage, warm-up body);
 //! - [`policy_worker`]: each tenant's policy calls on a thread of its own behind a bounded
 //!   queue — a request never waits on a policy, and a slow one delays only its own tenant;
 //! - [`tenant_settings`], [`quotas`], [`reload`]: what the operator sets per tenant (keys,
@@ -22,12 +24,15 @@
 //!   tenant's stats and forecasts ([`tenant_report`]); [`admin_auth`]: which admin token may act
 //!   on which tenant (the operator's on all, a tenant's on its own);
 //! - [`metrics`]: Prometheus counters for the proxy and every policy slot;
+//! - [`replicas`]: several upstream replicas behind a KV-aware router (Dynamo's selection
+//!   service, session-sticky hashing when it fails), fed agentrt's hints (`agentrt-router`);
 //! - [`limits`], [`connections`], [`upstream`]: the front door's limits (connections, header
 //!   and upstream timeouts, body and reply sizes), the accept loop that enforces the connection
 //!   ones, and waiting on the upstream under the rest; [`auth`]: bearer tokens.
 
 pub mod admin;
 pub mod admin_auth;
+pub mod agent_api;
 pub mod auth;
 pub mod cache_salt;
 pub mod cli;
@@ -44,6 +49,7 @@ pub mod policy_worker;
 pub mod proxy;
 pub mod quotas;
 pub mod reload;
+pub mod replicas;
 pub mod table;
 pub mod tenant_report;
 pub mod tenant_settings;

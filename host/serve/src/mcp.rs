@@ -89,6 +89,6 @@ impl TenantStream for ProxyTenant {
     }
 
     fn observe(&self, events: Vec<Event>) {
-        self.tenant.worker.observe(events);
+        self.tenant.observe(events);
     }
 }

@@ -20,6 +20,10 @@ pub struct ProxyMetrics {
     pub warmups_sent: AtomicU64,
     pub warmups_skipped: AtomicU64,
     pub warmups_failed: AtomicU64,
+    /// Sessions (or whole tenants: session 0) a policy's `deny` refused from then on.
+    pub sessions_denied: AtomicU64,
+    /// Requests refused because a policy denied their session.
+    pub denied_requests: AtomicU64,
     /// Requests sent with the public cache salt: their anchor is marked public.
     pub public_anchor_requests: AtomicU64,
     pub policy_errors: AtomicU64,
@@ -87,6 +91,16 @@ impl ProxyMetrics {
                 &self.warmups_failed,
             ),
             (
+                "agentrt_proxy_sessions_denied_total",
+                "Sessions a policy's deny refused from then on (session 0: a whole tenant).",
+                &self.sessions_denied,
+            ),
+            (
+                "agentrt_proxy_denied_requests_total",
+                "Requests refused with 403 because a policy denied their session.",
+                &self.denied_requests,
+            ),
+            (
                 "agentrt_proxy_public_anchor_requests_total",
                 "Requests whose anchor is marked public: sent with the cache salt every tenant shares.",
                 &self.public_anchor_requests,
@@ -139,7 +153,7 @@ impl ProxyMetrics {
 }
 
 /// Prometheus text for `(name, help, value)` counters.
-fn render_counters(out: &mut String, counters: &[(&str, &str, &AtomicU64)]) {
+pub(crate) fn render_counters(out: &mut String, counters: &[(&str, &str, &AtomicU64)]) {
     for (name, help, value) in counters {
         let _ = writeln!(
             out,

@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 
 use agentrt_runtime::types::{Continuation, Event, RequestArrival, RequestFinish};
 
+use crate::agent_api::{AgentApi, Usage};
 use crate::cache_salt::CacheSalts;
 use crate::continuation::PromptShape;
 use crate::error::ApiError;
@@ -46,6 +47,9 @@ pub struct ServeOptions {
     pub metrics_token: Option<String>,
     /// Key of the tenants' cache salts ([`crate::cache_salt`]); `None`: random per process.
     pub cache_salt_secret: Option<String>,
+    /// Send policies' `set-priority` demotions as the request's `priority` (vLLM started with
+    /// `--scheduling-policy priority`; vLLM refuses a non-zero priority otherwise).
+    pub engine_priorities: bool,
     pub warmup: WarmupOptions,
     pub limits: Limits,
 }
@@ -67,6 +71,8 @@ pub struct AppState {
     pub engine_pins: Option<Arc<agentrt_vllm::PinTable>>,
     /// Re-reads the config file (`--config`) on SIGHUP and `POST /admin/reload`.
     pub reloader: Option<crate::reload::Reloader>,
+    /// Several replicas behind a router (`--replica`), else every request goes to `upstream`.
+    pub replicas: Option<Arc<crate::replicas::ReplicaRouting>>,
     /// The MCP gateway at `/mcp/SERVER` (`--mcp-server`), set by [`crate::mcp::mount`].
     pub mcp: std::sync::OnceLock<Arc<agentrt_mcp::Gateway>>,
     clock: Instant,
@@ -92,6 +98,7 @@ impl AppState {
             engine_pins: None,
             engine_cache: None,
             reloader: None,
+            replicas: None,
             mcp: std::sync::OnceLock::new(),
             clock: Instant::now(),
             next_request_id: AtomicU64::new(1),
@@ -107,9 +114,14 @@ impl AppState {
     }
 
     pub fn upstream_request(&self, path: &str) -> reqwest::RequestBuilder {
+        self.upstream_request_to(&self.options.upstream, path)
+    }
+
+    /// A POST of JSON to `path` on the upstream at `base` (one of several replicas).
+    pub fn upstream_request_to(&self, base: &str, path: &str) -> reqwest::RequestBuilder {
         let builder = self
             .client
-            .post(self.upstream_url(path))
+            .post(format!("{}{path}", base.trim_end_matches('/')))
             .header(header::CONTENT_TYPE, "application/json");
         match &self.options.upstream_api_key {
             Some(key) => builder.bearer_auth(key),
@@ -160,7 +172,7 @@ impl AppState {
     /// Queue events for a tenant's policy. Never waits: the tenant's worker makes the call, and
     /// drops (and counts) what its full queue cannot hold.
     pub fn tell_policy(&self, tenant: &Tenant, events: Vec<Event>) {
-        tenant.worker.observe(events);
+        tenant.observe(events);
     }
 }
 
@@ -186,6 +198,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     let mcp = state.mcp.get().map(agentrt_mcp::routes::router);
     let proxy = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/responses", post(responses))
+        .route("/v1/messages", post(messages))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics))
@@ -242,6 +256,8 @@ struct Prepared {
     continues: Option<Continuation>,
     /// Sessions this one pushed out of the tenant's full session table: reported ended first.
     ended: Vec<u64>,
+    /// What the router needs to place it, when there are several replicas.
+    route: Option<crate::replicas::RouteInput>,
 }
 
 /// The caller's tenant, from the headers alone. A new tenant's policy starts on a blocking
@@ -271,6 +287,19 @@ async fn authenticate_then_read(
 }
 
 async fn chat_completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    agent_call(state, headers, body, AgentApi::ChatCompletions).await
+}
+
+async fn responses(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    agent_call(state, headers, body, AgentApi::Responses).await
+}
+
+async fn messages(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    agent_call(state, headers, body, AgentApi::Messages).await
+}
+
+/// A call in one of the APIs with agent identity: chat completions, Responses, Messages.
+async fn agent_call(state: Arc<AppState>, headers: HeaderMap, body: Body, api: AgentApi) -> Response {
     state.metrics.requests.fetch_add(1, Relaxed);
     let (tenant, permit, body) = match authenticate_then_read(&state, &headers, body).await {
         Ok(read) => read,
@@ -278,8 +307,8 @@ async fn chat_completions(State(state): State<Arc<AppState>>, headers: HeaderMap
     };
     // The proxy's overhead counts from here: the client's upload time is not the proxy's.
     let received = Instant::now();
-    match prepare_chat(&state, tenant, &headers, &body).await {
-        Ok(prepared) => forward(state, "/v1/chat/completions", prepared, permit, received).await,
+    match prepare_agent_call(&state, tenant, &headers, &body, api).await {
+        Ok(prepared) => forward(state, api.path(), api, prepared, permit, received).await,
         Err(e) => failed(&state, e),
     }
 }
@@ -299,30 +328,59 @@ async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
             ApiError::bad_request(m)
         })?;
         identity.scope_to_tenant(&tenant.name);
+        refuse_denied(&state, &tenant, &identity)?;
         let (agent, registration) = tenant.agents.intern(&identity);
         let prompt = json.get("prompt").map(Value::to_string).unwrap_or_default();
         let shape = PromptShape::of_text(&prompt);
-        Ok(prepare(&state, tenant, json, identity, agent, registration, shape))
+        Ok(prepare(
+            &state,
+            AgentApi::ChatCompletions,
+            tenant,
+            json,
+            identity,
+            agent,
+            registration,
+            shape,
+        ))
     });
     match prepared {
-        Ok(prepared) => forward(state, "/v1/completions", prepared, permit, received).await,
+        // Plain completions report usage in chat completions' words.
+        Ok(prepared) => {
+            forward(
+                state,
+                "/v1/completions",
+                AgentApi::ChatCompletions,
+                prepared,
+                permit,
+                received,
+            )
+            .await
+        }
         Err(e) => failed(&state, e),
     }
 }
 
-async fn prepare_chat(
+async fn prepare_agent_call(
     state: &AppState,
     tenant: Arc<Tenant>,
     headers: &HeaderMap,
     body: &Bytes,
+    api: AgentApi,
 ) -> Result<Prepared, ApiError> {
     let mut json = parse_body(state, body)?;
-    let (mut identity, mut anchor) = identify_chat(headers, &json).map_err(|m| {
+    let bad_request = |m: String| {
         state.metrics.bad_requests.fetch_add(1, Relaxed);
         ApiError::bad_request(m)
-    })?;
+    };
+    // Identity, anchor and prompt shape are read from the request as chat messages; the body
+    // goes upstream in its own API.
+    let view = api.chat_view(&json).map_err(bad_request)?;
+    let (mut identity, mut anchor) = identify_chat(headers, &view).map_err(bad_request)?;
+    anchor.api = api;
+    anchor.fields = api.anchor_fields(&json);
     anchor.cache_salt = state.salt(&mut json, &tenant.name, Some(identity.anchor_hash));
     identity.scope_to_tenant(&tenant.name);
+    refuse_denied(state, &tenant, &identity)?;
     let (agent, mut registration) = tenant.agents.intern(&identity);
     if let Some(Event::AgentRegistered(new_agent)) = registration.as_mut() {
         if state.options.vllm_xargs {
@@ -332,13 +390,33 @@ async fn prepare_chat(
         }
     }
     tenant.agents.record_anchor(identity.anchor_hash, agent, anchor);
-    let shape = PromptShape::of_chat(&json);
-    Ok(prepare(state, tenant, json, identity, agent, registration, shape))
+    let shape = PromptShape::of_chat(&view);
+    Ok(prepare(state, api, tenant, json, identity, agent, registration, shape))
 }
 
+/// 403 for a session one of the tenant's policies denied (a guard's budget or loop rule): the
+/// message is the policy's reason. Nothing goes upstream and no policy hears of the request.
+fn refuse_denied(state: &AppState, tenant: &Tenant, identity: &Identity) -> Result<(), ApiError> {
+    match tenant.denial(identity.session) {
+        None => Ok(()),
+        Some(reason) => {
+            state.metrics.denied_requests.fetch_add(1, Relaxed);
+            Err(ApiError::forbidden(format!(
+                "session {:?} denied by tenant {}'s policy: {reason}",
+                identity.session_key, tenant.name
+            )))
+        }
+    }
+}
+
+/// The largest priority the proxy sends vLLM (a demotion by this much or more is this much).
+pub const MAX_ENGINE_PRIORITY: u32 = 1_000_000;
+
 /// Record the session and the prompt's shape, and amend the body: the part every route shares.
+#[allow(clippy::too_many_arguments)]
 fn prepare(
     state: &AppState,
+    api: AgentApi,
     tenant: Arc<Tenant>,
     mut json: Value,
     identity: Identity,
@@ -348,6 +426,19 @@ fn prepare(
 ) -> Prepared {
     let ended = tenant.agents.record_session(identity.session).forgotten;
     let continues = tenant.continuations.observe(identity.session, agent, shape);
+    if state.options.engine_priorities && api.has_priority() {
+        // vLLM's priority scheduling: lower is served earlier. A policy may only demote its own
+        // tenant's sessions (a positive priority is not an engine's to give): never ahead of
+        // another tenant's requests, which go at 0.
+        let demotion = tenant.priority(identity.session).min(0).unsigned_abs();
+        if demotion > 0 {
+            json["priority"] = json!(demotion.min(MAX_ENGINE_PRIORITY));
+        }
+    }
+    let route = state
+        .replicas
+        .as_ref()
+        .map(|_| crate::replicas::RouteInput::of_body(&json).with_session(identity.session));
     let body = json_with(state, &mut json, agent, &identity);
     Prepared {
         tenant,
@@ -357,6 +448,7 @@ fn prepare(
         registration,
         continues,
         ended,
+        route,
     }
 }
 
@@ -371,6 +463,11 @@ const TOKENIZE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(5
 /// answer in time, e.g. it is not vLLM.
 async fn anchor_tokens_upstream(state: &AppState, anchor: &Anchor) -> Option<u32> {
     if anchor.messages.is_empty() && anchor.tools.is_none() {
+        return None;
+    }
+    // `/tokenize` renders chat messages and chat-completion tools; another API's tool schema
+    // would be refused, so its anchor keeps the byte estimate.
+    if anchor.api != AgentApi::ChatCompletions && anchor.tools.is_some() {
         return None;
     }
     let mut body = json!({"model": anchor.model, "messages": anchor.messages, "add_generation_prompt": false});
@@ -418,16 +515,18 @@ struct FinishGuard {
     tenant: Arc<Tenant>,
     /// The request counts against its tenant's in-flight limit until the guard goes.
     _permit: TenantPermit,
+    /// Its place on a replica (several replicas), released when the guard goes.
+    lease: Option<crate::replicas::Lease>,
     template: RequestFinish,
     done: bool,
 }
 
 impl FinishGuard {
-    fn finish(mut self, ok: bool, usage: Option<&Value>) {
+    fn finish(mut self, ok: bool, usage: Option<Usage>) {
         self.report(ok, usage);
     }
 
-    fn report(&mut self, ok: bool, usage: Option<&Value>) {
+    fn report(&mut self, ok: bool, usage: Option<Usage>) {
         if self.done {
             return;
         }
@@ -436,12 +535,11 @@ impl FinishGuard {
         finish.ok = ok;
         finish.at_us = self.state.now_us();
         if let Some(usage) = usage {
-            let field = |v: Option<&Value>| v.and_then(Value::as_u64).map(|n| n as u32);
-            if let Some(n) = field(usage.get("prompt_tokens")) {
+            if let Some(n) = usage.prompt_tokens {
                 finish.prompt_tokens = n;
             }
-            finish.output_tokens = field(usage.get("completion_tokens")).unwrap_or(0);
-            finish.cached_tokens = field(usage.pointer("/prompt_tokens_details/cached_tokens")).unwrap_or(0);
+            finish.output_tokens = usage.output_tokens.unwrap_or(0);
+            finish.cached_tokens = usage.cached_tokens.unwrap_or(0);
             self.tenant.record_usage(finish.prompt_tokens, finish.cached_tokens);
         }
         let mut events = vec![Event::RequestFinish(finish)];
@@ -468,6 +566,7 @@ impl Drop for FinishGuard {
 async fn forward(
     state: Arc<AppState>,
     path: &str,
+    api: AgentApi,
     prepared: Prepared,
     permit: TenantPermit,
     received: Instant,
@@ -480,6 +579,7 @@ async fn forward(
         registration,
         continues,
         ended,
+        route,
     } = prepared;
     let request_id = state.next_request_id.fetch_add(1, Relaxed);
     state.metrics.sessions_ended.fetch_add(ended.len() as u64, Relaxed);
@@ -497,10 +597,11 @@ async fn forward(
     }));
     state.tell_policy(&tenant, events);
     state.metrics.in_flight.fetch_add(1, Relaxed);
-    let guard = FinishGuard {
+    let mut guard = FinishGuard {
         state: state.clone(),
         tenant: tenant.clone(),
         _permit: permit,
+        lease: None,
         template: RequestFinish {
             request_id,
             agent,
@@ -517,13 +618,27 @@ async fn forward(
     // The policy's next move does not wait for the upstream.
     state.warmups.kick(state.clone(), tenant.clone());
 
-    let request = state.upstream_request(path).body(body);
-    let sent = upstream::send(request, &state.options.upstream, &state.options.limits);
+    let lease = match (&state.replicas, route) {
+        (Some(replicas), Some(input)) => Some(replicas.place(&state, agent, input).await),
+        _ => None,
+    };
+    let base = lease.as_ref().map_or(state.options.upstream.as_str(), |l| l.url());
+    let request = state.upstream_request_to(base, path).body(body);
+    let sent = upstream::send(request, base, &state.options.limits);
     state.metrics.observe_overhead(received.elapsed());
     let reply = match sent.await {
-        Ok(response) => response,
+        Ok(response) => {
+            guard.lease = lease.map(|mut lease| {
+                lease.prefill_complete();
+                lease
+            });
+            response
+        }
         Err(e) => {
             state.upstream_failed(&e);
+            if let Some(lease) = &lease {
+                lease.failed();
+            }
             guard.finish(false, None);
             return failed(&state, e);
         }
@@ -541,14 +656,12 @@ async fn forward(
         .as_deref()
         .is_some_and(|c| c.starts_with("text/event-stream"));
     let mut response = if is_stream {
-        Response::new(Body::from_stream(relay_stream(reply, guard, status.is_success())))
+        Response::new(Body::from_stream(relay_stream(reply, guard, status.is_success(), api)))
     } else {
         match upstream::read_reply(reply, &state.options.limits).await {
             Ok(bytes) => {
-                let usage: Option<Value> = serde_json::from_slice::<Value>(&bytes)
-                    .ok()
-                    .and_then(|v| v.get("usage").cloned());
-                guard.finish(status.is_success(), usage.as_ref());
+                let usage = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| api.usage(&v));
+                guard.finish(status.is_success(), usage);
                 Response::new(Body::from(bytes))
             }
             Err(e) => {
@@ -573,18 +686,20 @@ fn relay_stream(
     reply: reqwest::Response,
     guard: FinishGuard,
     ok_status: bool,
+    api: AgentApi,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
     let state = guard.state.clone();
     let mut guard = Some(guard);
-    let mut usage: Option<Value> = None;
+    let mut usage: Option<Usage> = None;
     let mut chunks = Box::pin(reply.bytes_stream());
     async_stream(move |yield_| async move {
         let limits = &state.options.limits;
         while let Some(chunk) = upstream::next_chunk(&mut chunks, limits, "mid-stream").await {
             match chunk {
                 Ok(bytes) => {
-                    if let Some(u) = find_usage(&bytes) {
-                        usage = Some(u);
+                    // Streams report usage in pieces (the Messages API: input first, output last).
+                    if let Some(u) = api.usage_in_chunk(&bytes) {
+                        usage = Some(usage.unwrap_or_default().updated(u));
                     }
                     if !yield_(Ok(bytes)).await {
                         return; // client gone: dropping the guard reports it
@@ -601,22 +716,9 @@ fn relay_stream(
             }
         }
         if let Some(g) = guard.take() {
-            g.finish(ok_status, usage.as_ref());
+            g.finish(ok_status, usage);
         }
     })
-}
-
-/// The `usage` object of an SSE chunk's `data:` lines, if one carries it.
-fn find_usage(chunk: &[u8]) -> Option<Value> {
-    let text = std::str::from_utf8(chunk).ok()?;
-    if !text.contains("\"usage\"") {
-        return None;
-    }
-    text.lines()
-        .rev()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-        .find_map(|v| v.get("usage").filter(|u| !u.is_null()).cloned())
 }
 
 /// A minimal generator-style stream over a channel: the producer future sends items and learns
@@ -675,22 +777,12 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
     if let Some(cache) = &state.engine_cache {
         crate::metrics::render_engine_cache(cache, &mut out);
     }
+    if let Some(replicas) = &state.replicas {
+        replicas.render(&mut out);
+    }
     out.push_str(&state.tenants.registry().render_prometheus());
     if let Some(gateway) = state.mcp.get() {
         gateway.render_prometheus(&mut out);
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::find_usage;
-
-    #[test]
-    fn usage_is_found_in_the_final_sse_chunk_only() {
-        assert!(find_usage(b"data: {\"choices\":[]}\n\n").is_none());
-        let chunk = b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7}}\n\ndata: [DONE]\n\n";
-        assert_eq!(find_usage(chunk).unwrap()["prompt_tokens"], 7);
-        assert!(find_usage(b"data: {\"usage\":null}\n\n").is_none());
-    }
 }

@@ -38,9 +38,18 @@ pub fn stats(tenant: &Tenant) -> Value {
         .into_iter()
         .map(|(hash, agent)| json!({ "hash": format!("{hash:016x}"), "agent": names.get(&agent) }))
         .collect();
+    let slots: Vec<Value> = tenant
+        .extra_slots
+        .iter()
+        .map(|s| {
+            let info = s.policy.info();
+            json!({ "slot": s.name, "name": info.name, "version": info.version, "failures": s.worker.stats().failed() })
+        })
+        .collect();
     json!({
         "tenant": tenant.name,
         "policy": { "name": info.name, "version": info.version },
+        "extra_slots": slots,
         "slot": {
             "calls": calls,
             "errors": errors,

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use arc_swap::ArcSwap;
 use axum::http::HeaderMap;
 
+use agentrt_runtime::types::Event;
 use agentrt_runtime::{PolicyComponent, PolicyError, PolicyHandle, PolicyRegistry, RegistryError, SlotConfig};
 
 use crate::auth::bearer;
@@ -22,12 +23,28 @@ use crate::handles::Handles;
 use crate::identity::AgentDirectory;
 use crate::policy_worker::{PolicyWorker, DEFAULT_QUEUE_JOBS};
 use crate::quotas::{LiveQuotas, RateBudget};
-use crate::table::TableLimits;
+use crate::table::{LruTable, TableLimits};
 use crate::tenant_settings::TenantSettings;
 
 /// The registry slot every tenant's KV-cache policy runs in.
 pub const KV_SLOT: &str = "kv";
 pub const DEFAULT_TENANT: &str = "default";
+
+/// A policy slot of a tenant besides `kv` (`--slot NAME=COMPONENT`): the same events, its own
+/// instance, worker and limits, swappable alone.
+pub struct ExtraSlot {
+    pub name: String,
+    pub policy: Arc<PolicyHandle>,
+    pub worker: PolicyWorker,
+}
+
+/// Sessions a tenant's policies denied, and why. Bounded like the tenant's session table: a
+/// session pushed out may call again (its guard, which still remembers it, denies it again).
+struct Denials {
+    sessions: LruTable<u64, String>,
+    /// A `deny` of session 0: every session of the tenant.
+    whole_tenant: Option<String>,
+}
 
 /// One tenant's share of the proxy.
 pub struct Tenant {
@@ -35,6 +52,12 @@ pub struct Tenant {
     pub policy: Arc<PolicyHandle>,
     /// The thread that makes the request path's calls to `policy`: a request never waits on it.
     pub worker: PolicyWorker,
+    /// Its other slots, in configured order (the side-effect merge order after `kv`).
+    pub extra_slots: Vec<ExtraSlot>,
+    denials: Mutex<Denials>,
+    /// Each session's priority as the tenant's policies last set it (`set-priority`; 0 when
+    /// never set): higher is served earlier.
+    priorities: Mutex<LruTable<u64, i32>>,
     pub agents: Arc<AgentDirectory>,
     /// The last prompt shape of each (session, agent): whether a call carries its history forward.
     pub continuations: Continuations,
@@ -113,6 +136,60 @@ impl Tenant {
         self.warmups_throttled.load(Relaxed)
     }
 
+    /// Give `events` to every slot's worker (never waits; a full queue drops and counts).
+    pub fn observe(&self, events: Vec<Event>) {
+        for slot in &self.extra_slots {
+            slot.worker.observe(events.clone());
+        }
+        self.worker.observe(events);
+    }
+
+    /// Refuse `session`'s further requests (session 0: every session of the tenant).
+    pub fn deny(&self, session: u64, reason: String) {
+        let mut denials = self.denials.lock().unwrap_or_else(|p| p.into_inner());
+        if session == 0 {
+            denials.whole_tenant.get_or_insert(reason);
+        } else if !denials.sessions.contains(&session) {
+            let bytes = reason.len();
+            denials.sessions.insert(session, reason, bytes);
+        }
+    }
+
+    /// Why `session`'s requests are refused, if a policy denied it (or the whole tenant).
+    pub fn denial(&self, session: u64) -> Option<String> {
+        let denials = self.denials.lock().unwrap_or_else(|p| p.into_inner());
+        denials
+            .whole_tenant
+            .clone()
+            .or_else(|| denials.sessions.peek(&session).cloned())
+    }
+
+    /// Set `session`'s priority (a policy's `set-priority`); 0 forgets it.
+    pub fn set_priority(&self, session: u64, priority: i32) {
+        let mut priorities = self.priorities.lock().unwrap_or_else(|p| p.into_inner());
+        if priority == 0 {
+            priorities.remove(&session);
+        } else if let Some(p) = priorities.get_mut(&session) {
+            *p = priority;
+        } else {
+            priorities.insert(session, priority, 0);
+        }
+    }
+
+    /// `session`'s priority (0 unless a policy set one).
+    pub fn priority(&self, session: u64) -> i32 {
+        let priorities = self.priorities.lock().unwrap_or_else(|p| p.into_inner());
+        priorities.peek(&session).copied().unwrap_or(0)
+    }
+
+    /// The policy of slot `name` (`kv` or an extra slot).
+    pub fn slot(&self, name: &str) -> Option<&Arc<PolicyHandle>> {
+        if name == KV_SLOT {
+            return Some(&self.policy);
+        }
+        self.extra_slots.iter().find(|s| s.name == name).map(|s| &s.policy)
+    }
+
     pub fn in_flight(&self) -> u64 {
         self.in_flight.load(Relaxed)
     }
@@ -160,6 +237,8 @@ pub struct Tenants {
     handles: Handles,
     /// Jobs each tenant's policy worker holds at most.
     queue_jobs: usize,
+    /// Slots every tenant runs besides `kv`: name, component, settings.
+    extra_slots: Vec<(String, Arc<PolicyComponent>, SlotConfig)>,
 }
 
 impl Tenants {
@@ -179,7 +258,21 @@ impl Tenants {
             tables: TableLimits::default(),
             handles: Handles::default(),
             queue_jobs: DEFAULT_QUEUE_JOBS,
+            extra_slots: Vec::new(),
         }
+    }
+
+    /// Run these slots besides `kv` in every tenant (before any tenant starts), in this order.
+    pub fn with_extra_slots(mut self, slots: Vec<(String, Arc<PolicyComponent>, SlotConfig)>) -> Self {
+        self.extra_slots = slots;
+        self
+    }
+
+    /// The names of the slots every tenant runs: `kv`, then the extra ones.
+    pub fn slot_names(&self) -> Vec<&str> {
+        std::iter::once(KV_SLOT)
+            .chain(self.extra_slots.iter().map(|(n, _, _)| n.as_str()))
+            .collect()
     }
 
     /// Let each tenant's policy worker hold at most `jobs` (before any tenant starts).
@@ -295,10 +388,23 @@ impl Tenants {
                 )));
             }
         };
+        let extra_slots = match self.start_extra_slots(name, &live_quotas) {
+            Ok(slots) => slots,
+            Err(e) => {
+                self.registry.remove(name, KV_SLOT);
+                return Err(e);
+            }
+        };
         let tenant = Arc::new(Tenant {
             name: name.to_string(),
             policy,
             worker,
+            extra_slots,
+            denials: Mutex::new(Denials {
+                sessions: LruTable::new(self.tables.max_sessions, usize::MAX),
+                whole_tenant: None,
+            }),
+            priorities: Mutex::new(LruTable::new(self.tables.max_sessions, usize::MAX)),
             agents: Arc::new(AgentDirectory::new(name, self.tables, self.handles.clone())),
             continuations: Continuations::new(&self.tables),
             quotas: live_quotas,
@@ -315,6 +421,39 @@ impl Tenants {
             .unwrap_or_else(|p| p.into_inner())
             .insert(name.to_string(), tenant.clone());
         Ok((tenant, true))
+    }
+
+    /// Start `tenant`'s extra slots; if one fails, none is left installed.
+    fn start_extra_slots(&self, tenant: &str, quotas: &Arc<LiveQuotas>) -> Result<Vec<ExtraSlot>, ApiError> {
+        let mut started: Vec<ExtraSlot> = Vec::new();
+        for (slot, component, config) in &self.extra_slots {
+            let installed = self
+                .registry
+                .install(tenant, slot, component.clone(), config.clone())
+                .map_err(|e| policy_did_not_start(tenant, &e));
+            let result = installed.and_then(|policy| {
+                PolicyWorker::spawn(tenant, policy.clone(), self.queue_jobs, quotas.clone())
+                    .map(|worker| ExtraSlot {
+                        name: slot.clone(),
+                        policy,
+                        worker,
+                    })
+                    .map_err(|e| {
+                        self.registry.remove(tenant, slot);
+                        ApiError::unavailable(format!("tenant {tenant}: no thread for its {slot} policy ({e})"))
+                    })
+            });
+            match result {
+                Ok(extra) => started.push(extra),
+                Err(e) => {
+                    for s in &started {
+                        self.registry.remove(tenant, &s.name);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(started)
     }
 
     /// Tenants started so far.

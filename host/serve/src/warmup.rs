@@ -16,10 +16,11 @@ use std::time::Instant;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
+use agentrt_runtime::merge_side_effects;
 use agentrt_runtime::types::{Event, RequestArrival, RequestFinish, SideEffect, WarmPrefix};
 
 use crate::proxy::AppState;
-use crate::tenants::{Tenant, DEFAULT_TENANT};
+use crate::tenants::{Tenant, DEFAULT_TENANT, KV_SLOT};
 
 #[derive(Debug, Clone)]
 pub struct WarmupOptions {
@@ -59,29 +60,43 @@ impl Warmups {
         }
     }
 
-    /// Ask the tenant's policy for side effects and carry them out, in the background.
-    /// The call runs on the tenant's policy worker; when an `act` is already pending there, its
-    /// answer serves this request too and nothing more is queued.
+    /// Ask each of the tenant's policy slots for side effects and carry out their merge
+    /// ([`merge_side_effects`]: `deny` wins, one warm-up per anchor), in the background. The calls
+    /// run on the slots' workers; a slot whose `act` is already pending answers this request with
+    /// that call, and nothing more is queued for it.
     pub fn kick(&self, state: Arc<AppState>, tenant: Arc<Tenant>) {
-        let Some(answer) = tenant.worker.act() else {
+        let slots = std::iter::once((KV_SLOT, &tenant.worker))
+            .chain(tenant.extra_slots.iter().map(|s| (s.name.as_str(), &s.worker)));
+        let answers: Vec<_> = slots
+            .filter_map(|(slot, worker)| worker.act().map(|answer| (slot.to_string(), answer)))
+            .collect();
+        if answers.is_empty() {
             return;
-        };
+        }
         tokio::spawn(async move {
-            let effects = match answer.await {
-                // The worker is gone: the tenant's policy is shutting down.
-                Err(_) => return,
-                Ok(Ok(effects)) => effects,
-                Ok(Err(e)) => {
-                    state.metrics.policy_errors.fetch_add(1, Relaxed);
-                    // A suspended policy was reported once when its circuit opened.
-                    if !e.is_circuit_open() {
-                        tracing::warn!(tenant = %tenant.name, error = %e, "policy act failed");
+            let mut per_slot = Vec::with_capacity(answers.len());
+            for (slot, answer) in answers {
+                match answer.await {
+                    // The worker is gone: the tenant's policy is shutting down.
+                    Err(_) => {}
+                    Ok(Ok(effects)) => per_slot.push(effects),
+                    Ok(Err(e)) => {
+                        state.metrics.policy_errors.fetch_add(1, Relaxed);
+                        // A suspended policy was reported once when its circuit opened.
+                        if !e.is_circuit_open() {
+                            tracing::warn!(tenant = %tenant.name, slot, error = %e, "policy act failed");
+                        }
                     }
-                    return;
                 }
-            };
-            for effect in effects {
+            }
+            for effect in merge_side_effects(per_slot) {
                 match effect {
+                    SideEffect::SetPriority(p) => tenant.set_priority(p.session, p.priority),
+                    SideEffect::Deny(deny) => {
+                        tracing::info!(tenant = %tenant.name, session = deny.session, reason = %deny.reason, "session denied by policy");
+                        state.metrics.sessions_denied.fetch_add(1, Relaxed);
+                        tenant.deny(deny.session, deny.reason);
+                    }
                     SideEffect::WarmPrefix(warm) => state.warmups.warm(&state, &tenant, warm).await,
                     // Pins protect blocks inside the engine, whose eviction only the engine
                     // tenant's policy ranks: the eviction service applies them.
@@ -153,16 +168,13 @@ impl Warmups {
             return skip("concurrency limit");
         };
 
-        let mut messages: Vec<Value> = anchor.messages.clone();
-        messages.push(json!({"role": "user", "content": "."}));
-        let mut body = json!({"model": anchor.model, "messages": messages, "max_tokens": 1, "stream": false});
-        if let Some(tools) = &anchor.tools {
-            body["tools"] = tools.clone();
-            // The tools are part of the anchor (the chat template renders them), but a warm-up
-            // must not ask for a tool call: without `tool_choice` an OpenAI server defaults to
-            // "auto", which vLLM refuses (400) unless started with a tool-call parser.
-            body["tool_choice"] = json!("none");
-        }
+        // Through the agent's own API: another would render another prefix.
+        let mut body = anchor.api.warmup_body(
+            &anchor.model,
+            &anchor.messages,
+            anchor.tools.as_ref(),
+            anchor.fields.as_ref(),
+        );
         if state.options.vllm_xargs {
             body["vllm_xargs"] = json!({"agentrt_agent": agent, "agentrt_session": 0, "agentrt_warmup": true});
         }
@@ -170,6 +182,11 @@ impl Warmups {
         if let Some(salt) = &anchor.cache_salt {
             body[crate::cache_salt::FIELD] = json!(salt);
         }
+        // With several replicas: where the router says the agent's next call will go.
+        let base = match &state.replicas {
+            Some(replicas) => replicas.warm_target(state, agent, &body).await,
+            None => state.options.upstream.clone(),
+        };
         let body = serde_json::to_vec(&body).expect("values serialize");
         // Paid up front at ~4 bytes per token (the JSON's punctuation makes it an overestimate),
         // then corrected to the prompt tokens the engine reports.
@@ -189,17 +206,21 @@ impl Warmups {
         state.tell_policy(tenant, vec![Event::RequestArrival(arrival)]);
         state.metrics.warmups_sent.fetch_add(1, Relaxed);
         let request = state
-            .upstream_request("/v1/chat/completions")
+            .upstream_request_to(&base, anchor.api.path())
             .header("x-agentrt-warmup", "1")
             .body(body);
         // Under the first-byte timeout: a hanging upstream must not hold a warm-up slot forever.
-        let sent = crate::upstream::send(request, &state.options.upstream, &state.options.limits).await;
+        let sent = crate::upstream::send(request, &base, &state.options.limits).await;
         let reply = match sent {
             Ok(r) if r.status().is_success() => crate::upstream::read_reply(r, &state.options.limits).await.ok(),
             _ => None,
         };
         let ok = reply.is_some();
-        if let Some(tokens) = reply.as_deref().and_then(prompt_tokens) {
+        let usage = reply
+            .as_deref()
+            .and_then(|r| serde_json::from_slice::<Value>(r).ok())
+            .and_then(|r| anchor.api.usage(&r));
+        if let Some(tokens) = usage.and_then(|u| u.prompt_tokens) {
             tenant.pay_warmup(i64::from(tokens) - estimate);
         }
         if !ok {
@@ -220,14 +241,6 @@ impl Warmups {
         };
         state.tell_policy(tenant, vec![Event::RequestFinish(finish)]);
     }
-}
-
-/// `usage.prompt_tokens` of an OpenAI reply.
-fn prompt_tokens(reply: &[u8]) -> Option<u32> {
-    let value: Value = serde_json::from_slice(reply).ok()?;
-    value["usage"]["prompt_tokens"]
-        .as_u64()
-        .and_then(|n| u32::try_from(n).ok())
 }
 
 /// Removes an anchor from the in-flight set when the warm-up ends, however it ends.

@@ -75,6 +75,10 @@ class Config:
         if unknown:
             raise ConfigError(f"unknown config key(s) {', '.join(unknown)}; known: {', '.join(sorted(known)) or 'none'}")
 
+    def get(self, key: str) -> Optional[str]:
+        """The raw value of `key`, or None when it is absent."""
+        return self._values.get(key)
+
     def get_float(self, key: str, default: float, low: float = float("-inf"), high: float = float("inf")) -> float:
         return self._get(key, default, float, "a number", low, high)
 

@@ -50,11 +50,13 @@ pub fn component_bytes(name: &str) -> Vec<u8> {
     }
 }
 
-/// `agentrt serve` in front of `upstream`, every tenant on CacheSage: its URL and state.
+/// `agentrt serve` in front of `upstream`, every tenant on CacheSage, plus `extra_slots` (slot
+/// name, component name): its URL and state.
 pub async fn start_proxy(
     upstream: &str,
     keys: HashMap<String, String>,
     admin_tokens: AdminTokens,
+    extra_slots: &[(&str, &str)],
 ) -> (String, Arc<AppState>) {
     let settings = TenantSettings {
         keys,
@@ -67,13 +69,24 @@ pub async fn start_proxy(
             .load_bytes("cachesage", &component_bytes("cachesage"))
             .expect("loading cachesage"),
     );
-    let tenants = Tenants::new(PolicyRegistry::new(engine), component, SlotConfig::new(""), settings);
+    let extra_slots = extra_slots
+        .iter()
+        .map(|(slot, name)| {
+            let component = engine
+                .load_bytes(name, &component_bytes(name))
+                .expect("loading a slot's component");
+            (slot.to_string(), Arc::new(component), SlotConfig::new(""))
+        })
+        .collect();
+    let tenants = Tenants::new(PolicyRegistry::new(engine), component, SlotConfig::new(""), settings)
+        .with_extra_slots(extra_slots);
     let options = ServeOptions {
         upstream: upstream.to_string(),
         vllm_xargs: true,
         upstream_api_key: None,
         metrics_token: None,
         cache_salt_secret: None,
+        engine_priorities: false,
         warmup: WarmupOptions::default(),
         limits: agentrt_serve::Limits::default(),
     };

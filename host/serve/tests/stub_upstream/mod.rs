@@ -4,7 +4,9 @@
 //!
 //! Behaviour by request `model`: `fail-mid-stream` sends one SSE chunk then cuts the connection;
 //! `unknown` answers 404 like vLLM; anything else answers, streaming (three chunks, the last with
-//! usage) when `stream` is true. `/tokenize` answers a count of 321 (404 for model `no-tokenize`).
+//! usage) when `stream` is true. `/tokenize` answers a count of 321 and stand-in token ids (404 for model `no-tokenize`).
+//! `/v1/responses` and `/v1/messages` answer a fixed reply in their own shapes, streamed as each
+//! API streams when asked.
 //!
 //! FAULT INJECTION, for the proxy's upstream limits (a real vLLM does not hang or flood on
 //! demand): `hang-before-headers` never answers; `hang-mid-body` sends the start of a
@@ -30,6 +32,8 @@ use serde_json::{json, Value};
 pub struct Received {
     pub body: Value,
     pub warmup_header: bool,
+    /// The route it came to.
+    pub path: &'static str,
 }
 
 #[derive(Clone, Default)]
@@ -66,6 +70,7 @@ impl Stub {
 pub async fn start() -> (String, Stub) {
     let stub = Stub::default();
     let recorder = stub.clone();
+    let (responses_recorder, messages_recorder) = (stub.clone(), stub.clone());
     let tokenize = stub.tokenize.clone();
     let app = Router::new()
         .route(
@@ -74,11 +79,12 @@ pub async fn start() -> (String, Stub) {
                 let tokenize = tokenize.clone();
                 async move {
                     let missing = body["model"] == "no-tokenize";
+                    let tokens = stand_in_tokens(&body);
                     tokenize.lock().unwrap().push(body);
                     if missing {
                         return StatusCode::NOT_FOUND.into_response();
                     }
-                    Json(json!({"count": 321, "max_model_len": 2048, "tokens": []})).into_response()
+                    Json(json!({"count": 321, "max_model_len": 2048, "tokens": tokens})).into_response()
                 }
             }),
         )
@@ -87,6 +93,20 @@ pub async fn start() -> (String, Stub) {
             post(move |headers: HeaderMap, Json(body): Json<Value>| {
                 let recorder = recorder.clone();
                 async move { chat(recorder, headers, body).await }
+            }),
+        )
+        .route(
+            "/v1/responses",
+            post(move |headers: HeaderMap, Json(body): Json<Value>| {
+                let recorder = responses_recorder.clone();
+                async move { other_api(recorder, "/v1/responses", headers, body) }
+            }),
+        )
+        .route(
+            "/v1/messages",
+            post(move |headers: HeaderMap, Json(body): Json<Value>| {
+                let recorder = messages_recorder.clone();
+                async move { other_api(recorder, "/v1/messages", headers, body) }
             }),
         )
         .route(
@@ -99,10 +119,85 @@ pub async fn start() -> (String, Stub) {
     (format!("http://{addr}"), stub)
 }
 
+/// The Responses and Messages APIs: a fixed reply in each one's shape, usage included (a prompt of
+/// 20 tokens, 16 of them cached, 2 output — in Anthropic's words 4 input tokens and 16 cache
+/// reads); streamed as that API streams it when `stream` is true.
+fn other_api(stub: Stub, path: &'static str, headers: HeaderMap, body: Value) -> Response {
+    stub.received.lock().unwrap().push(Received {
+        body: body.clone(),
+        warmup_header: headers.get("x-agentrt-warmup").is_some(),
+        path,
+    });
+    let stream = body["stream"].as_bool() == Some(true);
+    let (whole, events) = if path == "/v1/responses" {
+        let usage = json!({"input_tokens": 20, "output_tokens": 2, "input_tokens_details": {"cached_tokens": 16}});
+        let response = json!({"id": "r1", "object": "response", "status": "completed", "usage": usage,
+            "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}]});
+        let events = vec![
+            (
+                "response.created",
+                json!({"type": "response.created", "response": {"id": "r1", "usage": null}}),
+            ),
+            (
+                "response.output_text.delta",
+                json!({"type": "response.output_text.delta", "delta": "hi"}),
+            ),
+            (
+                "response.completed",
+                json!({"type": "response.completed", "response": response}),
+            ),
+        ];
+        (response, events)
+    } else {
+        let message = json!({"id": "m1", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "hi"}],
+            "usage": {"input_tokens": 4, "output_tokens": 2, "cache_read_input_tokens": 16}});
+        let events = vec![
+            (
+                "message_start",
+                json!({"type": "message_start", "message": {"id": "m1", "usage": {"input_tokens": 4, "output_tokens": 0, "cache_read_input_tokens": 16}}}),
+            ),
+            (
+                "content_block_delta",
+                json!({"type": "content_block_delta", "delta": {"type": "text_delta", "text": "hi"}}),
+            ),
+            (
+                "message_delta",
+                json!({"type": "message_delta", "usage": {"output_tokens": 2}}),
+            ),
+            ("message_stop", json!({"type": "message_stop"})),
+        ];
+        (message, events)
+    };
+    if !stream {
+        return Json(whole).into_response();
+    }
+    let sse: String = events
+        .into_iter()
+        .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+        .collect();
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from(sse))
+        .unwrap()
+}
+
+/// Token ids standing in for a tokenizer's: the bytes of each message's role and content (or of
+/// the prompt), so prompts that share a start share their first tokens, as real ones do.
+fn stand_in_tokens(body: &Value) -> Vec<u32> {
+    let mut text = String::new();
+    for m in body["messages"].as_array().into_iter().flatten() {
+        text.push_str(m["role"].as_str().unwrap_or_default());
+        text.push_str(m["content"].as_str().unwrap_or_default());
+    }
+    text.push_str(body["prompt"].as_str().unwrap_or_default());
+    text.bytes().take(4096).map(u32::from).collect()
+}
+
 async fn chat(stub: Stub, headers: HeaderMap, body: Value) -> Response {
     stub.received.lock().unwrap().push(Received {
         body: body.clone(),
         warmup_header: headers.get("x-agentrt-warmup").is_some(),
+        path: "/v1/chat/completions",
     });
     let model = body["model"].as_str().unwrap_or_default().to_string();
     if model == "unknown" {

@@ -30,8 +30,15 @@ pub struct Proxy {
 }
 
 /// How a test's proxy is set up: `Setup::new(policy).start()` is what most tests use.
+/// A slot besides `kv`: (name, component, init).
+pub type ExtraSlotSetup = (&'static str, &'static str, Vec<(&'static str, &'static str)>);
+
 pub struct Setup {
     pub policy: &'static str,
+    /// Send `set-priority` demotions upstream as `priority` (`--engine-priorities`).
+    pub engine_priorities: bool,
+    /// Slots besides `kv`: (name, component, init).
+    pub extra_slots: Vec<ExtraSlotSetup>,
     /// API key → tenant; empty = single-tenant.
     pub keys: HashMap<String, String>,
     /// Another upstream than the stub.
@@ -55,6 +62,8 @@ pub struct Setup {
     pub config: Option<std::path::PathBuf>,
     /// Every tenant's policy call deadline (the runtime's default when `None`).
     pub policy_deadline: Option<Duration>,
+    /// Several replicas behind a router (`--replica`, `--router`, …); none by default.
+    pub replicas: agentrt_serve::replicas::ReplicaArgs,
     /// The MCP gateway to mount at `/mcp`, its options made with the proxy's engine (its memo
     /// policy must be loaded by the engine the registry runs).
     pub mcp: Option<McpOptions>,
@@ -64,6 +73,8 @@ impl Setup {
     pub fn new(policy: &'static str) -> Self {
         Self {
             policy,
+            extra_slots: Vec::new(),
+            engine_priorities: false,
             keys: HashMap::new(),
             upstream: None,
             admin_token: Some("s3cret".into()),
@@ -77,6 +88,7 @@ impl Setup {
             quotas: Quotas::default(),
             config: None,
             policy_deadline: None,
+            replicas: Default::default(),
             mcp: None,
         }
     }
@@ -114,8 +126,20 @@ impl Setup {
             public_anchors: Default::default(),
         };
         let (settings, reloader) = initial_settings(self.config, flags).unwrap();
+        let extra_slots = self
+            .extra_slots
+            .iter()
+            .map(|(name, policy, init)| {
+                let config = SlotConfig {
+                    init: init.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+                    ..slot.clone()
+                };
+                (name.to_string(), agentrt_tests::load(&engine, policy), config)
+            })
+            .collect();
         let mcp = self.mcp.map(|options| options(&engine));
         let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, settings)
+            .with_extra_slots(extra_slots)
             .with_tables(self.tables)
             .with_queue_jobs(self.policy_queue_jobs);
         let options = ServeOptions {
@@ -124,11 +148,13 @@ impl Setup {
             upstream_api_key: None,
             metrics_token: self.metrics_token,
             cache_salt_secret: Some("test-salt-key".into()),
+            engine_priorities: self.engine_priorities,
             warmup: WarmupOptions::default(),
             limits: self.limits,
         };
         let mut state = AppState::new(options, tenants);
         state.reloader = reloader;
+        state.replicas = agentrt_serve::replicas::ReplicaRouting::from_args(&self.replicas).unwrap();
         let state = Arc::new(state);
         if let Some(options) = mcp {
             agentrt_serve::mcp::mount(&state, options);
@@ -195,8 +221,25 @@ pub async fn install_policy(p: &Proxy, tenant: &str, component: &str) {
 /// `PUT /admin/tenants/{tenant}/policy` with `component`'s bytes under `token` (`fresh`: start the
 /// new policy from scratch): the status and the JSON answer.
 pub async fn put_policy(p: &Proxy, tenant: &str, component: &str, token: &str, fresh: bool) -> (u16, Value) {
+    upload(
+        p,
+        &format!("/admin/tenants/{tenant}/policy?fresh={fresh}"),
+        component,
+        token,
+    )
+    .await
+}
+
+/// `PUT /admin/tenants/{tenant}/policy?fresh=true&slot=SLOT` with `component` under the operator's
+/// token: the status and the JSON answer.
+pub async fn put_policy_in_slot(p: &Proxy, tenant: &str, component: &str, slot: &str) -> (u16, Value) {
+    let path = format!("/admin/tenants/{tenant}/policy?fresh=true&slot={slot}");
+    upload(p, &path, component, "s3cret").await
+}
+
+async fn upload(p: &Proxy, path: &str, component: &str, token: &str) -> (u16, Value) {
     let response = reqwest::Client::new()
-        .put(format!("{}/admin/tenants/{tenant}/policy?fresh={fresh}", p.url))
+        .put(format!("{}{path}", p.url))
         .bearer_auth(token)
         .body(agentrt_tests::component_bytes(component))
         .send()

@@ -22,6 +22,20 @@
 //!   [`SNAPSHOT_FLOOD_AGENT`] is registered, `act` returns [`FLOOD_LEN`] side effects / a deny
 //!   reason of [`LONG_STRING_BYTES`], `predict` [`FLOOD_LEN`] forecasts, `snapshot`
 //!   [`SNAPSHOT_FLOOD_BYTES`] bytes.
+//!
+//! And it is broken from the start when `init` is given `fault=NAME` (one of [`FAULTS`]), for the
+//! conformance kit (`agentrt policy test`) and the simulator to catch:
+//!
+//! - `score-spin`: `score` never returns (on any non-empty batch);
+//! - `short-score`: `score` returns one score fewer than it was given items;
+//! - `observe-trap`: `observe` panics on any event, typed or packed;
+//! - `restore-trap`: `restore` panics on bytes that are not a probe snapshot, instead of
+//!   returning an error;
+//! - `clock-scores`: scores depend on the host's clock (two instances fed alike disagree);
+//! - `lossy-snapshot`: `restore` drops the event count, so snapshot → restore → snapshot differs;
+//! - `init-trap`: `init` panics on a key it does not know, instead of returning an error.
+//!
+//! `hold_mib=N` makes `init` allocate and keep N MiB (for memory-cap tests).
 
 use agentrt_sdk::state::{Reader, Writer};
 use agentrt_sdk::{
@@ -46,6 +60,15 @@ pub const SNAPSHOT_FLOOD_AGENT: &str = "probe-snapshot-flood";
 pub const FLOOD_LEN: usize = 100_000;
 pub const LONG_STRING_BYTES: usize = 1 << 20;
 pub const SNAPSHOT_FLOOD_BYTES: usize = 20 << 20;
+pub const FAULTS: [&str; 7] = [
+    "score-spin",
+    "short-score",
+    "observe-trap",
+    "restore-trap",
+    "clock-scores",
+    "lossy-snapshot",
+    "init-trap",
+];
 const MAGIC: [u8; 4] = *b"PRB1";
 
 /// Everything the probe has seen.
@@ -66,11 +89,19 @@ pub struct Probe {
     pub cues: Vec<String>,
     /// The handle of the [`SICK_AGENT`], once registered.
     pub sick_agent: Option<u32>,
+    /// The `fault` it was configured with (not part of the snapshot).
+    pub fault: Option<String>,
+    /// Memory held for `hold_mib` (not part of the snapshot).
+    pub held: Vec<u8>,
 }
 
 impl Probe {
     fn cued(&self, name: &str) -> bool {
         self.cues.iter().any(|c| c == name)
+    }
+
+    fn faulty(&self, fault: &str) -> bool {
+        self.fault.as_deref() == Some(fault)
     }
 }
 
@@ -80,12 +111,27 @@ impl Policy for Probe {
     }
 
     fn init(&mut self, config: &Config) -> Result<(), String> {
-        config.expect_only(&["bias"])?;
+        const KEYS: [&str; 3] = ["bias", "fault", "hold_mib"];
+        if config.get("fault") == Some("init-trap") {
+            if let Some((key, _)) = config.pairs().iter().find(|(k, _)| !KEYS.contains(&k.as_str())) {
+                panic!("probe was told to trap on an unknown key ({key})");
+            }
+        }
+        config.expect_only(&KEYS)?;
         self.bias = config.parse_or("bias", 0.0)?;
+        if let Some(fault) = config.get("fault") {
+            if !FAULTS.contains(&fault) {
+                return Err(format!("unknown fault {fault:?}; known: {}", FAULTS.join(", ")));
+            }
+            self.fault = Some(fault.to_string());
+        }
+        let hold_mib: usize = config.parse_or("hold_mib", 0)?;
+        self.held = vec![1; hold_mib << 20];
         Ok(())
     }
 
     fn observe(&mut self, event: &Event) {
+        assert!(!self.faulty("observe-trap"), "probe was configured to trap in observe");
         if let Some(sick) = self.sick_agent {
             let agent = match event {
                 Event::AgentRegistered(a) => Some(a.agent),
@@ -137,6 +183,7 @@ impl Policy for Probe {
     }
 
     fn observe_block(&mut self, block: &BlockEvent) {
+        assert!(!self.faulty("observe-trap"), "probe was configured to trap in observe");
         let i = match block.op {
             BlockOp::Stored => 0,
             BlockOp::Touched => 1,
@@ -149,13 +196,23 @@ impl Policy for Probe {
 
     /// score = key + bias: any reordering or loss across the boundary shows.
     fn score(&mut self, items: &[Item]) -> Vec<f32> {
-        if items.iter().any(|i| i.key == LOOP_KEY) {
+        if items.iter().any(|i| i.key == LOOP_KEY) || (self.faulty("score-spin") && !items.is_empty()) {
             let mut spins = 0u64;
             loop {
                 spins = core::hint::black_box(spins.wrapping_add(1));
             }
         }
-        items.iter().map(|i| i.key as f32 + self.bias).collect()
+        let mut scores: Vec<f32> = if self.faulty("clock-scores") {
+            // The clock alone (µs, exact in an f32 for 16 s): added to a key it would round away.
+            let now = (agentrt_sdk::host::now_us() % (1 << 24)) as f32;
+            items.iter().map(|_| now).collect()
+        } else {
+            items.iter().map(|i| i.key as f32 + self.bias).collect()
+        };
+        if self.faulty("short-score") {
+            scores.pop();
+        }
+        scores
     }
 
     /// One next-agent forecast per registered agent, uniform.
@@ -265,7 +322,13 @@ impl Policy for Probe {
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<(), String> {
-        let (mut r, version) = Reader::new(state, MAGIC)?;
+        let read = Reader::new(state, MAGIC);
+        if self.faulty("restore-trap") {
+            if let Err(e) = &read {
+                panic!("probe was configured to trap on a bad snapshot ({e})");
+            }
+        }
+        let (mut r, version) = read?;
         let mut next = Probe::default();
         for _ in 0..r.u32()? {
             next.agents.push((r.u32()?, r.u64()?));
@@ -281,6 +344,12 @@ impl Policy for Probe {
             next.continued_tokens = r.u64()?;
         }
         r.finish()?;
+        // Configuration, not state: the instance keeps its own.
+        next.fault = self.fault.take();
+        next.held = std::mem::take(&mut self.held);
+        if next.faulty("lossy-snapshot") {
+            next.events = 0;
+        }
         *self = next;
         Ok(())
     }
@@ -315,5 +384,58 @@ mod tests {
         other.restore(&snap).unwrap();
         assert_eq!(other.policy(), h.policy());
         assert!(other.restore(&snap[..snap.len() - 1]).is_err());
+    }
+
+    fn item(key: u64) -> Item {
+        Item {
+            kind: agentrt_sdk::ItemKind::KvBlock,
+            key,
+            agent: 1,
+            session: 0,
+            last_access: 0,
+            tokens: 16,
+            position: 0,
+        }
+    }
+
+    #[test]
+    fn each_fault_breaks_what_it_names_and_only_that() {
+        let faulty = |fault| Harness::<Probe>::new([("fault", fault)]).unwrap();
+        let items = [item(1), item(2), item(3)];
+        // The SDK refuses to hand the host a short list: a Rust guest traps (the host would
+        // refuse it too, as a broken contract).
+        let short = std::panic::catch_unwind(|| faulty("short-score").score(&items));
+        assert!(short.is_err(), "one score short");
+        assert_eq!(faulty("short-score").score(&[]).len(), 0);
+        assert_eq!(faulty("score-spin").score(&[]).len(), 0, "spins only on items");
+
+        let mut lossy = faulty("lossy-snapshot");
+        lossy.observe(&[Event::SessionEnd(1)]);
+        let snap = lossy.snapshot();
+        lossy.restore(&snap).unwrap();
+        assert_ne!(lossy.snapshot(), snap);
+        assert_eq!(
+            lossy.policy().fault.as_deref(),
+            Some("lossy-snapshot"),
+            "kept across restore"
+        );
+
+        let mut fine = faulty("restore-trap");
+        assert!(fine.restore(&fine.snapshot()).is_ok(), "its own snapshot restores");
+        let junk = std::panic::catch_unwind(move || faulty("restore-trap").restore(b"junk"));
+        assert!(junk.is_err(), "traps on junk");
+        let observe = std::panic::catch_unwind(|| faulty("observe-trap").observe(&[Event::SessionEnd(1)]));
+        assert!(observe.is_err());
+
+        let init = std::panic::catch_unwind(|| Harness::<Probe>::new([("fault", "init-trap"), ("junk", "1")]));
+        assert!(init.is_err(), "traps on an unknown key");
+        assert!(Harness::<Probe>::new([("fault", "init-trap")]).is_ok());
+        assert!(
+            Harness::<Probe>::new([("junk", "1")]).is_err(),
+            "without the fault: an error"
+        );
+        assert!(Harness::<Probe>::new([("fault", "typo")])
+            .unwrap_err()
+            .contains("unknown fault"));
     }
 }

@@ -1,0 +1,303 @@
+//! What the kit feeds a policy: a small multi-agent stream in every event kind the contract has,
+//! candidates to score, and the hostile inputs — events and items of agents never registered,
+//! corrupted snapshots. All of it is a fixed function of nothing, so two runs (and two instances)
+//! see the same bytes.
+
+use agentrt_runtime::packed;
+use agentrt_runtime::types::{
+    AgentRegistered, BlockEvent, BlockOp, Continuation, EngineLoad, Event, Item, ItemKind, RequestArrival,
+    RequestFinish, ToolCall, ToolReturn,
+};
+
+/// Agents the stream registers: handles 1..=AGENTS.
+pub const AGENTS: u32 = 6;
+/// Handles the stream never registers.
+pub const UNKNOWN_AGENTS: [u32; 3] = [0, AGENTS + 1, u32::MAX];
+/// Sessions of the stream: ids 1..=SESSIONS.
+const SESSIONS: u64 = 4;
+/// A typical batch of candidates (a ranking of part of the free queue).
+pub const TYPICAL_BATCH: usize = 1000;
+/// Blocks of each agent's anchor.
+const ANCHOR_BLOCKS: u64 = 4;
+const BLOCK_TOKENS: u32 = 16;
+
+fn anchor_hash(agent: u32) -> u64 {
+    0xa5c0_0000_0000 | u64::from(agent)
+}
+
+fn block_hash(agent: u32, i: u64) -> u64 {
+    u64::from(agent) << 32 | i
+}
+
+/// Registrations, then sessions in which the agents take turns (arrival, tool call and return,
+/// finish; later calls continue the previous prompt), a warm-up, a failed request, engine load,
+/// block events in the typed form, and session ends.
+pub fn stream() -> Vec<Event> {
+    let mut events: Vec<Event> = (1..=AGENTS)
+        .map(|agent| {
+            Event::AgentRegistered(AgentRegistered {
+                agent,
+                name: format!("agent-{agent}"),
+                anchor_hash: anchor_hash(agent),
+                anchor_tokens: ANCHOR_BLOCKS as u32 * BLOCK_TOKENS,
+            })
+        })
+        .collect();
+    let mut request_id = 0;
+    let mut at_us = 1_000_000;
+    for session in 1..=SESSIONS {
+        for turn in 0..AGENTS {
+            let agent = (turn + session as u32) % AGENTS + 1;
+            request_id += 1;
+            at_us += 250_000;
+            let prompt_tokens = 200 + 40 * turn;
+            events.push(Event::RequestArrival(RequestArrival {
+                request_id,
+                agent,
+                session,
+                anchor_hash: anchor_hash(agent),
+                prompt_tokens,
+                continues: (turn > 0).then_some(Continuation {
+                    shared_tokens: prompt_tokens - 40,
+                    previous_tokens: prompt_tokens - 40,
+                }),
+                warmup: session == SESSIONS && turn == 0,
+                at_us,
+            }));
+            events.push(Event::ToolCall(ToolCall {
+                session,
+                agent,
+                tool: 0x7001 + u64::from(turn % 2),
+                args_hash: request_id,
+                at_us: at_us + 1_000,
+            }));
+            events.push(Event::ToolReturn(ToolReturn {
+                session,
+                agent,
+                tool: 0x7001 + u64::from(turn % 2),
+                args_hash: request_id,
+                result_tokens: 64,
+                latency_us: 20_000,
+                ok: turn != 3,
+            }));
+            for i in 0..ANCHOR_BLOCKS {
+                events.push(Event::Block(BlockEvent {
+                    op: if session == 1 {
+                        BlockOp::Stored
+                    } else {
+                        BlockOp::Touched
+                    },
+                    agent,
+                    block_hash: block_hash(agent, i),
+                    parent_hash: if i == 0 { 0 } else { block_hash(agent, i - 1) },
+                    position: i as u32 * BLOCK_TOKENS,
+                }));
+            }
+            events.push(Event::RequestFinish(RequestFinish {
+                request_id,
+                agent,
+                session,
+                prompt_tokens,
+                cached_tokens: if session == 1 {
+                    0
+                } else {
+                    ANCHOR_BLOCKS as u32 * BLOCK_TOKENS
+                },
+                output_tokens: 30,
+                warmup: session == SESSIONS && turn == 0,
+                ok: turn != 5,
+                at_us: at_us + 100_000,
+            }));
+        }
+        events.push(Event::EngineLoad(EngineLoad {
+            queue_depth: session as u32,
+            running: 2,
+            free_blocks: 100,
+            total_blocks: 1000,
+            at_us,
+        }));
+        events.push(Event::SessionEnd(session));
+    }
+    events
+}
+
+/// Block events in the packed form: each session's own blocks stored after the anchors, some
+/// touched, some removed.
+pub fn packed_blocks() -> Vec<u64> {
+    let mut words = Vec::new();
+    for agent in 1..=AGENTS {
+        for i in ANCHOR_BLOCKS..ANCHOR_BLOCKS + 8 {
+            for op in [BlockOp::Stored, BlockOp::Touched] {
+                packed::encode(
+                    &BlockEvent {
+                        op,
+                        agent,
+                        block_hash: block_hash(agent, i),
+                        parent_hash: block_hash(agent, i - 1),
+                        position: i as u32 * BLOCK_TOKENS,
+                    },
+                    &mut words,
+                );
+            }
+        }
+        packed::encode(
+            &BlockEvent {
+                op: BlockOp::Removed,
+                agent,
+                block_hash: block_hash(agent, ANCHOR_BLOCKS + 7),
+                parent_hash: block_hash(agent, ANCHOR_BLOCKS + 6),
+                position: (ANCHOR_BLOCKS as u32 + 7) * BLOCK_TOKENS,
+            },
+            &mut words,
+        );
+    }
+    words
+}
+
+/// `n` candidates: mostly KV blocks of the registered agents (anchors and session content),
+/// some of unknown agents, some requests and tool results; all keys distinct.
+pub fn items(n: usize) -> Vec<Item> {
+    (0..n)
+        .map(|i| {
+            let kind = match i % 10 {
+                8 => ItemKind::Request,
+                9 => ItemKind::ToolResult,
+                _ => ItemKind::KvBlock,
+            };
+            let agent = match i % 16 {
+                15 => UNKNOWN_AGENTS[i / 16 % UNKNOWN_AGENTS.len()],
+                a => a as u32 % AGENTS + 1,
+            };
+            let depth = (i / 16) as u64 % 12;
+            Item {
+                kind,
+                key: block_hash(agent, depth) ^ ((i as u64) << 40),
+                agent,
+                session: if depth < ANCHOR_BLOCKS {
+                    0
+                } else {
+                    (i as u64 % SESSIONS) + 1
+                },
+                last_access: 1 + (i as u64 * 7919) % (n as u64 + 1),
+                tokens: BLOCK_TOKENS,
+                position: depth as u32 * BLOCK_TOKENS,
+            }
+        })
+        .collect()
+}
+
+/// Items all of agents the policy never heard of.
+pub fn unknown_agent_items() -> Vec<Item> {
+    let mut items = items(64);
+    for (i, item) in items.iter_mut().enumerate() {
+        item.agent = UNKNOWN_AGENTS[i % UNKNOWN_AGENTS.len()];
+        item.session = u64::MAX - i as u64;
+    }
+    items
+}
+
+/// Events of agents never registered and of sessions never seen, and an engine that dropped
+/// every cached block.
+pub fn unknown_agent_events() -> Vec<Event> {
+    let mut events = Vec::new();
+    for (i, &agent) in UNKNOWN_AGENTS.iter().enumerate() {
+        let session = u64::MAX - i as u64;
+        events.push(Event::RequestArrival(RequestArrival {
+            request_id: u64::MAX - i as u64,
+            agent,
+            session,
+            anchor_hash: 0,
+            prompt_tokens: 0,
+            continues: Some(Continuation {
+                shared_tokens: u32::MAX,
+                previous_tokens: 0,
+            }),
+            warmup: false,
+            at_us: 0,
+        }));
+        events.push(Event::Block(BlockEvent {
+            op: BlockOp::Touched,
+            agent,
+            block_hash: u64::MAX - i as u64,
+            parent_hash: 12345,
+            position: u32::MAX,
+        }));
+        events.push(Event::RequestFinish(RequestFinish {
+            request_id: 424242 + i as u64,
+            agent,
+            session,
+            prompt_tokens: 1,
+            cached_tokens: 2,
+            output_tokens: 0,
+            warmup: false,
+            ok: false,
+            at_us: 0,
+        }));
+        events.push(Event::SessionEnd(session));
+    }
+    events.push(Event::Block(BlockEvent {
+        op: BlockOp::AllCleared,
+        agent: 0,
+        block_hash: 0,
+        parent_hash: 0,
+        position: 0,
+    }));
+    events
+}
+
+/// Bytes that are not the policy's state, made from its own snapshot `own` where that helps:
+/// (what they are, the bytes). A policy must refuse each with an error.
+pub fn corrupted_snapshots(own: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+    let mut corrupted = vec![
+        ("4 KiB of random bytes", random_bytes(4 << 10, 1)),
+        ("1 MiB of random bytes", random_bytes(1 << 20, 2)),
+        ("its own snapshot followed by junk", [own, b"\xffjunk\x00\x01"].concat()),
+    ];
+    if own.len() >= 2 {
+        corrupted.push(("its own snapshot cut in half", own[..own.len() / 2].to_vec()));
+    }
+    corrupted
+}
+
+/// `len` bytes of splitmix64 output from `seed`.
+fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stream_has_every_event_kind_and_items_have_distinct_keys() {
+        let stream = stream();
+        let kinds: std::collections::HashSet<_> = stream.iter().map(std::mem::discriminant).collect();
+        assert_eq!(kinds.len(), 8, "every variant of `event`");
+        let items = items(TYPICAL_BATCH);
+        let keys: std::collections::HashSet<u64> = items.iter().map(|i| i.key).collect();
+        assert_eq!(keys.len(), items.len());
+        assert!(items.iter().any(|i| UNKNOWN_AGENTS.contains(&i.agent)));
+        assert!(items.iter().any(|i| i.kind == ItemKind::ToolResult));
+        assert_eq!(packed_blocks().len() % packed::WORDS_PER_EVENT, 0);
+    }
+
+    #[test]
+    fn corruptions_differ_from_the_snapshot_and_are_the_same_every_time() {
+        let own = b"PRB1 a snapshot".to_vec();
+        let a = corrupted_snapshots(&own);
+        assert_eq!(a.len(), 4);
+        assert!(a.iter().all(|(_, bytes)| bytes != &own && !bytes.is_empty()));
+        assert_eq!(a, corrupted_snapshots(&own));
+        assert_eq!(corrupted_snapshots(&[]).len(), 3, "an empty snapshot cannot be cut");
+    }
+}

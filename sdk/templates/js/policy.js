@@ -1,0 +1,34 @@
+// __NAME__ — an agentrt policy in JavaScript (skeleton from `agentrt policy new`).
+// sdk/js/README.md has the whole workflow; policies/callrate-js is a worked example.
+
+import { Policy, exportPolicy, recencyScores } from '../../sdk/js/agentrt_policy.js';
+
+export class Policy__TYPE__ extends Policy {
+  static NAME = '__NAME__';
+  static VERSION = '0.1.0';
+  static DESCRIPTION = 'WHAT IT KEEPS AND WHY';
+
+  constructor() {
+    super();
+    // YOUR STATE HERE: what the policy learns from events.
+  }
+
+  init(config) {
+    config.expectOnly([]); // YOUR CONFIG KEYS HERE: config.integer('key', fallback, low, high)
+  }
+
+  observe(_event) {
+    // YOUR LOGIC HERE: learn from request, tool and engine events ({ tag, val }; blocks go to
+    // observeBlock).
+  }
+
+  score(items) {
+    // YOUR LOGIC HERE: one score per item, higher = keep. Recency = LRU, the baseline.
+    return recencyScores(items);
+  }
+
+  // Also available: observeBlock, predict, act (side effects such as warm-ups), and
+  // snapshot/restore (state across hot swaps; StateWriter/StateReader have the encoding).
+}
+
+export const guest = exportPolicy(Policy__TYPE__);

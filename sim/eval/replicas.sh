@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Two replicas behind each router model, on the six workloads (docs/replicas.md, "Simulator").
+# Each replica has the quick table's cache (headline / 8 = 3,540 blocks of 16) and together they
+# carry twice the quick table's traffic (sessions and concurrency = headline / 4).
+#
+#   bash sim/eval/replicas.sh [OUT_DIR]      # default docs/img/replicas; needs a release build
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out="${1:-docs/img/replicas}"
+bin="${AGENTRT_BIN:-${CARGO_TARGET_DIR:-target}/release/agentrt}"
+mkdir -p "$out"
+blocks=$((28323 / 8))
+declare -A sessions=([mmlu]=1500 [mtbench]=2000 [gaia]=240 [gsm8k]=1600 [humaneval]=900 [fleet]=1200)
+declare -A concurrency=([mmlu]=400 [mtbench]=600 [gaia]=60 [gsm8k]=400 [humaneval]=200 [fleet]=36)
+for w in mmlu mtbench gaia gsm8k humaneval fleet; do
+    trace="$out/$w.jsonl"
+    "$bin" sim gen --workload "$w" --sessions $((sessions[$w] / 4)) \
+        --concurrency "$(echo "${concurrency[$w]} / 4" | bc -l)" --out "$trace"
+    for router in round-robin session kv agentrt; do
+        "$bin" sim run --trace "$trace" --replicas 2 --router "$router" --capacity-blocks "$blocks" \
+            --policies lru,cachesage --json "$out/$w-$router.json" >/dev/null
+        echo "$w $router done"
+    done
+    rm -f "$trace"
+done

@@ -1,0 +1,196 @@
+//! The C policies (`policies/*/policy.c`): bindings from `wit-bindgen c`, compiled with the SDK
+//! (`sdk/c`) by `zig cc` for `wasm32-wasi` (clang and wasi-libc inside), encoded as a component by
+//! wit-component; their native tests (`test_*.c`, and the SDK's `sdk/c/tests`) compiled by the
+//! same `zig cc` for this machine and run.
+//!
+//! Toolchains: zig from PyPI, installed on first use (`ziglang`, a venv in
+//! `~/.cache/agentrt/zig-<version>`); the C bindings come from the `wit-bindgen-c` library built
+//! into xtask (a `cargo install` of wit-bindgen-cli took 17–35 minutes here, a cost every clean CI
+//! machine would pay; the library builds with xtask in about a minute). A component must not import
+//! WASI: libc's stdio, `snprintf` and `strtod` would pull in `fd_write`, and encoding then fails
+//! naming the import ([docs/zero-wasi.md](../../docs/zero-wasi.md)).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result};
+
+use crate::components::encode_component;
+use crate::policy_sources::{clear_skipped, discover, is_current, name, note_skipped, source_files};
+use crate::workspace::Workspace;
+use crate::{run, toolchains};
+
+const ZIG_VERSION: &str = "0.17.0";
+const SDK_DIR: &str = "sdk/c";
+/// The file that marks a C policy folder.
+const POLICY: &str = "policy.c";
+
+/// zig (as `python -m ziglang`).
+pub struct Toolchain {
+    zig_python: PathBuf,
+}
+
+impl Toolchain {
+    fn get() -> Result<Self> {
+        let venv = toolchains::pip_venv(&format!("zig-{ZIG_VERSION}"), &[&format!("ziglang=={ZIG_VERSION}")])?;
+        Ok(Self {
+            zig_python: venv.join("bin/python"),
+        })
+    }
+
+    /// `zig cc` with `args`.
+    fn cc(&self) -> Command {
+        let mut cc = Command::new(&self.zig_python);
+        cc.args([
+            "-m",
+            "ziglang",
+            "cc",
+            "-std=c11",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Wno-unknown-attributes",
+        ]);
+        cc
+    }
+}
+
+/// Build every `policies/*/policy.c` whose component is older than its sources.
+pub fn build_all(workspace: &Workspace, out_dir: &Path) -> Result<Vec<PathBuf>> {
+    let root = &workspace.root;
+    let policies = discover(root, POLICY)?;
+    if policies.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut ready: Option<(Toolchain, PathBuf)> = None;
+    let mut built = Vec::new();
+    for dir in &policies {
+        let name = name(dir);
+        let out = out_dir.join(format!("{name}.wasm"));
+        let inputs = source_files(&[dir, &root.join(SDK_DIR), &root.join("wit")])?;
+        if !is_current(&out, &inputs) {
+            let (tools, bindings) = match &ready {
+                Some(ready) => ready,
+                None => match toolchains::optional("C", Toolchain::get())? {
+                    Ok(tools) => {
+                        let bindings = bindings(workspace)?;
+                        ready.insert((tools, bindings))
+                    }
+                    Err(reason) => {
+                        note_skipped(out_dir, &policies, &reason)?;
+                        return Ok(built);
+                    }
+                },
+            };
+            eprintln!("xtask: zig cc {name} (wasm32-wasi, the first build compiles wasi-libc)");
+            let core = workspace.target.join("c-build").join(format!("{name}.core.wasm"));
+            std::fs::create_dir_all(core.parent().unwrap())?;
+            run(tools
+                .cc()
+                .current_dir(root)
+                .args(["-target", "wasm32-wasi", "-mexec-model=reactor", "-s", "-I"])
+                .arg(bindings)
+                .args(["-I", SDK_DIR])
+                .arg(root.join(SDK_DIR).join("agentrt_policy.c"))
+                .arg(bindings.join("policy.c"))
+                .arg(bindings.join("policy_component_type.o"))
+                .args(policy_sources(dir)?)
+                .arg("-o")
+                .arg(&core))?;
+            encode_component(&core, &out).with_context(|| {
+                format!("{name}: a C policy may import only agentrt:policy/host; see docs/zero-wasi.md (C)")
+            })?;
+        }
+        clear_skipped(out_dir, &name);
+        built.push(out);
+    }
+    Ok(built)
+}
+
+/// The SDK's native tests and every C policy's (`test_*.c`), each compiled for this machine with
+/// the SDK, the generated bindings and a native stand-in for the host, then run.
+pub fn test_all(workspace: &Workspace) -> Result<()> {
+    let root = &workspace.root;
+    let tools = match toolchains::optional("C", Toolchain::get())? {
+        Ok(tools) => tools,
+        Err(reason) => {
+            eprintln!("xtask: SKIPPED the C SDK's native tests: {reason}");
+            return Ok(());
+        }
+    };
+    let bindings = bindings(workspace)?;
+    let bin_dir = workspace.target.join("c-tests");
+    std::fs::create_dir_all(&bin_dir)?;
+    let sdk = root.join(SDK_DIR);
+    let mut suites = vec![("sdk".to_string(), vec![sdk.join("tests/test_sdk.c")])];
+    for dir in discover(root, POLICY)? {
+        let mut files = policy_sources(&dir)?;
+        files.extend(tests_in(&dir)?);
+        suites.push((name(&dir), files));
+    }
+    for (suite, files) in suites {
+        let exe = bin_dir.join(&suite);
+        eprintln!("xtask: C tests: {suite}");
+        run(tools
+            .cc()
+            .current_dir(root)
+            .arg("-I")
+            .arg(&bindings)
+            .args(["-I", SDK_DIR])
+            .arg(sdk.join("agentrt_policy.c"))
+            .arg(bindings.join("policy.c"))
+            .arg(sdk.join("testing/native_host.c"))
+            .args(files)
+            .arg("-o")
+            .arg(&exe))?;
+        run(&mut Command::new(&exe))?;
+    }
+    Ok(())
+}
+
+/// The C bindings of the contract's `policy` world (what `wit-bindgen c` writes), into
+/// `<target>/bindings/c`; regenerated when wit/ changes.
+fn bindings(workspace: &Workspace) -> Result<PathBuf> {
+    use wit_bindgen_core::wit_parser::Resolve;
+    let dir = workspace.target.join("bindings/c");
+    let wit = workspace.root.join("wit");
+    if !is_current(&dir.join("policy.h"), &source_files(&[&wit])?) {
+        let mut resolve = Resolve::default();
+        let (package, _) = resolve
+            .push_dir(&wit)
+            .with_context(|| format!("parsing {}", wit.display()))?;
+        let world = resolve.select_world(&[package], Some("policy"))?;
+        let mut files = wit_bindgen_core::Files::default();
+        wit_bindgen_c::Opts::default()
+            .build()
+            .generate(&mut resolve, world, &mut files)
+            .context("generating the C bindings")?;
+        std::fs::create_dir_all(&dir)?;
+        for (name, contents) in files.iter() {
+            std::fs::write(dir.join(name), contents).with_context(|| format!("writing {name}"))?;
+        }
+    }
+    Ok(dir)
+}
+
+/// A policy's C files that go into its component (not its tests).
+fn policy_sources(dir: &Path) -> Result<Vec<PathBuf>> {
+    c_files(dir, |name| !name.starts_with("test_"))
+}
+
+fn tests_in(dir: &Path) -> Result<Vec<PathBuf>> {
+    c_files(dir, |name| name.starts_with("test_"))
+}
+
+fn c_files(dir: &Path, keep: impl Fn(&str) -> bool) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            name.ends_with(".c") && keep(&name)
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}

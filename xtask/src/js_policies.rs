@@ -1,0 +1,116 @@
+//! The JavaScript policies (`policies/*/policy.js`): build each into a component with
+//! componentize-js, and run their native tests and the SDK's (`*.test.js`) with Node's test
+//! runner.
+//!
+//! componentize-js comes from the npm registry into `~/.cache/agentrt/componentize-js-<version>`
+//! ([`toolchains::npm_prefix`]); it needs Node.js ≥ 20.6 (the native tests' import hook). Every
+//! WASI feature of its engine (StarlingMonkey) is disabled, so the component imports only
+//! `agentrt:policy/host`. Without Node.js or npm the JavaScript policies are skipped, saying why.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+use crate::policy_sources::{clear_skipped, discover, is_current, name, note_skipped, source_files};
+use crate::workspace::Workspace;
+use crate::{run, toolchains};
+
+const COMPONENTIZE_JS_VERSION: &str = "0.23.0";
+/// The JavaScript SDK, which policies import by relative path.
+const SDK_DIR: &str = "sdk/js";
+/// The module of a JavaScript policy folder; it exports `guest`.
+const POLICY: &str = "policy.js";
+/// Every WASI-backed feature of the engine: none may be imported.
+const DISABLED_FEATURES: [&str; 5] = ["stdio", "random", "clocks", "http", "fetch-event"];
+
+/// Build every `policies/*/policy.js` whose component is older than its sources.
+pub fn build_all(root: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
+    let policies = discover(root, POLICY)?;
+    if policies.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut tools = None;
+    let mut built = Vec::new();
+    for dir in &policies {
+        let name = name(dir);
+        let out = out_dir.join(format!("{name}.wasm"));
+        let inputs = source_files(&[dir, &root.join(SDK_DIR), &root.join("wit")])?;
+        if !is_current(&out, &inputs) {
+            let cli = match &tools {
+                Some(cli) => cli,
+                None => match toolchains::optional("JavaScript", componentize_js())? {
+                    Ok(cli) => tools.insert(cli),
+                    Err(reason) => {
+                        note_skipped(out_dir, &policies, &reason)?;
+                        return Ok(built);
+                    }
+                },
+            };
+            eprintln!("xtask: componentize-js {name} (SpiderMonkey inside; ~30 s)");
+            let tmp = out.with_extension("wasm.tmp");
+            run(Command::new("node")
+                .current_dir(root)
+                .arg(cli)
+                .arg(dir.join(POLICY))
+                .args(["--wit", "wit", "--world-name", "policy", "--disable"])
+                .args(DISABLED_FEATURES)
+                .arg("--out")
+                .arg(&tmp))?;
+            std::fs::rename(&tmp, &out)?;
+        }
+        clear_skipped(out_dir, &name);
+        built.push(out);
+    }
+    Ok(built)
+}
+
+/// The SDK's tests and every JavaScript policy's, natively in Node.js: the import hook in
+/// `sdk/js/testing/register.js` stands in for the host interface.
+pub fn test_all(workspace: &Workspace) -> Result<()> {
+    let root = &workspace.root;
+    if let Err(reason) = toolchains::optional("JavaScript", node_version())? {
+        eprintln!("xtask: SKIPPED the JavaScript SDK's native tests: {reason}");
+        return Ok(());
+    }
+    let suites: Vec<PathBuf> = std::iter::once(root.join(SDK_DIR).join("test"))
+        .chain(discover(root, POLICY)?)
+        .collect();
+    eprintln!("xtask: node --test sdk/js/test policies/*/*.test.js");
+    run(Command::new("node")
+        .current_dir(root)
+        .args(["--import", "./sdk/js/testing/register.js", "--test"])
+        .args(&suites))
+}
+
+/// componentize-js's command-line entry point, installed on first use.
+fn componentize_js() -> Result<PathBuf> {
+    node_version()?;
+    let prefix = toolchains::npm_prefix(
+        &format!("componentize-js-{COMPONENTIZE_JS_VERSION}"),
+        &[&format!("@bytecodealliance/componentize-js@{COMPONENTIZE_JS_VERSION}")],
+    )?;
+    Ok(prefix.join("node_modules/@bytecodealliance/componentize-js/src/cli.js"))
+}
+
+/// Node.js's version, refused below 20.6 (`module.register`, which the native tests use).
+fn node_version() -> Result<(u32, u32)> {
+    let out = Command::new("node")
+        .arg("--version")
+        .output()
+        .context("`node` (Node.js 20.6 or later) is not on PATH")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut parts = text
+        .trim()
+        .trim_start_matches('v')
+        .split('.')
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if version < (20, 6) {
+        bail!(
+            "Node.js {} is too old: the JavaScript policies need 20.6 or later",
+            text.trim()
+        );
+    }
+    Ok(version)
+}
