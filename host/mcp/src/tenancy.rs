@@ -27,7 +27,9 @@ pub trait Tenancy: Send + Sync + 'static {
     fn tenant(&self, headers: &HeaderMap) -> Result<Arc<dyn TenantStream>, Refusal>;
 
     /// The registry the gateway installs each tenant's tool-memo policy in (slot
-    /// `TENANT/tools`), beside the tenant's other slots: one pool, one `/metrics` listing.
+    /// `TENANT/tools`), beside the tenant's other slots: one pool, one `/metrics` listing. (The
+    /// gateway asks that slot to score, which a `--slot` worker does not offer; so it runs the slot
+    /// itself — do not also configure a `--slot tools`.)
     fn registry(&self) -> Arc<PolicyRegistry>;
 }
 

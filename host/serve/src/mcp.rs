@@ -2,7 +2,7 @@
 //! gateway's narrow [`agentrt_mcp::Tenancy`] interface asks for them.
 //!
 //! An MCP request authenticates with the tenant API keys the proxy uses; its tool calls go on the
-//! tenant's policy worker (the stream its KV policy observes), with the agent handles and session
+//! tenant's stream (every one of its policy slots observes it), with the agent handles and session
 //! ids of the proxy's own requests — so a policy sees an agent's model calls and tool calls, and
 //! their latencies, as one sequence.
 
