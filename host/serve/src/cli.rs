@@ -115,6 +115,9 @@ pub struct ServeArgs {
     pub tables: TableArgs,
     #[command(flatten)]
     pub quotas: QuotaArgs,
+    /// The MCP gateway at `/mcp/SERVER` (docs/mcp.md).
+    #[command(flatten)]
+    pub mcp: agentrt_mcp::McpArgs,
     /// `TENANT=MIN_BLOCKS[:MAX_BLOCKS]` (repeatable): the tenant's share of the engine's KV cache
     /// — a guarantee and a limit, in blocks. With any share, each tenant's own policy ranks its
     /// own blocks, and when vLLM must evict, the victim comes from the tenant furthest past its
@@ -441,6 +444,11 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
     let (settings, reloader) = initial_settings(args.config, flags).map_err(|e| anyhow::anyhow!(e))?;
     let shares = settings.shares.clone();
     let extra_slots = extra_slots(&args.slots, &args.slot_configs, &slot, &engine, components)?;
+    let mcp = args.mcp.options(
+        |name| Ok(Arc::new(components.resolve(name)?.load(&engine)?)),
+        &slot,
+        limits.max_body_bytes,
+    )?;
     let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, settings)
         .with_tables(args.tables.limits()?)
         .with_queue_jobs(args.tables.policy_queue_jobs)
@@ -521,6 +529,11 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let state = Arc::new(state);
+    if let Some(options) = mcp {
+        let servers: Vec<&str> = options.servers.iter().map(|s| s.name.as_str()).collect();
+        eprintln!("agentrt serve: MCP gateway at /mcp/{{{}}}", servers.join(","));
+        crate::mcp::mount(&state, options);
+    }
     // Before saying we listen: SIGHUP's default action would end the process.
     #[cfg(unix)]
     crate::reload::reload_on_sighup(state.clone()).context("installing the SIGHUP handler")?;

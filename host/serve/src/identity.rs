@@ -256,6 +256,13 @@ impl AgentDirectory {
         (handle, Some(event))
     }
 
+    /// The handle of agent `name` if the directory knows it; never registers (the MCP gateway's
+    /// callers: a registration carries the anchor, which only the agent's model calls show).
+    pub fn handle_of(&self, name: &str) -> Option<u32> {
+        let d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        d.handles.peek(&truncate_name(name).to_string()).copied()
+    }
+
     /// Remember `anchor` (of agent `handle`) under its hash.
     pub fn record_anchor(&self, hash: u64, handle: u32, anchor: Anchor) {
         let mut d = self.inner.lock().unwrap_or_else(|p| p.into_inner());

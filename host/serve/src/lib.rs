@@ -43,6 +43,7 @@ pub mod error;
 pub mod handles;
 pub mod identity;
 pub mod limits;
+pub mod mcp;
 pub mod metrics;
 pub mod policy_worker;
 pub mod proxy;

@@ -73,6 +73,8 @@ pub struct AppState {
     pub reloader: Option<crate::reload::Reloader>,
     /// Several replicas behind a router (`--replica`), else every request goes to `upstream`.
     pub replicas: Option<Arc<crate::replicas::ReplicaRouting>>,
+    /// The MCP gateway at `/mcp/SERVER` (`--mcp-server`), set by [`crate::mcp::mount`].
+    pub mcp: std::sync::OnceLock<Arc<agentrt_mcp::Gateway>>,
     clock: Instant,
     next_request_id: AtomicU64,
 }
@@ -97,6 +99,7 @@ impl AppState {
             engine_cache: None,
             reloader: None,
             replicas: None,
+            mcp: std::sync::OnceLock::new(),
             clock: Instant::now(),
             next_request_id: AtomicU64::new(1),
         }
@@ -192,7 +195,8 @@ pub async fn serve(
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    let mcp = state.mcp.get().map(agentrt_mcp::routes::router);
+    let proxy = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/responses", post(responses))
         .route("/v1/messages", post(messages))
@@ -201,7 +205,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .merge(crate::admin::routes())
-        .with_state(state)
+        .with_state(state);
+    match mcp {
+        Some(mcp) => proxy.merge(mcp),
+        None => proxy,
+    }
 }
 
 fn parse_body(state: &AppState, body: &Bytes) -> Result<Value, ApiError> {
@@ -773,5 +781,8 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         replicas.render(&mut out);
     }
     out.push_str(&state.tenants.registry().render_prometheus());
+    if let Some(gateway) = state.mcp.get() {
+        gateway.render_prometheus(&mut out);
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

@@ -309,6 +309,11 @@ impl Tenants {
         &self.registry
     }
 
+    /// The registry, shared: the MCP gateway installs each tenant's `tools` slot in it.
+    pub fn shared_registry(&self) -> Arc<PolicyRegistry> {
+        self.registry.clone()
+    }
+
     /// Who owns which agent, and each tenant's policy: what the eviction service needs to let
     /// each tenant's policy rank its own blocks under cache shares.
     pub fn engine_tenants(&self) -> crate::engine_tenants::EngineTenants {

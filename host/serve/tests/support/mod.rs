@@ -20,6 +20,8 @@ use serde_json::{json, Value};
 
 use crate::stub_upstream;
 
+pub type McpOptions = Box<dyn FnOnce(&PolicyEngine) -> agentrt_serve::mcp::GatewayOptions>;
+
 pub struct Proxy {
     pub url: String,
     pub state: Arc<AppState>,
@@ -62,6 +64,9 @@ pub struct Setup {
     pub policy_deadline: Option<Duration>,
     /// Several replicas behind a router (`--replica`, `--router`, …); none by default.
     pub replicas: agentrt_serve::replicas::ReplicaArgs,
+    /// The MCP gateway to mount at `/mcp`, its options made with the proxy's engine (its memo
+    /// policy must be loaded by the engine the registry runs).
+    pub mcp: Option<McpOptions>,
 }
 
 impl Setup {
@@ -84,6 +89,7 @@ impl Setup {
             config: None,
             policy_deadline: None,
             replicas: Default::default(),
+            mcp: None,
         }
     }
 
@@ -131,6 +137,7 @@ impl Setup {
                 (name.to_string(), agentrt_tests::load(&engine, policy), config)
             })
             .collect();
+        let mcp = self.mcp.map(|options| options(&engine));
         let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, settings)
             .with_extra_slots(extra_slots)
             .with_tables(self.tables)
@@ -149,6 +156,9 @@ impl Setup {
         state.reloader = reloader;
         state.replicas = agentrt_serve::replicas::ReplicaRouting::from_args(&self.replicas).unwrap();
         let state = Arc::new(state);
+        if let Some(options) = mcp {
+            agentrt_serve::mcp::mount(&state, options);
+        }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(agentrt_serve::proxy::serve(

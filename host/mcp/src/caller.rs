@@ -1,0 +1,66 @@
+//! Who is calling: the tenant (authenticated from the headers before the body was read, by
+//! [`crate::routes`]), the agent and the session — the same headers the proxy reads.
+//!
+//! - Agent: `x-agent-id`, else the MCP client's name from its `initialize` (`clientInfo.name`),
+//!   else `mcp-client`. Its handle is the one the proxy gave the same name (0 if the agent has
+//!   not called the model yet).
+//! - Session: `x-session-id`, else the MCP session (`Mcp-Session-Id`), else `mcp`.
+
+use std::sync::Arc;
+
+use axum::http::request::Parts;
+use axum::http::HeaderMap;
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer};
+
+use crate::tenancy::TenantStream;
+
+/// The tenant a request authenticated as: put in the request's extensions by the route layer.
+#[derive(Clone)]
+pub struct AuthenticatedTenant(pub Arc<dyn TenantStream>);
+
+/// One request's caller.
+pub struct Caller {
+    pub tenant: Arc<dyn TenantStream>,
+    pub agent_name: String,
+    pub agent: u32,
+    pub session: u64,
+}
+
+impl Caller {
+    pub fn of(context: &RequestContext<RoleServer>) -> Result<Self, McpError> {
+        let parts = context
+            .extensions
+            .get::<Parts>()
+            .ok_or_else(|| McpError::internal_error("agentrt MCP gateway: the request carries no HTTP parts", None))?;
+        let tenant = parts
+            .extensions
+            .get::<AuthenticatedTenant>()
+            .ok_or_else(|| McpError::internal_error("agentrt MCP gateway: the request was not authenticated", None))?
+            .0
+            .clone();
+        let client_name = context.peer.peer_info().map(|info| info.client_info.name.clone());
+        let agent_name = header(&parts.headers, "x-agent-id")
+            .map(str::to_string)
+            .or(client_name)
+            .unwrap_or_else(|| "mcp-client".to_string());
+        let session_key = header(&parts.headers, "x-session-id")
+            .or_else(|| header(&parts.headers, "mcp-session-id"))
+            .unwrap_or("mcp");
+        Ok(Self {
+            agent: tenant.agent(&agent_name),
+            session: tenant.session(session_key),
+            agent_name,
+            tenant,
+        })
+    }
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)?
+        .to_str()
+        .ok()
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}

@@ -1,0 +1,230 @@
+//! What an agent's MCP client talks to at `/mcp/SERVER`: an MCP server that forwards every request
+//! to SERVER over the caller's tenant's session and returns the answer unchanged — tools,
+//! resources, prompts, completions — except `tools/call`, which goes through [`crate::tool_call`]
+//! (events, memo).
+
+use std::future::Future;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
+    GetPromptResponse, InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig,
+};
+use rmcp::service::{RequestContext, ServiceError};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+
+use crate::caller::Caller;
+use crate::gateway::Gateway;
+use crate::result_type::ExplicitResultType;
+use crate::upstream::{Connection, UpstreamSpec};
+
+/// The MCP server agents see for one upstream server.
+#[derive(Clone)]
+pub struct ServerFront {
+    pub gateway: Arc<Gateway>,
+    pub server: Arc<UpstreamSpec>,
+}
+
+impl ServerFront {
+    /// The caller's tenant's live session to the server.
+    pub async fn connection(&self, caller: &Caller) -> Result<Arc<Connection>, McpError> {
+        self.gateway
+            .connections
+            .get(caller.tenant.name(), &self.server)
+            .await
+            .map_err(|e| {
+                self.gateway
+                    .metrics
+                    .of(caller.tenant.name(), &self.server.name)
+                    .upstream_errors
+                    .fetch_add(1, Relaxed);
+                McpError::internal_error(format!("agentrt MCP gateway: {e}"), None)
+            })
+    }
+
+    /// Turn a failed upstream request into the client's error: the server's own JSON-RPC error
+    /// unchanged; a transport failure named (server, method) and the session dropped so the next
+    /// request reconnects.
+    pub async fn upstream_failed(&self, caller: &Caller, method: &str, error: ServiceError) -> McpError {
+        if let ServiceError::McpError(error) = error {
+            return error;
+        }
+        self.gateway
+            .metrics
+            .of(caller.tenant.name(), &self.server.name)
+            .upstream_errors
+            .fetch_add(1, Relaxed);
+        self.gateway
+            .connections
+            .forget(caller.tenant.name(), &self.server.name)
+            .await;
+        McpError::internal_error(
+            format!(
+                "agentrt MCP gateway: {} failed during {method}: {error}; the next request reconnects",
+                self.server.describe()
+            ),
+            None,
+        )
+    }
+
+    /// Forward one request (not a tool call) and count it.
+    async fn forward<T, F, Fut>(
+        &self,
+        method: &str,
+        context: &RequestContext<RoleServer>,
+        send: F,
+    ) -> Result<T, McpError>
+    where
+        T: ExplicitResultType,
+        F: FnOnce(Arc<Connection>) -> Fut,
+        Fut: Future<Output = Result<T, ServiceError>>,
+    {
+        let caller = Caller::of(context)?;
+        let connection = self.connection(&caller).await?;
+        self.gateway
+            .metrics
+            .of(caller.tenant.name(), &self.server.name)
+            .forwarded
+            .fetch_add(1, Relaxed);
+        tokio::select! {
+            answer = send(connection) => match answer {
+                Ok(answer) => Ok(answer.with_explicit_result_type()),
+                Err(error) => Err(self.upstream_failed(&caller, method, error).await),
+            },
+            // Dropping the upstream request tells the server it was cancelled.
+            () = context.ct.cancelled() => Err(McpError::internal_error(format!("{method} cancelled by the client"), None)),
+        }
+    }
+}
+
+impl ServerHandler for ServerFront {
+    /// Before the handshake the gateway says only what it can forward.
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::default();
+        info.capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .enable_prompts()
+            .enable_completions()
+            .build();
+        info.server_info.name = format!("agentrt-mcp/{}", self.server.name);
+        info
+    }
+
+    /// The upstream server's own capabilities, info and instructions, under the protocol version
+    /// negotiated with the client.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        context.peer.set_peer_info(request.clone());
+        let mut answer = self.negotiate_initialize(&request)?;
+        let caller = Caller::of(&context)?;
+        let connection = self.connection(&caller).await?;
+        if let Some(upstream) = connection.server_info() {
+            answer.capabilities = upstream.capabilities.clone();
+            if let Some(server_info) = &upstream.server_info {
+                answer.server_info = server_info.clone();
+            }
+            answer.instructions = upstream.instructions.clone();
+        }
+        Ok(answer)
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let rules = &self.gateway.options.rules;
+        let server = self.server.name.clone();
+        let first_page = request.as_ref().is_none_or(|r| r.cursor.is_none());
+        self.forward("tools/list", &context, |c| async move {
+            let listed = c.peer().list_tools(request).await?;
+            // What the agent sees is what the memo's rule reads: annotations of this listing.
+            if first_page && listed.next_cursor.is_none() {
+                c.learn_tools(&server, &listed.tools, rules);
+            }
+            Ok(listed)
+        })
+        .await
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        crate::tool_call::call(self, request, context).await
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        self.forward("resources/list", &context, |c| async move {
+            c.peer().list_resources(request).await
+        })
+        .await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        self.forward("resources/templates/list", &context, |c| async move {
+            c.peer().list_resource_templates(request).await
+        })
+        .await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        self.forward("resources/read", &context, |c| async move {
+            c.peer().read_resource_once(request).await
+        })
+        .await
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        self.forward("prompts/list", &context, |c| async move {
+            c.peer().list_prompts(request).await
+        })
+        .await
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        self.forward("prompts/get", &context, |c| async move {
+            c.peer().get_prompt_once(request).await
+        })
+        .await
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        self.forward("completion/complete", &context, |c| async move {
+            c.peer().complete(request).await
+        })
+        .await
+    }
+}

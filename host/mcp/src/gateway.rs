@@ -1,0 +1,122 @@
+//! The gateway's shared state: the configured servers, every tenant's client sessions and memo,
+//! and the counters.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentrt_runtime::{PolicyComponent, SlotConfig};
+
+use crate::eligibility::MemoRules;
+use crate::memo::{MemoLimits, TenantMemo};
+use crate::memo_worker::MemoWorker;
+use crate::metrics::GatewayMetrics;
+use crate::tenancy::{Tenancy, TenantStream};
+use crate::upstream::{Connections, UpstreamSpec};
+
+/// The registry slot of each tenant's tool-memo policy.
+pub const TOOLS_SLOT: &str = "tools";
+
+/// The policy that decides each tenant's memo, and its configuration.
+#[derive(Clone)]
+pub struct MemoPolicy {
+    pub component: Arc<PolicyComponent>,
+    pub config: SlotConfig,
+}
+
+/// How the gateway runs.
+#[derive(Clone)]
+pub struct GatewayOptions {
+    pub servers: Vec<UpstreamSpec>,
+    pub rules: MemoRules,
+    /// `None`: no memo; every call goes to its server (events are still reported).
+    pub memo_policy: Option<MemoPolicy>,
+    pub memo_limits: MemoLimits,
+    /// How long connecting to a server (the MCP handshake) may take.
+    pub connect_timeout: Duration,
+    /// `Host` values the MCP endpoint accepts (DNS-rebinding protection); empty: any.
+    pub allowed_hosts: Vec<String>,
+    /// The largest MCP request body accepted.
+    pub max_body_bytes: usize,
+}
+
+impl Default for GatewayOptions {
+    fn default() -> Self {
+        Self {
+            servers: Vec::new(),
+            rules: MemoRules::default(),
+            memo_policy: None,
+            memo_limits: MemoLimits::default(),
+            connect_timeout: Duration::from_secs(10),
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            max_body_bytes: 4 << 20,
+        }
+    }
+}
+
+pub struct Gateway {
+    pub options: GatewayOptions,
+    pub tenancy: Arc<dyn Tenancy>,
+    pub connections: Connections,
+    /// Each tenant's memo; `None` when its policy did not start (calls then all go upstream).
+    memos: Mutex<HashMap<String, Option<Arc<TenantMemo>>>>,
+    pub metrics: GatewayMetrics,
+}
+
+impl Gateway {
+    pub fn new(options: GatewayOptions, tenancy: Arc<dyn Tenancy>) -> Arc<Self> {
+        Arc::new(Self {
+            connections: Connections::new(options.connect_timeout),
+            options,
+            tenancy,
+            memos: Mutex::default(),
+            metrics: GatewayMetrics::default(),
+        })
+    }
+
+    /// `tenant`'s memo, starting its tool-memo policy (slot `TENANT/tools`) on first use.
+    pub fn memo(&self, tenant: &dyn TenantStream) -> Option<Arc<TenantMemo>> {
+        let policy = self.options.memo_policy.as_ref()?;
+        let mut memos = self.memos.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(memo) = memos.get(tenant.name()) {
+            return memo.clone();
+        }
+        let started = self
+            .tenancy
+            .registry()
+            .install(
+                tenant.name(),
+                TOOLS_SLOT,
+                policy.component.clone(),
+                policy.config.clone(),
+            )
+            .map_err(|e| e.to_string())
+            .and_then(|handle| MemoWorker::spawn(tenant.name(), handle).map_err(|e| e.to_string()));
+        let memo = match started {
+            Ok(worker) => Some(Arc::new(TenantMemo::new(worker, self.options.memo_limits))),
+            Err(error) => {
+                // Said once: the tenant's calls all go to their servers from now on.
+                tracing::warn!(tenant = tenant.name(), %error, "tool-memo policy did not start; no memo for this tenant");
+                None
+            }
+        };
+        memos.insert(tenant.name().to_string(), memo.clone());
+        memo
+    }
+
+    /// The gateway's metrics in the Prometheus text format.
+    pub fn render_prometheus(&self, out: &mut String) {
+        let mut sizes: Vec<(String, usize, usize)> = self
+            .memos
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter_map(|(tenant, memo)| {
+                let (entries, bytes) = memo.as_ref()?.size();
+                Some((tenant.clone(), entries, bytes))
+            })
+            .collect();
+        sizes.sort();
+        self.metrics.render(&sizes, out);
+    }
+}

@@ -1,0 +1,54 @@
+//! What the gateway needs from the server it is mounted in — the narrow interface between this
+//! crate and `agentrt serve`.
+//!
+//! The gateway never reads the proxy's tables: it asks for a request's tenant (from its headers,
+//! before any body is read), and of that tenant only four things — the handle the proxy gave an
+//! agent name, a session key's id, the clock its events are stamped with, and a way to queue
+//! events on the tenant's stream (the one its KV policy observes). Tool calls thus land in the
+//! same per-tenant stream as the model calls of the same agents and sessions.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, StatusCode};
+
+use agentrt_runtime::types::Event;
+use agentrt_runtime::PolicyRegistry;
+
+/// Why a request was refused before it reached an MCP handler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+/// Who the gateway's callers are.
+pub trait Tenancy: Send + Sync + 'static {
+    /// The tenant `headers` authenticate (`Authorization: Bearer <tenant API key>`), or why not.
+    fn tenant(&self, headers: &HeaderMap) -> Result<Arc<dyn TenantStream>, Refusal>;
+
+    /// The registry the gateway installs each tenant's tool-memo policy in (slot
+    /// `TENANT/tools`), beside the tenant's other slots: one pool, one `/metrics` listing. (The
+    /// gateway asks that slot to score, which a `--slot` worker does not offer; so it runs the slot
+    /// itself — do not also configure a `--slot tools`.)
+    fn registry(&self) -> Arc<PolicyRegistry>;
+}
+
+/// One tenant, as the gateway sees it.
+pub trait TenantStream: Send + Sync {
+    fn name(&self) -> &str;
+
+    /// The handle the proxy gave agent `name`, or 0 (unknown agent) when the agent has not called
+    /// the model yet. The gateway never registers agents itself: a registration carries the
+    /// agent's anchor, which only its model calls show.
+    fn agent(&self, name: &str) -> u32;
+
+    /// The session id of `session_key` in this tenant, as the proxy computes it for the same
+    /// `x-session-id`.
+    fn session(&self, session_key: &str) -> u64;
+
+    /// The clock (µs) the tenant's events are stamped with.
+    fn now_us(&self) -> u64;
+
+    /// Queue `events` on the tenant's stream; never waits.
+    fn observe(&self, events: Vec<Event>);
+}
