@@ -31,7 +31,7 @@ pub struct ReplicaArgs {
     pub replicas: Vec<String>,
     /// `NAME=ENDPOINT` (repeatable): where replica NAME publishes KV events (vLLM's
     /// `--kv-events-config` endpoint); the router subscribes to it to see the replica's cache.
-    #[arg(long = "replica-kv-events", value_name = "NAME=ENDPOINT")]
+    #[arg(id = "replica_kv_events", long = "replica-kv-events", value_name = "NAME=ENDPOINT")]
     pub kv_events: Vec<String>,
     /// NVIDIA Dynamo's selection service (`python -m dynamo.select_service`), e.g.
     /// http://127.0.0.1:8092. Without it: session-sticky hashing only.
