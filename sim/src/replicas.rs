@@ -101,7 +101,7 @@ fn place(model: &mut RouterModel, engines: &[Sim], trace: &PreparedTrace, s: u32
         t,
     );
     model.placed(request.agent, replica, t);
-    model.session_placed(session.id, request.agent, replica, t);
+    model.session_placed(session.id, replica, t);
     replica
 }
 

@@ -9,8 +9,7 @@
 //!   blocks of the prompt it holds)` and `decode_blocks` = the blocks its requests will hold; the
 //!   lowest wins (temperature 0; ties to the replica with fewer requests, then the first). The
 //!   router sees each replica's cache exactly (its KV events, without their delay);
-//! - `agentrt`: `kv` plus agentrt's hint — the replica of the agent's last call in the session,
-//!   else the one
+//! - `agentrt`: `kv` plus agentrt's hint — the replica of the session's last call, else the one
 //!   that last received the agent's anchor (a call or a warm-up), unless it has more than 4 requests in flight beyond the least busy
 //!   (`agentrt_router::HintRule`, the same code) — which Dynamo's `affinity_target` makes the
 //!   choice while it is eligible.
@@ -134,10 +133,10 @@ impl RouterModel {
         }
     }
 
-    /// A call of `agent` in `session` went to replica `replica` at `now_ns`.
-    pub fn session_placed(&mut self, session: u64, agent: u32, replica: usize, now_ns: u64) {
+    /// A call of `session` went to replica `replica` at `now_ns`.
+    pub fn session_placed(&mut self, session: u64, replica: usize, now_ns: u64) {
         let at = self.at(now_ns);
-        self.placement.session_placed(session, agent, self.ids[replica], at);
+        self.placement.session_placed(session, self.ids[replica], at);
     }
 
     /// `agent`'s anchor went to replica `replica` (its call, or its warm-up) at `now_ns`.

@@ -2,15 +2,12 @@
 //!
 //! The router sees each replica's cached blocks, but not agents or sessions: it cannot know that
 //! agent A's anchor was just warmed on replica 2 (the blocks are still being computed, no KV event
-//! yet), nor which replica holds the history an agent's next call in a session will carry.
-//! agentrt does: it placed every call and warm-up, and tags every block with its agent.
-//! [`Placement`] records where each agent's anchor went and where its last call in each session
-//! went; [`HintRule`] turns that into `affinity_target` — the replica of the agent's last call in
-//! this session (prefix caching hits only from a prompt's first token, and an agent's prompts
-//! start with its anchor, so its session history is cached only behind its own anchor), else the
-//! replica that most recently received the agent's anchor — unless that replica is busier than
-//! the least busy one by more than `max_imbalance` requests in flight (then the router balances
-//! alone).
+//! yet), nor which replica holds the history a session's next call will carry. agentrt does: it
+//! placed every call and warm-up, and tags every block with its agent. [`Placement`] records where
+//! each session's last call and each agent's anchor went; [`HintRule`] turns that into
+//! `affinity_target` — the replica of the session's last call, else the replica that most
+//! recently received the agent's anchor — unless that replica is busier than the least busy one
+//! by more than `max_imbalance` requests in flight (then the router balances alone).
 //! Dynamo ignores an affinity target that is not eligible, so a stale hint costs nothing worse
 //! than the router's own choice.
 
@@ -26,30 +23,28 @@ const MAX_AGENTS: usize = 65_536;
 const MAX_HOLDERS: usize = 8;
 
 /// Where each agent's anchor was last sent (a request or a warm-up), per replica, and where each
-/// agent's last call in each session went.
+/// session's last call went.
 #[derive(Debug, Default)]
 pub struct Placement {
     agents: HashMap<u32, Vec<(ReplicaId, Instant)>>,
-    /// (session, agent) → the replica of the agent's last call in the session.
-    sessions: HashMap<(u64, u32), (ReplicaId, Instant)>,
+    sessions: HashMap<u64, (ReplicaId, Instant)>,
 }
 
 impl Placement {
-    /// A call of `agent` in `session` went to `replica` at `at`.
-    pub fn session_placed(&mut self, session: u64, agent: u32, replica: ReplicaId, at: Instant) {
-        let key = (session, agent);
-        if !self.sessions.contains_key(&key) && self.sessions.len() >= MAX_AGENTS {
-            let oldest = self.sessions.iter().min_by_key(|(_, (_, at))| *at).map(|(k, _)| *k);
-            if let Some(k) = oldest {
-                self.sessions.remove(&k);
+    /// A call of `session` went to `replica` at `at`.
+    pub fn session_placed(&mut self, session: u64, replica: ReplicaId, at: Instant) {
+        if !self.sessions.contains_key(&session) && self.sessions.len() >= MAX_AGENTS {
+            let oldest = self.sessions.iter().min_by_key(|(_, (_, at))| *at).map(|(s, _)| *s);
+            if let Some(s) = oldest {
+                self.sessions.remove(&s);
             }
         }
-        self.sessions.insert(key, (replica, at));
+        self.sessions.insert(session, (replica, at));
     }
 
-    /// The session ended: forget its calls.
+    /// The session ended: forget it.
     pub fn session_ended(&mut self, session: u64) {
-        self.sessions.retain(|(s, _), _| *s != session);
+        self.sessions.remove(&session);
     }
 
     /// `agent`'s anchor went to `replica` at `at` (its call or its warm-up was routed there).
@@ -133,7 +128,7 @@ impl HintRule {
         let since = now.checked_sub(self.anchor_ttl).unwrap_or(now);
         let usable = |r: &ReplicaId| loads.get(r).is_some_and(|&load| load <= least + self.max_imbalance);
         let session_replica = session
-            .and_then(|s| placement.sessions.get(&(s, agent)))
+            .and_then(|s| placement.sessions.get(&s))
             .filter(|(_, at)| *at >= since)
             .map(|(r, _)| *r);
         let affinity = session_replica
@@ -212,14 +207,8 @@ mod tests {
         let mut placement = Placement::default();
         let now = Instant::now();
         placement.placed(7, A, now);
-        placement.session_placed(42, 7, B, now);
+        placement.session_placed(42, B, now);
         assert_eq!(rule.hints(&placement, 7, Some(42), &loads(0, 0), now).affinity, Some(B));
-        placement.session_placed(42, 8, A, now);
-        assert_eq!(
-            rule.hints(&placement, 7, Some(42), &loads(0, 0), now).affinity,
-            Some(B),
-            "another agent's call"
-        );
         assert_eq!(
             rule.hints(&placement, 7, Some(43), &loads(0, 0), now).affinity,
             Some(A),

@@ -165,7 +165,6 @@ impl ReplicaRouting {
             .placed(agent, route.replica, Instant::now());
         self.placement.lock().unwrap_or_else(|p| p.into_inner()).session_placed(
             input.session,
-            agent,
             route.replica,
             Instant::now(),
         );
