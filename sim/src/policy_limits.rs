@@ -12,7 +12,6 @@
 use std::time::Duration;
 
 use agentrt_runtime::{BreakerConfig, SandboxLimits, SlotConfig};
-use anyhow::Context;
 
 /// How long one call of a replayed policy may run: generous next to the serving deadline, so
 /// time is measured rather than enforced; short enough that a policy that never answers costs a
@@ -49,18 +48,9 @@ impl Default for PolicyLimitArgs {
 impl PolicyLimitArgs {
     /// The limits, or an error naming the flag that is out of range.
     pub fn limits(&self) -> anyhow::Result<ReplayLimits> {
-        anyhow::ensure!(self.policy_memory_mib > 0, "--policy-memory-mib must be at least 1");
-        anyhow::ensure!(self.policy_deadline_ms > 0, "--policy-deadline-ms must be at least 1");
-        let memory_bytes = usize::try_from(self.policy_memory_mib)
-            .ok()
-            .and_then(|mib| mib.checked_mul(1 << 20))
-            .context("--policy-memory-mib is too large")?;
         Ok(ReplayLimits {
-            sandbox: SandboxLimits {
-                memory_bytes,
-                call_deadline: Duration::from_millis(self.policy_deadline_ms),
-                ..SandboxLimits::default()
-            },
+            sandbox: SandboxLimits::from_flags(self.policy_memory_mib, self.policy_deadline_ms)
+                .map_err(anyhow::Error::msg)?,
             failure_threshold: self.policy_failure_threshold,
         })
     }

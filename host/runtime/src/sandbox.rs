@@ -31,6 +31,29 @@ pub struct SandboxLimits {
     pub log_burst: u32,
 }
 
+impl SandboxLimits {
+    /// The default limits with the memory cap and call deadline of the `--policy-memory-mib` and
+    /// `--policy-deadline-ms` flags (every command that runs policies has them); the error names
+    /// the flag that is out of range.
+    pub fn from_flags(memory_mib: u64, deadline_ms: u64) -> Result<Self, String> {
+        if memory_mib == 0 {
+            return Err("--policy-memory-mib must be at least 1".into());
+        }
+        if deadline_ms == 0 {
+            return Err("--policy-deadline-ms must be at least 1".into());
+        }
+        let memory_bytes = usize::try_from(memory_mib)
+            .ok()
+            .and_then(|mib| mib.checked_mul(1 << 20))
+            .ok_or("--policy-memory-mib is too large")?;
+        Ok(Self {
+            memory_bytes,
+            call_deadline: Duration::from_millis(deadline_ms),
+            ..Self::default()
+        })
+    }
+}
+
 impl Default for SandboxLimits {
     fn default() -> Self {
         Self {

@@ -249,23 +249,15 @@ pub struct PolicyLimitArgs {
 impl PolicyLimitArgs {
     /// The slot settings (besides `init`) every tenant gets.
     pub fn slot_config(&self) -> anyhow::Result<SlotConfig> {
-        anyhow::ensure!(self.policy_memory_mib > 0, "--policy-memory-mib must be at least 1");
-        anyhow::ensure!(self.policy_deadline_ms > 0, "--policy-deadline-ms must be at least 1");
-        let memory_bytes = usize::try_from(self.policy_memory_mib)
-            .ok()
-            .and_then(|mib| mib.checked_mul(1 << 20))
-            .context("--policy-memory-mib is too large")?;
+        let limits =
+            SandboxLimits::from_flags(self.policy_memory_mib, self.policy_deadline_ms).map_err(anyhow::Error::msg)?;
         Ok(SlotConfig {
             breaker: BreakerConfig {
                 failure_threshold: self.policy_failure_threshold,
                 ..BreakerConfig::default()
             },
             rollback_window: Duration::from_millis(self.policy_rollback_window_ms),
-            ..SlotConfig::new("").with_limits(SandboxLimits {
-                memory_bytes,
-                call_deadline: Duration::from_millis(self.policy_deadline_ms),
-                ..SandboxLimits::default()
-            })
+            ..SlotConfig::new("").with_limits(limits)
         })
     }
 
