@@ -25,18 +25,21 @@ fn engine(pooling: bool, cache: &tempfile::TempDir) -> PolicyEngine {
 
 fn start(engine: &PolicyEngine, name: &str) -> PolicyHandle {
     let component = Arc::new(engine.load_file(&component_path(name)).unwrap());
-    // Benchmarks measure cost, not limits: a generous CPU bound keeps a descheduled thread on a
-    // busy machine from turning into a failed run.
+    PolicyHandle::start(engine, component, slot_config(&format!("bench/{name}"))).unwrap()
+}
+
+/// A slot without checkpoints whose limits measure cost, not limits: a generous CPU bound keeps a
+/// descheduled thread on a busy machine from turning into a failed run.
+fn slot_config(name: &str) -> SlotConfig {
     let limits = SandboxLimits {
         call_deadline: Duration::from_secs(1),
         call_fuel: u64::MAX / 2,
         ..SandboxLimits::default()
     };
-    let config = SlotConfig {
+    SlotConfig {
         checkpoint_every: None,
-        ..SlotConfig::new(format!("bench/{name}")).with_limits(limits)
-    };
-    PolicyHandle::start(engine, component, config).unwrap()
+        ..SlotConfig::new(name).with_limits(limits)
+    }
 }
 
 const AGENTS: u32 = 8;
@@ -168,13 +171,7 @@ fn lifecycle(c: &mut Criterion) {
         let engine = engine(pooling, &cache);
         let component = Arc::new(engine.load_file(&component_path(name)).unwrap());
         group.bench_function(BenchmarkId::new("start slot (instantiate + init + info)", label), |b| {
-            b.iter(|| {
-                let config = SlotConfig {
-                    checkpoint_every: None,
-                    ..SlotConfig::new("bench")
-                };
-                black_box(PolicyHandle::start(&engine, component.clone(), config).unwrap())
-            })
+            b.iter(|| black_box(PolicyHandle::start(&engine, component.clone(), slot_config("bench")).unwrap()))
         });
     }
     let engine = engine(true, &cache);

@@ -34,7 +34,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     println!("ok: {} {}", info.name, info.version);
     println!("  {}", info.description);
     println!(
-        "  file:     {} ({} bytes, sha256 {})",
+        "  file:     {} ({} bytes, blake3 {})",
         args.file.display(),
         component.size_bytes(),
         component.digest()

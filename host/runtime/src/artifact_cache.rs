@@ -1,7 +1,7 @@
 //! Compiled components on disk, so a restart does not recompile.
 //!
 //! Compiling is 13–50 ms for a Rust component and seconds for a Python or JS one; loading a
-//! compiled artifact is tens of microseconds (docs/background.md §9). The key is the SHA-256 of the
+//! compiled artifact is tens of microseconds (docs/background.md §9). The key is the BLAKE3 hash of the
 //! component's bytes plus the engine's compatibility hash (wasmtime version and every setting that
 //! changes generated code), so a wasmtime upgrade or a config change never loads a stale artifact.
 //!
@@ -51,7 +51,8 @@ impl ArtifactCache {
         let path = self.path_for(digest);
         // Read into memory rather than `deserialize_file`, which maps the file: a mapped artifact
         // truncated underneath a running host (by another process, or a disk-full rewrite) would
-        // kill the host with SIGBUS. The copy costs microseconds.
+        // kill the host with SIGBUS (`tests/policy_loading.rs` damages a live one). The copy is
+        // a third of a load's time on a 2-core machine (docs/performance.md): the price of that.
         // Bounded like a component file: the directory is the host's, but a stray file there must
         // not take the host's memory. A miss recompiles.
         let bytes = match read_component_file(&path, MAX_ARTIFACT_BYTES) {
