@@ -20,6 +20,7 @@
 
 mod c_policies;
 mod components;
+mod go_policies;
 mod js_policies;
 mod policy_sources;
 mod python_policies;
@@ -47,6 +48,7 @@ fn main() -> Result<()> {
             python_policies::test_all(&workspace)?;
             js_policies::test_all(&workspace)?;
             c_policies::test_all(&workspace)?;
+            go_policies::test_all(&workspace)?;
             vllm_adapter_tests(&workspace)
         }
         "demo" => {
