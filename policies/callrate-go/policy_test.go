@@ -130,7 +130,7 @@ func TestConfigurationIsCheckedByKey(t *testing.T) {
 func TestTheTableKeepsTheHottestAgents(t *testing.T) {
 	h := harness(t, [2]string{"max-agents", "2"})
 	h.Observe(calls(3, 3, 1, 2)...)
-	// 3 is hottest; 1 and 2 tie on rate below it, and the smaller handle goes first.
+	// 3 is hottest; 1 has decayed a little since its call, 2 has not: 1 goes.
 	p := h.Guest.Policy().(*CallRate)
 	if len(p.agents) != 2 || p.agents[0].agent != 2 || p.agents[1].agent != 3 {
 		t.Fatalf("%+v", p.agents)
