@@ -58,7 +58,10 @@ const C: &[Template] = &[
 const GO: &[Template] = &[
     ("go.mod", include_str!("../../../sdk/templates/go/go.mod")),
     ("policy.go", include_str!("../../../sdk/templates/go/policy.go")),
-    ("policy_test.go", include_str!("../../../sdk/templates/go/policy_test.go")),
+    (
+        "policy_test.go",
+        include_str!("../../../sdk/templates/go/policy_test.go"),
+    ),
 ];
 
 impl Lang {
