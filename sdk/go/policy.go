@@ -64,8 +64,8 @@ func Exported() *Guest {
 type Guest struct {
 	newPolicy func() Policy
 	policy    Policy
+	observer  Observer
 	blocks    BlockObserver
-	scores    []float32
 }
 
 // NewGuest drives policies made by newPolicy; it holds an unconfigured one until Init.
@@ -77,6 +77,7 @@ func NewGuest(newPolicy func() Policy) *Guest {
 
 func (g *Guest) adopt(p Policy) {
 	g.policy = p
+	g.observer, _ = p.(Observer)
 	g.blocks, _ = p.(BlockObserver)
 }
 
@@ -104,13 +105,21 @@ func (g *Guest) Init(pairs [][2]string) error {
 
 // Observe hands each event to the policy: block events to ObserveBlock, the others to Observe.
 func (g *Guest) Observe(events []Event) {
-	observer, _ := g.policy.(Observer)
 	for _, e := range events {
-		if b, ok := e.(*BlockEvent); ok {
-			g.ObserveBlock(*b)
-		} else if observer != nil {
-			observer.Observe(e)
-		}
+		g.ObserveEvent(e)
+	}
+}
+
+// Observes reports whether the policy takes events other than block events (Observer): the glue
+// skips converting them when it does not.
+func (g *Guest) Observes() bool { return g.observer != nil }
+
+// ObserveEvent hands one event to the policy, as Observe does.
+func (g *Guest) ObserveEvent(e Event) {
+	if b, ok := e.(*BlockEvent); ok {
+		g.ObserveBlock(*b)
+	} else if g.observer != nil {
+		g.observer.Observe(e)
 	}
 }
 

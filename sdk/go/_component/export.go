@@ -67,8 +67,11 @@ func Observe(events []types.Event) {
 				ParentHash: b.ParentHash, Position: b.Position})
 			continue
 		}
+		if !guest.Observes() {
+			continue
+		}
 		if event := convert(e); event != nil {
-			guest.Observe([]policy.Event{event})
+			guest.ObserveEvent(event)
 		}
 	}
 }
