@@ -60,8 +60,6 @@ impl Toolchain {
             .env("GOTOOLCHAIN", "local")
             .env("GOWORK", "off")
             .env("GOTELEMETRY", "off")
-            .env("GONOSUMDB", "*")
-            .env("GONOSUMCHECK", "1")
             .env("GOSUMDB", "off")
             .env_remove("GOOS")
             .env_remove("GOARCH");
