@@ -80,7 +80,10 @@ pub fn build_all(workspace: &Workspace, out_dir: &Path) -> Result<Vec<PathBuf>> 
         let name = name(dir);
         let out = out_dir.join(format!("{name}.wasm"));
         let inputs = source_files(&[dir, &root.join(SDK_DIR), &root.join("wit")])?;
-        if !is_current(&out, &inputs) {
+        // An unchanged component keeps its old time (encode_module does not rewrite it): the
+        // stamp says when it was last built.
+        let stamp = workspace.target.join("go-build").join(format!("{name}.built"));
+        if !(out.is_file() && is_current(&stamp, &inputs)) {
             let (tools, bindings) = match &ready {
                 Some(ready) => ready,
                 None => match toolchains::optional("Go", Toolchain::get())? {
@@ -109,6 +112,7 @@ pub fn build_all(workspace: &Workspace, out_dir: &Path) -> Result<Vec<PathBuf>> 
             encode_module(&wasm, &[("wasi_snapshot_preview1", &wasi_stub())], &out).with_context(|| {
                 format!("{name}: a Go policy may import only agentrt:policy/host; see docs/zero-wasi.md (Go)")
             })?;
+            std::fs::write(&stamp, "")?;
         }
         clear_skipped(out_dir, &name);
         built.push(out);
