@@ -1,5 +1,5 @@
 //! One policy in every supported language: `callrate` (policies/callrate/SPEC.md) written in Rust,
-//! Python, JavaScript and C with each language's SDK, fed one trace through the real host,
+//! Python, JavaScript, C and Go with each language's SDK, fed one trace through the real host,
 //! must give the same scores (to the bit), rankings, side effects and snapshot bytes — and a
 //! snapshot written by one language must continue in another.
 //!
@@ -16,9 +16,8 @@ use agentrt_runtime::{PolicyComponent, PolicyEngine, PolicyHandle, SandboxLimits
 use agentrt_sdk::packed;
 use agentrt_tests::{component_path, engine, register, Rng};
 
-/// The reference first, then the others, by component name. (Go has no SDK yet:
-/// docs/zero-wasi.md.)
-const LANGUAGES: [&str; 4] = ["callrate", "callrate-py", "callrate-js", "callrate-c"];
+/// The reference first, then the others, by component name.
+const LANGUAGES: [&str; 5] = ["callrate", "callrate-py", "callrate-js", "callrate-c", "callrate-go"];
 /// Small enough that the table overflows (8 agents) and decay matters within the trace.
 const CONFIG: [(&str, &str); 3] = [("half-life", "16"), ("recency", "64"), ("max-agents", "5")];
 const AGENTS: u32 = 8;

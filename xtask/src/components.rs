@@ -1,5 +1,6 @@
 //! Build policy crates for `wasm32-unknown-unknown` and encode each core module as a component;
-//! then the policies in other languages: [`crate::python_policies`], [`crate::js_policies`], [`crate::c_policies`].
+//! then the policies in other languages: [`crate::python_policies`], [`crate::js_policies`], [`crate::c_policies`],
+//! [`crate::go_policies`].
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -57,6 +58,7 @@ pub fn build_all(workspace: &Workspace) -> Result<Vec<PathBuf>> {
     built.extend(crate::python_policies::build_all(root, &out_dir)?);
     built.extend(crate::js_policies::build_all(root, &out_dir)?);
     built.extend(crate::c_policies::build_all(workspace, &out_dir)?);
+    built.extend(crate::go_policies::build_all(workspace, &out_dir)?);
     let names: Vec<String> = built
         .iter()
         .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
@@ -75,12 +77,18 @@ pub fn build_all(workspace: &Workspace) -> Result<Vec<PathBuf>> {
 /// rebuilt whenever one's modification time changes.
 pub fn encode_component(core: &Path, out: &Path) -> Result<()> {
     let module = std::fs::read(core).with_context(|| format!("reading {}", core.display()))?;
-    let component = ComponentEncoder::default()
-        .validate(true)
-        .module(&module)
-        .with_context(|| format!("{}: not a policy module", core.display()))?
-        .encode()
-        .with_context(|| format!("encoding {} as a component", core.display()))?;
+    encode_module(&module, &[], out).with_context(|| format!("{}: not a policy module", core.display()))
+}
+
+/// [`encode_component`] for a module in memory, with `adapters` (name, core module) satisfying
+/// imports of that module name (the Go policies' WASI stub).
+pub fn encode_module(module: &[u8], adapters: &[(&str, &[u8])], out: &Path) -> Result<()> {
+    let mut encoder = ComponentEncoder::default();
+    encoder.validate(true).module(module)?;
+    for (name, adapter) in adapters {
+        encoder.adapter(name, adapter)?;
+    }
+    let component = encoder.encode().context("encoding a component")?;
     if std::fs::read(out).is_ok_and(|existing| existing == component) {
         return Ok(());
     }

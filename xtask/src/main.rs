@@ -2,7 +2,9 @@
 //!
 //! - `build-policies` — build every policy component (policies/*, tests/guests/*) into
 //!   `<target>/components/<name>.wasm`: Rust crates as below, Python ones (`policies/*/app.py`) with
-//!   componentize-py, which it installs from PyPI on first use (needs `python3`).
+//!   componentize-py, which it installs from PyPI on first use (needs `python3`), then JavaScript,
+//!   C and Go ones (their modules). `--root DIR` builds another tree laid out like this one into
+//!   `DIR/target`.
 //! - `test` — build the components, run every test in the workspace, the Python policies' and
 //!   the Python SDK's native tests (pytest), then the vLLM adapter's Python tests (pytest in `.venv-vllm`, made by `adapters/vllm/setup-venv.sh`; skipped, saying
 //!   so, without it).
@@ -20,6 +22,7 @@
 
 mod c_policies;
 mod components;
+mod go_policies;
 mod js_policies;
 mod policy_sources;
 mod python_policies;
@@ -32,7 +35,8 @@ use anyhow::{bail, Context, Result};
 
 use crate::workspace::Workspace;
 
-const USAGE: &str = "usage: cargo xtask <build-policies | test | demo | bench> [extra args for the underlying command]";
+const USAGE: &str =
+    "usage: cargo xtask <build-policies [--root DIR] | test | demo | bench> [extra args for the underlying command]";
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
@@ -40,13 +44,25 @@ fn main() -> Result<()> {
     let rest: Vec<String> = args.collect();
     let workspace = Workspace::from_environment();
     match command.as_str() {
-        "build-policies" => components::build_all(&workspace).map(|_| ()),
+        "build-policies" => match rest.as_slice() {
+            [] => components::build_all(&workspace).map(|_| ()),
+            // Another tree laid out like this one (wit/, sdk/, policies/, a Cargo.toml naming its
+            // Rust policies), built into its own target folder: host/cli/tests/policy_new.rs builds
+            // `agentrt policy new` skeletons this way.
+            [flag, root] if flag == "--root" => {
+                let root = std::path::PathBuf::from(root);
+                let target = root.join("target");
+                components::build_all(&Workspace::new(root, Some(target.as_os_str()))).map(|_| ())
+            }
+            _ => bail!("{USAGE}"),
+        },
         "test" => {
             components::build_all(&workspace)?;
             run(workspace.command(cargo()).args(["test", "--workspace"]).args(&rest))?;
             python_policies::test_all(&workspace)?;
             js_policies::test_all(&workspace)?;
             c_policies::test_all(&workspace)?;
+            go_policies::test_all(&workspace)?;
             vllm_adapter_tests(&workspace)
         }
         "demo" => {

@@ -5,7 +5,7 @@
 //! Every install goes through [`install_once`]: a marker written last, naming exactly what was
 //! installed, tells a finished install from an interrupted or older one, which is started over.
 //! The two ways a tool arrives — a Python venv ([`pip_venv`]) and an npm prefix ([`npm_prefix`]) —
-//! are the only ones xtask uses (the C bindings generator is a library built into xtask).
+//! are the only ones xtask uses (the C and Go bindings generators are libraries built into xtask).
 //!
 //! The languages beside Rust and Python are optional on a developer's machine: when one's
 //! toolchain cannot be installed, [`optional`] says so and its components are skipped (a

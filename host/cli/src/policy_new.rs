@@ -1,4 +1,4 @@
-//! `agentrt policy new NAME --lang rust|python|js|c`: a working skeleton in `./NAME`, from the
+//! `agentrt policy new NAME --lang rust|python|js|c|go`: a working skeleton in `./NAME`, from the
 //! templates in `sdk/templates/<lang>/` (embedded in the binary). Run it in an agentrt checkout's
 //! `policies/` folder: `cargo xtask build-policies` then builds the skeleton like every policy
 //! there (the templates import their SDK from `../../sdk`), and it passes `agentrt policy check`.
@@ -31,8 +31,9 @@ pub enum Lang {
     Go,
 }
 
-/// A template file: its path in the skeleton and its text, with `__NAME__` (the policy's name)
-/// and `__TYPE__` (the name in CamelCase) to fill in.
+/// A template file: its path in the skeleton and its text, with `__NAME__` (the policy's name),
+/// `__TYPE__` (the name in CamelCase) and `__PACKAGE__` (the name without `-`: a Go package) to
+/// fill in.
 type Template = (&'static str, &'static str);
 
 const RUST: &[Template] = &[
@@ -54,18 +55,24 @@ const C: &[Template] = &[
     ("policy.c", include_str!("../../../sdk/templates/c/policy.c")),
     ("test_policy.c", include_str!("../../../sdk/templates/c/test_policy.c")),
 ];
+const GO: &[Template] = &[
+    ("go.mod", include_str!("../../../sdk/templates/go/go.mod")),
+    ("policy.go", include_str!("../../../sdk/templates/go/policy.go")),
+    (
+        "policy_test.go",
+        include_str!("../../../sdk/templates/go/policy_test.go"),
+    ),
+];
 
 impl Lang {
-    fn templates(self) -> Result<&'static [Template]> {
-        Ok(match self {
+    fn templates(self) -> &'static [Template] {
+        match self {
             Lang::Rust => RUST,
             Lang::Python => PYTHON,
             Lang::Js => JS,
             Lang::C => C,
-            Lang::Go => bail!(
-                "--lang go: there is no Go SDK yet (docs/zero-wasi.md says what it needs); rust, python, js and c have one"
-            ),
-        })
+            Lang::Go => GO,
+        }
     }
 
     /// What to do next, printed after the files are written.
@@ -98,7 +105,7 @@ pub fn run(args: NewArgs) -> Result<()> {
 /// Write the skeleton of `name` in `lang` into `parent/name`; returns the files written.
 pub fn create(parent: &Path, name: &str, lang: Lang) -> Result<Vec<PathBuf>> {
     check_name(name)?;
-    let templates = lang.templates()?;
+    let templates = lang.templates();
     let folder = parent.join(name);
     if folder.exists() {
         bail!("{} already exists; choose another name or remove it", folder.display());
@@ -109,7 +116,10 @@ pub fn create(parent: &Path, name: &str, lang: Lang) -> Result<Vec<PathBuf>> {
         let path = folder.join(path);
         std::fs::create_dir_all(path.parent().expect("a template path has a folder"))
             .with_context(|| format!("creating {}", folder.display()))?;
-        let text = text.replace("__NAME__", name).replace("__TYPE__", &type_name);
+        let text = text
+            .replace("__NAME__", name)
+            .replace("__TYPE__", &type_name)
+            .replace("__PACKAGE__", &name.replace('-', ""));
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
         written.push(path);
     }
@@ -172,6 +182,7 @@ mod tests {
             (Lang::Python, "app.py"),
             (Lang::Js, "policy.js"),
             (Lang::C, "policy.c"),
+            (Lang::Go, "policy.go"),
         ] {
             let name = format!("my-{lang:?}").to_lowercase();
             let written = create(&dir, &name, lang).unwrap();
@@ -185,7 +196,7 @@ mod tests {
             for file in written {
                 let text = std::fs::read_to_string(&file).unwrap();
                 assert!(
-                    !text.contains("__NAME__") && !text.contains("__TYPE__"),
+                    !text.contains("__NAME__") && !text.contains("__TYPE__") && !text.contains("__PACKAGE__"),
                     "{}",
                     file.display()
                 );
@@ -195,7 +206,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_names_an_existing_folder_and_go_are_refused_by_what_is_wrong() {
+    fn bad_names_and_an_existing_folder_are_refused_by_what_is_wrong() {
         let dir = scratch("refusals");
         for bad in ["", "My", "9lives", "a_b", "a--b", "a-", "a/b"] {
             let err = create(&dir, bad, Lang::Rust).unwrap_err().to_string();
@@ -204,9 +215,6 @@ mod tests {
         create(&dir, "taken", Lang::C).unwrap();
         let err = create(&dir, "taken", Lang::C).unwrap_err().to_string();
         assert!(err.contains("already exists"), "{err}");
-        let err = create(&dir, "gopher", Lang::Go).unwrap_err().to_string();
-        assert!(err.contains("no Go SDK"), "{err}");
-        assert!(!dir.join("gopher").exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
