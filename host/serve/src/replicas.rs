@@ -738,15 +738,22 @@ mod tests {
 
     #[test]
     fn each_eviction_socket_names_one_replica_once() {
-        let replicas = Replicas::new(vec![Replica::parse("a=http://x").unwrap(), Replica::parse("b=http://y").unwrap()])
-            .unwrap();
+        let replicas = Replicas::new(vec![
+            Replica::parse("a=http://x").unwrap(),
+            Replica::parse("b=http://y").unwrap(),
+        ])
+        .unwrap();
         let flags = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let ok = flags(&["a=/tmp/a.sock", "b=/tmp/b.sock"]);
         let sockets = eviction_sockets(&replicas, &ok).unwrap();
         assert_eq!(sockets["b"], std::path::PathBuf::from("/tmp/b.sock"));
-        let unknown = eviction_sockets(&replicas, &flags(&["c=/tmp/c.sock"])).unwrap_err().to_string();
+        let unknown = eviction_sockets(&replicas, &flags(&["c=/tmp/c.sock"]))
+            .unwrap_err()
+            .to_string();
         assert!(unknown.contains("no --replica is named \"c\""), "{unknown}");
-        let twice = eviction_sockets(&replicas, &flags(&["a=/1", "a=/2"])).unwrap_err().to_string();
+        let twice = eviction_sockets(&replicas, &flags(&["a=/1", "a=/2"]))
+            .unwrap_err()
+            .to_string();
         assert!(twice.contains("two sockets"), "{twice}");
         assert!(eviction_sockets(&replicas, &flags(&["a"])).is_err());
     }
