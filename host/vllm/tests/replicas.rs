@@ -11,9 +11,13 @@ use std::sync::{Arc, Mutex};
 use agentrt_runtime::{PolicyHandle, Share};
 use agentrt_sdk::{BlockEvent, BlockOp};
 use agentrt_tests::{engine, start};
+use agentrt_vllm::kv_events::{decode_batch, pack_event};
 use agentrt_vllm::replica_view::{fold, replica_salt};
 use agentrt_vllm::wire::Request;
-use agentrt_vllm::{AnchorEvents, EngineRanker, EvictionService, ReplicaView, SharedCache, TenantDirectory};
+use agentrt_vllm::{
+    AnchorEvents, EngineRanker, EvictionService, Forward, KvEventSubscriber, KvEventsConfig, ReplicaView, SharedCache,
+    SocketMode, TenantDirectory,
+};
 use common::{item, Plugin};
 
 const A: u64 = 0x1a;
@@ -236,4 +240,73 @@ async fn shares_divide_each_replicas_cache_on_its_own() {
         [("alpha".to_string(), 8), ("beta".to_string(), 2)],
         "/metrics sums the replicas"
     );
+}
+
+/// Publish `payload` as batch 0 on `publisher` until `sub` has it (ZMQ's slow-joiner window drops
+/// what is sent before the subscription is up; a repeat of the last batch is a duplicate).
+async fn publish_until_received(publisher: &mut zeromq::PubSocket, sub: &KvEventSubscriber, payload: &[u8]) {
+    use zeromq::{SocketSend, ZmqMessage};
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while sub.counts().batches == 0 {
+        let frames = vec![
+            bytes::Bytes::from_static(b"kv"),
+            bytes::Bytes::copy_from_slice(&0u64.to_be_bytes()),
+            bytes::Bytes::copy_from_slice(payload),
+        ];
+        publisher.send(ZmqMessage::try_from(frames).unwrap()).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(std::time::Instant::now() < deadline, "the subscriber never connected");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_kv_events_reach_one_policy_as_each_replicas_own_blocks() {
+    use zeromq::Socket;
+    let (engine, _cache) = engine();
+    let policy = Arc::new(start(&engine, "probe", &[]));
+    // The same batch, captured from a real vLLM, published by both replicas.
+    let payload = &common::captured_batches()[0];
+    let mut packed = Vec::new();
+    for event in decode_batch(payload).unwrap().events {
+        pack_event(&event, Forward::default(), &mut packed);
+    }
+    let events: Vec<BlockEvent> = agentrt_sdk::packed::decode(&packed).collect();
+    assert!(!events.is_empty() && events.iter().all(|e| e.op != BlockOp::AllCleared));
+
+    let mut views = Vec::new();
+    for (name, id) in [("a", A), ("b", B)] {
+        let view = Arc::new(ReplicaView::new(name, id, policy.clone()));
+        let mut publisher = zeromq::PubSocket::new();
+        let endpoint = publisher.bind("tcp://127.0.0.1:0").await.unwrap().to_string();
+        let config = KvEventsConfig {
+            endpoint,
+            mode: SocketMode::Connect,
+            replay_endpoint: None,
+            topic: "kv".into(),
+            replay_timeout: std::time::Duration::from_secs(1),
+            forward: Forward::default(),
+        };
+        let sub = KvEventSubscriber::spawn(config, view.clone()).await.unwrap();
+        publish_until_received(&mut publisher, &sub, payload).await;
+        views.push((view, sub, publisher));
+    }
+    // The subscriber counts a batch just before it feeds the policy: wait for the policy.
+    let stored = events.iter().filter(|e| e.op == BlockOp::Stored).count() as u64;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let seen = loop {
+        let seen = common::probe_seen(&policy.snapshot().unwrap());
+        if seen.blocks[0] >= 2 * stored || std::time::Instant::now() > deadline {
+            break seen;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(seen.blocks[0], 2 * stored, "each replica's stores, apart");
+    let folded_sum = |replica: u64| {
+        events.iter().fold(0u64, |sum, e| {
+            sum.wrapping_add(fold(e.block_hash, replica_salt(replica)))
+        })
+    };
+    assert_eq!(seen.block_hash_sum, folded_sum(A).wrapping_add(folded_sum(B)));
+    assert_eq!(views[0].0.resident_blocks(), views[1].0.resident_blocks());
+    assert!(views[0].0.resident_blocks() > 0);
 }
