@@ -81,6 +81,8 @@ pub struct ReplicaRouting {
     bookings: AtomicU64,
     booking_prefix: String,
     counts: Counts,
+    /// Each replica's eviction service counters, once started ([`ReplicaRouting::start_engines`]).
+    engine_metrics: Mutex<Vec<(String, Arc<agentrt_vllm::EvictionMetrics>)>>,
 }
 
 impl ReplicaRouting {
@@ -137,6 +139,7 @@ impl ReplicaRouting {
             bookings: AtomicU64::new(0),
             booking_prefix: format!("agentrt-{}-{:x}", std::process::id(), crate_start_nanos()),
             counts: Counts::default(),
+            engine_metrics: Mutex::default(),
         })))
     }
 
@@ -248,6 +251,10 @@ impl ReplicaRouting {
                     )
                 })?;
                 tracing::info!(replica = %replica.name, socket = %path.display(), "eviction service listening");
+                self.engine_metrics
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((replica.name.clone(), service.metrics()));
                 engines.services.push(service);
             }
             let Some(endpoint) = &replica.kv_events else {
@@ -478,6 +485,41 @@ impl ReplicaRouting {
                 replica.name,
                 self.in_flight[&replica.id].load(Relaxed)
             );
+        }
+        let engines = self.engine_metrics.lock().unwrap_or_else(|p| p.into_inner());
+        if engines.is_empty() {
+            return;
+        }
+        let counts: Vec<(&str, agentrt_vllm::EvictionCounts)> =
+            engines.iter().map(|(name, m)| (name.as_str(), m.counts())).collect();
+        type Pick = fn(&agentrt_vllm::EvictionCounts) -> u64;
+        let series: [(&str, &str, Pick); 4] = [
+            (
+                "agentrt_replica_plugin_connections_total",
+                "Plugin connections each replica's eviction socket accepted.",
+                |c| c.connections,
+            ),
+            (
+                "agentrt_replica_block_events_total",
+                "Block events each replica's plugin reported.",
+                |c| c.block_events,
+            ),
+            (
+                "agentrt_replica_rank_requests_total",
+                "Eviction rankings each replica's plugin asked for.",
+                |c| c.rank_requests,
+            ),
+            (
+                "agentrt_replica_rank_fallbacks_total",
+                "Rankings answered in LRU order because the policy failed, per replica.",
+                |c| c.policy_fallbacks,
+            ),
+        ];
+        for (name, help, pick) in series {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (replica, c) in &counts {
+                let _ = writeln!(out, "{name}{{replica=\"{replica}\"}} {}", pick(c));
+            }
         }
     }
 }

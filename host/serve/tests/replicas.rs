@@ -328,7 +328,20 @@ async fn an_anchor_evicted_from_a_replica_is_no_longer_hinted_there() {
     // Computed again on the first replica (a call of the agent stored it): hinted there again.
     plugins[first].block(BlockOp::Stored, agent, 0xabc).await;
     planner_call(&p, &stubs, "s3").await;
-    assert_eq!(hinted(&metrics_text(&p).await), 1.0);
+    let text = metrics_text(&p).await;
+    assert_eq!(hinted(&text), 1.0);
+    // Each replica's socket counts its own plugin's traffic.
+    let name = ["a", "b"][first];
+    assert_eq!(
+        metric(
+            &text,
+            &format!("agentrt_replica_plugin_connections_total{{replica=\"{name}\"}}")
+        ),
+        1.0
+    );
+    let blocks = |n: &str| metric(&text, &format!("agentrt_replica_block_events_total{{replica=\"{n}\"}}"));
+    let expected_first = if first == second { 5.0 } else { 3.0 };
+    assert_eq!(blocks(name), expected_first, "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
