@@ -631,6 +631,7 @@ async fn forward(
         _ => None,
     };
     let body = Bytes::from(body);
+    state.metrics.observe_overhead(received.elapsed());
     let mut sent = send_to(&state, lease.as_ref(), path, &body).await;
     // A replica that refused the connection got nothing: the request is placed once more.
     if let (Err((_, true)), Some(replicas), Some(input)) = (&sent, &state.replicas, route.as_mut()) {
@@ -639,7 +640,6 @@ async fn forward(
             sent = send_to(&state, lease.as_ref(), path, &body).await;
         }
     }
-    state.metrics.observe_overhead(received.elapsed());
     let reply = match sent.map_err(|(e, _)| e) {
         Ok(response) => {
             guard.lease = lease.map(|mut lease| {
