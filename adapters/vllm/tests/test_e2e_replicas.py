@@ -130,16 +130,15 @@ def test_an_agents_next_call_lands_on_the_replica_holding_its_anchor(agentrt_bin
             anchor = anchor_tokens(replicas["a"].base, agent)
             assert cached[agent] >= (anchor // BLOCK) * BLOCK, (agent, cached[agent], anchor)
 
-        # Each replica's plugin reached its own socket (it retries once a second until agentrt binds),
-        # and the replicas that served calls reported their blocks there.
+        # The plugin of each replica that served calls reached its own socket (a plugin connects
+        # when it first has something to report, retrying once a second) and reported its blocks.
         text = serve.metrics_text()
         per_replica = {(line.split("{", 1)[0], line.split('"')[1]): float(line.rsplit(" ", 1)[1])
                        for line in text.splitlines() if line.startswith("agentrt_replica_") and "{replica=" in line}
         served = {name for placed in where.values() for name in placed}
         print("per-replica plugin counters:", {k: v for k, v in per_replica.items() if "plugin" in k[0] or "block" in k[0]})
-        for name in replicas:
-            assert per_replica[("agentrt_replica_plugin_connections_total", name)] >= 1, text
         for name in served:
+            assert per_replica[("agentrt_replica_plugin_connections_total", name)] >= 1, text
             assert per_replica[("agentrt_replica_block_events_total", name)] > 0, text
         metrics = serve.metrics()
         assert metrics["agentrt_router_routed_total"] >= 7, metrics
