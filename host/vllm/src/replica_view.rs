@@ -12,7 +12,8 @@
 //!
 //! Two events need more than a fold. A cleared cache (`all-cleared`) on one replica is told as
 //! the removal of each block this view knows the replica holds — an `all-cleared` would clear
-//! every replica in the policy's view. And the blocks that start a prompt (position 0, no parent)
+//! every replica in the policy's view (under shares, those removals count as the tenants'
+//! evictions on `/metrics`). And the blocks that start a prompt (position 0, no parent)
 //! tell where agents' anchors are: when an agent stores or hits one on this replica, or when one
 //! such block is removed, [`AnchorEvents`] hears it (the proxy's hints follow real evictions).
 
