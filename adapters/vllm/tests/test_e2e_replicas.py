@@ -1,6 +1,7 @@
 """Two real vLLM CPU replicas behind `agentrt serve --replica … --router …` and NVIDIA Dynamo's
 real selection service (docs/replicas.md): an agent's later call lands on the replica holding its
-anchor, and hits it.
+anchor, and hits it. Each replica runs the agentrt plugin on an eviction socket of its own
+(`--replica-eviction-socket`), into one policy view.
 
 Skips, saying why, without the vLLM venv, the selection service's venv
 (`adapters/dynamo/setup-venv.sh`), or with AGENTRT_SKIP_VLLM_SERVE=1. About 3-4 minutes here:
@@ -90,6 +91,7 @@ def test_an_agents_next_call_lands_on_the_replica_holding_its_anchor(agentrt_bin
         for i, name in enumerate(("a", "b")):
             replicas[name] = VllmServer(
                 tiny_model, tmp_path / f"vllm-{name}.log", blocks=80, kv_endpoint=f"ipc://{tmp_path}/kv-{name}",
+                eviction_socket=tmp_path / f"evict-{name}.sock",
                 extra_args=("--enable-prompt-tokens-details",),
                 env_extra={"VLLM_CPU_OMP_THREADS_BIND": str(i)})
         for r in replicas.values():
@@ -97,7 +99,8 @@ def test_an_agents_next_call_lands_on_the_replica_holding_its_anchor(agentrt_bin
         args = ["--router", selection_service, "--router-model", "tiny", "--router-block-size", str(BLOCK),
                 "--router-deadline-ms", "5000"]
         for name, r in replicas.items():
-            args += ["--replica", f"{name}={r.base}", "--replica-kv-events", f"{name}=ipc://{tmp_path}/kv-{name}"]
+            args += ["--replica", f"{name}={r.base}", "--replica-kv-events", f"{name}=ipc://{tmp_path}/kv-{name}",
+                     "--replica-eviction-socket", f"{name}={tmp_path}/evict-{name}.sock"]
         serve = AgentrtServe(agentrt_binary, replicas["a"].base, tmp_path / "agentrt-serve.log",
                              policy=component("lru"), extra_args=tuple(args))
         deadline = time.monotonic() + 60
@@ -127,6 +130,16 @@ def test_an_agents_next_call_lands_on_the_replica_holding_its_anchor(agentrt_bin
             anchor = anchor_tokens(replicas["a"].base, agent)
             assert cached[agent] >= (anchor // BLOCK) * BLOCK, (agent, cached[agent], anchor)
 
+        # The plugin of each replica that served calls reached its own socket (a plugin connects
+        # when it first has something to report, retrying once a second) and reported its blocks.
+        text = serve.metrics_text()
+        per_replica = {(line.split("{", 1)[0], line.split('"')[1]): float(line.rsplit(" ", 1)[1])
+                       for line in text.splitlines() if line.startswith("agentrt_replica_") and "{replica=" in line}
+        served = {name for placed in where.values() for name in placed}
+        print("per-replica plugin counters:", {k: v for k, v in per_replica.items() if "plugin" in k[0] or "block" in k[0]})
+        for name in served:
+            assert per_replica[("agentrt_replica_plugin_connections_total", name)] >= 1, text
+            assert per_replica[("agentrt_replica_block_events_total", name)] > 0, text
         metrics = serve.metrics()
         assert metrics["agentrt_router_routed_total"] >= 7, metrics
         assert metrics.get("agentrt_router_fallback_total", 0) == 0, serve.log()

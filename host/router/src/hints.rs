@@ -58,6 +58,20 @@ impl Placement {
         holders.truncate(MAX_HOLDERS);
     }
 
+    /// `agent`'s anchor is cached on `replica` (its engine stored or hit the block that starts
+    /// the agent's prompt): a replica not yet among its holders joins them, as received at `at`;
+    /// one already there keeps its place (a placement — a warm-up's, say — is newer news than
+    /// the engine's report of an earlier call).
+    pub fn cached(&mut self, agent: u32, replica: ReplicaId, at: Instant) {
+        let known = self
+            .agents
+            .get(&agent)
+            .is_some_and(|holders| holders.iter().any(|(r, _)| *r == replica));
+        if !known {
+            self.placed(agent, replica, at);
+        }
+    }
+
     /// `agent`'s anchor left `replica` (its blocks were evicted there, or the replica died).
     pub fn removed(&mut self, agent: u32, replica: ReplicaId) {
         if let Some(holders) = self.agents.get_mut(&agent) {
@@ -221,6 +235,27 @@ mod tests {
         );
         placement.session_ended(42);
         assert_eq!(rule.hints(&placement, 7, Some(42), &loads(0, 0), now).affinity, Some(A));
+    }
+
+    #[test]
+    fn an_evicted_anchor_is_no_longer_hinted_and_a_cached_one_is_again() {
+        let rule = HintRule::default();
+        let mut placement = Placement::default();
+        let now = Instant::now();
+        placement.placed(7, A, now);
+        placement.removed(7, A);
+        assert_eq!(
+            rule.hints(&placement, 7, None, &loads(0, 0), now).affinity,
+            None,
+            "well within the TTL, but evicted"
+        );
+        placement.cached(7, A, now);
+        assert_eq!(rule.hints(&placement, 7, None, &loads(0, 0), now).affinity, Some(A));
+        // A warm-up placed the anchor on B after the call on A: the engine's later report of the
+        // call's blocks on A does not move A ahead of B.
+        placement.placed(7, B, now + Duration::from_secs(1));
+        placement.cached(7, A, now + Duration::from_secs(2));
+        assert_eq!(rule.hints(&placement, 7, None, &loads(0, 0), now).affinity, Some(B));
     }
 
     #[test]

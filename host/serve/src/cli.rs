@@ -463,10 +463,15 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
     state.reloader = reloader;
     state.replicas = crate::replicas::ReplicaRouting::from_args(&args.replicas)?;
 
+    let replica_sockets = !args.replicas.eviction_sockets.is_empty();
     anyhow::ensure!(
-        shares.is_empty() || args.eviction_socket.is_some(),
-        "cache shares (--share, or share = … in --config) need --eviction-socket: shares act when vLLM's \
-         plugin asks which blocks to evict"
+        shares.is_empty() || args.eviction_socket.is_some() || replica_sockets,
+        "cache shares (--share, or share = … in --config) need --eviction-socket (or \
+         --replica-eviction-socket): shares act when vLLM's plugin asks which blocks to evict"
+    );
+    anyhow::ensure!(
+        !(args.eviction_socket.is_some() && replica_sockets),
+        "--eviction-socket serves one engine; with --replica-eviction-socket give each replica's plugin its own"
     );
     // The engine adapter feeds the engine tenant's policy: one vLLM, one eviction order — unless
     // shares divide the cache, and each tenant's policy ranks its own blocks.
@@ -474,29 +479,40 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         .tenants
         .get_or_start(DEFAULT_TENANT)
         .map_err(|e| anyhow::anyhow!(e.message))?;
+    let engine_options = agentrt_vllm::EvictionOptions {
+        agents: engine_tenant.agents.clone(),
+        ..agentrt_vllm::EvictionOptions::default()
+    };
+    let ranker: Arc<dyn agentrt_vllm::EngineRanker> = if shares.is_empty() {
+        engine_tenant.policy.clone()
+    } else {
+        let cache = Arc::new(agentrt_vllm::SharedCache::new(
+            Arc::new(state.tenants.engine_tenants()),
+            DEFAULT_TENANT,
+            shares,
+        ));
+        state.engine_cache = Some(cache.clone());
+        cache
+    };
+    if args.eviction_socket.is_some() || replica_sockets {
+        state.engine_pins = Some(engine_options.pins.clone());
+    }
     let _eviction = match &args.eviction_socket {
         Some(path) => {
             let options = agentrt_vllm::EvictionOptions {
-                agents: engine_tenant.agents.clone(),
-                ..agentrt_vllm::EvictionOptions::default()
+                agents: engine_options.agents.clone(),
+                pins: engine_options.pins.clone(),
             };
-            let ranker: Arc<dyn agentrt_vllm::EngineRanker> = if shares.is_empty() {
-                engine_tenant.policy.clone()
-            } else {
-                let cache = Arc::new(agentrt_vllm::SharedCache::new(
-                    Arc::new(state.tenants.engine_tenants()),
-                    DEFAULT_TENANT,
-                    shares,
-                ));
-                state.engine_cache = Some(cache.clone());
-                cache
-            };
-            let service = agentrt_vllm::EvictionService::bind_with(path, ranker, options)
+            let service = agentrt_vllm::EvictionService::bind_with(path, ranker.clone(), options)
                 .with_context(|| format!("binding the eviction socket {}", path.display()))?;
-            state.engine_pins = Some(service.pins());
             tracing::info!(socket = %path.display(), "eviction service listening");
             Some(service)
         }
+        None => None,
+    };
+    // Several replicas: each one's plugin socket and KV events, into one policy view.
+    let _replica_engines = match &state.replicas {
+        Some(replicas) => Some(replicas.start_engines(&args.replicas, ranker.clone(), &engine_options)?),
         None => None,
     };
     let _kv_events = match &args.kv_events {

@@ -172,6 +172,13 @@ impl AppState {
     /// Queue events for a tenant's policy. Never waits: the tenant's worker makes the call, and
     /// drops (and counts) what its full queue cannot hold.
     pub fn tell_policy(&self, tenant: &Tenant, events: Vec<Event>) {
+        if let Some(replicas) = &self.replicas {
+            // An ended session's replica is no longer a hint (idle ends, and table overflow).
+            replicas.sessions_ended(events.iter().filter_map(|e| match e {
+                Event::SessionEnd(session) => Some(*session),
+                _ => None,
+            }));
+        }
         tenant.observe(events);
     }
 }
@@ -618,15 +625,22 @@ async fn forward(
     // The policy's next move does not wait for the upstream.
     state.warmups.kick(state.clone(), tenant.clone());
 
-    let lease = match (&state.replicas, route) {
+    let mut route = route;
+    let mut lease = match (&state.replicas, route.as_mut()) {
         (Some(replicas), Some(input)) => Some(replicas.place(&state, agent, input).await),
         _ => None,
     };
-    let base = lease.as_ref().map_or(state.options.upstream.as_str(), |l| l.url());
-    let request = state.upstream_request_to(base, path).body(body);
-    let sent = upstream::send(request, base, &state.options.limits);
+    let body = Bytes::from(body);
     state.metrics.observe_overhead(received.elapsed());
-    let reply = match sent.await {
+    let mut sent = send_to(&state, lease.as_ref(), path, &body).await;
+    // A replica that refused the connection got nothing: the request is placed once more.
+    if let (Err((_, true)), Some(replicas), Some(input)) = (&sent, &state.replicas, route.as_mut()) {
+        if let Some(refused) = lease.take_if(|_| replicas.replicas().len() > 1) {
+            lease = Some(replicas.retry(&state, agent, input, refused).await);
+            sent = send_to(&state, lease.as_ref(), path, &body).await;
+        }
+    }
+    let reply = match sent.map_err(|(e, _)| e) {
         Ok(response) => {
             guard.lease = lease.map(|mut lease| {
                 lease.prefill_complete();
@@ -676,6 +690,19 @@ async fn forward(
         response.headers_mut().insert(header::CONTENT_TYPE, ct);
     }
     response
+}
+
+/// Send the request's `body` to its replica (`lease`), else the upstream; on failure, whether the
+/// connection was refused (nothing sent).
+async fn send_to(
+    state: &AppState,
+    lease: Option<&crate::replicas::Lease>,
+    path: &str,
+    body: &Bytes,
+) -> Result<reqwest::Response, (ApiError, bool)> {
+    let base = lease.map_or(state.options.upstream.as_str(), |l| l.url());
+    let request = state.upstream_request_to(base, path).body(body.clone());
+    upstream::send_checked(request, base, &state.options.limits).await
 }
 
 /// Pass an SSE stream through chunk by chunk, noticing the usage chunk (when the client asked for

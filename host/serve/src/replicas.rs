@@ -17,6 +17,7 @@ use agentrt_router::{
     Decider, FallbackRouter, HintRule, Placement, Replica, ReplicaId, Replicas, Route, RouteRequest, Router,
     SelectionClient, SessionSticky,
 };
+use anyhow::Context;
 use serde_json::{json, Value};
 
 use crate::proxy::AppState;
@@ -31,8 +32,15 @@ pub struct ReplicaArgs {
     pub replicas: Vec<String>,
     /// `NAME=ENDPOINT` (repeatable): where replica NAME publishes KV events (vLLM's
     /// `--kv-events-config` endpoint); the router subscribes to it to see the replica's cache.
+    /// agentrt subscribes to it too and feeds the replica's block events to the policy (when the
+    /// publisher binds it: an `ipc://` or wildcard `tcp://*:` endpoint).
     #[arg(id = "replica_kv_events", long = "replica-kv-events", value_name = "NAME=ENDPOINT")]
     pub kv_events: Vec<String>,
+    /// `NAME=PATH` (repeatable): the Unix socket replica NAME's vLLM plugin connects to
+    /// (`AGENTRT_EVICTION_SOCKET` in that vLLM's env). Each replica's plugin gets a socket of its
+    /// own; one policy view spans them, in which each replica's blocks are its own.
+    #[arg(long = "replica-eviction-socket", value_name = "NAME=PATH")]
+    pub eviction_sockets: Vec<String>,
     /// NVIDIA Dynamo's selection service (`python -m dynamo.select_service`), e.g.
     /// http://127.0.0.1:8092. Without it: session-sticky hashing only.
     #[arg(long)]
@@ -58,6 +66,8 @@ struct Counts {
     warmups_placed: AtomicU64,
     hinted: AtomicU64,
     replica_failures: AtomicU64,
+    anchor_evictions: AtomicU64,
+    retried: AtomicU64,
 }
 
 pub struct ReplicaRouting {
@@ -71,6 +81,8 @@ pub struct ReplicaRouting {
     bookings: AtomicU64,
     booking_prefix: String,
     counts: Counts,
+    /// Each replica's eviction service counters, once started ([`ReplicaRouting::start_engines`]).
+    engine_metrics: Mutex<Vec<(String, Arc<agentrt_vllm::EvictionMetrics>)>>,
 }
 
 impl ReplicaRouting {
@@ -79,8 +91,8 @@ impl ReplicaRouting {
     pub fn from_args(args: &ReplicaArgs) -> anyhow::Result<Option<Arc<Self>>> {
         if args.replicas.is_empty() {
             anyhow::ensure!(
-                args.router.is_none() && args.kv_events.is_empty(),
-                "--router and --replica-kv-events need at least one --replica NAME=URL"
+                args.router.is_none() && args.kv_events.is_empty() && args.eviction_sockets.is_empty(),
+                "--router, --replica-kv-events and --replica-eviction-socket need at least one --replica NAME=URL"
             );
             return Ok(None);
         }
@@ -94,6 +106,7 @@ impl ReplicaRouting {
         for endpoint in &args.kv_events {
             replicas.set_kv_events(endpoint).map_err(anyhow::Error::msg)?;
         }
+        eviction_sockets(&replicas, &args.eviction_sockets)?;
         let deadline = Duration::from_millis(args.router_deadline_ms);
         let client = args.router.as_deref().map(|url| {
             // The deadline bounds what a request waits; the client's own timeout bounds the
@@ -126,6 +139,7 @@ impl ReplicaRouting {
             bookings: AtomicU64::new(0),
             booking_prefix: format!("agentrt-{}-{:x}", std::process::id(), crate_start_nanos()),
             counts: Counts::default(),
+            engine_metrics: Mutex::default(),
         })))
     }
 
@@ -133,12 +147,14 @@ impl ReplicaRouting {
         &self.replicas
     }
 
-    /// Choose the replica for one request of `agent` and take a lease on it.
-    pub async fn place(self: &Arc<Self>, state: &AppState, agent: u32, input: RouteInput) -> Lease {
-        let token_ids = self.tokens(state, &input).await;
+    /// Choose the replica for one request of `agent` and take a lease on it. `input` keeps the
+    /// prompt's token ids, so a second placement ([`ReplicaRouting::retry`]) counts none again.
+    pub async fn place(self: &Arc<Self>, state: &AppState, agent: u32, input: &mut RouteInput) -> Lease {
+        let token_ids = self.tokens(state, input).await;
+        input.token_ids = Some(token_ids.clone());
         let request = RouteRequest {
             token_ids,
-            cache_salt: input.cache_salt,
+            cache_salt: input.cache_salt.clone(),
             session: Some(format!("{:016x}", input.session)),
             expected_output_tokens: input.max_tokens,
             booking_id: format!("{}-{}", self.booking_prefix, self.bookings.fetch_add(1, Relaxed)),
@@ -180,6 +196,106 @@ impl ReplicaRouting {
             route,
             prefilled: false,
         }
+    }
+
+    /// `failed` refused the connection, so nothing of the request was sent: leave that replica
+    /// out and place the request again (once: the caller does not retry a retry).
+    pub async fn retry(self: &Arc<Self>, state: &AppState, agent: u32, input: &mut RouteInput, failed: Lease) -> Lease {
+        failed.failed();
+        drop(failed);
+        self.counts.retried.fetch_add(1, Relaxed);
+        self.place(state, agent, input).await
+    }
+
+    /// Sessions ended (idle, or pushed out of their tenant's table): forget where they went.
+    pub fn sessions_ended(&self, sessions: impl IntoIterator<Item = u64>) {
+        let mut placement = self.placement.lock().unwrap_or_else(|p| p.into_inner());
+        for session in sessions {
+            placement.session_ended(session);
+        }
+    }
+
+    /// Start each replica's engine adapter: its plugin's eviction socket
+    /// (`--replica-eviction-socket`) and a subscriber of its KV events (`--replica-kv-events`),
+    /// both through a [`ReplicaView`](agentrt_vllm::ReplicaView) of `ranker` — one policy view
+    /// across the replicas, each replica's blocks its own — which also tells this routing where
+    /// agents' anchors are cached and evicted. `options` (agents, pins) are shared by every socket.
+    pub fn start_engines(
+        self: &Arc<Self>,
+        args: &ReplicaArgs,
+        ranker: Arc<dyn agentrt_vllm::EngineRanker>,
+        options: &agentrt_vllm::EvictionOptions,
+    ) -> anyhow::Result<ReplicaEngines> {
+        let sockets = eviction_sockets(&self.replicas, &args.eviction_sockets)?;
+        let mut engines = ReplicaEngines::default();
+        for replica in self.replicas.all() {
+            let view = Arc::new(
+                agentrt_vllm::ReplicaView::new(&replica.name, replica.id.0, ranker.clone())
+                    .with_anchor_events(self.clone()),
+            );
+            let socket = sockets.get(replica.name.as_str());
+            if let Some(path) = socket {
+                let service = agentrt_vllm::EvictionService::bind_with(
+                    path,
+                    view.clone(),
+                    agentrt_vllm::EvictionOptions {
+                        agents: options.agents.clone(),
+                        pins: options.pins.clone(),
+                    },
+                )
+                .with_context(|| {
+                    format!(
+                        "replica {}: binding the eviction socket {}",
+                        replica.name,
+                        path.display()
+                    )
+                })?;
+                tracing::info!(replica = %replica.name, socket = %path.display(), "eviction service listening");
+                self.engine_metrics
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((replica.name.clone(), service.metrics()));
+                engines.services.push(service);
+            }
+            let Some(endpoint) = &replica.kv_events else {
+                continue;
+            };
+            let mut config = agentrt_vllm::KvEventsConfig::for_vllm(endpoint, None, "kv");
+            if config.mode == agentrt_vllm::SocketMode::Bind {
+                // vLLM connects to one subscriber that binds: that is the router's.
+                tracing::warn!(replica = %replica.name, endpoint = %endpoint,
+                    "vLLM connects to this endpoint rather than binding it; agentrt does not subscribe (use ipc:// or tcp://*:PORT)");
+                continue;
+            }
+            if socket.is_some() {
+                // The plugin reports every store, removal and clear with agent tags already.
+                config.forward = agentrt_vllm::Forward {
+                    stored: false,
+                    removed: false,
+                    cleared: false,
+                };
+            }
+            let subscribers = engines.subscribers.clone();
+            let name = replica.name.clone();
+            tokio::spawn(async move {
+                let mut logged = false;
+                loop {
+                    match agentrt_vllm::KvEventSubscriber::spawn(config.clone(), view.clone()).await {
+                        Ok(subscriber) => {
+                            subscribers.lock().unwrap_or_else(|p| p.into_inner()).push(subscriber);
+                            return;
+                        }
+                        Err(e) if !logged => {
+                            tracing::warn!(replica = %name, "KV events: {e}; retrying every second");
+                            logged = true;
+                        }
+                        Err(_) => {}
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            });
+        }
+        Ok(engines)
     }
 
     /// Where a warm-up of `agent` with `body` (a chat completion) goes: where the router says
@@ -342,6 +458,16 @@ impl ReplicaRouting {
                     &self.counts.replica_failures,
                 ),
                 (
+                    "agentrt_router_anchor_evictions_total",
+                    "Agents' anchors evicted from a replica (the block starting their prompt), as its plugin reported; that replica is no longer hinted for them.",
+                    &self.counts.anchor_evictions,
+                ),
+                (
+                    "agentrt_replica_retried_total",
+                    "Requests placed again because their replica refused the connection (nothing was sent).",
+                    &self.counts.retried,
+                ),
+                (
                     "agentrt_router_warmups_placed_total",
                     "Warm-ups sent where the router expects the agent's next call.",
                     &self.counts.warmups_placed,
@@ -360,7 +486,96 @@ impl ReplicaRouting {
                 self.in_flight[&replica.id].load(Relaxed)
             );
         }
+        let engines = self.engine_metrics.lock().unwrap_or_else(|p| p.into_inner());
+        if engines.is_empty() {
+            return;
+        }
+        let counts: Vec<(&str, agentrt_vllm::EvictionCounts)> =
+            engines.iter().map(|(name, m)| (name.as_str(), m.counts())).collect();
+        type Pick = fn(&agentrt_vllm::EvictionCounts) -> u64;
+        let series: [(&str, &str, Pick); 4] = [
+            (
+                "agentrt_replica_plugin_connections_total",
+                "Plugin connections each replica's eviction socket accepted.",
+                |c| c.connections,
+            ),
+            (
+                "agentrt_replica_block_events_total",
+                "Block events each replica's plugin reported.",
+                |c| c.block_events,
+            ),
+            (
+                "agentrt_replica_rank_requests_total",
+                "Eviction rankings each replica's plugin asked for.",
+                |c| c.rank_requests,
+            ),
+            (
+                "agentrt_replica_rank_fallbacks_total",
+                "Rankings answered in LRU order because the policy failed, per replica.",
+                |c| c.policy_fallbacks,
+            ),
+        ];
+        for (name, help, pick) in series {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (replica, c) in &counts {
+                let _ = writeln!(out, "{name}{{replica=\"{replica}\"}} {}", pick(c));
+            }
+        }
     }
+}
+
+/// The engine adapters of the replicas; dropping them closes the sockets and subscriptions.
+#[derive(Default)]
+pub struct ReplicaEngines {
+    services: Vec<agentrt_vllm::EvictionService>,
+    subscribers: Arc<Mutex<Vec<agentrt_vllm::KvEventSubscriber>>>,
+}
+
+impl ReplicaEngines {
+    /// Each eviction socket's path, in the replicas' order.
+    pub fn sockets(&self) -> Vec<&std::path::Path> {
+        self.services.iter().map(|s| s.path()).collect()
+    }
+}
+
+impl agentrt_vllm::AnchorEvents for ReplicaRouting {
+    fn anchor_cached(&self, replica: u64, agent: u32) {
+        self.placement
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .cached(agent, ReplicaId(replica), Instant::now());
+    }
+
+    fn anchor_removed(&self, replica: u64, agent: u32) {
+        self.counts.anchor_evictions.fetch_add(1, Relaxed);
+        self.placement
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .removed(agent, ReplicaId(replica));
+    }
+}
+
+/// `--replica-eviction-socket NAME=PATH`s by replica name; every name a `--replica`, none twice.
+fn eviction_sockets<'a>(
+    replicas: &Replicas,
+    flags: &'a [String],
+) -> anyhow::Result<HashMap<&'a str, std::path::PathBuf>> {
+    let mut sockets = HashMap::new();
+    for flag in flags {
+        let (name, path) = flag
+            .split_once('=')
+            .filter(|(n, p)| !n.is_empty() && !p.is_empty())
+            .ok_or_else(|| anyhow::anyhow!("--replica-eviction-socket {flag:?}: expected NAME=PATH"))?;
+        anyhow::ensure!(
+            replicas.all().iter().any(|r| r.name == name),
+            "--replica-eviction-socket {flag:?}: no --replica is named {name:?}"
+        );
+        anyhow::ensure!(
+            sockets.insert(name, std::path::PathBuf::from(path)).is_none(),
+            "--replica-eviction-socket: replica {name:?} is given two sockets"
+        );
+    }
+    Ok(sockets)
 }
 
 /// How long a replica that failed a request is left out of routing.
@@ -561,5 +776,27 @@ mod tests {
             .to_string()
             .contains("not an http"));
         assert!(ReplicaRouting::from_args(&ReplicaArgs::default()).unwrap().is_none());
+    }
+
+    #[test]
+    fn each_eviction_socket_names_one_replica_once() {
+        let replicas = Replicas::new(vec![
+            Replica::parse("a=http://x").unwrap(),
+            Replica::parse("b=http://y").unwrap(),
+        ])
+        .unwrap();
+        let flags = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let ok = flags(&["a=/tmp/a.sock", "b=/tmp/b.sock"]);
+        let sockets = eviction_sockets(&replicas, &ok).unwrap();
+        assert_eq!(sockets["b"], std::path::PathBuf::from("/tmp/b.sock"));
+        let unknown = eviction_sockets(&replicas, &flags(&["c=/tmp/c.sock"]))
+            .unwrap_err()
+            .to_string();
+        assert!(unknown.contains("no --replica is named \"c\""), "{unknown}");
+        let twice = eviction_sockets(&replicas, &flags(&["a=/1", "a=/2"]))
+            .unwrap_err()
+            .to_string();
+        assert!(twice.contains("two sockets"), "{twice}");
+        assert!(eviction_sockets(&replicas, &flags(&["a"])).is_err());
     }
 }

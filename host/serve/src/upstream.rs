@@ -20,18 +20,37 @@ pub async fn send(
     upstream: &str,
     limits: &Limits,
 ) -> Result<reqwest::Response, ApiError> {
+    send_checked(request, upstream, limits).await.map_err(|(e, _)| e)
+}
+
+/// As [`send`]; a failure says too whether the upstream refused the connection, so that nothing
+/// of the request was sent (another replica may take it).
+pub async fn send_checked(
+    request: reqwest::RequestBuilder,
+    upstream: &str,
+    limits: &Limits,
+) -> Result<reqwest::Response, (ApiError, bool)> {
     let waited = limits.upstream_first_byte_timeout;
     match tokio::time::timeout(waited, request.send()).await {
         Ok(Ok(response)) => Ok(response),
-        Ok(Err(e)) if e.is_connect() && e.is_timeout() => Err(ApiError::upstream_timeout(format!(
-            "upstream {upstream}: no connection within {} (--upstream-connect-timeout-ms)",
-            ms(limits.upstream_connect_timeout)
-        ))),
-        Ok(Err(e)) => Err(ApiError::upstream(format!("upstream {upstream} unreachable: {e}"))),
-        Err(_) => Err(ApiError::upstream_timeout(format!(
-            "upstream {upstream} sent no response within {} (--upstream-first-byte-timeout-ms)",
-            ms(waited)
-        ))),
+        Ok(Err(e)) if e.is_connect() && e.is_timeout() => Err((
+            ApiError::upstream_timeout(format!(
+                "upstream {upstream}: no connection within {} (--upstream-connect-timeout-ms)",
+                ms(limits.upstream_connect_timeout)
+            )),
+            false,
+        )),
+        Ok(Err(e)) => Err((
+            ApiError::upstream(format!("upstream {upstream} unreachable: {e}")),
+            e.is_connect(),
+        )),
+        Err(_) => Err((
+            ApiError::upstream_timeout(format!(
+                "upstream {upstream} sent no response within {} (--upstream-first-byte-timeout-ms)",
+                ms(waited)
+            )),
+            false,
+        )),
     }
 }
 

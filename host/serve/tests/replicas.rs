@@ -10,7 +10,9 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use agentrt_router::testing::SelectionService;
+use agentrt_runtime::types::{BlockEvent, BlockOp};
 use agentrt_serve::replicas::ReplicaArgs;
+use agentrt_vllm::wire::{self, Request};
 use serde_json::{json, Value};
 use support::{metrics_text, post_json, settle, Proxy, Setup};
 
@@ -128,7 +130,7 @@ async fn a_hanging_router_fails_no_request() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_that_fails_is_left_out_and_the_next_request_goes_elsewhere() {
+async fn a_replica_that_refuses_the_connection_is_left_out_and_the_request_placed_again() {
     let (url_a, a) = stub_upstream::start().await;
     let dead = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -143,24 +145,218 @@ async fn a_replica_that_fails_is_left_out_and_the_next_request_goes_elsewhere() 
     }
     .start()
     .await;
-    // Find a session the hash puts on the dead replica: its first request fails, naming it.
-    let mut failed_session = None;
-    for s in 0..32 {
-        let session = format!("s{s}");
-        let r = send(&p, "planner", &session).await;
+    // Sessions the hash puts on the dead replica b included: nothing was sent to b, so every
+    // request is placed again, on a, and no user sees the failure.
+    for s in 0..16 {
+        let r = send(&p, "planner", &format!("s{s}")).await;
+        assert_eq!(r.status(), 200, "session s{s}: {}", r.text().await.unwrap());
+    }
+    assert_eq!(a.user_requests().len(), 16, "every request answered by a");
+    let text = metrics_text(&p).await;
+    assert_eq!(metric(&text, "agentrt_replica_failures_total"), 1.0);
+    assert_eq!(
+        metric(&text, "agentrt_replica_retried_total"),
+        1.0,
+        "once: b is left out after its first refusal"
+    );
+}
+
+/// A replica that takes the connection, reads the request and closes without answering.
+async fn replica_that_hangs_up() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut buf = [0u8; 4096];
+            let _ = socket.read(&mut buf).await;
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_a_replica_received_is_not_sent_again() {
+    let (url_a, a) = stub_upstream::start().await;
+    let p = Setup {
+        replicas: ReplicaArgs {
+            replicas: vec![format!("a={url_a}"), format!("b={}", replica_that_hangs_up().await)],
+            ..ReplicaArgs::default()
+        },
+        ..Setup::new("lru")
+    }
+    .start()
+    .await;
+    let mut failed = 0;
+    for s in 0..16 {
+        let r = send(&p, "planner", &format!("s{s}")).await;
         if r.status() != 200 {
             assert_eq!(r.status(), 502);
-            let text = r.text().await.unwrap();
-            assert!(text.contains(&dead), "the error names the replica: {text}");
-            failed_session = Some(session);
+            failed += 1;
             break;
         }
     }
-    let session = failed_session.expect("some session hashes to b");
-    let r = send(&p, "planner", &session).await;
-    assert_eq!(r.status(), 200, "b is left out: the session's next call goes to a");
-    assert!(!a.user_requests().is_empty());
-    assert_eq!(metric(&metrics_text(&p).await, "agentrt_replica_failures_total"), 1.0);
+    assert_eq!(failed, 1, "some session hashes to b, and its request fails");
+    let text = metrics_text(&p).await;
+    assert_eq!(metric(&text, "agentrt_replica_retried_total"), 0.0, "b had the request");
+    assert_eq!(metric(&text, "agentrt_replica_failures_total"), 1.0);
+    assert!(a.user_requests().len() < 16);
+}
+
+/// The vLLM plugin's side of one replica's eviction socket, enough to report block events.
+struct Plugin(tokio::net::UnixStream);
+
+impl Plugin {
+    async fn connect(path: &std::path::Path) -> Self {
+        let mut plugin = Self(tokio::net::UnixStream::connect(path).await.unwrap());
+        plugin
+            .send(&Request::Hello {
+                protocol: wire::PROTOCOL_VERSION,
+                vllm_version: "0.32.0+cpu".into(),
+            })
+            .await;
+        plugin.reply().await;
+        plugin
+    }
+
+    async fn send(&mut self, request: &Request) {
+        use tokio::io::AsyncWriteExt;
+        let mut buf = Vec::new();
+        wire::encode_request(request, &mut buf);
+        self.0.write_all(&buf).await.unwrap();
+    }
+
+    async fn reply(&mut self) -> wire::Reply {
+        use tokio::io::AsyncReadExt;
+        let len = self.0.read_u32_le().await.unwrap() as usize;
+        let mut body = vec![0; len];
+        self.0.read_exact(&mut body).await.unwrap();
+        wire::decode_reply(body[0], &body[1..]).unwrap()
+    }
+
+    /// Report one block event, and wait until the service has handled it (a rank round trip).
+    async fn block(&mut self, op: BlockOp, agent: u32, hash: u64) {
+        let mut words = Vec::new();
+        agentrt_runtime::packed::encode(
+            &BlockEvent {
+                op,
+                agent,
+                block_hash: hash,
+                parent_hash: 0,
+                position: 0,
+            },
+            &mut words,
+        );
+        self.send(&Request::Blocks(words)).await;
+        self.send(&Request::Rank {
+            request_id: 1,
+            want: 1,
+            missed: 0,
+            items: vec![],
+        })
+        .await;
+        self.reply().await;
+    }
+}
+
+/// A call of the planner in `session`: which replica got it (the fallback hashes sessions and
+/// ignores hints), and the planner's handle.
+async fn planner_call(p: &Proxy, stubs: &[stub_upstream::Stub; 2], session: &str) -> (usize, u32) {
+    let counts = || stubs.iter().map(|s| s.user_requests().len()).collect::<Vec<_>>();
+    let before = counts();
+    assert_eq!(send(p, "planner", session).await.status(), 200);
+    let after = counts();
+    let replica = (0..2).find(|&i| after[i] > before[i]).unwrap();
+    let request = stubs[replica].user_requests().pop().unwrap();
+    (
+        replica,
+        request.body["vllm_xargs"]["agentrt_agent"].as_u64().unwrap() as u32,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anchor_evicted_from_a_replica_is_no_longer_hinted_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ReplicaArgs {
+        eviction_sockets: ["a", "b"]
+            .iter()
+            .map(|n| format!("{n}={}/{n}.sock", dir.path().display()))
+            .collect(),
+        ..ReplicaArgs::default()
+    };
+    let (p, stubs) = two_replicas(args.clone()).await;
+    let mut args = args;
+    args.replicas = p
+        .state
+        .replicas
+        .as_ref()
+        .unwrap()
+        .replicas()
+        .all()
+        .iter()
+        .map(|r| format!("{}={}", r.name, r.url))
+        .collect();
+    let tenant = p.state.tenants.get_or_start("default").unwrap();
+    let options = agentrt_vllm::EvictionOptions {
+        agents: tenant.agents.clone(),
+        ..agentrt_vllm::EvictionOptions::default()
+    };
+    let routing = p.state.replicas.clone().unwrap();
+    let engines = routing.start_engines(&args, tenant.policy.clone(), &options).unwrap();
+    let hinted = |text: &str| metric(text, "agentrt_router_hinted_total");
+    let mut plugins = Vec::new();
+    for path in engines.sockets() {
+        plugins.push(Plugin::connect(path).await);
+    }
+    let (first, agent) = planner_call(&p, &stubs, "s1").await;
+    // That replica's plugin reports the planner's prompt-start block stored, then evicted.
+    plugins[first].block(BlockOp::Stored, agent, 0xabc).await;
+    plugins[first].block(BlockOp::Removed, agent, 0xabc).await;
+    assert_eq!(
+        metric(&metrics_text(&p).await, "agentrt_router_anchor_evictions_total"),
+        1.0
+    );
+    let (second, _) = planner_call(&p, &stubs, "s2").await;
+    assert_eq!(
+        hinted(&metrics_text(&p).await),
+        0.0,
+        "within the 300 s an anchor is assumed cached, but evicted: no hint"
+    );
+    plugins[second].block(BlockOp::Stored, agent, 0xabc).await;
+    plugins[second].block(BlockOp::Removed, agent, 0xabc).await;
+
+    // Computed again on the first replica (a call of the agent stored it): hinted there again.
+    plugins[first].block(BlockOp::Stored, agent, 0xabc).await;
+    planner_call(&p, &stubs, "s3").await;
+    let text = metrics_text(&p).await;
+    assert_eq!(hinted(&text), 1.0);
+    // Each replica's socket counts its own plugin's traffic.
+    let name = ["a", "b"][first];
+    assert_eq!(
+        metric(
+            &text,
+            &format!("agentrt_replica_plugin_connections_total{{replica=\"{name}\"}}")
+        ),
+        1.0
+    );
+    let blocks = |n: &str| metric(&text, &format!("agentrt_replica_block_events_total{{replica=\"{n}\"}}"));
+    let expected_first = if first == second { 5.0 } else { 3.0 };
+    assert_eq!(blocks(name), expected_first, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_session_is_no_longer_hinted() {
+    let (p, _stubs) = two_replicas(ReplicaArgs::default()).await;
+    let hinted = |text: &str| metric(text, "agentrt_router_hinted_total");
+    assert_eq!(send(&p, "planner", "s1").await.status(), 200);
+    // Another agent of the same session: hinted to the session's replica.
+    assert_eq!(send(&p, "coder", "s1").await.status(), 200);
+    assert_eq!(hinted(&metrics_text(&p).await), 1.0);
+    settle(&p).await;
+    // The session is reported ended (idle); a new agent in it gets no hint from it.
+    assert!(p.state.end_idle_sessions(Duration::ZERO) >= 1);
+    assert_eq!(send(&p, "writer", "s1").await.status(), 200);
+    assert_eq!(hinted(&metrics_text(&p).await), 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,8 @@
 //!   touches, and asks — at most once per scheduler step — which cached blocks to evict first;
 //!   the service answers with [`PolicyHandle::rank`](agentrt_runtime::PolicyHandle::rank).
 //!   Protocol: [`wire`].
+//! - [`ReplicaView`]: with several replicas, one per replica between its plugin connection (and
+//!   KV events) and the ranker they share, so the policy sees each replica's blocks as its own.
 //! - [`KvEventSubscriber`]: subscribes to vLLM's ZMQ KV-event publisher, decodes its msgpack
 //!   batches, fills sequence gaps from the replay socket and forwards block events through
 //!   `observe-blocks`. It needs no plugin, so it also works against an unmodified vLLM.
@@ -32,6 +34,7 @@ pub mod kv_events;
 pub mod metrics;
 pub mod pins;
 pub mod ranker;
+pub mod replica_view;
 pub mod wire;
 
 pub use agents::{AgentResolver, InternedAgents};
@@ -40,3 +43,4 @@ pub use kv_events::{BlockSink, Forward, KvEventSubscriber, KvEventsConfig, Socke
 pub use metrics::{EvictionCounts, EvictionMetrics, KvEventCounts, KvEventMetrics};
 pub use pins::PinTable;
 pub use ranker::{EngineRanker, SharedCache, TenantCache, TenantDirectory};
+pub use replica_view::{AnchorEvents, ReplicaView};

@@ -32,6 +32,21 @@ pub trait EngineRanker: Send + Sync {
     /// The agents whose requests' allocations evicted blocks, one entry per block evicted (0: no
     /// request known), for accounting; no policy hears of it.
     fn count_evictors(&self, _evictors: &[u32]) {}
+    /// Block events of one replica's engine (`replica`: its id; 0 = the one engine), their
+    /// hashes already made the replica's own ([`crate::ReplicaView`]). A ranker that accounts
+    /// per engine — [`SharedCache`]: each replica's cache is divided by the shares on its own —
+    /// keeps them apart; the others hear them as any block events.
+    fn observe_blocks_on(&self, _replica: u64, packed: &[u64]) -> Result<(), PolicyError> {
+        self.observe_blocks(packed)
+    }
+    /// One replica's candidates (see [`EngineRanker::observe_blocks_on`]).
+    fn rank_on(&self, _replica: u64, items: &[Item]) -> Ranking {
+        self.rank(items)
+    }
+    /// One replica's evictors (see [`EngineRanker::observe_blocks_on`]).
+    fn count_evictors_on(&self, _replica: u64, evictors: &[u32]) {
+        self.count_evictors(evictors)
+    }
 }
 
 impl EngineRanker for PolicyHandle {
@@ -64,8 +79,9 @@ pub struct SharedCache {
     default_tenant: Arc<str>,
     /// Replaced whole when the operator reloads the settings.
     shares: RwLock<HashMap<String, Share>>,
-    /// What each tenant holds in the engine's cache and has lost, from the plugin's block events.
-    cached: Mutex<HashMap<Arc<str>, TenantCache>>,
+    /// What each tenant holds in each engine's cache and has lost, from the plugins' block
+    /// events, by (replica, tenant): 0 is the one engine without replicas.
+    cached: Mutex<HashMap<(u64, Arc<str>), TenantCache>>,
 }
 
 /// One tenant's part of the engine's cache.
@@ -95,18 +111,28 @@ impl SharedCache {
             .unwrap_or_else(|| self.default_tenant.clone())
     }
 
-    /// Every tenant's part of the cache, by name, as far as the block events told.
+    /// Every tenant's part of the cache, by name, as far as the block events told (with several
+    /// replicas, summed over them).
     pub fn tenants(&self) -> Vec<(Arc<str>, TenantCache, Share)> {
-        let mut all: Vec<_> = self
-            .lock()
-            .iter()
-            .map(|(t, c)| (t.clone(), *c, self.share(t)))
+        let mut sums: HashMap<Arc<str>, TenantCache> = HashMap::new();
+        for ((_, tenant), c) in self.lock().iter() {
+            let sum = sums.entry(tenant.clone()).or_default();
+            sum.blocks += c.blocks;
+            sum.evicted += c.evicted;
+            sum.caused += c.caused;
+        }
+        let mut all: Vec<_> = sums
+            .into_iter()
+            .map(|(t, c)| {
+                let share = self.share(&t);
+                (t, c, share)
+            })
             .collect();
         all.sort_by(|a, b| a.0.cmp(&b.0));
         all
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, TenantCache>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, Arc<str>), TenantCache>> {
         self.cached.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -144,6 +170,10 @@ impl EngineRanker for SharedCache {
     }
 
     fn observe_blocks(&self, words: &[u64]) -> Result<(), PolicyError> {
+        self.observe_blocks_on(0, words)
+    }
+
+    fn observe_blocks_on(&self, replica: u64, words: &[u64]) -> Result<(), PolicyError> {
         let mut by_tenant: HashMap<Arc<str>, Vec<u64>> = HashMap::new();
         {
             let mut cached = self.lock();
@@ -152,12 +182,12 @@ impl EngineRanker for SharedCache {
                     continue;
                 };
                 if op == BlockOp::AllCleared {
-                    for tenant in cached.values_mut() {
+                    for ((_, _), tenant) in cached.iter_mut().filter(|((r, _), _)| *r == replica) {
                         tenant.blocks = 0;
                     }
                     // Every tenant's policy hears that the cache was cleared: those holding
                     // blocks, and those with a share.
-                    let mut told: Vec<Arc<str>> = cached.keys().cloned().collect();
+                    let mut told: Vec<Arc<str>> = cached.keys().map(|(_, t)| t.clone()).collect();
                     told.extend(self.shares().keys().map(|t| Arc::from(t.as_str())));
                     told.sort();
                     told.dedup();
@@ -167,7 +197,7 @@ impl EngineRanker for SharedCache {
                     continue;
                 }
                 let tenant = self.owner(agent);
-                let held = cached.entry(tenant.clone()).or_default();
+                let held = cached.entry((replica, tenant.clone())).or_default();
                 match op {
                     BlockOp::Stored => held.blocks += 1,
                     BlockOp::Removed => {
@@ -191,6 +221,12 @@ impl EngineRanker for SharedCache {
     }
 
     fn rank(&self, items: &[Item]) -> Ranking {
+        self.rank_on(0, items)
+    }
+
+    /// Only `replica`'s own holdings count against the shares: each replica's cache is divided
+    /// on its own.
+    fn rank_on(&self, replica: u64, items: &[Item]) -> Ranking {
         let mut groups: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
         for (i, item) in items.iter().enumerate() {
             groups.entry(self.owner(item.agent)).or_default().push(i);
@@ -207,7 +243,10 @@ impl EngineRanker for SharedCache {
             }
             let evictable = queue.len() as u64;
             // The events may lag the candidates; a tenant holds at least what it can give up.
-            let cached = held.get(&tenant).map_or(0, |c| c.blocks).max(evictable);
+            let cached = held
+                .get(&(replica, tenant.clone()))
+                .map_or(0, |c| c.blocks)
+                .max(evictable);
             standing.push((self.share(&tenant), Usage { cached, evictable }));
             tenants.push(tenant);
             queues.push(queue);
@@ -230,9 +269,13 @@ impl EngineRanker for SharedCache {
     }
 
     fn count_evictors(&self, evictors: &[u32]) {
+        self.count_evictors_on(0, evictors)
+    }
+
+    fn count_evictors_on(&self, replica: u64, evictors: &[u32]) {
         let mut cached = self.lock();
         for &agent in evictors.iter().filter(|&&a| a != 0) {
-            cached.entry(self.owner(agent)).or_default().caused += 1;
+            cached.entry((replica, self.owner(agent))).or_default().caused += 1;
         }
     }
 
