@@ -129,8 +129,9 @@ pub struct FloodFigures {
     pub light_p50_ms: f64,
     pub light_p99_ms: f64,
     pub flood_p50_ms: f64,
-    /// Flood requests finished by the light session's last finish.
+    /// Flood requests finished by the light session's last finish, and per second until then.
     pub flood_served: usize,
+    pub flood_per_s: f64,
     pub demoted_requests: u64,
     pub preemptions: u64,
 }
@@ -175,6 +176,7 @@ pub fn figures(setup: &str, trace: &PreparedTrace, r: &RunResult) -> anyhow::Res
         light_ttft_ms,
         flood_p50_ms: percentile(&flood_ttft, 0.5),
         flood_served: served.len(),
+        flood_per_s: served.len() as f64 / (end / 1e6),
         demoted_requests: r.demoted_requests,
         preemptions: r.preemptions,
     })
@@ -204,7 +206,7 @@ pub fn run(a: SessionFloodArgs, components: &ComponentLookup) -> anyhow::Result<
     let mut md = format!(
         "{} flood clients × {}-token documents (+{} out) in one session; {} light calls of {} tokens; \
          max_num_seqs {}, {} batched tokens, {} blocks; H100 latency model\n\n\
-         | setup | light p50 TTFT ms | light p99 TTFT ms | flood p50 TTFT ms | flood requests served | flood requests demoted |\n\
+         | setup | light p50 TTFT ms | light p99 TTFT ms | flood p50 TTFT ms | flood requests served (per s) | flood requests demoted |\n\
          |---|---:|---:|---:|---:|---:|\n",
         a.flood_clients,
         a.flood_prompt_tokens,
@@ -217,8 +219,8 @@ pub fn run(a: SessionFloodArgs, components: &ComponentLookup) -> anyhow::Result<
     );
     for f in &rows {
         md.push_str(&format!(
-            "| {} | {:.1} | {:.1} | {:.1} | {} | {} |\n",
-            f.setup, f.light_p50_ms, f.light_p99_ms, f.flood_p50_ms, f.flood_served, f.demoted_requests
+            "| {} | {:.1} | {:.1} | {:.1} | {} ({:.1}) | {} |\n",
+            f.setup, f.light_p50_ms, f.light_p99_ms, f.flood_p50_ms, f.flood_served, f.flood_per_s, f.demoted_requests
         ));
     }
     print!("{md}");

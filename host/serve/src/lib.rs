@@ -31,6 +31,7 @@
 //!   ones, and waiting on the upstream under the rest; [`auth`]: bearer tokens.
 
 pub mod admin;
+pub mod admission;
 pub mod admin_auth;
 pub mod agent_api;
 pub mod auth;
