@@ -909,6 +909,40 @@ mod tests {
         (names, result)
     }
 
+    /// Blocks run out while a demoted request admitted first and a normal one admitted later
+    /// both decode: vLLM's priority scheduling preempts the demoted one (largest priority), not
+    /// the last one running as FCFS does.
+    #[test]
+    fn out_of_blocks_the_demoted_request_is_preempted_not_the_last_one() {
+        let line = |session: &str, after: u32, prompt: u32, output: u32| {
+            format!(
+                r#"{{"session": "{session}", "agent": "{session}", "after_ms": {after}, "prompt": [{{"seg": "{session}/q", "tokens": {prompt}}}], "output_tokens": {output}}}"#
+            )
+        };
+        let text = format!(
+            "{}\n{}\n{}\n",
+            line("first", 0, 16, 1),
+            line("a", 1, 320, 400),
+            line("b", 50, 320, 400)
+        );
+        let trace = PreparedTrace::new(&Trace::parse(&text).unwrap(), 16, false);
+        let finish = |engine_priorities: bool| {
+            let mut cfg = SimConfig::new(60);
+            cfg.engine_priorities = engine_priorities;
+            let mut policy = Demote {
+                session: crate::tokens::hash_str("a"),
+                told: false,
+            };
+            let r = Sim::new(cfg, &trace, &mut policy).run().unwrap();
+            assert!(r.preemptions > 0, "the cache is too small for both");
+            (r.finish_us[1], r.finish_us[2])
+        };
+        let (a, b) = finish(true);
+        assert!(a > b, "a, demoted, was preempted and finished after b: {a} vs {b}");
+        let (a, b) = finish(false);
+        assert!(a < b, "FCFS preempts b, the last one running: {a} vs {b}");
+    }
+
     #[test]
     fn a_demoted_sessions_waiting_request_is_scheduled_after_a_normal_one() {
         let (order, result) = admission_order(true);
