@@ -227,7 +227,13 @@ fn replay(
             let PolicySpec::Wasm { component, init, .. } = spec else {
                 anyhow::bail!("slot {slot}: a slot runs a policy component, not {}", spec.name());
             };
-            slots.push(host.start(&format!("{}/{slot}", policy.name()), component, init, trace.block_size, rerank)?);
+            slots.push(host.start(
+                &format!("{}/{slot}", policy.name()),
+                component,
+                init,
+                trace.block_size,
+                rerank,
+            )?);
         }
         boxed = Box::new(Slotted::new(boxed, slots));
     }

@@ -887,7 +887,12 @@ mod tests {
                 r#"{{"session": "{session}", "agent": "{session}", "after_ms": {after}, "prompt": [{{"seg": "{session}/q", "tokens": 64}}], "output_tokens": {output}}}"#
             )
         };
-        let text = format!("{}\n{}\n{}\n", line("busy", 0, 200), line("heavy", 1, 4), line("light", 2, 4));
+        let text = format!(
+            "{}\n{}\n{}\n",
+            line("busy", 0, 200),
+            line("heavy", 1, 4),
+            line("light", 2, 4)
+        );
         PreparedTrace::new(&Trace::parse(&text).unwrap(), 16, false)
     }
 
@@ -904,7 +909,11 @@ mod tests {
         let names = result
             .admission_order
             .iter()
-            .map(|&uid| trace.sessions[trace.requests[uid as usize].session as usize].name.clone())
+            .map(|&uid| {
+                trace.sessions[trace.requests[uid as usize].session as usize]
+                    .name
+                    .clone()
+            })
             .collect();
         (names, result)
     }

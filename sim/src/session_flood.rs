@@ -155,7 +155,10 @@ pub fn figures(setup: &str, trace: &PreparedTrace, r: &RunResult) -> anyhow::Res
         .context("the trace has a light session")?;
     let measured = &light.requests[1..];
     let light_ttft_ms: Vec<f64> = measured.iter().map(|&u| r.ttft_us[u as usize] / 1000.0).collect();
-    let end = measured.iter().map(|&u| r.finish_us[u as usize]).fold(f64::NAN, f64::max);
+    let end = measured
+        .iter()
+        .map(|&u| r.finish_us[u as usize])
+        .fold(f64::NAN, f64::max);
     anyhow::ensure!(end.is_finite(), "the light session did not finish");
     let flood: Vec<u32> = trace
         .sessions
@@ -164,10 +167,16 @@ pub fn figures(setup: &str, trace: &PreparedTrace, r: &RunResult) -> anyhow::Res
         .flat_map(|s| s.requests.iter().copied())
         .collect();
     anyhow::ensure!(
-        flood.iter().any(|&u| r.arrival_us[u as usize].is_nan() || r.finish_us[u as usize] > end),
+        flood
+            .iter()
+            .any(|&u| r.arrival_us[u as usize].is_nan() || r.finish_us[u as usize] > end),
         "the flood ended before the light session did: raise --flood-requests"
     );
-    let served: Vec<u32> = flood.iter().copied().filter(|&u| r.finish_us[u as usize] <= end).collect();
+    let served: Vec<u32> = flood
+        .iter()
+        .copied()
+        .filter(|&u| r.finish_us[u as usize] <= end)
+        .collect();
     let flood_ttft: Vec<f64> = served.iter().map(|&u| r.ttft_us[u as usize] / 1000.0).collect();
     Ok(FloodFigures {
         setup: setup.to_string(),
@@ -194,7 +203,10 @@ pub fn run(a: SessionFloodArgs, components: &ComponentLookup) -> anyhow::Result<
     }
     .slots()?;
     let mut rows = Vec::new();
-    for (setup, slots) in [("no slot (priority 0: arrival order)", Vec::new()), ("fair-share slot + priorities", slots)] {
+    for (setup, slots) in [
+        ("no slot (priority 0: arrival order)", Vec::new()),
+        ("fair-share slot + priorities", slots),
+    ] {
         let mut cfg = SimConfig::new(a.capacity_blocks);
         cfg.max_num_seqs = a.max_num_seqs;
         cfg.max_batched_tokens = a.max_batched_tokens;

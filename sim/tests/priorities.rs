@@ -45,5 +45,10 @@ fn a_flooding_session_demoted_by_fair_share_waits_behind_a_light_session() {
         plain.light_p99_ms
     );
     // The flood is not starved: the engine keeps serving it at about the same rate.
-    assert!(fair.flood_per_s > 0.8 * plain.flood_per_s, "{} vs {}", fair.flood_per_s, plain.flood_per_s);
+    assert!(
+        fair.flood_per_s > 0.8 * plain.flood_per_s,
+        "{} vs {}",
+        fair.flood_per_s,
+        plain.flood_per_s
+    );
 }

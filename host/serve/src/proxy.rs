@@ -645,7 +645,9 @@ async fn forward(
     let base = lease.as_ref().map_or(state.options.upstream.as_str(), |l| l.url());
     let request = state.upstream_request_to(base, path).body(body);
     let sent = upstream::send(request, base, &state.options.limits);
-    state.metrics.observe_overhead(received.elapsed().saturating_sub(queue_wait));
+    state
+        .metrics
+        .observe_overhead(received.elapsed().saturating_sub(queue_wait));
     let reply = match sent.await {
         Ok(response) => {
             guard.lease = lease.map(|mut lease| {

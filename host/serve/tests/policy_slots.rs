@@ -282,7 +282,11 @@ async fn with_one_place_upstream_a_light_sessions_call_goes_ahead_of_a_demoted_s
         .collect();
     assert_eq!(
         order,
-        ["You are the light one.", "You are the heavy one.", "You are the heavy one."],
+        [
+            "You are the light one.",
+            "You are the heavy one.",
+            "You are the heavy one."
+        ],
         "the light call was admitted first, though it queued last"
     );
     let text = metrics_text(&p).await;
@@ -309,8 +313,14 @@ async fn a_call_that_waits_past_the_limit_gets_a_503_naming_it() {
     assert_eq!(status, 503, "{answer}");
     assert_eq!(answer["error"]["type"], "service_unavailable");
     let message = answer["error"]["message"].as_str().unwrap();
-    assert!(message.contains("--upstream-max-wait-ms") && message.contains("--upstream-max-in-flight"), "{message}");
-    assert!(waited >= Duration::from_millis(300) && waited < Duration::from_millis(1400), "{waited:?}");
+    assert!(
+        message.contains("--upstream-max-wait-ms") && message.contains("--upstream-max-in-flight"),
+        "{message}"
+    );
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_millis(1400),
+        "{waited:?}"
+    );
     assert_eq!(p.stub.user_requests().len(), 1, "the refused call never went upstream");
     assert_eq!(held.await.unwrap().status(), 504);
     // The place is free again: the next call goes through at once.
