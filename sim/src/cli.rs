@@ -413,6 +413,15 @@ fn run_trace(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     );
     print!("{}", table(&summaries));
     print!("{}", crate::report::tenant_table(&summaries));
+    if cfg.engine_priorities {
+        println!("\npriority scheduling (--engine-priorities), slots: {}", a.slots.slots.join(", "));
+        for (name, s) in &summaries {
+            println!(
+                "  {name}: {} set-priority carried out, {} requests arrived demoted",
+                s.priorities_set, s.demoted_requests
+            );
+        }
+    }
     if let Some(path) = &a.eviction_log {
         let audits: Vec<&EvictionAudit> = results.iter().filter_map(|r| r.audit.as_ref()).collect();
         write_eviction_log(path, &prepared, &audits)?;
