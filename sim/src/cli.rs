@@ -414,7 +414,10 @@ fn run_trace(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     print!("{}", table(&summaries));
     print!("{}", crate::report::tenant_table(&summaries));
     if cfg.engine_priorities {
-        println!("\npriority scheduling (--engine-priorities), slots: {}", a.slots.slots.join(", "));
+        println!(
+            "\npriority scheduling (--engine-priorities), slots: {}",
+            a.slots.slots.join(", ")
+        );
         for (name, s) in &summaries {
             println!(
                 "  {name}: {} set-priority carried out, {} requests arrived demoted",
