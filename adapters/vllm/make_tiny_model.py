@@ -3,11 +3,20 @@
 template, for running a real vLLM on CPU in tests (docs/background.md §5). Offline, deterministic, seconds.
 
     python adapters/vllm/make_tiny_model.py DIR
+    python adapters/vllm/make_tiny_model.py --ends-answers DIR   # the variant that ends its answers
 
 The weights are random (seeded), so the model's text is noise; what matters is that vLLM loads it,
 tokenizes chat prompts like a Llama-3 model (system prompt and tools first, so an agent's anchor is
 a shared prefix), and runs prefill and decode through its real block pool and prefix cache.
 Running it again with the same DIR leaves identical files.
+
+`--ends-answers` makes the variant whose answers end, for agent SDKs that refuse an answer cut at
+`max_tokens` (the plain model never ends one, and most of what it says is ids past the trained
+vocabulary, which decode to nothing). Only the (untied) output layer differs: the rows of ids the
+tokenizer never assigned are zero, the rows of real tokens are scaled up (logits of a few units, so
+a real token beats the zeros), and the end-of-turn row is a random direction scaled so that its
+logit is about ±EOS_SCALE — `<|eot_id|>` wins at about two steps in five, and an answer is a few
+tokens of text, then its end.
 """
 
 from __future__ import annotations
@@ -86,7 +95,11 @@ def make_tokenizer(out: Path):
     return fast
 
 
-def make_model(out: Path, tokenizer) -> None:
+EOS_SCALE = 60.0
+TEXT_SCALE = 20.0
+
+
+def make_model(out: Path, tokenizer, ends_answers: bool = False) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -108,19 +121,32 @@ def make_model(out: Path, tokenizer) -> None:
         torch_dtype="float32",
     )
     model = LlamaForCausalLM(config).to(torch.float32)
+    if ends_answers:
+        generator = torch.Generator().manual_seed(1)
+        direction = torch.randn(config.hidden_size, generator=generator)
+        assigned = len(tokenizer)
+        with torch.no_grad():
+            weight = model.lm_head.weight
+            weight[assigned:] = 0.0
+            weight[:assigned] *= TEXT_SCALE
+            # The final norm leaves hidden states of norm ~sqrt(hidden): a unit direction gives a
+            # logit ~N(0, 1) before the scale.
+            weight[tokenizer.convert_tokens_to_ids("<|eot_id|>")] = direction / direction.norm() * EOS_SCALE
     model.save_pretrained(out, safe_serialization=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="directory to write the model into")
+    parser.add_argument("--ends-answers", action="store_true",
+                        help="the variant whose end-of-turn token wins about half the steps")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args.out.mkdir(parents=True, exist_ok=True)
     tokenizer = make_tokenizer(args.out)
-    make_model(args.out, tokenizer)
+    make_model(args.out, tokenizer, ends_answers=args.ends_answers)
     files = sorted(p.name for p in args.out.iterdir())
     print(json.dumps({"model_dir": str(args.out), "files": files}))
     return 0

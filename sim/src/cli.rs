@@ -48,6 +48,9 @@ pub enum SimCommand {
     /// An agent tenant next to a tenant flooding unique long prompts, with and without cache
     /// shares: table, JSON, plot.
     NoisyNeighbour(crate::noisy_neighbour::NoisyNeighbourArgs),
+    /// One session flooding from several clients next to a session of short calls, without and
+    /// with a fair-share slot under vLLM's priority scheduling: the light session's TTFT.
+    SessionFlood(crate::session_flood::SessionFloodArgs),
 }
 
 #[derive(Args, Debug)]
@@ -182,7 +185,72 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value = "kv")]
     pub router: crate::router_model::RouterKind,
     #[command(flatten)]
+    pub slots: SlotArgs,
+    #[command(flatten)]
     pub replay: ReplayOptions,
+}
+
+/// Policy slots beside the cache policy, with `serve`'s flag names (docs/policy-slots.md).
+#[derive(Args, Debug, Clone, Default)]
+pub struct SlotArgs {
+    /// `NAME=COMPONENT` (repeatable): a policy slot beside each replayed policy (e.g.
+    /// `fair=fair-share`): it hears every request event and answers through side effects, merged
+    /// as `serve` merges them.
+    #[arg(long = "slot", value_name = "NAME=COMPONENT")]
+    pub slots: Vec<String>,
+    /// `NAME:KEY=VALUE` (repeatable): passed to slot NAME's `init`.
+    #[arg(long = "slot-config", value_name = "NAME:KEY=VALUE")]
+    pub slot_configs: Vec<String>,
+    /// Model vLLM's priority scheduling (`--scheduling-policy priority`) with the slots'
+    /// `set-priority` demotions sent as request priorities, as `serve --engine-priorities` does.
+    #[arg(long)]
+    pub engine_priorities: bool,
+}
+
+impl SlotArgs {
+    /// The slots in order, each a component with its `init` settings.
+    pub fn slots(&self) -> anyhow::Result<Vec<(String, PolicySpec)>> {
+        let mut slots: Vec<(String, PolicySpec)> = Vec::new();
+        for option in &self.slots {
+            let (name, component) = option
+                .split_once('=')
+                .filter(|(n, c)| !n.is_empty() && !c.is_empty())
+                .with_context(|| format!("--slot {option:?}: expected NAME=COMPONENT"))?;
+            anyhow::ensure!(name != "kv", "--slot {option:?}: `kv` is the replayed policy's slot");
+            anyhow::ensure!(
+                !slots.iter().any(|(n, _)| n == name),
+                "--slot: slot `{name}` is given twice"
+            );
+            slots.push((
+                name.to_string(),
+                PolicySpec::Wasm {
+                    name: name.to_string(),
+                    component: component.to_string(),
+                    init: Vec::new(),
+                },
+            ));
+        }
+        for option in &self.slot_configs {
+            let (slot, pair) = option
+                .split_once(':')
+                .with_context(|| format!("--slot-config {option:?}: expected NAME:KEY=VALUE"))?;
+            let (key, value) = pair
+                .split_once('=')
+                .with_context(|| format!("--slot-config {option:?}: expected NAME:KEY=VALUE"))?;
+            let Some((_, PolicySpec::Wasm { init, .. })) = slots.iter_mut().find(|(n, _)| n == slot) else {
+                anyhow::bail!("--slot-config names slot `{slot}`, which no --slot gives");
+            };
+            init.push((key.to_string(), value.to_string()));
+        }
+        Ok(slots)
+    }
+
+    /// Set the slots and the scheduling of `cfg`.
+    pub fn apply(&self, cfg: &mut SimConfig) -> anyhow::Result<()> {
+        cfg.slots = self.slots()?;
+        cfg.engine_priorities = self.engine_priorities;
+        Ok(())
+    }
 }
 
 fn parse_share(text: &str) -> Result<(String, Share), String> {
@@ -224,6 +292,7 @@ pub fn run(args: SimArgs, components: &ComponentLookup) -> anyhow::Result<()> {
         SimCommand::Table(a) => run_table(a, components),
         SimCommand::FleetSweep(a) => crate::fleet_sweep::run(a, components),
         SimCommand::NoisyNeighbour(a) => crate::noisy_neighbour::run(a, components),
+        SimCommand::SessionFlood(a) => crate::session_flood::run(a, components),
     }
 }
 
@@ -270,6 +339,11 @@ fn run_trace(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     if !a.shares.is_empty() {
         cfg.shares = Some(a.shares.clone());
     }
+    a.slots.apply(&mut cfg)?;
+    anyhow::ensure!(
+        a.replicas <= 1 || cfg.slots.is_empty(),
+        "--slot is not modelled with several replicas yet"
+    );
     if let Some(path) = &a.op_log {
         let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         let mut lru = crate::policies::NativeLru;
@@ -339,6 +413,18 @@ fn run_trace(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     );
     print!("{}", table(&summaries));
     print!("{}", crate::report::tenant_table(&summaries));
+    if cfg.engine_priorities {
+        println!(
+            "\npriority scheduling (--engine-priorities), slots: {}",
+            a.slots.slots.join(", ")
+        );
+        for (name, s) in &summaries {
+            println!(
+                "  {name}: {} set-priority carried out, {} requests arrived demoted",
+                s.priorities_set, s.demoted_requests
+            );
+        }
+    }
     if let Some(path) = &a.eviction_log {
         let audits: Vec<&EvictionAudit> = results.iter().filter_map(|r| r.audit.as_ref()).collect();
         write_eviction_log(path, &prepared, &audits)?;

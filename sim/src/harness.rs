@@ -15,7 +15,7 @@ use agentrt_runtime::Share;
 
 use crate::arbiter::{Ownership, TenantArbiter};
 use crate::audit::Audited;
-use crate::policies::{Belady, NativeLru, Rerank, SimPolicy, WasmPolicy};
+use crate::policies::{Belady, NativeLru, Rerank, SimPolicy, Slotted, WasmPolicy};
 use crate::policy_limits::ReplayLimits;
 use crate::prepare::PreparedTrace;
 use crate::scheduler::{RunResult, Sim, SimConfig};
@@ -221,6 +221,22 @@ fn replay(
             Box::new(host.start(name, component, init, trace.block_size, rerank)?)
         }
     };
+    if !cfg.slots.is_empty() {
+        let mut slots = Vec::new();
+        for (slot, spec) in &cfg.slots {
+            let PolicySpec::Wasm { component, init, .. } = spec else {
+                anyhow::bail!("slot {slot}: a slot runs a policy component, not {}", spec.name());
+            };
+            slots.push(host.start(
+                &format!("{}/{slot}", policy.name()),
+                component,
+                init,
+                trace.block_size,
+                rerank,
+            )?);
+        }
+        boxed = Box::new(Slotted::new(boxed, slots));
+    }
     let mut result = if audit {
         let mut audited = Audited::new(boxed.as_mut(), trace);
         let mut result = Sim::new(cfg.clone(), trace, &mut audited).run()?;

@@ -31,6 +31,7 @@ pub mod report;
 pub mod rng;
 pub mod router_model;
 pub mod scheduler;
+pub mod session_flood;
 pub mod tokens;
 pub mod trace;
 pub mod workloads;

@@ -31,6 +31,10 @@ pub struct PolicySummary {
     pub warmups: u64,
     pub warmups_skipped: u64,
     pub side_effects_ignored: u64,
+    /// `set-priority` side effects carried out, and trace requests that arrived demoted
+    /// (`--engine-priorities`).
+    pub priorities_set: u64,
+    pub demoted_requests: u64,
     /// Trace requests longer than the whole cache, refused.
     pub rejected: u64,
     /// Largest policy snapshot seen (bytes).
@@ -138,6 +142,8 @@ pub fn summarize(results: &[RunResult]) -> Vec<(String, PolicySummary)> {
                 warmups: r.warmups,
                 warmups_skipped: r.warmups_skipped,
                 side_effects_ignored: r.effects_ignored,
+                priorities_set: r.priorities_set,
+                demoted_requests: r.demoted_requests,
                 rejected: r.rejected,
                 state_bytes_max: s.state_bytes_max,
                 observe_us_per_event: per(s.observe_ns, s.events),

@@ -9,9 +9,18 @@
 //! advances, tokens are sampled, finished requests free their blocks, and sessions schedule their
 //! next request `after_ms` later. Between steps the policy's `act` runs, and its warm-ups become
 //! real requests that cost prefill like any other.
+//!
+//! With [`SimConfig::engine_priorities`] the scheduler is vLLM's priority scheduling
+//! (`--scheduling-policy priority`, `PriorityRequestQueue`): the waiting queue is ordered by
+//! (`priority`, arrival, request id), lower first, a preempted request goes back in that order
+//! rather than to the head, and the running request preempted when blocks run out is the one with
+//! the largest (`priority`, arrival) — possibly one already scheduled this step, whose tokens are
+//! then given back to the budget. A request's priority is fixed when it arrives: its session's
+//! last `set-priority` from the policy's slots, sent as `agentrt serve --engine-priorities` sends
+//! it (a demotion `p < 0` goes as `-p`; nothing else is sent, so everything else goes at 0).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io::Write;
 use std::time::Instant;
 
@@ -42,6 +51,14 @@ pub struct SimConfig {
     /// which tenant gives up a block; tenants not named get no guarantee and no limit. `None`:
     /// one policy instance ranks every block, whoever stored it.
     pub shares: Option<Vec<(String, agentrt_runtime::Share)>>,
+    /// Policy slots beside the cache policy (`sim run --slot NAME=COMPONENT`), in slot order: they
+    /// hear every request event and answer through side effects only (merged as `serve` merges
+    /// them); the cache policy stays the one that ranks blocks.
+    pub slots: Vec<(String, crate::harness::PolicySpec)>,
+    /// vLLM's priority scheduling, with the slots' `set-priority` demotions as request priorities
+    /// (`sim run --engine-priorities`, as `serve --engine-priorities` in front of a vLLM started
+    /// with `--scheduling-policy priority`). Off: FCFS, and `set-priority` is counted, not used.
+    pub engine_priorities: bool,
 }
 
 impl SimConfig {
@@ -53,6 +70,8 @@ impl SimConfig {
             latency: LatencyModel::default(),
             state_sample_steps: 512,
             shares: None,
+            slots: Vec::new(),
+            engine_priorities: false,
         }
     }
 }
@@ -68,6 +87,10 @@ pub struct RunResult {
     /// Per trace request (uid order): time to first token and whole-turn latency (µs).
     pub ttft_us: Vec<f64>,
     pub turn_us: Vec<f64>,
+    /// Per trace request (uid order): when it arrived and when it finished, from the first
+    /// arrival (µs; NaN if it never ran).
+    pub arrival_us: Vec<f64>,
+    pub finish_us: Vec<f64>,
     /// Time from the first arrival to the last finish (µs).
     pub makespan_us: f64,
     pub steps: u64,
@@ -81,8 +104,13 @@ pub struct RunResult {
     /// Trace requests longer than the whole cache (prompt + output): vLLM refuses them (its
     /// max_model_len must fit the cache); the session goes on without them.
     pub rejected: u64,
-    /// Side effects other than warm-ups (counted, not carried out).
+    /// Side effects other than warm-ups and, with engine priorities, `set-priority` (counted,
+    /// not carried out).
     pub effects_ignored: u64,
+    /// `set-priority` side effects carried out (engine priorities on).
+    pub priorities_set: u64,
+    /// Trace requests that arrived with a priority other than 0.
+    pub demoted_requests: u64,
     /// Trace request uids in the order they were first admitted (Bélády's reference future).
     pub admission_order: Vec<u32>,
     /// Prompt and hit tokens per tenant, in the trace's tenant order (one entry, `default`, for a
@@ -152,6 +180,8 @@ struct Req {
     anchor_hash: u64,
     /// Session index (trace requests) — warm-ups have none.
     session: Option<u32>,
+    /// vLLM's request priority (lower is served first), fixed at arrival.
+    priority: i32,
 }
 
 /// Block-pool operations in a form a Python script can replay through vLLM's own
@@ -182,6 +212,9 @@ pub struct Sim<'a> {
     ops: Option<OpLog<'a>>,
     /// Agents whose warm-up this engine issued since [`Sim::take_warmed`] (several replicas).
     warmed: Vec<u32>,
+    /// Each session's priority as the proxy would send it (session id → vLLM priority), from the
+    /// slots' `set-priority`; absent = 0.
+    session_priority: HashMap<u64, i32>,
 }
 
 fn us(ns: u64) -> u64 {
@@ -200,6 +233,8 @@ impl<'a> Sim<'a> {
             policy: policy.name().to_string(),
             ttft_us: vec![f64::NAN; trace.requests.len()],
             turn_us: vec![f64::NAN; trace.requests.len()],
+            arrival_us: vec![f64::NAN; trace.requests.len()],
+            finish_us: vec![f64::NAN; trace.requests.len()],
             tenants: trace
                 .tenants
                 .iter()
@@ -227,6 +262,7 @@ impl<'a> Sim<'a> {
             first_arrival_ns: None,
             ops: None,
             warmed: Vec::new(),
+            session_priority: HashMap::new(),
         }
     }
 
@@ -332,12 +368,19 @@ impl<'a> Sim<'a> {
                 agent: r.agent,
                 anchor_hash: r.anchor_hash,
                 session: Some(s),
+                priority: 0,
             });
         }
     }
 
-    fn arrive(&mut self, req: Req) {
+    fn arrive(&mut self, mut req: Req) {
         let id = self.reqs.len();
+        if self.cfg.engine_priorities {
+            req.priority = self.session_priority.get(&req.kv.session).copied().unwrap_or(0);
+            if req.priority != 0 && matches!(req.origin, Origin::Trace(_)) {
+                self.result.demoted_requests += 1;
+            }
+        }
         self.first_arrival_ns.get_or_insert(req.arrival_ns);
         let warmup = matches!(req.origin, Origin::Warmup(_));
         self.policy.event(Event::RequestArrival(RequestArrival {
@@ -369,7 +412,45 @@ impl<'a> Sim<'a> {
             self.op(serde_json::json!({"op": "add", "id": id, "prompt": tokens}));
         }
         self.reqs.push(req);
-        self.waiting.push_back(id);
+        self.enqueue(id);
+    }
+
+    /// Request `r` joins the waiting queue: at the back (FCFS), or in vLLM's priority order —
+    /// (priority, arrival, id), lower first — with engine priorities.
+    fn enqueue(&mut self, r: usize) {
+        if !self.cfg.engine_priorities {
+            self.waiting.push_back(r);
+            return;
+        }
+        let key = |req: &Req, id: usize| (req.priority, req.arrival_ns, id);
+        let mine = key(&self.reqs[r], r);
+        let at = self.waiting.partition_point(|&w| key(&self.reqs[w], w) < mine);
+        self.waiting.insert(at, r);
+    }
+
+    /// A preempted or skipped request goes back: to the head (FCFS), or in priority order.
+    fn requeue(&mut self, r: usize) {
+        if self.cfg.engine_priorities {
+            self.enqueue(r);
+        } else {
+            self.waiting.push_front(r);
+        }
+    }
+
+    /// The running request to preempt when blocks run out: the last one (FCFS), or the one with
+    /// the largest (priority, arrival) (vLLM's priority scheduling).
+    fn preemption_victim(&self) -> usize {
+        if !self.cfg.engine_priorities {
+            return self.running.len() - 1;
+        }
+        let key = |&(_, &r): &(usize, &usize)| (self.reqs[r].priority, self.reqs[r].arrival_ns);
+        let (i, _) = self
+            .running
+            .iter()
+            .enumerate()
+            .max_by(|a, b| key(a).cmp(&key(b)).then(a.0.cmp(&b.0)))
+            .expect("the request itself is running");
+        i
     }
 
     fn step(&mut self) -> anyhow::Result<()> {
@@ -377,7 +458,6 @@ impl<'a> Sim<'a> {
         let bs = self.trace.block_size;
         let mut budget = self.cfg.max_batched_tokens;
         let mut scheduled: Vec<(usize, u32)> = Vec::new();
-        let mut work = StepWork::default();
         let mut preempted = false;
 
         // Running requests, in order.
@@ -400,7 +480,16 @@ impl<'a> Sim<'a> {
                     break;
                 }
                 self.op(serde_json::json!({"op": "fail", "id": r, "n": n}));
-                let victim = self.running.pop().expect("the request itself is running");
+                let at = self.preemption_victim();
+                let victim = self.running.remove(at);
+                // A victim already scheduled this step gives its tokens back (priority
+                // scheduling only: under FCFS the victim is the last, not yet scheduled).
+                if let Some(k) = scheduled.iter().position(|&(s, _)| s == victim) {
+                    budget += scheduled.remove(k).1;
+                }
+                if at < i {
+                    i -= 1;
+                }
                 self.preempt(victim);
                 preempted = true;
                 if victim == r {
@@ -411,7 +500,6 @@ impl<'a> Sim<'a> {
                 break;
             }
             self.op(serde_json::json!({"op": "sched", "id": r, "n": n}));
-            work.add(self.reqs[r].kv.num_computed_tokens, n);
             scheduled.push((r, n));
             budget -= n;
             i += 1;
@@ -444,12 +532,11 @@ impl<'a> Sim<'a> {
                 self.running.push(r);
                 self.admitted(r, hit.len(), hit_tokens);
                 self.reqs[r].kv.num_computed_tokens = hit_tokens;
-                work.add(hit_tokens, n);
                 scheduled.push((r, n));
                 budget -= n;
             }
             for r in skipped.into_iter().rev() {
-                self.waiting.push_front(r);
+                self.requeue(r);
             }
         }
 
@@ -467,6 +554,10 @@ impl<'a> Sim<'a> {
             // Everything running was preempted this step; go again.
             self.result.steps += 1;
             return Ok(());
+        }
+        let mut work = StepWork::default();
+        for &(r, n) in &scheduled {
+            work.add(self.reqs[r].kv.num_computed_tokens, n);
         }
         let dt = self.cfg.latency.step_seconds(&work);
         self.now_ns += (dt * 1e9).round() as u64;
@@ -506,7 +597,7 @@ impl<'a> Sim<'a> {
         let req = &mut self.reqs[r];
         self.kv.free(&mut req.kv, &mut *self.policy);
         req.kv.num_computed_tokens = 0;
-        self.waiting.push_front(r);
+        self.requeue(r);
     }
 
     fn after_step(&mut self, scheduled: &[(usize, u32)]) {
@@ -566,6 +657,9 @@ impl<'a> Sim<'a> {
                 let first = req.first_token_ns.unwrap_or(now);
                 self.result.ttft_us[uid as usize] = (first - arrival) as f64 / 1000.0;
                 self.result.turn_us[uid as usize] = (now - arrival) as f64 / 1000.0;
+                let origin = self.first_arrival_ns.unwrap_or(0);
+                self.result.arrival_us[uid as usize] = arrival.saturating_sub(origin) as f64 / 1000.0;
+                self.result.finish_us[uid as usize] = now.saturating_sub(origin) as f64 / 1000.0;
                 let tenant = &mut self.result.tenants[self.trace.requests[uid as usize].tenant as usize];
                 tenant.requests += 1;
                 tenant.turn_us_sum += (now - arrival) as f64 / 1000.0;
@@ -594,6 +688,15 @@ impl<'a> Sim<'a> {
         for effect in self.policy.act() {
             match effect {
                 SideEffect::WarmPrefix(w) => self.warm(w.agent, w.anchor_hash),
+                SideEffect::SetPriority(p) if self.cfg.engine_priorities => {
+                    // What `serve --engine-priorities` sends: only demotions.
+                    self.result.priorities_set += 1;
+                    if p.priority < 0 {
+                        self.session_priority.insert(p.session, p.priority.saturating_neg());
+                    } else {
+                        self.session_priority.remove(&p.session);
+                    }
+                }
                 _ => self.result.effects_ignored += 1,
             }
         }
@@ -663,6 +766,7 @@ impl<'a> Sim<'a> {
             agent: handle,
             anchor_hash: a.anchor_hash,
             session: None,
+            priority: 0,
         });
     }
 }
@@ -744,5 +848,118 @@ impl<'a> Sim<'a> {
     /// Close the replay (the end of [`Sim::run`]).
     pub(crate) fn finish_replica(self, started: Instant) -> anyhow::Result<RunResult> {
         self.finish_run(started)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prefix_cache::PoolObserver;
+    use agentrt_runtime::types::SetPriority;
+
+    /// A policy that demotes one session from its first `act` on (the part of fair-share this
+    /// test is about: what the scheduler does with a demotion).
+    struct Demote {
+        session: u64,
+        told: bool,
+    }
+    impl PoolObserver for Demote {}
+    impl SimPolicy for Demote {
+        fn name(&self) -> &str {
+            "demote"
+        }
+        fn act(&mut self) -> Vec<SideEffect> {
+            if std::mem::replace(&mut self.told, true) {
+                return Vec::new();
+            }
+            vec![SideEffect::SetPriority(SetPriority {
+                session: self.session,
+                priority: -10,
+            })]
+        }
+    }
+
+    /// One running seat: `busy` holds it from 0 ms, then `heavy` (demoted) arrives at 1 ms and
+    /// `light` at 2 ms; both wait for the seat.
+    fn trace() -> PreparedTrace {
+        let line = |session: &str, after: u32, output: u32| {
+            format!(
+                r#"{{"session": "{session}", "agent": "{session}", "after_ms": {after}, "prompt": [{{"seg": "{session}/q", "tokens": 64}}], "output_tokens": {output}}}"#
+            )
+        };
+        let text = format!(
+            "{}\n{}\n{}\n",
+            line("busy", 0, 200),
+            line("heavy", 1, 4),
+            line("light", 2, 4)
+        );
+        PreparedTrace::new(&Trace::parse(&text).unwrap(), 16, false)
+    }
+
+    fn admission_order(engine_priorities: bool) -> (Vec<String>, RunResult) {
+        let trace = trace();
+        let mut cfg = SimConfig::new(100);
+        cfg.max_num_seqs = 1;
+        cfg.engine_priorities = engine_priorities;
+        let mut policy = Demote {
+            session: crate::tokens::hash_str("heavy"),
+            told: false,
+        };
+        let result = Sim::new(cfg, &trace, &mut policy).run().unwrap();
+        let names = result
+            .admission_order
+            .iter()
+            .map(|&uid| {
+                trace.sessions[trace.requests[uid as usize].session as usize]
+                    .name
+                    .clone()
+            })
+            .collect();
+        (names, result)
+    }
+
+    /// Blocks run out while a demoted request admitted first and a normal one admitted later
+    /// both decode: vLLM's priority scheduling preempts the demoted one (largest priority), not
+    /// the last one running as FCFS does.
+    #[test]
+    fn out_of_blocks_the_demoted_request_is_preempted_not_the_last_one() {
+        let line = |session: &str, after: u32, prompt: u32, output: u32| {
+            format!(
+                r#"{{"session": "{session}", "agent": "{session}", "after_ms": {after}, "prompt": [{{"seg": "{session}/q", "tokens": {prompt}}}], "output_tokens": {output}}}"#
+            )
+        };
+        let text = format!(
+            "{}\n{}\n{}\n",
+            line("first", 0, 16, 1),
+            line("a", 1, 320, 400),
+            line("b", 50, 320, 400)
+        );
+        let trace = PreparedTrace::new(&Trace::parse(&text).unwrap(), 16, false);
+        let finish = |engine_priorities: bool| {
+            let mut cfg = SimConfig::new(60);
+            cfg.engine_priorities = engine_priorities;
+            let mut policy = Demote {
+                session: crate::tokens::hash_str("a"),
+                told: false,
+            };
+            let r = Sim::new(cfg, &trace, &mut policy).run().unwrap();
+            assert!(r.preemptions > 0, "the cache is too small for both");
+            (r.finish_us[1], r.finish_us[2])
+        };
+        let (a, b) = finish(true);
+        assert!(a > b, "a, demoted, was preempted and finished after b: {a} vs {b}");
+        let (a, b) = finish(false);
+        assert!(a < b, "FCFS preempts b, the last one running: {a} vs {b}");
+    }
+
+    #[test]
+    fn a_demoted_sessions_waiting_request_is_scheduled_after_a_normal_one() {
+        let (order, result) = admission_order(true);
+        assert_eq!(order, ["busy", "light", "heavy"], "priority scheduling: light first");
+        assert_eq!((result.priorities_set, result.demoted_requests), (1, 1));
+        // The same trace without engine priorities is FCFS: the demotion is counted, not used.
+        let (order, result) = admission_order(false);
+        assert_eq!(order, ["busy", "heavy", "light"]);
+        assert_eq!((result.priorities_set, result.effects_ignored), (0, 1));
     }
 }

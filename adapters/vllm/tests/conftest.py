@@ -214,6 +214,16 @@ def tiny_model(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def tiny_model_that_ends(tmp_path_factory) -> Path:
+    """The tiny model's variant whose answers end (`make_tiny_model.py --ends-answers`), for agent
+    SDKs that refuse an answer cut at max_tokens."""
+    out = tmp_path_factory.mktemp("tiny-model-ends")
+    subprocess.run([sys.executable, str(REPO / "adapters/vllm/make_tiny_model.py"), "--ends-answers", str(out)],
+                   check=True, capture_output=True)
+    return out
+
+
 class VllmServer:
     """`vllm serve` on the tiny model (CPU), optionally with the agentrt plugin and KV events."""
 
@@ -377,8 +387,8 @@ def start_stack(agentrt_binary, tiny_model, tmp_path):
 
     def start(policy: str = "cachesage", *, blocks: int = 80, admin_token: str | None = None,
               deadline_ms: float | None = 20, serve_args: tuple[str, ...] = (), vllm_args: tuple[str, ...] = (),
-              log_level: str | None = None) -> Stack:
-        stack = Stack(agentrt_binary, tiny_model, tmp_path / f"stack-{len(stacks)}-{policy}", policy=policy,
+              log_level: str | None = None, model: Path | None = None) -> Stack:
+        stack = Stack(agentrt_binary, model or tiny_model, tmp_path / f"stack-{len(stacks)}-{policy}", policy=policy,
                       blocks=blocks, admin_token=admin_token, deadline_ms=deadline_ms, serve_args=serve_args,
                       vllm_args=("--enable-prompt-tokens-details", *vllm_args), log_level=log_level)
         stacks.append(stack)

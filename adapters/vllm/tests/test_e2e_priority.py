@@ -32,6 +32,9 @@ pytestmark = pytest.mark.skipif(os.environ.get("AGENTRT_SKIP_VLLM_SERVE") == "1"
 FLOOD_CLIENTS = 8
 FLOOD_WORDS = 400
 LIGHT_CALLS = 12
+# The proxy's admission queue: as many places as vLLM runs requests (--max-num-seqs), so vLLM's own
+# queue stays empty and the proxy's order is the order served (chosen before the first run).
+QUEUE_PLACES = 4
 
 
 def flood_body(i: int) -> dict:
@@ -48,12 +51,20 @@ def light_body(i: int) -> dict:
             "max_tokens": 1, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
 
 
-def run(start_stack, fair: bool) -> tuple[list[Outcome], list[Outcome]]:
+def run(start_stack, fair: bool, queue: bool = False) -> tuple[list[Outcome], list[Outcome]]:
+    """One setup: `fair` adds the fair-share slot; its demotions go to vLLM's priority scheduling,
+    or, with `queue`, to the proxy's admission queue in front of a vLLM scheduling FCFS."""
     serve_args: tuple[str, ...] = ("--session-idle-ms", "60000")
+    vllm_args: tuple[str, ...] = ("--max-num-seqs", "4")
     if fair:
-        serve_args += ("--slot", "fair=fair-share", "--engine-priorities")
-    stack = start_stack("lru", blocks=400, serve_args=serve_args,
-                        vllm_args=("--scheduling-policy", "priority", "--max-num-seqs", "4"))
+        serve_args += ("--slot", "fair=fair-share")
+    if queue:
+        serve_args += ("--upstream-max-in-flight", str(QUEUE_PLACES))
+    else:
+        vllm_args += ("--scheduling-policy", "priority")
+        if fair:
+            serve_args += ("--engine-priorities",)
+    stack = start_stack("lru", blocks=400, serve_args=serve_args, vllm_args=vllm_args)
     flood: list[Outcome] = []
     stop = threading.Event()
 
@@ -109,5 +120,30 @@ def test_a_flooding_session_no_longer_sets_the_light_sessions_ttft(start_stack):
     fcfs = [o.ttft_s for o in results[False][0]]
     fair = [o.ttft_s for o in results[True][0]]
     # What the policy promises: the flood no longer drives the light session's tail up.
+    assert p(fair, 0.99) < p(fcfs, 0.99), (p(fair, 0.99), p(fcfs, 0.99))
+    assert statistics.median(fair) < statistics.median(fcfs)
+
+
+def test_the_proxys_admission_queue_does_the_same_for_an_engine_scheduling_fcfs(start_stack):
+    """The same flood and light session in front of a vLLM without priority scheduling: FCFS (no
+    slot, no queue) against the fair-share slot with the proxy's admission queue
+    (`--upstream-max-in-flight 4`), which lets the light session's calls through first."""
+    results = {}
+    for fair in (False, True):
+        light, flood = run(start_stack, fair, queue=fair)
+        failed = [(o.status, o.error) for o in light + flood if o.status != 200 or o.error]
+        assert not failed, failed[:5]
+        results[fair] = light, flood
+    rows = []
+    for fair, (light, flood) in results.items():
+        ttft = [o.ttft_s * 1000 for o in light]
+        rows.append(f"| {'fair-share + proxy queue' if fair else 'FCFS'} | {statistics.median(ttft):.0f} | "
+                    f"{p(ttft, 0.99):.0f} | {statistics.median(o.ttft_s * 1000 for o in flood):.0f} | {len(flood)} |")
+    table = ("| setup | light p50 TTFT ms | light p99 TTFT ms | flood p50 TTFT ms | flood requests |\n"
+             "|---|---:|---:|---:|---:|\n" + "\n".join(rows))
+    print(f"\n{FLOOD_CLIENTS} flood clients × {FLOOD_WORDS}-word documents; {LIGHT_CALLS} light calls; "
+          f"vLLM FCFS\n{table}")
+    fcfs = [o.ttft_s for o in results[False][0]]
+    fair = [o.ttft_s for o in results[True][0]]
     assert p(fair, 0.99) < p(fcfs, 0.99), (p(fair, 0.99), p(fcfs, 0.99))
     assert statistics.median(fair) < statistics.median(fcfs)

@@ -482,11 +482,11 @@ def agents_python() -> Path:
     return python
 
 
-# examples/openai-agents is not run here: the tiny random test model never ends an answer by itself,
-# and the OpenAI Agents SDK refuses an answer cut at max_tokens (Responses: `response.incomplete`;
-# chat completions: "finish_reason='length' but produced no assistant text"), with or without the
-# proxy. The Responses API through the proxy has its own test above.
-EXAMPLE_ARGS = {"autogen/team.py": ("--max-tokens", "8")}
+# examples/openai-agents needs answers that end: the OpenAI Agents SDK refuses one cut at max_tokens
+# (Responses: `response.incomplete`; chat completions: "finish_reason='length' but produced no
+# assistant text"), and the plain tiny model never ends one. It runs on the variant that does
+# (make_tiny_model.py --ends-answers), with room for its longest answer to these tasks.
+EXAMPLE_ARGS = {"autogen/team.py": ("--max-tokens", "8"), "openai-agents/research.py": ("--max-tokens", "64")}
 
 
 @pytest.mark.parametrize("example, agents", [("autogen/team.py", 2)])
@@ -506,6 +506,32 @@ def test_an_agent_framework_example_through_agentrt_serve(start_stack, example, 
     assert run.returncode == 0, run.stderr[-3000:]
     (tenant,) = stack.serve.tenants()["tenants"]
     assert tenant["agents"] == agents, tenant
+    proxy = stack.serve.metrics()
+    assert proxy["agentrt_proxy_requests_total"] >= 2 * tasks
+    assert proxy["agentrt_proxy_requests_failed_total"] == 0
+    assert proxy["agentrt_proxy_bad_requests_total"] == 0
+
+
+def test_the_openai_agents_sdk_example_through_agentrt_serve(start_stack, tiny_model_that_ends):
+    """examples/openai-agents, unchanged but for base_url, runs on the Responses API (the SDK's
+    default) against the proxy and a real vLLM serving the tiny model that ends its answers: both
+    runs of both tasks complete, every call succeeds, and the researcher and the writer are two
+    agents."""
+    import subprocess
+
+    from conftest import REPO
+
+    python = agents_python()
+    stack = start_stack("cachesage", admin_token="e2e-admin", model=tiny_model_that_ends)
+    tasks = 2
+    example = "openai-agents/research.py"
+    run = subprocess.run([str(python), str(REPO / "examples" / example), "--base-url", stack.serve.base + "/v1",
+                          "--tasks", str(tasks), *EXAMPLE_ARGS[example]], capture_output=True, text=True, timeout=600)
+    print(run.stdout[-2000:], run.stderr[-3000:])
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("answer:") == tasks, run.stdout
+    (tenant,) = stack.serve.tenants()["tenants"]
+    assert tenant["agents"] == 2, tenant
     proxy = stack.serve.metrics()
     assert proxy["agentrt_proxy_requests_total"] >= 2 * tasks
     assert proxy["agentrt_proxy_requests_failed_total"] == 0

@@ -108,6 +108,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub engine_priorities: bool,
     #[command(flatten)]
+    pub admission: crate::admission::AdmissionArgs,
+    #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
     pub policy_limits: PolicyLimitArgs,
@@ -462,6 +464,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
     let mut state = AppState::new(options, tenants);
     state.reloader = reloader;
     state.replicas = crate::replicas::ReplicaRouting::from_args(&args.replicas)?;
+    state.admission = args.admission.queue(state.replicas.is_some())?;
 
     let replica_sockets = !args.replicas.eviction_sockets.is_empty();
     anyhow::ensure!(

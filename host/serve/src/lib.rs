@@ -23,6 +23,9 @@
 //! - [`admin`]: authenticated policy management (install, hot swap) per tenant, and each
 //!   tenant's stats and forecasts ([`tenant_report`]); [`admin_auth`]: which admin token may act
 //!   on which tenant (the operator's on all, a tenant's on its own);
+//! - [`admission`]: at most `--upstream-max-in-flight` requests upstream, the rest waiting in
+//!   the proxy least-demoted session first (the slots' `set-priority`), for engines without
+//!   priority scheduling;
 //! - [`metrics`]: Prometheus counters for the proxy and every policy slot;
 //! - [`replicas`]: several upstream replicas behind a KV-aware router (Dynamo's selection
 //!   service, session-sticky hashing when it fails), fed agentrt's hints (`agentrt-router`);
@@ -32,6 +35,7 @@
 
 pub mod admin;
 pub mod admin_auth;
+pub mod admission;
 pub mod agent_api;
 pub mod auth;
 pub mod cache_salt;

@@ -75,6 +75,8 @@ pub struct AppState {
     pub replicas: Option<Arc<crate::replicas::ReplicaRouting>>,
     /// The MCP gateway at `/mcp/SERVER` (`--mcp-server`), set by [`crate::mcp::mount`].
     pub mcp: std::sync::OnceLock<Arc<agentrt_mcp::Gateway>>,
+    /// At most N requests upstream, the rest waiting in priority order (`--upstream-max-in-flight`).
+    pub admission: Option<Arc<crate::admission::AdmissionQueue>>,
     clock: Instant,
     next_request_id: AtomicU64,
 }
@@ -100,6 +102,7 @@ impl AppState {
             reloader: None,
             replicas: None,
             mcp: std::sync::OnceLock::new(),
+            admission: None,
             clock: Instant::now(),
             next_request_id: AtomicU64::new(1),
         }
@@ -524,6 +527,8 @@ struct FinishGuard {
     _permit: TenantPermit,
     /// Its place on a replica (several replicas), released when the guard goes.
     lease: Option<crate::replicas::Lease>,
+    /// Its place in `--upstream-max-in-flight`, given on when the guard goes.
+    _admission: Option<crate::admission::AdmissionPermit>,
     template: RequestFinish,
     done: bool,
 }
@@ -609,6 +614,7 @@ async fn forward(
         tenant: tenant.clone(),
         _permit: permit,
         lease: None,
+        _admission: None,
         template: RequestFinish {
             request_id,
             agent,
@@ -624,6 +630,20 @@ async fn forward(
     };
     // The policy's next move does not wait for the upstream.
     state.warmups.kick(state.clone(), tenant.clone());
+    // A place upstream, least-demoted first (`--upstream-max-in-flight`); the wait is not the
+    // proxy's overhead.
+    let queued = Instant::now();
+    if let Some(queue) = &state.admission {
+        let demotion = tenant.priority(identity.session).min(0).unsigned_abs();
+        match queue.admit(demotion).await {
+            Ok(place) => guard._admission = Some(place),
+            Err(e) => {
+                guard.finish(false, None);
+                return failed(&state, e);
+            }
+        }
+    }
+    let queue_wait = queued.elapsed();
 
     let mut route = route;
     let mut lease = match (&state.replicas, route.as_mut()) {
@@ -631,7 +651,9 @@ async fn forward(
         _ => None,
     };
     let body = Bytes::from(body);
-    state.metrics.observe_overhead(received.elapsed());
+    state
+        .metrics
+        .observe_overhead(received.elapsed().saturating_sub(queue_wait));
     let mut sent = send_to(&state, lease.as_ref(), path, &body).await;
     // A replica that refused the connection got nothing: the request is placed once more.
     if let (Err((_, true)), Some(replicas), Some(input)) = (&sent, &state.replicas, route.as_mut()) {
@@ -806,6 +828,9 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
     }
     if let Some(replicas) = &state.replicas {
         replicas.render(&mut out);
+    }
+    if let Some(queue) = &state.admission {
+        queue.render(&mut out);
     }
     out.push_str(&state.tenants.registry().render_prometheus());
     if let Some(gateway) = state.mcp.get() {

@@ -183,3 +183,149 @@ async fn a_session_past_its_share_goes_upstream_demoted_and_the_others_do_not() 
         .filter(|(system, _)| system == "You are the coder.")
         .all(|(_, p)| p.is_null()));
 }
+
+/// A proxy with `--upstream-max-in-flight 1` and the fair-share slot, without engine priorities:
+/// the proxy's own queue does the ordering.
+async fn with_admission_queue(max_wait: Duration) -> Proxy {
+    Setup {
+        extra_slots: vec![("fair", "fair-share", vec![])],
+        admission: Some((1, max_wait)),
+        limits: agentrt_serve::Limits {
+            upstream_first_byte_timeout: Duration::from_millis(1500),
+            ..agentrt_serve::Limits::default()
+        },
+        ..Setup::new("lru")
+    }
+    .start()
+    .await
+}
+
+/// A call that holds the one place upstream until the first-byte timeout: the stub's
+/// `hang-before-headers` FAULT INJECTION (a real vLLM does not hang on demand).
+fn blocker(p: &Proxy) -> tokio::task::JoinHandle<reqwest::Response> {
+    let url = p.url.clone();
+    tokio::spawn(async move {
+        let body = chat("You are the blocker.", "wait", "hang-before-headers", false);
+        let headers = [("x-agent-id", "blocker"), ("x-session-id", "blocker")];
+        support::post(&format!("{url}/v1/chat/completions"), body.to_string(), &headers).await
+    })
+}
+
+fn spawn_call(p: &Proxy, system: &'static str, task: String, session: &'static str) -> tokio::task::JoinHandle<u16> {
+    let url = p.url.clone();
+    tokio::spawn(async move {
+        let body = chat(system, &task, "tiny", false);
+        let headers = [("x-agent-id", system), ("x-session-id", session)];
+        support::post(&format!("{url}/v1/chat/completions"), body.to_string(), &headers)
+            .await
+            .status()
+            .as_u16()
+    })
+}
+
+/// The proxy's queue depth as `/metrics` shows it.
+async fn queue_depth(p: &Proxy) -> u64 {
+    let text = metrics_text(p).await;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("agentrt_proxy_admission_queue_depth "))
+        .expect("the queue's series");
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+async fn until_queued(p: &Proxy, n: u64) {
+    for _ in 0..500 {
+        if queue_depth(p).await == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{n} requests never queued");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_place_upstream_a_light_sessions_call_goes_ahead_of_a_demoted_sessions_queued_ones() {
+    let p = with_admission_queue(Duration::from_secs(10)).await;
+    // The light session uses the engine a little, the heavy one a lot: fair-share demotes it.
+    let light_headers = [("x-agent-id", "light"), ("x-session-id", "light")];
+    let body = chat("You are the light one.", "short", "tiny", false);
+    assert_eq!(post_json(&p, &body, &light_headers).await.status(), 200);
+    let long_task = "a long document to summarise ".repeat(400);
+    for _ in 0..3 {
+        let headers = [("x-agent-id", "heavy"), ("x-session-id", "heavy")];
+        let body = chat("You are the heavy one.", &long_task, "tiny", false);
+        assert_eq!(post_json(&p, &body, &headers).await.status(), 200);
+    }
+    acted(&p).await;
+    // One call holds the place; two heavy calls queue, then a light one.
+    let held = blocker(&p);
+    for _ in 0..200 {
+        if p.stub.user_requests().len() == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let heavy: Vec<_> = (0..2)
+        .map(|_| spawn_call(&p, "You are the heavy one.", long_task.clone(), "heavy"))
+        .collect();
+    until_queued(&p, 2).await;
+    let light = spawn_call(&p, "You are the light one.", "short again".into(), "light");
+    until_queued(&p, 3).await;
+    assert_eq!(held.await.unwrap().status(), 504, "the held call times out, as set");
+    assert_eq!(light.await.unwrap(), 200);
+    for h in heavy {
+        assert_eq!(h.await.unwrap(), 200);
+    }
+    let order: Vec<String> = p.stub.user_requests()[5..]
+        .iter()
+        .map(|r| r.body["messages"][0]["content"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "You are the light one.",
+            "You are the heavy one.",
+            "You are the heavy one."
+        ],
+        "the light call was admitted first, though it queued last"
+    );
+    let text = metrics_text(&p).await;
+    assert!(text.contains("agentrt_proxy_admission_overtakes_total 1"), "{text}");
+    assert!(text.contains("agentrt_proxy_admission_queue_depth 0"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_waits_past_the_limit_gets_a_503_naming_it() {
+    let p = with_admission_queue(Duration::from_millis(300)).await;
+    let held = blocker(&p);
+    for _ in 0..200 {
+        if p.stub.user_requests().len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = std::time::Instant::now();
+    let headers = [("x-agent-id", "coder"), ("x-session-id", "s1")];
+    let response = post_json(&p, &chat("You are the coder.", "hello", "tiny", false), &headers).await;
+    let waited = started.elapsed();
+    let status = response.status().as_u16();
+    let answer: Value = response.json().await.unwrap_or(Value::Null);
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(answer["error"]["type"], "service_unavailable");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("--upstream-max-wait-ms") && message.contains("--upstream-max-in-flight"),
+        "{message}"
+    );
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_millis(1400),
+        "{waited:?}"
+    );
+    assert_eq!(p.stub.user_requests().len(), 1, "the refused call never went upstream");
+    assert_eq!(held.await.unwrap().status(), 504);
+    // The place is free again: the next call goes through at once.
+    let response = post_json(&p, &chat("You are the coder.", "hello again", "tiny", false), &headers).await;
+    assert_eq!(response.status(), 200);
+    let text = metrics_text(&p).await;
+    assert!(text.contains("agentrt_proxy_admission_timeouts_total 1"), "{text}");
+}

@@ -67,6 +67,8 @@ pub struct Setup {
     /// The MCP gateway to mount at `/mcp`, its options made with the proxy's engine (its memo
     /// policy must be loaded by the engine the registry runs).
     pub mcp: Option<McpOptions>,
+    /// `--upstream-max-in-flight` and `--upstream-max-wait-ms`; none by default.
+    pub admission: Option<(usize, Duration)>,
 }
 
 impl Setup {
@@ -90,6 +92,7 @@ impl Setup {
             policy_deadline: None,
             replicas: Default::default(),
             mcp: None,
+            admission: None,
         }
     }
 
@@ -155,6 +158,9 @@ impl Setup {
         let mut state = AppState::new(options, tenants);
         state.reloader = reloader;
         state.replicas = agentrt_serve::replicas::ReplicaRouting::from_args(&self.replicas).unwrap();
+        state.admission = self
+            .admission
+            .map(|(n, wait)| agentrt_serve::admission::AdmissionQueue::new(n, wait));
         let state = Arc::new(state);
         if let Some(options) = mcp {
             agentrt_serve::mcp::mount(&state, options);
