@@ -18,7 +18,7 @@ use anyhow::{Context, Result};
 use crate::components::encode_component;
 use crate::policy_sources::{clear_skipped, discover, is_current, name, note_skipped, source_files};
 use crate::workspace::Workspace;
-use crate::{run, toolchains};
+use crate::{run, toolchains, wit_bindings};
 
 const ZIG_VERSION: &str = "0.17.0";
 const SDK_DIR: &str = "sdk/c";
@@ -149,28 +149,9 @@ pub fn test_all(workspace: &Workspace) -> Result<()> {
 }
 
 /// The C bindings of the contract's `policy` world (what `wit-bindgen c` writes), into
-/// `<target>/bindings/c`; regenerated when wit/ changes.
+/// `<target>/bindings/c`.
 fn bindings(workspace: &Workspace) -> Result<PathBuf> {
-    use wit_bindgen_core::wit_parser::Resolve;
-    let dir = workspace.target.join("bindings/c");
-    let wit = workspace.root.join("wit");
-    if !is_current(&dir.join("policy.h"), &source_files(&[&wit])?) {
-        let mut resolve = Resolve::default();
-        let (package, _) = resolve
-            .push_dir(&wit)
-            .with_context(|| format!("parsing {}", wit.display()))?;
-        let world = resolve.select_world(&[package], Some("policy"))?;
-        let mut files = wit_bindgen_core::Files::default();
-        wit_bindgen_c::Opts::default()
-            .build()
-            .generate(&mut resolve, world, &mut files)
-            .context("generating the C bindings")?;
-        std::fs::create_dir_all(&dir)?;
-        for (name, contents) in files.iter() {
-            std::fs::write(dir.join(name), contents).with_context(|| format!("writing {name}"))?;
-        }
-    }
-    Ok(dir)
+    wit_bindings::generate(workspace, "c", "policy.h", || wit_bindgen_c::Opts::default().build())
 }
 
 /// A policy's C files that go into its component (not its tests).

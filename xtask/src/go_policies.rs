@@ -24,7 +24,7 @@ use anyhow::{bail, Context, Result};
 use crate::components::encode_module;
 use crate::policy_sources::{clear_skipped, discover, is_current, name, note_skipped, source_files};
 use crate::workspace::Workspace;
-use crate::{run, toolchains};
+use crate::{run, toolchains, wit_bindings};
 
 const GO_VERSION: &str = "1.27.3";
 const SDK_DIR: &str = "sdk/go";
@@ -199,37 +199,20 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 }
 
 /// The Go bindings of the contract's `policy` world (what `wit-bindgen go` writes), into
-/// `<target>/bindings/go`; regenerated when wit/ changes.
+/// `<target>/bindings/go`.
 fn bindings(workspace: &Workspace) -> Result<PathBuf> {
-    use wit_bindgen_core::wit_parser::Resolve;
-    let dir = workspace.target.join("bindings/go");
-    let wit = workspace.root.join("wit");
-    if !is_current(&dir.join("wit_exports.go"), &source_files(&[&wit])?) {
-        let mut resolve = Resolve::default();
-        let (package, _) = resolve
-            .push_dir(&wit)
-            .with_context(|| format!("parsing {}", wit.display()))?;
-        let world = resolve.select_world(&[package], Some("policy"))?;
-        let mut files = wit_bindgen_core::Files::default();
+    wit_bindings::generate(workspace, "go", "wit_exports.go", || {
         wit_bindgen_go::Opts {
             format: wit_bindgen_go::Format::False,
             ..Default::default()
         }
         .build()
-        .generate(&mut resolve, world, &mut files)
-        .context("generating the Go bindings")?;
-        let _ = std::fs::remove_dir_all(&dir);
-        for (name, contents) in files.iter() {
-            let path = dir.join(name);
-            std::fs::create_dir_all(path.parent().unwrap())?;
-            std::fs::write(&path, contents).with_context(|| format!("writing {name}"))?;
-        }
-    }
-    Ok(dir)
+    })
 }
 
 /// Add the `policy` world's component-type section (which C gets from a generated object file;
 /// Go's bindings carry none) to the core module.
+/// (wit-component's `wit-parser` is not the one wit-bindgen's generators use, hence its own parse.)
 fn embed_world(root: &Path, wasm: &mut Vec<u8>) -> Result<()> {
     let mut resolve = wit_parser::Resolve::default();
     let (package, _) = resolve.push_dir(root.join("wit"))?;

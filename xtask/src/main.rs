@@ -27,6 +27,7 @@ mod js_policies;
 mod policy_sources;
 mod python_policies;
 mod toolchains;
+mod wit_bindings;
 mod workspace;
 
 use std::process::Command;
