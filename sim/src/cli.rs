@@ -231,12 +231,7 @@ impl SlotArgs {
             ));
         }
         for option in &self.slot_configs {
-            let (slot, pair) = option
-                .split_once(':')
-                .with_context(|| format!("--slot-config {option:?}: expected NAME:KEY=VALUE"))?;
-            let (key, value) = pair
-                .split_once('=')
-                .with_context(|| format!("--slot-config {option:?}: expected NAME:KEY=VALUE"))?;
+            let (slot, key, value) = agentrt_runtime::parse_slot_config(option).map_err(anyhow::Error::msg)?;
             let Some((_, PolicySpec::Wasm { init, .. })) = slots.iter_mut().find(|(n, _)| n == slot) else {
                 anyhow::bail!("--slot-config names slot `{slot}`, which no --slot gives");
             };

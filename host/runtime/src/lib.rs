@@ -51,7 +51,7 @@ pub use component_lookup::{ComponentLookup, ComponentNotFound, ComponentSource, 
 pub use engine::{CpuBound, EngineOptions, PolicyEngine, PoolingOptions, SlowCompileNotice};
 pub use error::{LoadError, PolicyError, Primitive};
 pub use handle::{keep_order, lru_order, PolicyHandle, Ranking, SlotConfig, SwapReport};
-pub use registry::{PolicyRegistry, RegistryError};
+pub use registry::{parse_slot_config, PolicyRegistry, RegistryError};
 pub use sandbox::{SandboxLimits, DEFAULT_MEMORY_BYTES};
 pub use shares::{Share, Usage};
 pub use side_effects::merge_side_effects;

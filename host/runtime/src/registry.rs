@@ -18,6 +18,15 @@ pub type TenantId = String;
 /// A policy slot within a tenant (e.g. `kv-cache`, `admission`).
 pub type SlotName = String;
 
+/// One `--slot-config NAME:KEY=VALUE` flag (`serve` and `sim` both take it) as (slot, key,
+/// value); the error quotes the flag and says the expected shape.
+pub fn parse_slot_config(option: &str) -> Result<(&str, &str, &str), String> {
+    let expected = || format!("--slot-config {option:?}: expected NAME:KEY=VALUE");
+    let (slot, pair) = option.split_once(':').ok_or_else(expected)?;
+    let (key, value) = pair.split_once('=').ok_or_else(expected)?;
+    Ok((slot, key, value))
+}
+
 /// The policies a host runs.
 pub struct PolicyRegistry {
     engine: PolicyEngine,
@@ -135,4 +144,19 @@ pub enum RegistryError {
     NoSuchSlot { tenant: String, slot: String },
     #[error(transparent)]
     Policy(#[from] PolicyError),
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn slot_config_flags_split_into_slot_key_and_value() {
+        assert_eq!(
+            super::parse_slot_config("guard:max-repeats=3"),
+            Ok(("guard", "max-repeats", "3"))
+        );
+        assert_eq!(super::parse_slot_config("guard:url=a=b"), Ok(("guard", "url", "a=b")));
+        let err = super::parse_slot_config("guard-max").unwrap_err();
+        assert!(err.contains("expected NAME:KEY=VALUE"), "{err}");
+        assert!(super::parse_slot_config("guard:novalue").is_err());
+    }
 }

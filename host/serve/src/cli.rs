@@ -371,12 +371,7 @@ fn extra_slots(
 ) -> anyhow::Result<Vec<(String, Arc<PolicyComponent>, SlotConfig)>> {
     let mut init: HashMap<String, Vec<(String, String)>> = HashMap::new();
     for option in configs {
-        let (slot, pair) = option
-            .split_once(':')
-            .with_context(|| format!("--slot-config {option:?}: expected NAME:KEY=VALUE"))?;
-        let (key, value) = pair
-            .split_once('=')
-            .with_context(|| format!("--slot-config {option:?}: expected NAME:KEY=VALUE"))?;
+        let (slot, key, value) = agentrt_runtime::parse_slot_config(option).map_err(anyhow::Error::msg)?;
         init.entry(slot.to_string())
             .or_default()
             .push((key.to_string(), value.to_string()));
