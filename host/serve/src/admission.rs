@@ -2,9 +2,14 @@
 //! (`--upstream-max-in-flight N`): at most N requests are in flight upstream at once; later ones
 //! wait here, and a freed place goes to the waiting request with the smallest demotion (its
 //! session's `set-priority` from the tenant's slots when it arrived: a demoted session waits
-//! behind everyone else), ties in arrival order — the order vLLM's priority scheduling uses. A
-//! request waits at most `--upstream-max-wait-ms`; past it the client gets a 503 naming the flag,
-//! never a hang. A client that leaves while waiting gives up its place in line; one that leaves
+//! behind everyone else), ties in arrival order — the order vLLM's priority scheduling uses.
+//! Within that order a tenant's own waiting requests are ranked by its `admission` slot, when it
+//! has one: the place that falls to the tenant of the first request in line goes to whichever of
+//! that tenant's requests (at the same demotion) the slot scored highest as a `request` item, ties
+//! to the earliest, and the passed-over request takes the chosen one's place in line. Scores never
+//! compare across tenants — a tenant's policy reorders its own requests among the places they hold
+//! and cannot move them ahead of another tenant's — and a slot that fails leaves arrival order. A request waits at
+//! most `--upstream-max-wait-ms`; past it the client gets a 503 naming the flag, never a hang. A client that leaves while waiting gives up its place in line; one that leaves
 //! after being admitted gives its place on.
 //!
 //! Warm-ups and the proxy's `/tokenize` calls do not take places: they are not user traffic.
@@ -38,9 +43,40 @@ pub struct AdmissionMetrics {
 
 struct Inner {
     in_flight: usize,
-    /// (demotion, arrival number) → the waiting request's wake-up.
-    waiting: BTreeMap<(u32, u64), oneshot::Sender<()>>,
+    /// Arrival number → the waiting request.
+    waiting: BTreeMap<u64, Waiter>,
     next: u64,
+}
+
+struct Waiter {
+    demotion: u32,
+    /// Its place in line among requests of its demotion: its arrival number, or the place of a
+    /// request of its tenant that was let through in its stead.
+    place: u64,
+    wake: oneshot::Sender<()>,
+    tenant: Arc<str>,
+    score: f32,
+}
+
+/// A request asking for a place: its session's demotion (0: not demoted), its tenant, and its
+/// tenant's `admission` slot's score for it (higher goes first among the tenant's own; 0 without
+/// a slot).
+#[derive(Debug, Clone)]
+pub struct Applicant {
+    pub demotion: u32,
+    pub tenant: Arc<str>,
+    pub score: f32,
+}
+
+impl Applicant {
+    /// An applicant of a tenant without an `admission` slot.
+    pub fn unscored(demotion: u32, tenant: &str) -> Self {
+        Self {
+            demotion,
+            tenant: tenant.into(),
+            score: 0.0,
+        }
+    }
 }
 
 /// At most `max_in_flight` requests upstream; the rest wait in priority order.
@@ -66,7 +102,7 @@ impl Drop for AdmissionPermit {
 /// it was granted meanwhile.
 struct InLine<'a> {
     queue: &'a Arc<AdmissionQueue>,
-    key: (u32, u64),
+    key: u64,
     settled: bool,
 }
 
@@ -112,20 +148,45 @@ impl AdmissionQueue {
         (inner.in_flight, inner.waiting.len())
     }
 
-    /// A place upstream for a request whose session is demoted by `demotion` (0: not demoted):
-    /// at once when one is free, else after every waiting request with a smaller demotion and
-    /// every earlier one with the same; a 503 after `max_wait`.
-    pub async fn admit(self: &Arc<Self>, demotion: u32) -> Result<AdmissionPermit, ApiError> {
+    /// A place at once, if one is free: a caller that gets none scores its request, then waits
+    /// in line with [`Self::admit`].
+    pub fn try_admit(self: &Arc<Self>) -> Option<AdmissionPermit> {
+        let mut inner = self.lock();
+        (inner.in_flight < self.max_in_flight).then(|| {
+            inner.in_flight += 1;
+            AdmissionPermit { queue: self.clone() }
+        })
+    }
+
+    /// A place upstream for `applicant`: at once when one is free, else after every waiting
+    /// request with a smaller demotion and every earlier one with the same (of its own tenant,
+    /// those its slot scored higher come first); a 503 after `max_wait`.
+    pub async fn admit(self: &Arc<Self>, applicant: Applicant) -> Result<AdmissionPermit, ApiError> {
         let (key, mut rx) = {
             let mut inner = self.lock();
             if inner.in_flight < self.max_in_flight {
                 inner.in_flight += 1;
                 return Ok(AdmissionPermit { queue: self.clone() });
             }
-            let key = (demotion.min(MAX_DEMOTION), inner.next);
+            let key = inner.next;
             inner.next += 1;
-            let (tx, rx) = oneshot::channel();
-            inner.waiting.insert(key, tx);
+            let (wake, rx) = oneshot::channel();
+            // A non-finite score is the lowest, as everywhere a policy scores.
+            let score = if applicant.score.is_finite() {
+                applicant.score
+            } else {
+                f32::MIN
+            };
+            inner.waiting.insert(
+                key,
+                Waiter {
+                    demotion: applicant.demotion.min(MAX_DEMOTION),
+                    place: key,
+                    wake,
+                    tenant: applicant.tenant,
+                    score,
+                },
+            );
             (key, rx)
         };
         let started = Instant::now();
@@ -159,16 +220,35 @@ impl AdmissionQueue {
         }
     }
 
-    /// A place is free: the first waiting request gets it, else it is counted free.
+    /// A place is free: it goes to the tenant of the first request in line, to the request of
+    /// that tenant at that demotion its slot scored highest (ties: the earliest), which hands its
+    /// own place in line to the first; with nobody waiting it is counted free. (A scan: the line
+    /// is as long as the clients waiting.)
     fn release(&self) {
         let mut inner = self.lock();
         loop {
-            let Some(((_, arrival), tx)) = inner.waiting.pop_first() else {
+            let Some((first, demotion, tenant)) = inner
+                .waiting
+                .iter()
+                .min_by_key(|(_, w)| (w.demotion, w.place))
+                .map(|(&id, w)| (id, w.demotion, w.tenant.clone()))
+            else {
                 inner.in_flight = inner.in_flight.saturating_sub(1);
                 return;
             };
-            if tx.send(()).is_ok() {
-                if inner.waiting.keys().any(|&(_, earlier)| earlier < arrival) {
+            let chosen = inner
+                .waiting
+                .iter()
+                .filter(|(_, w)| w.demotion == demotion && w.tenant == tenant)
+                .max_by(|(_, a), (_, b)| a.score.total_cmp(&b.score).then(b.place.cmp(&a.place)))
+                .map(|(&id, _)| id)
+                .expect("the first request in line is among them");
+            let waiter = inner.waiting.remove(&chosen).expect("chosen from the line");
+            if let Some(passed_over) = inner.waiting.get_mut(&first) {
+                passed_over.place = waiter.place;
+            }
+            if waiter.wake.send(()).is_ok() {
+                if inner.waiting.keys().any(|&earlier| earlier < chosen) {
                     self.metrics.overtakes.fetch_add(1, Relaxed);
                 }
                 return;
@@ -212,7 +292,8 @@ impl AdmissionQueue {
 pub struct AdmissionArgs {
     /// At most this many requests in flight upstream at once; later ones wait in the proxy and
     /// are let through least-demoted first (the tenants' slots' `set-priority`), then in arrival
-    /// order — for engines without priority scheduling (docs/policy-slots.md). 0 = no limit.
+    /// order, a tenant's own reordered by its `admission` slot's scores — for engines without
+    /// priority scheduling (docs/policy-slots.md). 0 = no limit.
     #[arg(long, default_value_t = 0)]
     pub upstream_max_in_flight: usize,
     /// How long a request may wait for a place (--upstream-max-in-flight) before it is answered
@@ -246,13 +327,13 @@ mod tests {
     #[tokio::test]
     async fn a_freed_place_goes_to_the_least_demoted_then_the_earliest() {
         let queue = AdmissionQueue::new(1, Duration::from_secs(5));
-        let first = queue.admit(0).await.unwrap();
+        let first = queue.admit(Applicant::unscored(0, "t")).await.unwrap();
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
         for (name, demotion) in [("heavy-1", 10), ("heavy-2", 10), ("light", 0)] {
             let (q, order) = (queue.clone(), order.clone());
             tasks.push(tokio::spawn(async move {
-                let permit = q.admit(demotion).await.unwrap();
+                let permit = q.admit(Applicant::unscored(demotion, "t")).await.unwrap();
                 order.lock().unwrap().push(name);
                 drop(permit);
             }));
@@ -273,18 +354,64 @@ mod tests {
     #[tokio::test]
     async fn a_request_waits_no_longer_than_the_limit_and_a_leaver_gives_up_its_place() {
         let queue = AdmissionQueue::new(1, Duration::from_millis(50));
-        let held = queue.admit(0).await.unwrap();
-        let e = queue.admit(0).await.err().expect("no place within 50 ms");
+        let held = queue.admit(Applicant::unscored(0, "t")).await.unwrap();
+        let e = queue
+            .admit(Applicant::unscored(0, "t"))
+            .await
+            .err()
+            .expect("no place within 50 ms");
         assert_eq!(e.status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
         assert!(e.message.contains("--upstream-max-wait-ms"), "{}", e.message);
         // A waiter dropped while in line leaves no trace.
-        let leaving = tokio::time::timeout(Duration::from_millis(5), queue.admit(0)).await;
+        let leaving = tokio::time::timeout(Duration::from_millis(5), queue.admit(Applicant::unscored(0, "t"))).await;
         assert!(leaving.is_err());
         assert_eq!(queue.depth(), (1, 0));
         drop(held);
         assert_eq!(queue.depth(), (0, 0));
-        let _again = queue.admit(0).await.unwrap();
+        let _again = queue.admit(Applicant::unscored(0, "t")).await.unwrap();
         assert_eq!(queue.metrics.timeouts.load(Relaxed), 1);
         assert_eq!(queue.metrics.abandoned.load(Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_tenants_slot_orders_its_own_requests_but_never_another_tenants() {
+        let queue = AdmissionQueue::new(1, Duration::from_secs(5));
+        let first = queue.admit(Applicant::unscored(0, "alpha")).await.unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        // In line: alpha's heavy call, beta's call, alpha's light call (alpha's slot scores the
+        // light session higher), a demoted alpha call with the best score of all.
+        let line = [
+            ("alpha-heavy", 0, "alpha", -500.0),
+            ("beta", 0, "beta", 0.0),
+            ("alpha-light", 0, "alpha", -10.0),
+            ("alpha-demoted", 10, "alpha", 1e9),
+        ];
+        for (name, demotion, tenant, score) in line {
+            let (q, order) = (queue.clone(), order.clone());
+            let applicant = Applicant {
+                demotion,
+                tenant: tenant.into(),
+                score,
+            };
+            tasks.push(tokio::spawn(async move {
+                let permit = q.admit(applicant).await.unwrap();
+                order.lock().unwrap().push(name);
+                drop(permit);
+            }));
+            while queue.depth().1 < tasks.len() {
+                tokio::task::yield_now().await;
+            }
+        }
+        drop(first);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        // Alpha's turn (its heavy call was first in line) goes to its light call; beta keeps its
+        // place ahead of alpha's heavy one; the demotion still sends the best score last.
+        assert_eq!(
+            *order.lock().unwrap(),
+            ["alpha-light", "beta", "alpha-heavy", "alpha-demoted"]
+        );
     }
 }

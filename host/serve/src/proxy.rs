@@ -20,8 +20,9 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
 
-use agentrt_runtime::types::{Continuation, Event, RequestArrival, RequestFinish};
+use agentrt_runtime::types::{Continuation, Event, Item, ItemKind, RequestArrival, RequestFinish};
 
+use crate::admission::Applicant;
 use crate::agent_api::{AgentApi, Usage};
 use crate::cache_salt::CacheSalts;
 use crate::continuation::PromptShape;
@@ -29,7 +30,7 @@ use crate::error::ApiError;
 use crate::identity::{identify_chat, identify_completion, Anchor, Identity};
 use crate::limits::{closing_connection, read_body, Limits};
 use crate::metrics::{ConnectionMetrics, ProxyMetrics};
-use crate::tenants::{Tenant, TenantPermit, Tenants};
+use crate::tenants::{Tenant, TenantPermit, Tenants, ADMISSION_SLOT};
 use crate::upstream;
 use crate::warmup::{WarmupOptions, Warmups};
 
@@ -575,6 +576,26 @@ impl Drop for FinishGuard {
     }
 }
 
+/// A request that must wait for a place upstream, as its tenant's `admission` slot scores it (a
+/// `request` item; higher goes first among the tenant's own waiting requests). Without the slot,
+/// or when it fails, every request of the tenant scores the same: arrival order.
+async fn applicant(tenant: &Arc<Tenant>, demotion: u32, waiting: Item) -> Applicant {
+    let Some(slot) = tenant.slot(ADMISSION_SLOT).cloned() else {
+        return Applicant::unscored(demotion, &tenant.name);
+    };
+    // A policy call, off the async workers; the request waits for a place anyway.
+    let scored = tokio::task::spawn_blocking(move || slot.score(&[waiting])).await;
+    let score = match scored {
+        Ok(Ok(scores)) => scores.first().copied().unwrap_or(0.0),
+        _ => 0.0,
+    };
+    Applicant {
+        demotion,
+        tenant: tenant.name.as_str().into(),
+        score,
+    }
+}
+
 async fn forward(
     state: Arc<AppState>,
     path: &str,
@@ -634,8 +655,23 @@ async fn forward(
     // proxy's overhead.
     let queued = Instant::now();
     if let Some(queue) = &state.admission {
-        let demotion = tenant.priority(identity.session).min(0).unsigned_abs();
-        match queue.admit(demotion).await {
+        let admitted = match queue.try_admit() {
+            Some(place) => Ok(place),
+            None => {
+                let waiting = Item {
+                    kind: ItemKind::Request,
+                    key: request_id,
+                    agent,
+                    session: identity.session,
+                    last_access: request_id,
+                    tokens: identity.prompt_tokens,
+                    position: 0,
+                };
+                let demotion = tenant.priority(identity.session).min(0).unsigned_abs();
+                queue.admit(applicant(&tenant, demotion, waiting).await).await
+            }
+        };
+        match admitted {
             Ok(place) => guard._admission = Some(place),
             Err(e) => {
                 guard.finish(false, None);

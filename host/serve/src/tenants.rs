@@ -28,6 +28,9 @@ use crate::tenant_settings::TenantSettings;
 
 /// The registry slot every tenant's KV-cache policy runs in.
 pub const KV_SLOT: &str = "kv";
+/// The slot whose `score` ranks a tenant's requests waiting in the proxy's admission queue
+/// (`request` items; `--upstream-max-in-flight`).
+pub const ADMISSION_SLOT: &str = "admission";
 pub const DEFAULT_TENANT: &str = "default";
 
 /// A policy slot of a tenant besides `kv` (`--slot NAME=COMPONENT`): the same events, its own

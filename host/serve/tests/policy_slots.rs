@@ -187,8 +187,15 @@ async fn a_session_past_its_share_goes_upstream_demoted_and_the_others_do_not() 
 /// A proxy with `--upstream-max-in-flight 1` and the fair-share slot, without engine priorities:
 /// the proxy's own queue does the ordering.
 async fn with_admission_queue(max_wait: Duration) -> Proxy {
+    with_admission_queue_and_slot(max_wait, ("fair", "fair-share", vec![])).await
+}
+
+async fn with_admission_queue_and_slot(
+    max_wait: Duration,
+    slot: (&'static str, &'static str, Vec<(&'static str, &'static str)>),
+) -> Proxy {
     Setup {
-        extra_slots: vec![("fair", "fair-share", vec![])],
+        extra_slots: vec![slot],
         admission: Some((1, max_wait)),
         limits: agentrt_serve::Limits {
             upstream_first_byte_timeout: Duration::from_millis(1500),
@@ -246,40 +253,7 @@ async fn until_queued(p: &Proxy, n: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_one_place_upstream_a_light_sessions_call_goes_ahead_of_a_demoted_sessions_queued_ones() {
     let p = with_admission_queue(Duration::from_secs(10)).await;
-    // The light session uses the engine a little, the heavy one a lot: fair-share demotes it.
-    let light_headers = [("x-agent-id", "light"), ("x-session-id", "light")];
-    let body = chat("You are the light one.", "short", "tiny", false);
-    assert_eq!(post_json(&p, &body, &light_headers).await.status(), 200);
-    let long_task = "a long document to summarise ".repeat(400);
-    for _ in 0..3 {
-        let headers = [("x-agent-id", "heavy"), ("x-session-id", "heavy")];
-        let body = chat("You are the heavy one.", &long_task, "tiny", false);
-        assert_eq!(post_json(&p, &body, &headers).await.status(), 200);
-    }
-    acted(&p).await;
-    // One call holds the place; two heavy calls queue, then a light one.
-    let held = blocker(&p);
-    for _ in 0..200 {
-        if p.stub.user_requests().len() == 5 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let heavy: Vec<_> = (0..2)
-        .map(|_| spawn_call(&p, "You are the heavy one.", long_task.clone(), "heavy"))
-        .collect();
-    until_queued(&p, 2).await;
-    let light = spawn_call(&p, "You are the light one.", "short again".into(), "light");
-    until_queued(&p, 3).await;
-    assert_eq!(held.await.unwrap().status(), 504, "the held call times out, as set");
-    assert_eq!(light.await.unwrap(), 200);
-    for h in heavy {
-        assert_eq!(h.await.unwrap(), 200);
-    }
-    let order: Vec<String> = p.stub.user_requests()[5..]
-        .iter()
-        .map(|r| r.body["messages"][0]["content"].as_str().unwrap().to_string())
-        .collect();
+    let order = two_heavy_calls_then_a_light_one_wait_for_one_place(&p).await;
     assert_eq!(
         order,
         [
@@ -292,6 +266,84 @@ async fn with_one_place_upstream_a_light_sessions_call_goes_ahead_of_a_demoted_s
     let text = metrics_text(&p).await;
     assert!(text.contains("agentrt_proxy_admission_overtakes_total 1"), "{text}");
     assert!(text.contains("agentrt_proxy_admission_queue_depth 0"), "{text}");
+}
+
+/// Fair-share in the `admission` slot, set never to demote (`max-share=1`): the queue's order
+/// comes from the slot's scores of the waiting `request` items alone (lightest session first).
+/// The same slot under another name only hears events, and the queue stays in arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admission_slot_ranks_its_tenants_waiting_requests_and_another_slot_does_not() {
+    let never_demotes = vec![("max-share", "1"), ("max-in-flight", "100")];
+    let p = with_admission_queue_and_slot(
+        Duration::from_secs(10),
+        ("admission", "fair-share", never_demotes.clone()),
+    )
+    .await;
+    let order = two_heavy_calls_then_a_light_one_wait_for_one_place(&p).await;
+    assert_eq!(
+        order,
+        [
+            "You are the light one.",
+            "You are the heavy one.",
+            "You are the heavy one."
+        ],
+        "scored lightest first"
+    );
+    assert!(metrics_text(&p)
+        .await
+        .contains("agentrt_proxy_admission_overtakes_total 1"));
+
+    let p = with_admission_queue_and_slot(Duration::from_secs(10), ("fair", "fair-share", never_demotes)).await;
+    let order = two_heavy_calls_then_a_light_one_wait_for_one_place(&p).await;
+    assert_eq!(
+        order,
+        [
+            "You are the heavy one.",
+            "You are the heavy one.",
+            "You are the light one."
+        ],
+        "no admission slot, no demotion: arrival order"
+    );
+}
+
+/// A light session calls once and a heavy one three times; then one call holds the only place
+/// upstream while two heavy calls queue, then a light one. The system prompts of the three queued
+/// calls in the order they reached the upstream.
+async fn two_heavy_calls_then_a_light_one_wait_for_one_place(p: &Proxy) -> Vec<String> {
+    // The light session uses the engine a little, the heavy one a lot: fair-share demotes it.
+    let light_headers = [("x-agent-id", "light"), ("x-session-id", "light")];
+    let body = chat("You are the light one.", "short", "tiny", false);
+    assert_eq!(post_json(p, &body, &light_headers).await.status(), 200);
+    let long_task = "a long document to summarise ".repeat(400);
+    for _ in 0..3 {
+        let headers = [("x-agent-id", "heavy"), ("x-session-id", "heavy")];
+        let body = chat("You are the heavy one.", &long_task, "tiny", false);
+        assert_eq!(post_json(p, &body, &headers).await.status(), 200);
+    }
+    acted(p).await;
+    // One call holds the place; two heavy calls queue, then a light one.
+    let held = blocker(p);
+    for _ in 0..200 {
+        if p.stub.user_requests().len() == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let heavy: Vec<_> = (0..2)
+        .map(|_| spawn_call(p, "You are the heavy one.", long_task.clone(), "heavy"))
+        .collect();
+    until_queued(p, 2).await;
+    let light = spawn_call(p, "You are the light one.", "short again".into(), "light");
+    until_queued(p, 3).await;
+    assert_eq!(held.await.unwrap().status(), 504, "the held call times out, as set");
+    assert_eq!(light.await.unwrap(), 200);
+    for h in heavy {
+        assert_eq!(h.await.unwrap(), 200);
+    }
+    p.stub.user_requests()[5..]
+        .iter()
+        .map(|r| r.body["messages"][0]["content"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
