@@ -16,7 +16,7 @@ use std::process::Command;
 use anyhow::{Context, Result};
 
 use crate::components::encode_component;
-use crate::policy_sources::{clear_skipped, discover, is_current, name, note_skipped, source_files};
+use crate::policy_sources::{build_each, discover, is_current, name, OptionalLanguage, PolicyToBuild};
 use crate::workspace::Workspace;
 use crate::{run, toolchains, wit_bindings};
 
@@ -58,53 +58,38 @@ impl Toolchain {
 /// Build every `policies/*/policy.c` whose component is older than its sources.
 pub fn build_all(workspace: &Workspace, out_dir: &Path) -> Result<Vec<PathBuf>> {
     let root = &workspace.root;
-    let policies = discover(root, POLICY)?;
-    if policies.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut ready: Option<(Toolchain, PathBuf)> = None;
-    let mut built = Vec::new();
-    for dir in &policies {
-        let name = name(dir);
-        let out = out_dir.join(format!("{name}.wasm"));
-        let inputs = source_files(&[dir, &root.join(SDK_DIR), &root.join("wit")])?;
-        if !is_current(&out, &inputs) {
-            let (tools, bindings) = match &ready {
-                Some(ready) => ready,
-                None => match toolchains::optional("C", Toolchain::get())? {
-                    Ok(tools) => {
-                        let bindings = bindings(workspace)?;
-                        ready.insert((tools, bindings))
-                    }
-                    Err(reason) => {
-                        note_skipped(out_dir, &policies, &reason)?;
-                        return Ok(built);
-                    }
-                },
-            };
-            eprintln!("xtask: zig cc {name} (wasm32-wasi, the first build compiles wasi-libc)");
-            let core = workspace.target.join("c-build").join(format!("{name}.core.wasm"));
-            std::fs::create_dir_all(core.parent().unwrap())?;
-            run(tools
-                .cc()
-                .current_dir(root)
-                .args(["-target", "wasm32-wasi", "-mexec-model=reactor", "-s", "-I"])
-                .arg(bindings)
-                .args(["-I", SDK_DIR])
-                .arg(root.join(SDK_DIR).join("agentrt_policy.c"))
-                .arg(bindings.join("policy.c"))
-                .arg(bindings.join("policy_component_type.o"))
-                .args(policy_sources(dir)?)
-                .arg("-o")
-                .arg(&core))?;
-            encode_component(&core, &out).with_context(|| {
-                format!("{name}: a C policy may import only agentrt:policy/host; see docs/zero-wasi.md (C)")
-            })?;
-        }
-        clear_skipped(out_dir, &name);
-        built.push(out);
-    }
-    Ok(built)
+    let language = OptionalLanguage {
+        name: "C",
+        marker: POLICY,
+        sdk_dir: SDK_DIR,
+    };
+    let up_to_date = |p: &PolicyToBuild| is_current(p.out, p.inputs);
+    let mut bindings_dir: Option<PathBuf> = None;
+    build_each(root, out_dir, &language, up_to_date, Toolchain::get, |tools, p| {
+        let bindings = match &bindings_dir {
+            Some(dir) => dir,
+            None => bindings_dir.insert(bindings(workspace)?),
+        };
+        let name = p.name;
+        eprintln!("xtask: zig cc {name} (wasm32-wasi, the first build compiles wasi-libc)");
+        let core = workspace.target.join("c-build").join(format!("{name}.core.wasm"));
+        std::fs::create_dir_all(core.parent().unwrap())?;
+        run(tools
+            .cc()
+            .current_dir(root)
+            .args(["-target", "wasm32-wasi", "-mexec-model=reactor", "-s", "-I"])
+            .arg(bindings)
+            .args(["-I", SDK_DIR])
+            .arg(root.join(SDK_DIR).join("agentrt_policy.c"))
+            .arg(bindings.join("policy.c"))
+            .arg(bindings.join("policy_component_type.o"))
+            .args(policy_sources(p.dir)?)
+            .arg("-o")
+            .arg(&core))?;
+        encode_component(&core, p.out).with_context(|| {
+            format!("{name}: a C policy may import only agentrt:policy/host; see docs/zero-wasi.md (C)")
+        })
+    })
 }
 
 /// The SDK's native tests and every C policy's (`test_*.c`), each compiled for this machine with

@@ -22,7 +22,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 use crate::components::encode_module;
-use crate::policy_sources::{clear_skipped, discover, is_current, name, note_skipped, source_files};
+use crate::policy_sources::{build_each, discover, is_current, OptionalLanguage, PolicyToBuild};
 use crate::workspace::Workspace;
 use crate::{run, toolchains, wit_bindings};
 
@@ -70,54 +70,39 @@ impl Toolchain {
 /// Build every `policies/*/go.mod` whose component is older than its sources.
 pub fn build_all(workspace: &Workspace, out_dir: &Path) -> Result<Vec<PathBuf>> {
     let root = &workspace.root;
-    let policies = discover(root, POLICY)?;
-    if policies.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut ready: Option<(Toolchain, PathBuf)> = None;
-    let mut built = Vec::new();
-    for dir in &policies {
-        let name = name(dir);
-        let out = out_dir.join(format!("{name}.wasm"));
-        let inputs = source_files(&[dir, &root.join(SDK_DIR), &root.join("wit")])?;
-        // An unchanged component keeps its old time (encode_module does not rewrite it): the
-        // stamp says when it was last built.
-        let stamp = workspace.target.join("go-build").join(format!("{name}.built"));
-        if !(out.is_file() && is_current(&stamp, &inputs)) {
-            let (tools, bindings) = match &ready {
-                Some(ready) => ready,
-                None => match toolchains::optional("Go", Toolchain::get())? {
-                    Ok(tools) => {
-                        let bindings = bindings(workspace)?;
-                        ready.insert((tools, bindings))
-                    }
-                    Err(reason) => {
-                        note_skipped(out_dir, &policies, &reason)?;
-                        return Ok(built);
-                    }
-                },
-            };
-            eprintln!("xtask: go build {name} (wasip1, c-shared)");
-            let module = assemble(workspace, bindings, dir, &name)?;
-            let core = module.join(format!("{name}.core.wasm"));
-            run(tools
-                .go(&module)
-                .env("GOOS", "wasip1")
-                .env("GOARCH", "wasm")
-                .args(["build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w", "-o"])
-                .arg(&core)
-                .arg("."))?;
-            let mut wasm = std::fs::read(&core).with_context(|| format!("reading {}", core.display()))?;
-            embed_world(root, &mut wasm)?;
-            encode_module(&wasm, &[("wasi_snapshot_preview1", &wasi_stub())], &out).with_context(|| {
-                format!("{name}: a Go policy may import only agentrt:policy/host; see docs/zero-wasi.md (Go)")
-            })?;
-            std::fs::write(&stamp, "")?;
-        }
-        clear_skipped(out_dir, &name);
-        built.push(out);
-    }
-    Ok(built)
+    let language = OptionalLanguage {
+        name: "Go",
+        marker: POLICY,
+        sdk_dir: SDK_DIR,
+    };
+    // An unchanged component keeps its old time (encode_module does not rewrite it): a stamp
+    // says when it was last built.
+    let stamp = |name: &str| workspace.target.join("go-build").join(format!("{name}.built"));
+    let up_to_date = |p: &PolicyToBuild| p.out.is_file() && is_current(&stamp(p.name), p.inputs);
+    let mut bindings_dir: Option<PathBuf> = None;
+    build_each(root, out_dir, &language, up_to_date, Toolchain::get, |tools, p| {
+        let bindings = match &bindings_dir {
+            Some(dir) => dir,
+            None => bindings_dir.insert(bindings(workspace)?),
+        };
+        let name = p.name;
+        eprintln!("xtask: go build {name} (wasip1, c-shared)");
+        let module = assemble(workspace, bindings, p.dir, name)?;
+        let core = module.join(format!("{name}.core.wasm"));
+        run(tools
+            .go(&module)
+            .env("GOOS", "wasip1")
+            .env("GOARCH", "wasm")
+            .args(["build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w", "-o"])
+            .arg(&core)
+            .arg("."))?;
+        let mut wasm = std::fs::read(&core).with_context(|| format!("reading {}", core.display()))?;
+        embed_world(root, &mut wasm)?;
+        encode_module(&wasm, &[("wasi_snapshot_preview1", &wasi_stub())], p.out).with_context(|| {
+            format!("{name}: a Go policy may import only agentrt:policy/host; see docs/zero-wasi.md (Go)")
+        })?;
+        Ok(std::fs::write(stamp(name), "")?)
+    })
 }
 
 /// The SDK's native tests and every Go policy's (`go test ./...` in each module).

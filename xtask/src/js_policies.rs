@@ -12,7 +12,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::policy_sources::{clear_skipped, discover, is_current, name, note_skipped, source_files};
+use crate::policy_sources::{build_each, discover, is_current, OptionalLanguage, PolicyToBuild};
 use crate::workspace::Workspace;
 use crate::{run, toolchains};
 
@@ -26,43 +26,25 @@ const DISABLED_FEATURES: [&str; 5] = ["stdio", "random", "clocks", "http", "fetc
 
 /// Build every `policies/*/policy.js` whose component is older than its sources.
 pub fn build_all(root: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
-    let policies = discover(root, POLICY)?;
-    if policies.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut tools = None;
-    let mut built = Vec::new();
-    for dir in &policies {
-        let name = name(dir);
-        let out = out_dir.join(format!("{name}.wasm"));
-        let inputs = source_files(&[dir, &root.join(SDK_DIR), &root.join("wit")])?;
-        if !is_current(&out, &inputs) {
-            let cli = match &tools {
-                Some(cli) => cli,
-                None => match toolchains::optional("JavaScript", componentize_js())? {
-                    Ok(cli) => tools.insert(cli),
-                    Err(reason) => {
-                        note_skipped(out_dir, &policies, &reason)?;
-                        return Ok(built);
-                    }
-                },
-            };
-            eprintln!("xtask: componentize-js {name} (SpiderMonkey inside; ~30 s)");
-            let tmp = out.with_extension("wasm.tmp");
-            run(Command::new("node")
-                .current_dir(root)
-                .arg(cli)
-                .arg(dir.join(POLICY))
-                .args(["--wit", "wit", "--world-name", "policy", "--disable"])
-                .args(DISABLED_FEATURES)
-                .arg("--out")
-                .arg(&tmp))?;
-            std::fs::rename(&tmp, &out)?;
-        }
-        clear_skipped(out_dir, &name);
-        built.push(out);
-    }
-    Ok(built)
+    let language = OptionalLanguage {
+        name: "JavaScript",
+        marker: POLICY,
+        sdk_dir: SDK_DIR,
+    };
+    let up_to_date = |p: &PolicyToBuild| is_current(p.out, p.inputs);
+    build_each(root, out_dir, &language, up_to_date, componentize_js, |cli, p| {
+        eprintln!("xtask: componentize-js {} (SpiderMonkey inside; ~30 s)", p.name);
+        let tmp = p.out.with_extension("wasm.tmp");
+        run(Command::new("node")
+            .current_dir(root)
+            .arg(cli)
+            .arg(p.dir.join(POLICY))
+            .args(["--wit", "wit", "--world-name", "policy", "--disable"])
+            .args(DISABLED_FEATURES)
+            .arg("--out")
+            .arg(&tmp))?;
+        Ok(std::fs::rename(&tmp, p.out)?)
+    })
 }
 
 /// The SDK's tests and every JavaScript policy's, natively in Node.js: the import hook in

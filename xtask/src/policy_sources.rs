@@ -1,7 +1,7 @@
 //! What the language modules share about a policy written in a language other than Rust: finding
 //! its folder under `policies/` (by the file that marks its language), the files its component is
-//! built from, whether the component is older than them, and the note left when its language's
-//! toolchain is missing.
+//! built from, whether the component is older than them, the note left when its language's
+//! toolchain is missing, and the build loop of the languages whose toolchain is optional.
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -88,4 +88,69 @@ pub fn note_skipped(out_dir: &Path, dirs: &[PathBuf], reason: &str) -> Result<()
 /// Take away a stale note once the component is built.
 pub fn clear_skipped(out_dir: &Path, name: &str) {
     let _ = std::fs::remove_file(skipped_note(out_dir, name));
+}
+
+/// A language whose toolchain is optional (installed on first use; a missing one skips its
+/// policies unless `AGENTRT_REQUIRE_LANGS` is set).
+pub struct OptionalLanguage<'a> {
+    /// As messages name it: `JavaScript`, `C`, `Go`.
+    pub name: &'a str,
+    /// The file that marks a policy folder of the language.
+    pub marker: &'a str,
+    /// The SDK's folder: every policy's component depends on it.
+    pub sdk_dir: &'a str,
+}
+
+/// One policy to build: its folder, its name and where its component goes.
+pub struct PolicyToBuild<'a> {
+    pub dir: &'a Path,
+    pub name: &'a str,
+    pub out: &'a Path,
+    /// The files the component is built from (its folder, the SDK, wit/).
+    pub inputs: &'a [PathBuf],
+}
+
+/// Build every policy of `language` that `is_built` says is not: the toolchain is got once, on
+/// the first policy that needs it (a missing one leaves a skipped note for each of the language's
+/// policies and builds none), then `build` runs for each. Returns every component, built now or
+/// before.
+pub fn build_each<T>(
+    root: &Path,
+    out_dir: &Path,
+    language: &OptionalLanguage,
+    is_built: impl Fn(&PolicyToBuild) -> bool,
+    toolchain: impl FnOnce() -> Result<T>,
+    mut build: impl FnMut(&T, &PolicyToBuild) -> Result<()>,
+) -> Result<Vec<PathBuf>> {
+    let policies = discover(root, language.marker)?;
+    let mut toolchain = Some(toolchain);
+    let mut tools: Option<T> = None;
+    let mut built = Vec::new();
+    for dir in &policies {
+        let name = name(dir);
+        let out = out_dir.join(format!("{name}.wasm"));
+        let inputs = source_files(&[dir, &root.join(language.sdk_dir), &root.join("wit")])?;
+        let policy = PolicyToBuild {
+            dir,
+            name: &name,
+            out: &out,
+            inputs: &inputs,
+        };
+        if !is_built(&policy) {
+            if tools.is_none() {
+                let get = toolchain.take().expect("the toolchain is got once");
+                match crate::toolchains::optional(language.name, get())? {
+                    Ok(got) => tools = Some(got),
+                    Err(reason) => {
+                        note_skipped(out_dir, &policies, &reason)?;
+                        return Ok(built);
+                    }
+                }
+            }
+            build(tools.as_ref().expect("got above"), &policy)?;
+        }
+        clear_skipped(out_dir, &name);
+        built.push(out);
+    }
+    Ok(built)
 }
