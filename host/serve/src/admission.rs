@@ -324,29 +324,48 @@ impl AdmissionArgs {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn a_freed_place_goes_to_the_least_demoted_then_the_earliest() {
-        let queue = AdmissionQueue::new(1, Duration::from_secs(5));
-        let first = queue.admit(Applicant::unscored(0, "t")).await.unwrap();
+    /// With the one place held, `line` queues one after another (each in line before the next);
+    /// then the place is freed: the names in the order they were let through.
+    async fn order_let_through(queue: &Arc<AdmissionQueue>, line: Vec<(&'static str, Applicant)>) -> Vec<&'static str> {
+        let held = queue.admit(Applicant::unscored(0, "holder")).await.unwrap();
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
-        for (name, demotion) in [("heavy-1", 10), ("heavy-2", 10), ("light", 0)] {
+        for (name, applicant) in line {
             let (q, order) = (queue.clone(), order.clone());
             tasks.push(tokio::spawn(async move {
-                let permit = q.admit(Applicant::unscored(demotion, "t")).await.unwrap();
+                let permit = q.admit(applicant).await.unwrap();
                 order.lock().unwrap().push(name);
                 drop(permit);
             }));
-            // Each in line before the next.
             while queue.depth().1 < tasks.len() {
                 tokio::task::yield_now().await;
             }
         }
-        drop(first);
+        drop(held);
         for t in tasks {
             t.await.unwrap();
         }
-        assert_eq!(*order.lock().unwrap(), ["light", "heavy-1", "heavy-2"]);
+        let order = order.lock().unwrap().clone();
+        order
+    }
+
+    fn scored(demotion: u32, tenant: &str, score: f32) -> Applicant {
+        Applicant {
+            demotion,
+            tenant: tenant.into(),
+            score,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_freed_place_goes_to_the_least_demoted_then_the_earliest() {
+        let queue = AdmissionQueue::new(1, Duration::from_secs(5));
+        let line = vec![
+            ("heavy-1", Applicant::unscored(10, "t")),
+            ("heavy-2", Applicant::unscored(10, "t")),
+            ("light", Applicant::unscored(0, "t")),
+        ];
+        assert_eq!(order_let_through(&queue, line).await, ["light", "heavy-1", "heavy-2"]);
         assert_eq!(queue.depth(), (0, 0));
         assert_eq!(queue.metrics.overtakes.load(Relaxed), 1, "light went ahead of two");
     }
@@ -376,41 +395,19 @@ mod tests {
     #[tokio::test]
     async fn a_tenants_slot_orders_its_own_requests_but_never_another_tenants() {
         let queue = AdmissionQueue::new(1, Duration::from_secs(5));
-        let first = queue.admit(Applicant::unscored(0, "alpha")).await.unwrap();
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let mut tasks = Vec::new();
         // In line: alpha's heavy call, beta's call, alpha's light call (alpha's slot scores the
         // light session higher), a demoted alpha call with the best score of all.
-        let line = [
-            ("alpha-heavy", 0, "alpha", -500.0),
-            ("beta", 0, "beta", 0.0),
-            ("alpha-light", 0, "alpha", -10.0),
-            ("alpha-demoted", 10, "alpha", 1e9),
+        let line = vec![
+            ("alpha-heavy", scored(0, "alpha", -500.0)),
+            ("beta", scored(0, "beta", 0.0)),
+            ("alpha-light", scored(0, "alpha", -10.0)),
+            ("alpha-demoted", scored(10, "alpha", 1e9)),
         ];
-        for (name, demotion, tenant, score) in line {
-            let (q, order) = (queue.clone(), order.clone());
-            let applicant = Applicant {
-                demotion,
-                tenant: tenant.into(),
-                score,
-            };
-            tasks.push(tokio::spawn(async move {
-                let permit = q.admit(applicant).await.unwrap();
-                order.lock().unwrap().push(name);
-                drop(permit);
-            }));
-            while queue.depth().1 < tasks.len() {
-                tokio::task::yield_now().await;
-            }
-        }
-        drop(first);
-        for t in tasks {
-            t.await.unwrap();
-        }
-        // Alpha's turn (its heavy call was first in line) goes to its light call; beta keeps its
-        // place ahead of alpha's heavy one; the demotion still sends the best score last.
+        // Alpha's turn (its heavy call was first in line) goes to its light call, and the heavy
+        // call takes the light one's place: behind beta, which keeps its own; the demotion still
+        // sends the best score last.
         assert_eq!(
-            *order.lock().unwrap(),
+            order_let_through(&queue, line).await,
             ["alpha-light", "beta", "alpha-heavy", "alpha-demoted"]
         );
     }
