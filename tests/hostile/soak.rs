@@ -4,8 +4,12 @@
 //! Alice runs the probe and throws everything at it and at the front door: cues that make her
 //! policy slow, trap, flood the log, return oversize results or loop in `snapshot`; a new 64 KB
 //! system prompt on every other request (agents, anchors and prompt shapes to remember);
-//! over-long agent names, malformed JSON, unknown keys; and a hot swap of her policy every 10 s.
-//! Bob runs CacheSage with a plain two-agent workflow, one request at a time, and measures.
+//! over-long agent names, malformed JSON, unknown keys; through the Responses and Messages APIs,
+//! engine-control fields, numbers the engine would refuse, another tenant's response id, and a
+//! flood of JSON elements; and a hot swap of her policy every 10 s. Meanwhile the operator's
+//! config file is rewritten and reloaded every 2 s — in turn a valid file (by rename), a key-less
+//! one and a malformed one written in place, both of which must be refused. Bob runs CacheSage
+//! with a plain two-agent workflow, one request at a time, and measures.
 //!
 //! `AGENTRT_SOAK_SECS` sets the length (default 120).
 
@@ -23,6 +27,14 @@ use support::{chat, install_policy, post, post_json, quantile, settle, Proxy, Se
 
 const ALICE: &str = "Bearer key-alice";
 const BOB: &str = "Bearer key-bob";
+
+/// The operator's file: alice and bob, with every tenant's in-flight quota at `max_in_flight`.
+fn tenants_file(max_in_flight: u64) -> String {
+    format!(
+        "[defaults]\nmax_in_flight = {max_in_flight}\n\n[tenants.alice]\napi_keys = [\"key-alice\"]\n\n\
+         [tenants.bob]\napi_keys = [\"key-bob\"]\n"
+    )
+}
 
 /// The process's resident memory now and at its peak, in bytes (Linux: /proc/self/status).
 fn resident() -> (u64, u64) {
@@ -51,7 +63,8 @@ async fn attack(p: &Proxy, i: u64) -> (u16, &'static [u16]) {
     ];
     let auth = ("authorization", ALICE);
     let url = format!("{}/v1/chat/completions", p.url);
-    match i % 6 {
+    let responses = format!("{}/v1/responses", p.url);
+    match i % 11 {
         // A cue. It reaches the policy when its agent registers: first, and again each time the
         // new prompts below have pushed it out of alice's agent table.
         0 => {
@@ -74,6 +87,29 @@ async fn attack(p: &Proxy, i: u64) -> (u16, &'static [u16]) {
             (status.as_u16(), &[400])
         }
         4 => (post(&url, "{\"messages\": [", &[auth]).await.status().as_u16(), &[400]),
+        // The agent APIs: a plain Responses call, then the attacks on them.
+        6 => {
+            let body = serde_json::json!({"model": "tiny", "input": format!("step {i}")});
+            (post(&responses, body.to_string(), &[auth]).await.status().as_u16(), &[200])
+        }
+        7 => {
+            let body = serde_json::json!({"model": "tiny", "input": "me first", "priority": -100});
+            (post(&responses, body.to_string(), &[auth]).await.status().as_u16(), &[400])
+        }
+        8 => {
+            let body = serde_json::json!({"model": "tiny", "input": "theirs", "previous_response_id": "resp_bobs"});
+            (post(&responses, body.to_string(), &[auth]).await.status().as_u16(), &[404])
+        }
+        9 => {
+            let body = serde_json::json!({"model": "tiny", "max_tokens": "999",
+                "messages": [{"role": "user", "content": "hi"}]});
+            let messages = format!("{}/v1/messages", p.url);
+            (post(&messages, body.to_string(), &[auth]).await.status().as_u16(), &[400])
+        }
+        10 => {
+            let flood = format!(r#"{{"model":"tiny","input":[{}{{}}]}}"#, "{},".repeat(300_000));
+            (post(&responses, flood, &[auth]).await.status().as_u16(), &[413])
+        }
         _ => {
             let status = post_json(p, &chat("s", "t", "tiny", false), &[("authorization", "Bearer nobody")])
                 .await
@@ -89,12 +125,13 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(120u64);
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("tenants.toml");
+    std::fs::write(&config, tenants_file(256)).unwrap();
+    std::thread::sleep(agentrt_serve::config_file::SETTLE);
     let p = Arc::new(
         Setup {
-            keys: [("key-alice", "alice"), ("key-bob", "bob")]
-                .iter()
-                .map(|(k, t)| (k.to_string(), t.to_string()))
-                .collect(),
+            config: Some(config.clone()),
             ..Setup::new("cachesage")
         }
         .start()
@@ -133,6 +170,50 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
                 swaps += 1;
             }
             swaps
+        })
+    };
+    let reloader = {
+        let (p, stop) = (p.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (mut applied, mut refused) = (0u32, 0u32);
+            let mut n = 0u32;
+            while !stop.load(Relaxed) {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let expected = match n % 3 {
+                    // A valid file, by rename: atomic.
+                    0 => {
+                        let next = config.with_extension("next");
+                        std::fs::write(&next, tenants_file(256 + n as u64)).unwrap();
+                        std::fs::rename(&next, &config).unwrap();
+                        200
+                    }
+                    // Written in place: emptied, then malformed. Both refused, nothing changes.
+                    1 => {
+                        std::fs::write(&config, "").unwrap();
+                        400
+                    }
+                    _ => {
+                        std::fs::write(&config, "[tenants.alice]\napi_keys = \"key-alice\"\n").unwrap();
+                        400
+                    }
+                };
+                let status = post(
+                    &format!("{}/admin/reload", p.url),
+                    "",
+                    &[("authorization", "Bearer s3cret")],
+                )
+                .await
+                .status()
+                .as_u16();
+                assert_eq!(status, expected, "reload {n}");
+                if status == 200 {
+                    applied += 1;
+                } else {
+                    refused += 1;
+                }
+                n += 1;
+            }
+            (applied, refused)
         })
     };
     let sampler = {
@@ -188,6 +269,7 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
     }
     stop.store(true, Relaxed);
     let swaps = swapper.await.unwrap();
+    let (reloads_applied, reloads_refused) = reloader.await.unwrap();
     let rss_peak_sampled = sampler.await.unwrap();
     settle(&p).await;
     let (rss_end, hwm) = resident();
@@ -201,7 +283,8 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
     let m = alice.policy.metrics();
     eprintln!(
         "soak {secs} s: bob {} requests, p50 {p50:?} p99 {p99:?} max {max:?}; alice {} attacks, {swaps} swaps, \
-         {} restarts, {} circuit opens, {} events dropped; RSS start {} MB, end {} MB, peak {} MB (sampled {} MB)",
+         {} restarts, {} circuit opens, {} events dropped; {reloads_applied} reloads applied, {reloads_refused} \
+         refused; RSS start {} MB, end {} MB, peak {} MB (sampled {} MB)",
         bob.len(),
         attacks.load(Relaxed),
         m.restarts(),

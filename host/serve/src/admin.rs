@@ -242,14 +242,13 @@ async fn reload(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
     if let Err(e) = authorize(&state, &headers, AdminTarget::AllTenants) {
         return e.into_response();
     }
-    let Some(reloader) = &state.reloader else {
+    let Some(reloaded) = crate::reload::reload_off_workers(state.clone()).await else {
         return ApiError::conflict("there is no config file to reload: start `agentrt serve` with --config FILE")
             .into_response();
     };
-    // Reading a small file and swapping pointers: short enough for an async worker.
-    match reloader.reload(&state) {
+    match reloaded {
         Ok(done) => {
-            tracing::info!(tenants = ?done.tenants, shares = ?done.shares, "settings reloaded (admin API)");
+            tracing::info!(tenants = ?done.tenants, shares = ?done.shares, stopped = ?done.stopped, "settings reloaded (admin API)");
             Json(done).into_response()
         }
         Err(e) => {

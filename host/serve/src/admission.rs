@@ -1,20 +1,33 @@
 //! The proxy's admission queue, for engines without priority scheduling
 //! (`--upstream-max-in-flight N`): at most N requests are in flight upstream at once; later ones
-//! wait here, and a freed place goes to the waiting request with the smallest demotion (its
-//! session's `set-priority` from the tenant's slots when it arrived: a demoted session waits
-//! behind everyone else), ties in arrival order — the order vLLM's priority scheduling uses.
-//! Within that order a tenant's own waiting requests are ranked by its `admission` slot, when it
-//! has one: the place that falls to the tenant of the first request in line goes to whichever of
-//! that tenant's requests (at the same demotion) the slot scored highest as a `request` item, ties
-//! to the earliest, and the passed-over request takes the chosen one's place in line. Scores never
-//! compare across tenants — a tenant's policy reorders its own requests among the places they hold
-//! and cannot move them ahead of another tenant's — and a slot that fails leaves arrival order. A request waits at
-//! most `--upstream-max-wait-ms`; past it the client gets a 503 naming the flag, never a hang. A client that leaves while waiting gives up its place in line; one that leaves
-//! after being admitted gives its place on.
+//! wait here.
+//!
+//! **Between tenants, fair shares.** Each tenant waits in a line of its own, and a freed place
+//! goes round the tenants with requests waiting, in proportion to their `admission_weight`
+//! (1 unless `--config` gives one): the tenant that has had the fewest places per unit of weight
+//! goes next (start-time fair queueing; a tenant that comes back after waiting for nothing starts
+//! level with the others, not with credit saved up). One tenant keeping hundreds of requests
+//! queued therefore takes its share and no more: before, a place went to whichever request came
+//! first, and a tenant alone (p50 253 ms) waited out the 5 s limit behind another's backlog.
+//!
+//! **Within a tenant, its own order.** The tenant's place goes to its waiting request with the
+//! smallest demotion (its session's `set-priority` from the tenant's slots when it arrived: a
+//! demoted session waits behind the tenant's others), ties in arrival order — the order vLLM's
+//! priority scheduling uses — and, at that demotion, to the request its `admission` slot scored
+//! highest as a `request` item (ties to the earliest); the passed-over request takes the chosen
+//! one's place in line. Scores and demotions never compare across tenants: a tenant's policies
+//! reorder its own requests, never another tenant's. A slot that fails leaves arrival order.
+//!
+//! **Bounded.** A request waits at most `--upstream-max-wait-ms`; past it the client gets a 503
+//! naming the flag, never a hang. The bodies waiting are bounded in bytes, in all and per tenant
+//! (`--upstream-max-queued-mib`, `--upstream-max-queued-mib-per-tenant`): a request that would
+//! pass either is refused at once with a 503 (15 MiB bodies cost 33 MB each in line before).
+//! A client that leaves while waiting gives up its place in line; one that leaves after being
+//! admitted gives its place on.
 //!
 //! Warm-ups and the proxy's `/tokenize` calls do not take places: they are not user traffic.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -36,53 +49,91 @@ pub struct AdmissionMetrics {
     pub timeouts: AtomicU64,
     /// Requests whose client left while they waited.
     pub abandoned: AtomicU64,
-    /// Admissions that went to a waiting request ahead of one that arrived earlier (a demotion
-    /// at work).
+    /// Admissions that went to a waiting request ahead of one of its tenant's that arrived
+    /// earlier (a demotion or the admission slot at work).
     pub overtakes: AtomicU64,
+    /// Requests refused at once: the queue held its bytes' worth of waiting bodies.
+    pub refused_bytes: AtomicU64,
 }
 
 struct Inner {
     in_flight: usize,
+    /// Tenant → its line; only tenants with requests waiting have one.
+    lines: HashMap<Arc<str>, TenantLine>,
+    /// Arrival numbers, in order for every tenant.
+    next: u64,
+    /// The fair-queueing clock: the tag of the tenant that got the last place.
+    virtual_time: f64,
+    /// Bytes of the bodies waiting, in all.
+    queued_bytes: usize,
+}
+
+/// One tenant's waiting requests.
+struct TenantLine {
     /// Arrival number → the waiting request.
     waiting: BTreeMap<u64, Waiter>,
-    next: u64,
+    /// Places given to the tenant, each worth 1 / its weight, counted from the clock it joined at.
+    tag: f64,
+    bytes: usize,
 }
 
 struct Waiter {
     demotion: u32,
-    /// Its place in line among requests of its demotion: its arrival number, or the place of a
-    /// request of its tenant that was let through in its stead.
+    /// Its place in line among its tenant's requests of its demotion: its arrival number, or the
+    /// place of a request of its tenant that was let through in its stead.
     place: u64,
     wake: oneshot::Sender<()>,
-    tenant: Arc<str>,
     score: f32,
+    weight: u32,
+    bytes: usize,
 }
 
-/// A request asking for a place: its session's demotion (0: not demoted), its tenant, and its
+/// A request asking for a place: its session's demotion (0: not demoted), its tenant, its
 /// tenant's `admission` slot's score for it (higher goes first among the tenant's own; 0 without
-/// a slot).
+/// a slot), the tenant's admission weight and the bytes its body holds while it waits.
 #[derive(Debug, Clone)]
 pub struct Applicant {
     pub demotion: u32,
     pub tenant: Arc<str>,
     pub score: f32,
+    pub weight: u32,
+    pub bytes: usize,
 }
 
 impl Applicant {
-    /// An applicant of a tenant without an `admission` slot.
+    /// An applicant of a tenant without an `admission` slot, of weight 1, holding no body.
     pub fn unscored(demotion: u32, tenant: &str) -> Self {
         Self {
             demotion,
             tenant: tenant.into(),
             score: 0.0,
+            weight: 1,
+            bytes: 0,
         }
     }
 }
 
-/// At most `max_in_flight` requests upstream; the rest wait in priority order.
+/// Bytes of waiting bodies the queue holds, in all and per tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueuedBytes {
+    pub total: usize,
+    pub per_tenant: usize,
+}
+
+impl Default for QueuedBytes {
+    fn default() -> Self {
+        Self {
+            total: 512 << 20,
+            per_tenant: 128 << 20,
+        }
+    }
+}
+
+/// At most `max_in_flight` requests upstream; the rest wait, tenants taking turns.
 pub struct AdmissionQueue {
     max_in_flight: usize,
     max_wait: Duration,
+    max_queued: QueuedBytes,
     inner: Mutex<Inner>,
     pub metrics: AdmissionMetrics,
 }
@@ -102,6 +153,7 @@ impl Drop for AdmissionPermit {
 /// it was granted meanwhile.
 struct InLine<'a> {
     queue: &'a Arc<AdmissionQueue>,
+    tenant: Arc<str>,
     key: u64,
     settled: bool,
 }
@@ -111,10 +163,7 @@ impl Drop for InLine<'_> {
         if self.settled {
             return;
         }
-        let granted = {
-            let mut inner = self.queue.lock();
-            inner.waiting.remove(&self.key).is_none()
-        };
+        let granted = self.queue.lock().leave(&self.tenant, self.key).is_none();
         if granted {
             // Granted while leaving: the place is ours to give on.
             self.queue.release();
@@ -124,15 +173,41 @@ impl Drop for InLine<'_> {
     }
 }
 
+impl Inner {
+    /// Take `key` out of `tenant`'s line (`None`: it was not there — it was granted).
+    fn leave(&mut self, tenant: &str, key: u64) -> Option<Waiter> {
+        let line = self.lines.get_mut(tenant)?;
+        let waiter = line.waiting.remove(&key)?;
+        line.bytes -= waiter.bytes;
+        self.queued_bytes -= waiter.bytes;
+        if line.waiting.is_empty() {
+            self.lines.remove(tenant);
+        }
+        Some(waiter)
+    }
+
+    fn waiting(&self) -> usize {
+        self.lines.values().map(|l| l.waiting.len()).sum()
+    }
+}
+
 impl AdmissionQueue {
     pub fn new(max_in_flight: usize, max_wait: Duration) -> Arc<Self> {
+        Self::with_queued_bytes(max_in_flight, max_wait, QueuedBytes::default())
+    }
+
+    /// A queue that holds at most `max_queued` bytes of waiting bodies.
+    pub fn with_queued_bytes(max_in_flight: usize, max_wait: Duration, max_queued: QueuedBytes) -> Arc<Self> {
         Arc::new(Self {
             max_in_flight: max_in_flight.max(1),
             max_wait,
+            max_queued,
             inner: Mutex::new(Inner {
                 in_flight: 0,
-                waiting: BTreeMap::new(),
+                lines: HashMap::new(),
                 next: 0,
+                virtual_time: 0.0,
+                queued_bytes: 0,
             }),
             metrics: AdmissionMetrics::default(),
         })
@@ -145,7 +220,12 @@ impl AdmissionQueue {
     /// (requests in flight, requests waiting) now.
     pub fn depth(&self) -> (usize, usize) {
         let inner = self.lock();
-        (inner.in_flight, inner.waiting.len())
+        (inner.in_flight, inner.waiting())
+    }
+
+    /// Bytes of the bodies waiting now.
+    pub fn queued_bytes(&self) -> usize {
+        self.lock().queued_bytes
     }
 
     /// A place at once, if one is free: a caller that gets none scores its request, then waits
@@ -158,15 +238,29 @@ impl AdmissionQueue {
         })
     }
 
-    /// A place upstream for `applicant`: at once when one is free, else after every waiting
-    /// request with a smaller demotion and every earlier one with the same (of its own tenant,
-    /// those its slot scored higher come first); a 503 after `max_wait`.
+    /// A place upstream for `applicant`: at once when one is free, else when its tenant's turn
+    /// comes and it is the tenant's first in line (see the module's doc); a 503 after
+    /// `max_wait`, or at once when its body would not fit in the bytes the queue may hold.
     pub async fn admit(self: &Arc<Self>, applicant: Applicant) -> Result<AdmissionPermit, ApiError> {
+        let tenant = applicant.tenant.clone();
         let (key, mut rx) = {
             let mut inner = self.lock();
             if inner.in_flight < self.max_in_flight {
                 inner.in_flight += 1;
                 return Ok(AdmissionPermit { queue: self.clone() });
+            }
+            let tenant_bytes = inner.lines.get(&tenant).map_or(0, |l| l.bytes);
+            if inner.queued_bytes + applicant.bytes > self.max_queued.total
+                || tenant_bytes + applicant.bytes > self.max_queued.per_tenant
+            {
+                drop(inner);
+                self.metrics.refused_bytes.fetch_add(1, Relaxed);
+                return Err(ApiError::unavailable(format!(
+                    "the proxy's admission queue holds as many waiting request bodies as it may \
+                     (--upstream-max-queued-mib {}, --upstream-max-queued-mib-per-tenant {}); try again later",
+                    self.max_queued.total >> 20,
+                    self.max_queued.per_tenant >> 20
+                )));
             }
             let key = inner.next;
             inner.next += 1;
@@ -177,14 +271,24 @@ impl AdmissionQueue {
             } else {
                 f32::MIN
             };
-            inner.waiting.insert(
+            let virtual_time = inner.virtual_time;
+            inner.queued_bytes += applicant.bytes;
+            let line = inner.lines.entry(tenant.clone()).or_insert_with(|| TenantLine {
+                waiting: BTreeMap::new(),
+                // Joining now: level with the clock, no credit for the time it waited for nothing.
+                tag: virtual_time,
+                bytes: 0,
+            });
+            line.bytes += applicant.bytes;
+            line.waiting.insert(
                 key,
                 Waiter {
                     demotion: applicant.demotion.min(MAX_DEMOTION),
                     place: key,
                     wake,
-                    tenant: applicant.tenant,
                     score,
+                    weight: applicant.weight.max(1),
+                    bytes: applicant.bytes,
                 },
             );
             (key, rx)
@@ -192,6 +296,7 @@ impl AdmissionQueue {
         let started = Instant::now();
         let mut line = InLine {
             queue: self,
+            tenant: tenant.clone(),
             key,
             settled: false,
         };
@@ -202,7 +307,7 @@ impl AdmissionQueue {
             Ok(Ok(())) => true,
             // Out of time (a sender dropped unsent cannot happen: the queue holds it until it
             // sends). Granted between the timeout and this lock: the place is ours, use it.
-            Ok(Err(_)) | Err(_) => self.lock().waiting.remove(&key).is_none(),
+            Ok(Err(_)) | Err(_) => self.lock().leave(&tenant, key).is_none(),
         };
         line.settled = true;
         self.metrics.waited.fetch_add(1, Relaxed);
@@ -220,35 +325,52 @@ impl AdmissionQueue {
         }
     }
 
-    /// A place is free: it goes to the tenant of the first request in line, to the request of
-    /// that tenant at that demotion its slot scored highest (ties: the earliest), which hands its
-    /// own place in line to the first; with nobody waiting it is counted free. (A scan: the line
-    /// is as long as the clients waiting.)
+    /// A place is free: it goes to the tenant with the smallest tag (ties: whose first request
+    /// came first), to that tenant's request chosen as the module's doc says, and the tenant's
+    /// tag moves on by 1 / its weight; with nobody waiting it is counted free. (A scan over the
+    /// waiting tenants and the chosen one's line: as long as the clients waiting.)
     fn release(&self) {
         let mut inner = self.lock();
         loop {
-            let Some((first, demotion, tenant)) = inner
-                .waiting
+            let Some(tenant) = inner
+                .lines
                 .iter()
-                .min_by_key(|(_, w)| (w.demotion, w.place))
-                .map(|(&id, w)| (id, w.demotion, w.tenant.clone()))
+                .min_by(|(_, a), (_, b)| {
+                    let first = |l: &TenantLine| l.waiting.keys().next().copied().unwrap_or(u64::MAX);
+                    a.tag.total_cmp(&b.tag).then(first(a).cmp(&first(b)))
+                })
+                .map(|(t, _)| t.clone())
             else {
                 inner.in_flight = inner.in_flight.saturating_sub(1);
                 return;
             };
-            let chosen = inner
+            let line = inner.lines.get_mut(&tenant).expect("chosen from the lines");
+            let (first, demotion) = line
                 .waiting
                 .iter()
-                .filter(|(_, w)| w.demotion == demotion && w.tenant == tenant)
+                .min_by_key(|(_, w)| (w.demotion, w.place))
+                .map(|(&id, w)| (id, w.demotion))
+                .expect("a line has a request waiting");
+            let chosen = line
+                .waiting
+                .iter()
+                .filter(|(_, w)| w.demotion == demotion)
                 .max_by(|(_, a), (_, b)| a.score.total_cmp(&b.score).then(b.place.cmp(&a.place)))
                 .map(|(&id, _)| id)
                 .expect("the first request in line is among them");
-            let waiter = inner.waiting.remove(&chosen).expect("chosen from the line");
-            if let Some(passed_over) = inner.waiting.get_mut(&first) {
-                passed_over.place = waiter.place;
+            let place = line.waiting[&chosen].place;
+            if let Some(passed_over) = line.waiting.get_mut(&first) {
+                passed_over.place = place;
+            }
+            let overtook = line.waiting.keys().any(|&earlier| earlier < chosen);
+            let tag = line.tag;
+            let waiter = inner.leave(&tenant, chosen).expect("chosen from the line");
+            inner.virtual_time = tag;
+            if let Some(line) = inner.lines.get_mut(&tenant) {
+                line.tag = tag + 1.0 / f64::from(waiter.weight);
             }
             if waiter.wake.send(()).is_ok() {
-                if inner.waiting.keys().any(|&earlier| earlier < chosen) {
+                if overtook {
                     self.metrics.overtakes.fetch_add(1, Relaxed);
                 }
                 return;
@@ -276,13 +398,19 @@ impl AdmissionQueue {
              # TYPE agentrt_proxy_admission_timeouts_total counter\nagentrt_proxy_admission_timeouts_total {}\n\
              # HELP agentrt_proxy_admission_abandoned_total Requests whose client left while they waited.\n\
              # TYPE agentrt_proxy_admission_abandoned_total counter\nagentrt_proxy_admission_abandoned_total {}\n\
-             # HELP agentrt_proxy_admission_overtakes_total Places given to a request ahead of an earlier one (a demotion at work).\n\
-             # TYPE agentrt_proxy_admission_overtakes_total counter\nagentrt_proxy_admission_overtakes_total {}\n",
+             # HELP agentrt_proxy_admission_overtakes_total Places given to a request ahead of an earlier one of its tenant (a demotion or the admission slot at work).\n\
+             # TYPE agentrt_proxy_admission_overtakes_total counter\nagentrt_proxy_admission_overtakes_total {}\n\
+             # HELP agentrt_proxy_admission_queued_bytes Bytes of the request bodies waiting for a place.\n\
+             # TYPE agentrt_proxy_admission_queued_bytes gauge\nagentrt_proxy_admission_queued_bytes {}\n\
+             # HELP agentrt_proxy_admission_refused_bytes_total Requests refused at once: the queue held as many waiting bodies as it may (--upstream-max-queued-mib, --upstream-max-queued-mib-per-tenant).\n\
+             # TYPE agentrt_proxy_admission_refused_bytes_total counter\nagentrt_proxy_admission_refused_bytes_total {}\n",
             m.waited.load(Relaxed),
             m.wait_us_sum.load(Relaxed) as f64 / 1e6,
             m.timeouts.load(Relaxed),
             m.abandoned.load(Relaxed),
             m.overtakes.load(Relaxed),
+            self.queued_bytes(),
+            m.refused_bytes.load(Relaxed),
         );
     }
 }
@@ -300,6 +428,13 @@ pub struct AdmissionArgs {
     /// 503.
     #[arg(long, default_value_t = 30_000)]
     pub upstream_max_wait_ms: u64,
+    /// MiB of request bodies the admission queue holds waiting, in all; a request past it gets
+    /// 503 at once.
+    #[arg(long, default_value_t = QueuedBytes::default().total >> 20)]
+    pub upstream_max_queued_mib: usize,
+    /// MiB of request bodies one tenant may have waiting in the admission queue; past it, 503.
+    #[arg(long, default_value_t = QueuedBytes::default().per_tenant >> 20)]
+    pub upstream_max_queued_mib_per_tenant: usize,
 }
 
 impl AdmissionArgs {
@@ -313,9 +448,17 @@ impl AdmissionArgs {
             "--upstream-max-in-flight limits one upstream; with --replica it is not supported yet"
         );
         anyhow::ensure!(self.upstream_max_wait_ms > 0, "--upstream-max-wait-ms must be above 0");
-        Ok(Some(AdmissionQueue::new(
+        anyhow::ensure!(
+            self.upstream_max_queued_mib_per_tenant <= self.upstream_max_queued_mib,
+            "--upstream-max-queued-mib-per-tenant is above --upstream-max-queued-mib"
+        );
+        Ok(Some(AdmissionQueue::with_queued_bytes(
             self.upstream_max_in_flight,
             Duration::from_millis(self.upstream_max_wait_ms),
+            QueuedBytes {
+                total: self.upstream_max_queued_mib << 20,
+                per_tenant: self.upstream_max_queued_mib_per_tenant << 20,
+            },
         )))
     }
 }
@@ -351,9 +494,8 @@ mod tests {
 
     fn scored(demotion: u32, tenant: &str, score: f32) -> Applicant {
         Applicant {
-            demotion,
-            tenant: tenant.into(),
             score,
+            ..Applicant::unscored(demotion, tenant)
         }
     }
 
@@ -410,5 +552,90 @@ mod tests {
             order_let_through(&queue, line).await,
             ["alpha-light", "beta", "alpha-heavy", "alpha-demoted"]
         );
+    }
+}
+
+#[cfg(test)]
+mod fairness {
+    use super::*;
+
+    /// `count` requests of each (tenant, weight) in line, one after another with the place held;
+    /// then the place is freed: the tenants in the order they were let through.
+    async fn turns(queue: &Arc<AdmissionQueue>, line: &[(&'static str, u32, usize)]) -> Vec<&'static str> {
+        let held = queue.admit(Applicant::unscored(0, "holder")).await.unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for &(tenant, weight, count) in line {
+            for _ in 0..count {
+                let (q, order) = (queue.clone(), order.clone());
+                let applicant = Applicant {
+                    weight,
+                    ..Applicant::unscored(0, tenant)
+                };
+                tasks.push(tokio::spawn(async move {
+                    let permit = q.admit(applicant).await.unwrap();
+                    order.lock().unwrap().push(tenant);
+                    drop(permit);
+                }));
+                while queue.depth().1 < tasks.len() {
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
+        drop(held);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let order = order.lock().unwrap().clone();
+        order
+    }
+
+    #[tokio::test]
+    async fn a_tenant_with_a_backlog_takes_turns_with_one_that_just_arrived() {
+        let queue = AdmissionQueue::new(1, Duration::from_secs(5));
+        // Alpha has 6 waiting before beta's 2 arrive: beta still goes second and fourth.
+        let order = turns(&queue, &[("alpha", 1, 6), ("beta", 1, 2)]).await;
+        assert_eq!(order, ["alpha", "beta", "alpha", "beta", "alpha", "alpha", "alpha", "alpha"]);
+    }
+
+    #[tokio::test]
+    async fn places_go_round_in_proportion_to_the_weights() {
+        let queue = AdmissionQueue::new(1, Duration::from_secs(5));
+        let order = turns(&queue, &[("alpha", 1, 4), ("beta", 3, 9)]).await;
+        let first_eight: Vec<_> = order[..8].to_vec();
+        let betas = first_eight.iter().filter(|t| **t == "beta").count();
+        assert_eq!(betas, 6, "3 of every 4 places are beta's while both wait: {order:?}");
+    }
+
+    #[tokio::test]
+    async fn waiting_bodies_are_bounded_in_all_and_per_tenant() {
+        let queue = AdmissionQueue::with_queued_bytes(
+            1,
+            Duration::from_secs(5),
+            QueuedBytes {
+                total: 300,
+                per_tenant: 200,
+            },
+        );
+        let _held = queue.admit(Applicant::unscored(0, "holder")).await.unwrap();
+        let body = |tenant: &str, bytes: usize| Applicant {
+            bytes,
+            ..Applicant::unscored(0, tenant)
+        };
+        let q = queue.clone();
+        let waiting = tokio::spawn(async move { q.admit(body("alpha", 150)).await.map(|_| ()) });
+        while queue.depth().1 < 1 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(queue.queued_bytes(), 150);
+        let e = queue.admit(body("alpha", 100)).await.err().expect("alpha over its 200");
+        assert_eq!(e.status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(e.message.contains("--upstream-max-queued-mib-per-tenant"), "{}", e.message);
+        let e = queue.admit(body("beta", 160)).await.err().expect("over the 300 in all");
+        assert!(e.message.contains("--upstream-max-queued-mib"), "{}", e.message);
+        assert_eq!(queue.metrics.refused_bytes.load(Relaxed), 2);
+        waiting.abort();
+        let _ = waiting.await;
+        assert_eq!(queue.queued_bytes(), 0, "a request that left took its bytes with it");
     }
 }

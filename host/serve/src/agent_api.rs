@@ -52,6 +52,47 @@ impl AgentApi {
         }
     }
 
+    /// The shape of the proxy's own errors on this API's route.
+    pub fn error_shape(self) -> crate::error::ErrorShape {
+        match self {
+            AgentApi::Messages => crate::error::ErrorShape::Anthropic,
+            AgentApi::ChatCompletions | AgentApi::Responses => crate::error::ErrorShape::OpenAi,
+        }
+    }
+
+    /// The field that holds the conversation.
+    pub fn conversation_field(self) -> &'static str {
+        match self {
+            AgentApi::Responses => "input",
+            AgentApi::ChatCompletions | AgentApi::Messages => "messages",
+        }
+    }
+
+    /// The id of the stored response a Responses reply is (what a later call's
+    /// `previous_response_id` names); `None` for the other APIs.
+    pub fn response_id(self, reply: &Value) -> Option<&str> {
+        if self != AgentApi::Responses || reply.get("object").and_then(Value::as_str) != Some("response") {
+            return None;
+        }
+        reply.get("id").and_then(Value::as_str)
+    }
+
+    /// The response id a streamed Responses reply announces in its `response.created` event.
+    pub fn response_id_in_chunk(self, chunk: &[u8]) -> Option<String> {
+        if self != AgentApi::Responses {
+            return None;
+        }
+        let text = std::str::from_utf8(chunk).ok()?;
+        if !text.contains("response.created") {
+            return None;
+        }
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .find(|event| event.get("type").and_then(Value::as_str) == Some("response.created"))
+            .and_then(|event| event.pointer("/response/id")?.as_str().map(str::to_string))
+    }
+
     /// Whether vLLM takes a `priority` field in this API (its Anthropic endpoint has none).
     pub fn has_priority(self) -> bool {
         self != AgentApi::Messages

@@ -14,7 +14,9 @@ use agentrt_runtime::{
     SlotConfig,
 };
 
+use crate::engine_fields::{ClientEngineFields, EngineField};
 use crate::limits::Limits;
+use crate::request_budget::RequestBudget;
 use crate::policy_worker::DEFAULT_QUEUE_JOBS;
 use crate::proxy::{AppState, ServeOptions};
 use crate::quotas::{Quotas, DEFAULT_CPU_MS_PER_S, DEFAULT_MAX_IN_FLIGHT, DEFAULT_WARMUP_TOKENS_PER_S};
@@ -107,6 +109,11 @@ pub struct ServeArgs {
     /// may only demote its own tenant's sessions.
     #[arg(long)]
     pub engine_priorities: bool,
+    /// An engine-control field (`priority`, `kv_transfer_params`, `request_id`; repeatable)
+    /// clients may set themselves. By default a client's non-default value is refused with 400:
+    /// such fields act on the engine for every tenant (docs/security.md).
+    #[arg(long = "client-engine-field", value_name = "FIELD", value_parser = EngineField::parse)]
+    pub client_engine_fields: Vec<EngineField>,
     #[command(flatten)]
     pub admission: crate::admission::AdmissionArgs,
     #[command(flatten)]
@@ -165,6 +172,8 @@ impl QuotaArgs {
             max_in_flight: self.tenant_max_in_flight,
             policy_cpu_ms_per_s: self.policy_cpu_ms_per_s,
             warmup_tokens_per_s: self.tenant_warmup_tokens_per_s,
+            // Per tenant in --config (`admission_weight`); every tenant's is 1 otherwise.
+            admission_weight: 1,
         }
     }
 }
@@ -304,6 +313,16 @@ pub struct LimitArgs {
     /// Largest non-streamed upstream reply; larger ones get 502. Streams are not buffered.
     #[arg(long, default_value_t = Limits::default().max_upstream_reply_bytes)]
     pub max_upstream_reply_bytes: usize,
+    /// JSON elements (objects, arrays and values) one request body may hold; more get 413
+    /// before the body is parsed.
+    #[arg(long, default_value_t = RequestBudget::default().max_json_elements)]
+    pub max_json_elements: usize,
+    /// Messages (or Responses input items) one request may hold; more get 400.
+    #[arg(long, default_value_t = RequestBudget::default().max_items)]
+    pub max_request_items: usize,
+    /// Tools one request may define; more get 400.
+    #[arg(long, default_value_t = RequestBudget::default().max_tools)]
+    pub max_request_tools: usize,
 }
 
 impl LimitArgs {
@@ -323,6 +342,11 @@ impl LimitArgs {
             upstream_first_byte_timeout: ms(self.upstream_first_byte_timeout_ms),
             upstream_idle_timeout: ms(self.upstream_idle_timeout_ms),
             max_upstream_reply_bytes: self.max_upstream_reply_bytes,
+            budget: RequestBudget {
+                max_json_elements: self.max_json_elements,
+                max_items: self.max_request_items,
+                max_tools: self.max_request_tools,
+            },
         })
     }
 }
@@ -431,6 +455,12 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         public_anchors: args.public_anchors.iter().copied().collect(),
     };
     let (settings, reloader) = initial_settings(args.config, flags).map_err(|e| anyhow::anyhow!(e))?;
+    if settings.keys.is_empty() {
+        eprintln!(
+            "agentrt serve: no API keys (--tenant, or api_keys in --config): every request is served \
+             unauthenticated as tenant `{DEFAULT_TENANT}`, and its cache_salt goes upstream as the client sent it"
+        );
+    }
     let shares = settings.shares.clone();
     let extra_slots = extra_slots(&args.slots, &args.slot_configs, &slot, &engine, components)?;
     let mcp = args.mcp.options(
@@ -449,6 +479,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         metrics_token: args.metrics_token,
         cache_salt_secret: args.cache_salt_secret,
         engine_priorities: args.engine_priorities,
+        client_engine_fields: ClientEngineFields::allowing(args.client_engine_fields.iter().copied()),
         limits,
         warmup: WarmupOptions {
             max_concurrent: args.warmup_concurrency,

@@ -1,4 +1,6 @@
-//! Errors the proxy itself produces, in the OpenAI error shape so clients' SDKs report them well.
+//! Errors the proxy itself produces, in the shape of the API the client speaks — OpenAI's
+//! (`{"error": {"message", "type", "param", "code"}}`) or, on the Messages route, Anthropic's
+//! (`{"type": "error", "error": {"type", "message"}}`) — so clients' SDKs report them well.
 //! Errors from the upstream are passed through untouched instead.
 
 use axum::http::StatusCode;
@@ -11,6 +13,19 @@ pub struct ApiError {
     pub status: StatusCode,
     pub kind: &'static str,
     pub message: String,
+    /// The request field the error is about (OpenAI's `param`), when there is one.
+    pub param: Option<&'static str>,
+    /// Which API's error shape the body takes.
+    pub shape: ErrorShape,
+}
+
+/// The error bodies clients' SDKs understand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorShape {
+    #[default]
+    OpenAi,
+    /// The Anthropic Messages API's.
+    Anthropic,
 }
 
 impl ApiError {
@@ -19,6 +34,8 @@ impl ApiError {
             status: StatusCode::BAD_REQUEST,
             kind: "invalid_request_error",
             message: message.into(),
+            param: None,
+            shape: ErrorShape::OpenAi,
         }
     }
     pub fn upstream(message: impl Into<String>) -> Self {
@@ -26,6 +43,8 @@ impl ApiError {
             status: StatusCode::BAD_GATEWAY,
             kind: "upstream_error",
             message: message.into(),
+            param: None,
+            shape: ErrorShape::OpenAi,
         }
     }
     /// 500: the server's own fault (its configuration, a task that died), not the client's.
@@ -34,6 +53,8 @@ impl ApiError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             kind: "server_error",
             message: message.into(),
+            param: None,
+            shape: ErrorShape::OpenAi,
         }
     }
     /// 429: the tenant is over one of its quotas; the message names which and its flag.
@@ -42,6 +63,8 @@ impl ApiError {
             status: StatusCode::TOO_MANY_REQUESTS,
             kind: "rate_limit_error",
             message: message.into(),
+            param: None,
+            shape: ErrorShape::OpenAi,
         }
     }
     /// 503: the proxy cannot serve this now (e.g. no policy instance is free).
@@ -50,6 +73,8 @@ impl ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             kind: "service_unavailable",
             message: message.into(),
+            param: None,
+            shape: ErrorShape::OpenAi,
         }
     }
 
@@ -59,6 +84,8 @@ impl ApiError {
             status: StatusCode::GATEWAY_TIMEOUT,
             kind: "upstream_timeout_error",
             message: message.into(),
+            param: None,
+            shape: ErrorShape::OpenAi,
         }
     }
     /// A request body over the proxy's limit.
@@ -67,6 +94,8 @@ impl ApiError {
             status: StatusCode::PAYLOAD_TOO_LARGE,
             kind: "invalid_request_error",
             message: message.into(),
+            param: None,
+            shape: ErrorShape::OpenAi,
         }
     }
     pub fn unauthorized(message: impl Into<String>) -> Self {
@@ -74,6 +103,8 @@ impl ApiError {
             status: StatusCode::UNAUTHORIZED,
             kind: "authentication_error",
             message: message.into(),
+            param: None,
+            shape: ErrorShape::OpenAi,
         }
     }
     pub fn not_found(message: impl Into<String>) -> Self {
@@ -81,6 +112,8 @@ impl ApiError {
             status: StatusCode::NOT_FOUND,
             kind: "not_found_error",
             message: message.into(),
+            param: None,
+            shape: ErrorShape::OpenAi,
         }
     }
     pub fn conflict(message: impl Into<String>) -> Self {
@@ -88,6 +121,8 @@ impl ApiError {
             status: StatusCode::CONFLICT,
             kind: "conflict_error",
             message: message.into(),
+            param: None,
+            shape: ErrorShape::OpenAi,
         }
     }
     pub fn forbidden(message: impl Into<String>) -> Self {
@@ -95,16 +130,72 @@ impl ApiError {
             status: StatusCode::FORBIDDEN,
             kind: "permission_error",
             message: message.into(),
+            param: None,
+            shape: ErrorShape::OpenAi,
         }
     }
 
+    /// The same error about request field `param`.
+    pub fn about(mut self, param: &'static str) -> Self {
+        self.param = Some(param);
+        self
+    }
+
+    /// The same error in `shape`.
+    pub fn shaped(mut self, shape: ErrorShape) -> Self {
+        self.shape = shape;
+        self
+    }
+
     pub fn body(&self) -> serde_json::Value {
-        json!({ "error": { "message": self.message, "type": self.kind, "code": self.status.as_u16() } })
+        match self.shape {
+            ErrorShape::OpenAi => json!({ "error": {
+                "message": self.message, "type": self.kind, "param": self.param, "code": self.status.as_u16()
+            } }),
+            ErrorShape::Anthropic => json!({ "type": "error", "error": {
+                "type": self.anthropic_kind(), "message": self.message
+            } }),
+        }
+    }
+
+    /// Anthropic's name for this kind of error (its API lists `invalid_request_error`,
+    /// `authentication_error`, `permission_error`, `not_found_error`, `request_too_large`,
+    /// `rate_limit_error`, `api_error`, `overloaded_error`).
+    fn anthropic_kind(&self) -> &'static str {
+        match self.status {
+            StatusCode::PAYLOAD_TOO_LARGE => "request_too_large",
+            StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
+            s if s.is_server_error() => "api_error",
+            _ => match self.kind {
+                "invalid_request_error" | "authentication_error" | "permission_error" | "not_found_error"
+                | "rate_limit_error" => self.kind,
+                _ => "invalid_request_error",
+            },
+        }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (self.status, axum::Json(self.body())).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_api_gets_its_own_error_shape() {
+        let e = ApiError::bad_request("`max_tokens` must be …").about("max_tokens");
+        let openai = e.body();
+        assert_eq!(openai["error"]["param"], "max_tokens");
+        assert_eq!(openai["error"]["type"], "invalid_request_error");
+        let anthropic = ApiError::too_many_requests("slow down").shaped(ErrorShape::Anthropic).body();
+        assert_eq!(anthropic["type"], "error");
+        assert_eq!(anthropic["error"]["type"], "rate_limit_error");
+        assert_eq!(anthropic["error"]["message"], "slow down");
+        let gateway = ApiError::upstream_timeout("late").shaped(ErrorShape::Anthropic).body();
+        assert_eq!(gateway["error"]["type"], "api_error");
     }
 }

@@ -53,6 +53,57 @@ pub struct Anchor {
     pub fields: Option<Value>,
 }
 
+/// An anchor as the directory keeps it: its JSON as text, one allocation per part. Parsed JSON
+/// costs several times its text (every object a map), so a table that weighed anchors by their
+/// text while holding parsed values held far more than it counted (100,000 tools: 1.5 GB
+/// held, 16 MiB counted). The text is exactly what is counted, and goes back to the allocator
+/// whole when the anchor is forgotten; a warm-up parses it again.
+#[derive(Debug, Clone)]
+struct HeldAnchor {
+    /// `[messages, tools, fields]` as one JSON array.
+    json: Box<str>,
+    model: Box<str>,
+    cache_salt: Option<Box<str>>,
+    api: AgentApi,
+}
+
+impl HeldAnchor {
+    fn of(anchor: Anchor) -> Self {
+        let parts = json!([anchor.messages, anchor.tools, anchor.fields]);
+        Self {
+            json: parts.to_string().into_boxed_str(),
+            model: anchor.model.into_boxed_str(),
+            cache_salt: anchor.cache_salt.map(Into::into),
+            api: anchor.api,
+        }
+    }
+
+    /// What the table counts for it: the bytes it holds.
+    fn bytes(&self) -> usize {
+        self.json.len() + self.model.len() + self.cache_salt.as_ref().map_or(0, |s| s.len())
+    }
+
+    fn anchor(&self) -> Anchor {
+        let mut parts = match serde_json::from_str::<Value>(&self.json) {
+            Ok(Value::Array(parts)) => parts.into_iter(),
+            _ => unreachable!("written by `of` as a JSON array"),
+        };
+        let mut next = || parts.next().filter(|v| !v.is_null());
+        let messages = match next() {
+            Some(Value::Array(messages)) => messages,
+            _ => Vec::new(),
+        };
+        Anchor {
+            messages,
+            tools: next(),
+            fields: next(),
+            model: self.model.to_string(),
+            cache_salt: self.cache_salt.as_deref().map(str::to_string),
+            api: self.api,
+        }
+    }
+}
+
 /// A stable 64-bit hash (the first 8 bytes of SHA-256): stable across restarts and versions,
 /// unlike `std`'s hasher, because policies keep anchor hashes in their snapshots.
 pub fn stable_hash(bytes: &[u8]) -> u64 {
@@ -180,7 +231,7 @@ pub struct AgentDirectory {
 
 struct Directory {
     handles: LruTable<String, u32>,
-    anchors: LruTable<u64, (u32, Anchor)>,
+    anchors: LruTable<u64, (u32, HeldAnchor)>,
     /// Live sessions → when their last request arrived or finished.
     sessions: LruTable<u64, Instant>,
     sessions_seen: u64,
@@ -269,24 +320,19 @@ impl AgentDirectory {
         if let Some((_, known)) = d.anchors.get_mut(&hash) {
             // A reload may have made the anchor public (or private again): its warm-ups must
             // carry the salt its requests carry now.
-            known.cache_salt = anchor.cache_salt;
+            known.cache_salt = anchor.cache_salt.map(Into::into);
             return;
         }
-        let bytes = anchor.messages.iter().map(|m| m.to_string().len()).sum::<usize>()
-            + anchor.tools.as_ref().map_or(0, |t| t.to_string().len())
-            + anchor.model.len()
-            + anchor.fields.as_ref().map_or(0, |f| f.to_string().len());
-        d.anchors.insert(hash, (handle, anchor), bytes);
+        let held = HeldAnchor::of(anchor);
+        let bytes = held.bytes();
+        d.anchors.insert(hash, (handle, held), bytes);
     }
 
     /// The anchor recorded under `hash`, with its agent's handle.
     pub fn anchor(&self, hash: u64) -> Option<(u32, Anchor)> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .anchors
-            .peek(&hash)
-            .cloned()
+        let d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (handle, held) = d.anchors.peek(&hash)?;
+        Some((*handle, held.anchor()))
     }
 
     /// Agents known now (at most `max_agents`).
@@ -446,6 +492,19 @@ mod tests {
         }
         assert!(d.anchor(0).is_none(), "the oldest anchor was forgotten");
         assert!(d.anchor(max_anchors as u64 + 4).is_some());
+    }
+
+    #[test]
+    fn an_anchor_comes_back_as_it_was_recorded_and_weighs_what_it_holds() {
+        let d = AgentDirectory::default();
+        let (id, mut anchor) = identify_chat(&HeaderMap::new(), &chat("You plan.", "t")).unwrap();
+        anchor.cache_salt = Some("salt".into());
+        anchor.fields = Some(json!({"instructions": "You plan."}));
+        d.record_anchor(id.anchor_hash, 3, anchor.clone());
+        assert_eq!(d.anchor(id.anchor_hash), Some((3, anchor.clone())));
+        let held = HeldAnchor::of(anchor);
+        assert_eq!(d.anchors(), (1, held.bytes()));
+        assert_eq!(held.bytes(), held.json.len() + "m".len() + "salt".len());
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub struct Limits {
     /// Largest non-streamed upstream reply the proxy buffers (`--max-upstream-reply-bytes`).
     /// Streamed replies are relayed chunk by chunk and never buffered whole.
     pub max_upstream_reply_bytes: usize,
+    /// What one body may cost to parse and keep: JSON elements, conversation items, tools
+    /// (`--max-json-elements`, `--max-request-items`, `--max-request-tools`).
+    pub budget: crate::request_budget::RequestBudget,
 }
 
 impl Default for Limits {
@@ -51,6 +54,7 @@ impl Default for Limits {
             upstream_first_byte_timeout: Duration::from_secs(600),
             upstream_idle_timeout: Duration::from_secs(120),
             max_upstream_reply_bytes: 64 << 20,
+            budget: crate::request_budget::RequestBudget::default(),
         }
     }
 }

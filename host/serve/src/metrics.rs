@@ -8,8 +8,67 @@ use std::time::Duration;
 /// upstream — what the proxy adds.
 const OVERHEAD_BUCKETS_US: [u64; 8] = [50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000];
 
+/// Why the proxy refused a request it had authenticated, as `/metrics` labels it
+/// (`agentrt_proxy_refused_total{reason}`); each names the flag or rule in docs/security.md.
+pub const REFUSAL_REASONS: [&str; 8] = [
+    // --max-json-elements, --max-request-items, --max-request-tools
+    "json_elements",
+    "request_items",
+    "request_tools",
+    // an engine-control field a client may not set (--client-engine-field), or agentrt's own
+    // vllm_xargs tags
+    "engine_field",
+    // a sampling number out of its range (max_tokens, temperature, …)
+    "sampling_field",
+    // a previous_response_id that is not one of the tenant's responses
+    "foreign_response",
+    // the request's API key was revoked while it was in flight
+    "revoked",
+    // --upstream-max-queued-mib: no room left in the admission queue
+    "queued_bytes",
+];
+
+/// One counter per [`REFUSAL_REASONS`] entry.
+#[derive(Default)]
+pub struct Refusals([AtomicU64; REFUSAL_REASONS.len()]);
+
+impl Refusals {
+    /// Count a refusal for `reason`, one of [`REFUSAL_REASONS`].
+    pub fn count(&self, reason: &str) {
+        let i = REFUSAL_REASONS
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or_else(|| panic!("{reason:?} is not one of REFUSAL_REASONS"));
+        self.0[i].fetch_add(1, Relaxed);
+    }
+
+    pub fn get(&self, reason: &str) -> u64 {
+        REFUSAL_REASONS
+            .iter()
+            .position(|r| *r == reason)
+            .map_or(0, |i| self.0[i].load(Relaxed))
+    }
+
+    fn render(&self, out: &mut String) {
+        let name = "agentrt_proxy_refused_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Authenticated requests refused before going upstream, by reason (docs/security.md).\n# TYPE {name} counter"
+        );
+        for (reason, n) in REFUSAL_REASONS.iter().zip(&self.0) {
+            let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {}", n.load(Relaxed));
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct ProxyMetrics {
+    /// Requests refused by reason ([`REFUSAL_REASONS`]).
+    pub refused: Refusals,
+    /// Reloads of `--config` installed, and refused (nothing changed).
+    pub reloads_applied: AtomicU64,
+    pub reloads_refused: AtomicU64,
+
     pub requests: AtomicU64,
     pub requests_failed: AtomicU64,
     pub upstream_errors: AtomicU64,
@@ -47,7 +106,8 @@ impl ProxyMetrics {
         self.overhead_sum_us.fetch_add(us, Relaxed);
     }
 
-    pub fn render(&self, out: &mut String) {
+    /// The proxy's series; `unauthenticated`: no API key is in force now.
+    pub fn render(&self, out: &mut String, unauthenticated: bool) {
         let counters = [
             ("agentrt_proxy_requests_total", "Requests received.", &self.requests),
             (
@@ -127,6 +187,21 @@ impl ProxyMetrics {
             ),
         ];
         render_counters(out, &counters);
+        self.refused.render(out);
+        let reloads = "agentrt_proxy_reloads_total";
+        let _ = writeln!(
+            out,
+            "# HELP {reloads} Reloads of --config (SIGHUP or POST /admin/reload), installed or refused.\n# TYPE {reloads} counter\n\
+             {reloads}{{result=\"applied\"}} {}\n{reloads}{{result=\"refused\"}} {}",
+            self.reloads_applied.load(Relaxed),
+            self.reloads_refused.load(Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP agentrt_proxy_unauthenticated 1 while no API key is in force: every request is served as tenant `default`, unsalted.\n\
+             # TYPE agentrt_proxy_unauthenticated gauge\nagentrt_proxy_unauthenticated {}",
+            u8::from(unauthenticated)
+        );
         let _ = writeln!(
             out,
             "# HELP agentrt_proxy_in_flight Requests being served.\n# TYPE agentrt_proxy_in_flight gauge\nagentrt_proxy_in_flight {}",

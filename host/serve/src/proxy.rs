@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
 use agentrt_runtime::types::{Continuation, Event, Item, ItemKind, RequestArrival, RequestFinish};
 
@@ -29,6 +30,7 @@ use crate::continuation::PromptShape;
 use crate::error::ApiError;
 use crate::identity::{identify_chat, identify_completion, Anchor, Identity};
 use crate::limits::{closing_connection, read_body, Limits};
+use crate::sampling_fields;
 use crate::metrics::{ConnectionMetrics, ProxyMetrics};
 use crate::tenants::{Tenant, TenantPermit, Tenants, ADMISSION_SLOT};
 use crate::upstream;
@@ -53,6 +55,8 @@ pub struct ServeOptions {
     pub engine_priorities: bool,
     pub warmup: WarmupOptions,
     pub limits: Limits,
+    /// Engine-control fields clients may set (`--client-engine-field`; none by default).
+    pub client_engine_fields: crate::engine_fields::ClientEngineFields,
 }
 
 /// Everything a handler needs.
@@ -152,8 +156,19 @@ impl AppState {
         ended
     }
 
-    /// Count an upstream failure (and, apart, the timeouts among them).
+    /// Count `error` as a refusal for `reason` (one of [`crate::metrics::REFUSAL_REASONS`]) and
+    /// hand it back.
+    pub fn refused(&self, reason: &str, error: ApiError) -> ApiError {
+        self.metrics.refused.count(reason);
+        error
+    }
+
+    /// Count an upstream failure (and, apart, the timeouts among them). A request cut by its
+    /// key's revocation is not one.
     pub fn upstream_failed(&self, error: &ApiError) {
+        if error.status == StatusCode::UNAUTHORIZED {
+            return;
+        }
         self.metrics.upstream_errors.fetch_add(1, Relaxed);
         if error.status == StatusCode::GATEWAY_TIMEOUT {
             self.metrics.upstream_timeouts.fetch_add(1, Relaxed);
@@ -223,8 +238,25 @@ pub fn router(state: Arc<AppState>) -> Router {
     }
 }
 
-fn parse_body(state: &AppState, body: &Bytes) -> Result<Value, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
+/// Parse a request body within its budget ([`crate::request_budget`]): its JSON elements are
+/// counted before anything is allocated, and a large one is parsed on a blocking thread, one at a
+/// time per tenant. `body` is dropped here: only the amended copy goes on.
+async fn parse_body(state: &AppState, tenant: &Tenant, body: Bytes) -> Result<Value, ApiError> {
+    state
+        .options
+        .limits
+        .budget
+        .check_elements(&body)
+        .map_err(|e| state.refused(e.reason, ApiError::payload_too_large(e.message)))?;
+    let parsed = if body.len() >= crate::request_budget::HEAVY_BODY_BYTES {
+        let _turn = tenant.heavy_parse().await;
+        tokio::task::spawn_blocking(move || serde_json::from_slice::<Value>(&body))
+            .await
+            .map_err(|e| ApiError::internal(format!("parsing the request body did not finish: {e}")))?
+    } else {
+        serde_json::from_slice::<Value>(&body)
+    };
+    let value = parsed.map_err(|e| {
         state.metrics.bad_requests.fetch_add(1, Relaxed);
         ApiError::bad_request(format!(
             "request body is not valid JSON: {e} (line {}, column {})",
@@ -237,6 +269,39 @@ fn parse_body(state: &AppState, body: &Bytes) -> Result<Value, ApiError> {
         return Err(ApiError::bad_request("request body must be a JSON object"));
     }
     Ok(value)
+}
+
+/// What every route checks of a parsed body before reading it further: no engine-control field
+/// a client may not set ([`crate::engine_fields`]), sampling numbers in range
+/// ([`crate::sampling_fields`]).
+fn check_fields(state: &AppState, json: &mut Value, fields: sampling_fields::Fields) -> Result<(), ApiError> {
+    let object = json.as_object_mut().expect("parse_body checked it is an object");
+    state
+        .options
+        .client_engine_fields
+        .check(object)
+        .map_err(|m| state.refused("engine_field", ApiError::bad_request(m)))?;
+    sampling_fields::check(object, fields)
+        .map_err(|bad| state.refused("sampling_field", ApiError::bad_request(bad.message).about(bad.field)))
+}
+
+/// A Responses call may continue only a response of its own tenant: the engine keeps one store
+/// for every tenant, so another tenant's id would hand over that conversation. An id that is not
+/// the tenant's gets the same 404 as an id nobody has.
+fn check_previous_response(state: &AppState, tenant: &Tenant, json: &Value) -> Result<(), ApiError> {
+    let Some(previous) = json.get("previous_response_id").filter(|v| !v.is_null()) else {
+        return Ok(());
+    };
+    let Some(id) = previous.as_str() else {
+        return Err(ApiError::bad_request("`previous_response_id` must be a string").about("previous_response_id"));
+    };
+    if tenant.owns_response(id) {
+        return Ok(());
+    }
+    Err(state.refused(
+        "foreign_response",
+        ApiError::not_found(format!("Response with id '{id}' not found.")).about("previous_response_id"),
+    ))
 }
 
 /// Put agentrt's identity into `vllm_xargs`, keeping whatever the client put there. The session
@@ -271,17 +336,38 @@ struct Prepared {
     route: Option<crate::replicas::RouteInput>,
 }
 
-/// The caller's tenant, from the headers alone. A new tenant's policy starts on a blocking
-/// thread: instantiating it must not hold an async worker other tenants' requests need.
-async fn tenant_of(state: &Arc<AppState>, headers: &HeaderMap) -> Result<Arc<Tenant>, ApiError> {
-    let name = state.tenants.name_for(headers)?;
-    if let Some(tenant) = state.tenants.get(&name) {
-        return Ok(tenant);
+/// The caller's tenant, from the headers alone, and the revocation of the key it used. A new
+/// tenant's policy starts on a blocking thread: instantiating it must not hold an async worker
+/// other tenants' requests need.
+async fn tenant_of(state: &Arc<AppState>, headers: &HeaderMap) -> Result<(Arc<Tenant>, CancellationToken), ApiError> {
+    let caller = state.tenants.authenticate(headers)?;
+    if let Some(tenant) = state.tenants.get(&caller.tenant) {
+        return Ok((tenant, caller.revoked));
     }
     let starting = state.clone();
-    tokio::task::spawn_blocking(move || starting.tenants.get_or_start(&name))
+    let name = caller.tenant;
+    let tenant = tokio::task::spawn_blocking(move || starting.tenants.get_or_start(&name))
         .await
-        .map_err(|e| ApiError::internal(format!("starting the tenant's policy did not finish: {e}")))?
+        .map_err(|e| ApiError::internal(format!("starting the tenant's policy did not finish: {e}")))??;
+    Ok((tenant, caller.revoked))
+}
+
+/// `work`'s answer, unless the request's key is revoked first: then a 401 saying so.
+async fn unless_revoked<T>(
+    state: &AppState,
+    revoked: &CancellationToken,
+    work: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    tokio::select! {
+        biased;
+        () = revoked.cancelled() => Err(revoked_error(state)),
+        done = work => done,
+    }
+}
+
+/// The 401 of a request whose key was revoked while it was in flight, counted.
+fn revoked_error(state: &AppState) -> ApiError {
+    state.refused("revoked", ApiError::unauthorized(crate::tenants::REVOKED))
 }
 
 /// The caller's tenant from the headers, then the body: nothing is read for a stranger, nor for
@@ -291,8 +377,8 @@ async fn authenticate_then_read(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<(Arc<Tenant>, TenantPermit, Bytes), ApiError> {
-    let tenant = tenant_of(state, headers).await?;
-    let permit = tenant.admit()?;
+    let (tenant, revoked) = tenant_of(state, headers).await?;
+    let permit = tenant.admit_as(revoked)?;
     let body = read_body(body, state.options.limits.max_body_bytes, "--max-body-bytes").await?;
     Ok((tenant, permit, body))
 }
@@ -312,15 +398,16 @@ async fn messages(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
 /// A call in one of the APIs with agent identity: chat completions, Responses, Messages.
 async fn agent_call(state: Arc<AppState>, headers: HeaderMap, body: Body, api: AgentApi) -> Response {
     state.metrics.requests.fetch_add(1, Relaxed);
+    let shape = api.error_shape();
     let (tenant, permit, body) = match authenticate_then_read(&state, &headers, body).await {
         Ok(read) => read,
-        Err(e) => return closing_connection(failed(&state, e)),
+        Err(e) => return closing_connection(failed(&state, e.shaped(shape))),
     };
     // The proxy's overhead counts from here: the client's upload time is not the proxy's.
     let received = Instant::now();
-    match prepare_agent_call(&state, tenant, &headers, &body, api).await {
+    match prepare_agent_call(&state, tenant, &headers, body, api).await {
         Ok(prepared) => forward(state, api.path(), api, prepared, permit, received).await,
-        Err(e) => failed(&state, e),
+        Err(e) => failed(&state, e.shaped(shape)),
     }
 }
 
@@ -332,28 +419,10 @@ async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
     };
     // The proxy's overhead counts from here: the client's upload time is not the proxy's.
     let received = Instant::now();
-    let prepared = parse_body(&state, &body).and_then(|mut json| {
-        state.salt(&mut json, &tenant.name, None);
-        let mut identity = identify_completion(&headers, &json).map_err(|m| {
-            state.metrics.bad_requests.fetch_add(1, Relaxed);
-            ApiError::bad_request(m)
-        })?;
-        identity.scope_to_tenant(&tenant.name);
-        refuse_denied(&state, &tenant, &identity)?;
-        let (agent, registration) = tenant.agents.intern(&identity);
-        let prompt = json.get("prompt").map(Value::to_string).unwrap_or_default();
-        let shape = PromptShape::of_text(&prompt);
-        Ok(prepare(
-            &state,
-            AgentApi::ChatCompletions,
-            tenant,
-            json,
-            identity,
-            agent,
-            registration,
-            shape,
-        ))
-    });
+    let prepared = match parse_body(&state, &tenant, body).await {
+        Ok(json) => prepare_completion(&state, tenant, &headers, json),
+        Err(e) => Err(e),
+    };
     match prepared {
         // Plain completions report usage in chat completions' words.
         Ok(prepared) => {
@@ -371,21 +440,60 @@ async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, bod
     }
 }
 
+fn prepare_completion(
+    state: &AppState,
+    tenant: Arc<Tenant>,
+    headers: &HeaderMap,
+    mut json: Value,
+) -> Result<Prepared, ApiError> {
+    check_fields(state, &mut json, sampling_fields::Fields::Completions)?;
+    state.salt(&mut json, &tenant.name, None);
+    let mut identity = identify_completion(headers, &json).map_err(|m| {
+        state.metrics.bad_requests.fetch_add(1, Relaxed);
+        ApiError::bad_request(m)
+    })?;
+    identity.scope_to_tenant(&tenant.name);
+    refuse_denied(state, &tenant, &identity)?;
+    let (agent, registration) = tenant.agents.intern(&identity);
+    let prompt = json.get("prompt").map(Value::to_string).unwrap_or_default();
+    let shape = PromptShape::of_text(&prompt);
+    Ok(prepare(
+        state,
+        AgentApi::ChatCompletions,
+        tenant,
+        json,
+        identity,
+        agent,
+        registration,
+        shape,
+    ))
+}
+
 async fn prepare_agent_call(
     state: &AppState,
     tenant: Arc<Tenant>,
     headers: &HeaderMap,
-    body: &Bytes,
+    body: Bytes,
     api: AgentApi,
 ) -> Result<Prepared, ApiError> {
-    let mut json = parse_body(state, body)?;
+    let mut json = parse_body(state, &tenant, body).await?;
     let bad_request = |m: String| {
         state.metrics.bad_requests.fetch_add(1, Relaxed);
         ApiError::bad_request(m)
     };
+    state
+        .options
+        .limits
+        .budget
+        .check_items(&json, api.conversation_field())
+        .map_err(|e| state.refused(e.reason, ApiError::bad_request(e.message)))?;
+    if api == AgentApi::Responses {
+        check_previous_response(state, &tenant, &json)?;
+    }
     // Identity, anchor and prompt shape are read from the request as chat messages; the body
     // goes upstream in its own API.
     let view = api.chat_view(&json).map_err(bad_request)?;
+    check_fields(state, &mut json, sampling_fields::Fields::Agent(api))?;
     let (mut identity, mut anchor) = identify_chat(headers, &view).map_err(bad_request)?;
     anchor.api = api;
     anchor.fields = api.anchor_fields(&json);
@@ -524,8 +632,9 @@ fn failed(state: &AppState, e: ApiError) -> Response {
 struct FinishGuard {
     state: Arc<AppState>,
     tenant: Arc<Tenant>,
-    /// The request counts against its tenant's in-flight limit until the guard goes.
-    _permit: TenantPermit,
+    /// The request counts against its tenant's in-flight limit until the guard goes (and ends
+    /// early if its key is revoked).
+    permit: TenantPermit,
     /// Its place on a replica (several replicas), released when the guard goes.
     lease: Option<crate::replicas::Lease>,
     /// Its place in `--upstream-max-in-flight`, given on when the guard goes.
@@ -577,11 +686,17 @@ impl Drop for FinishGuard {
 }
 
 /// A request that must wait for a place upstream, as its tenant's `admission` slot scores it (a
-/// `request` item; higher goes first among the tenant's own waiting requests). Without the slot,
-/// or when it fails, every request of the tenant scores the same: arrival order.
-async fn applicant(tenant: &Arc<Tenant>, demotion: u32, waiting: Item) -> Applicant {
+/// `request` item; higher goes first among the tenant's own waiting requests), with its tenant's
+/// admission weight and the bytes of its body. Without the slot, or when it fails, every request
+/// of the tenant scores the same: arrival order.
+async fn applicant(tenant: &Arc<Tenant>, demotion: u32, waiting: Item, bytes: usize) -> Applicant {
+    let unscored = Applicant {
+        weight: tenant.quotas.get().admission_weight,
+        bytes,
+        ..Applicant::unscored(demotion, &tenant.name)
+    };
     let Some(slot) = tenant.slot(ADMISSION_SLOT).cloned() else {
-        return Applicant::unscored(demotion, &tenant.name);
+        return unscored;
     };
     // A policy call, off the async workers; the request waits for a place anyway.
     let scored = tokio::task::spawn_blocking(move || slot.score(&[waiting])).await;
@@ -589,11 +704,7 @@ async fn applicant(tenant: &Arc<Tenant>, demotion: u32, waiting: Item) -> Applic
         Ok(Ok(scores)) => scores.first().copied().unwrap_or(0.0),
         _ => 0.0,
     };
-    Applicant {
-        demotion,
-        tenant: tenant.name.as_str().into(),
-        score,
-    }
+    Applicant { score, ..unscored }
 }
 
 async fn forward(
@@ -633,7 +744,7 @@ async fn forward(
     let mut guard = FinishGuard {
         state: state.clone(),
         tenant: tenant.clone(),
-        _permit: permit,
+        permit,
         lease: None,
         _admission: None,
         template: RequestFinish {
@@ -654,6 +765,7 @@ async fn forward(
     // A place upstream, least-demoted first (`--upstream-max-in-flight`); the wait is not the
     // proxy's overhead.
     let queued = Instant::now();
+    let revoked = guard.permit.revocation();
     if let Some(queue) = &state.admission {
         let admitted = match queue.try_admit() {
             Some(place) => Ok(place),
@@ -668,14 +780,15 @@ async fn forward(
                     position: 0,
                 };
                 let demotion = tenant.priority(identity.session).min(0).unsigned_abs();
-                queue.admit(applicant(&tenant, demotion, waiting).await).await
+                let applicant = applicant(&tenant, demotion, waiting, body.len()).await;
+                unless_revoked(&state, &revoked, queue.admit(applicant)).await
             }
         };
         match admitted {
             Ok(place) => guard._admission = Some(place),
             Err(e) => {
                 guard.finish(false, None);
-                return failed(&state, e);
+                return failed(&state, e.shaped(api.error_shape()));
             }
         }
     }
@@ -690,12 +803,12 @@ async fn forward(
     state
         .metrics
         .observe_overhead(received.elapsed().saturating_sub(queue_wait));
-    let mut sent = send_to(&state, lease.as_ref(), path, &body).await;
+    let mut sent = send_unless_revoked(&state, &revoked, lease.as_ref(), path, &body).await;
     // A replica that refused the connection got nothing: the request is placed once more.
     if let (Err((_, true)), Some(replicas), Some(input)) = (&sent, &state.replicas, route.as_mut()) {
         if let Some(refused) = lease.take_if(|_| replicas.replicas().len() > 1) {
             lease = Some(replicas.retry(&state, agent, input, refused).await);
-            sent = send_to(&state, lease.as_ref(), path, &body).await;
+            sent = send_unless_revoked(&state, &revoked, lease.as_ref(), path, &body).await;
         }
     }
     let reply = match sent.map_err(|(e, _)| e) {
@@ -708,11 +821,13 @@ async fn forward(
         }
         Err(e) => {
             state.upstream_failed(&e);
-            if let Some(lease) = &lease {
+            // A revoked key is no fault of the replica's.
+            let cut_by_revocation = e.status == StatusCode::UNAUTHORIZED;
+            if let (Some(lease), false) = (&lease, cut_by_revocation) {
                 lease.failed();
             }
             guard.finish(false, None);
-            return failed(&state, e);
+            return failed(&state, e.shaped(api.error_shape()));
         }
     };
     let status = StatusCode::from_u16(reply.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
@@ -730,16 +845,20 @@ async fn forward(
     let mut response = if is_stream {
         Response::new(Body::from_stream(relay_stream(reply, guard, status.is_success(), api)))
     } else {
-        match upstream::read_reply(reply, &state.options.limits).await {
+        match unless_revoked(&state, &revoked, upstream::read_reply(reply, &state.options.limits)).await {
             Ok(bytes) => {
-                let usage = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| api.usage(&v));
+                let reply = serde_json::from_slice::<Value>(&bytes).ok();
+                let usage = reply.as_ref().and_then(|v| api.usage(v));
+                if let Some(id) = reply.as_ref().and_then(|v| api.response_id(v)) {
+                    tenant.record_response(id);
+                }
                 guard.finish(status.is_success(), usage);
                 Response::new(Body::from(bytes))
             }
             Err(e) => {
                 state.upstream_failed(&e);
                 guard.finish(false, None);
-                return failed(&state, e);
+                return failed(&state, e.shaped(api.error_shape()));
             }
         }
     };
@@ -748,6 +867,21 @@ async fn forward(
         response.headers_mut().insert(header::CONTENT_TYPE, ct);
     }
     response
+}
+
+/// [`send_to`], unless the request's key is revoked first (a 401; nothing more is sent).
+async fn send_unless_revoked(
+    state: &AppState,
+    revoked: &CancellationToken,
+    lease: Option<&crate::replicas::Lease>,
+    path: &str,
+    body: &Bytes,
+) -> Result<reqwest::Response, (ApiError, bool)> {
+    tokio::select! {
+        biased;
+        () = revoked.cancelled() => Err((revoked_error(state), false)),
+        sent = send_to(state, lease, path, body) => sent,
+    }
 }
 
 /// Send the request's `body` to its replica (`lease`), else the upstream; on failure, whether the
@@ -774,17 +908,28 @@ fn relay_stream(
     api: AgentApi,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
     let state = guard.state.clone();
+    let revoked = guard.permit.revocation();
     let mut guard = Some(guard);
     let mut usage: Option<Usage> = None;
     let mut chunks = Box::pin(reply.bytes_stream());
     async_stream(move |yield_| async move {
         let limits = &state.options.limits;
-        while let Some(chunk) = upstream::next_chunk(&mut chunks, limits, "mid-stream").await {
+        loop {
+            let next = tokio::select! {
+                biased;
+                // A revoked key's stream ends here, saying why; the upstream's rest is dropped.
+                () = revoked.cancelled() => Some(Err(revoked_error(&state))),
+                next = upstream::next_chunk(&mut chunks, limits, "mid-stream") => next,
+            };
+            let Some(chunk) = next else { break };
             match chunk {
                 Ok(bytes) => {
                     // Streams report usage in pieces (the Messages API: input first, output last).
                     if let Some(u) = api.usage_in_chunk(&bytes) {
                         usage = Some(usage.unwrap_or_default().updated(u));
+                    }
+                    if let (Some(id), Some(g)) = (api.response_id_in_chunk(&bytes), &guard) {
+                        g.tenant.record_response(&id);
                     }
                     if !yield_(Ok(bytes)).await {
                         return; // client gone: dropping the guard reports it
@@ -792,6 +937,7 @@ fn relay_stream(
                 }
                 Err(e) => {
                     state.upstream_failed(&e);
+                    let e = e.shaped(api.error_shape());
                     let _ = yield_(Ok(Bytes::from(format!("data: {}\n\n", e.body())))).await;
                     if let Some(g) = guard.take() {
                         g.finish(false, None);
@@ -856,7 +1002,7 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         }
     }
     let mut out = String::new();
-    state.metrics.render(&mut out);
+    state.metrics.render(&mut out, state.tenants.settings().keys.is_empty());
     state.connections.render(&mut out);
     crate::metrics::render_tenants(&state.tenants.list(), &mut out);
     if let Some(cache) = &state.engine_cache {

@@ -27,7 +27,13 @@ pub struct Quotas {
     pub policy_cpu_ms_per_s: u32,
     /// Prompt tokens of warm-ups per second.
     pub warmup_tokens_per_s: u64,
+    /// The tenant's weight in the admission queue (`--upstream-max-in-flight`): freed places go
+    /// round the waiting tenants in proportion to their weights. At least 1.
+    pub admission_weight: u32,
 }
+
+/// The largest admission weight a tenant may have.
+pub const MAX_ADMISSION_WEIGHT: u32 = 1000;
 
 impl Default for Quotas {
     fn default() -> Self {
@@ -35,6 +41,7 @@ impl Default for Quotas {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             policy_cpu_ms_per_s: DEFAULT_CPU_MS_PER_S,
             warmup_tokens_per_s: DEFAULT_WARMUP_TOKENS_PER_S,
+            admission_weight: 1,
         }
     }
 }
@@ -45,6 +52,7 @@ pub struct LiveQuotas {
     max_in_flight: AtomicU64,
     policy_cpu_ms_per_s: AtomicU32,
     warmup_tokens_per_s: AtomicU64,
+    admission_weight: AtomicU32,
 }
 
 impl LiveQuotas {
@@ -53,6 +61,7 @@ impl LiveQuotas {
             max_in_flight: AtomicU64::new(quotas.max_in_flight),
             policy_cpu_ms_per_s: AtomicU32::new(quotas.policy_cpu_ms_per_s),
             warmup_tokens_per_s: AtomicU64::new(quotas.warmup_tokens_per_s),
+            admission_weight: AtomicU32::new(quotas.admission_weight),
         }
     }
 
@@ -60,6 +69,7 @@ impl LiveQuotas {
         self.max_in_flight.store(quotas.max_in_flight, Relaxed);
         self.policy_cpu_ms_per_s.store(quotas.policy_cpu_ms_per_s, Relaxed);
         self.warmup_tokens_per_s.store(quotas.warmup_tokens_per_s, Relaxed);
+        self.admission_weight.store(quotas.admission_weight, Relaxed);
     }
 
     pub fn get(&self) -> Quotas {
@@ -67,6 +77,7 @@ impl LiveQuotas {
             max_in_flight: self.max_in_flight.load(Relaxed),
             policy_cpu_ms_per_s: self.policy_cpu_ms_per_s.load(Relaxed),
             warmup_tokens_per_s: self.warmup_tokens_per_s.load(Relaxed),
+            admission_weight: self.admission_weight.load(Relaxed),
         }
     }
 }
@@ -165,6 +176,7 @@ mod tests {
             max_in_flight: 2,
             policy_cpu_ms_per_s: 10,
             warmup_tokens_per_s: 0,
+            admission_weight: 3,
         };
         live.set(lower);
         assert_eq!(live.get(), lower);

@@ -4,6 +4,10 @@
 //! engine's cache shares. A file that does not parse or validate changes nothing: the error says
 //! what and where (file, line, tenant), and the proxy goes on with the settings it had.
 //!
+//! The file is read as [`crate::config_file`] reads it (a settled regular file under a size
+//! cap), on a blocking thread, one reload at a time. A file that would leave the proxy without
+//! API keys is refused unless it says `unauthenticated = true` ([`crate::tenant_settings`]).
+//!
 //! What a reload changes: API keys (new tenants, revoked keys), tenant admin tokens, cache
 //! shares and every quota, at once for live tenants. What it does not: the operator's tokens,
 //! listen address, upstream, policy limits and table sizes (flags, read once), and whether
@@ -19,10 +23,12 @@ use crate::proxy::AppState;
 use crate::tenant_settings::{ConfigFile, FlagSettings, TenantSettings};
 
 /// The config file and the flags it is merged with.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Reloader {
     pub path: PathBuf,
     pub flags: FlagSettings,
+    /// Held through a reload: two at once could install the older file last.
+    one_at_a_time: std::sync::Mutex<()>,
 }
 
 /// What a reload installed, for its caller and the log.
@@ -33,6 +39,8 @@ pub struct Reloaded {
     pub api_keys: usize,
     /// Tenants with a cache share.
     pub shares: Vec<String>,
+    /// Tenants no key reaches any more: stopped, their requests in flight cancelled.
+    pub stopped: Vec<String>,
 }
 
 /// The settings at start: from `flags`, merged with the file at `config` when there is one, and
@@ -43,7 +51,11 @@ pub fn initial_settings(
 ) -> Result<(TenantSettings, Option<Reloader>), String> {
     match config {
         Some(path) => {
-            let reloader = Reloader { path, flags };
+            let reloader = Reloader {
+                path,
+                flags,
+                one_at_a_time: std::sync::Mutex::new(()),
+            };
             Ok((reloader.read()?, Some(reloader)))
         }
         None => Ok((flags.settings()?, None)),
@@ -51,16 +63,41 @@ pub fn initial_settings(
 }
 
 impl Reloader {
-    /// The settings the file and flags give now (nothing is installed).
+    /// The settings the file and flags give now (nothing is installed). It may wait for a file
+    /// being written ([`crate::config_file::read_settled`]): call it off the async workers.
     pub fn read(&self) -> Result<TenantSettings, String> {
         let file = ConfigFile::load(&self.path)?;
-        self.flags
+        let says_unauthenticated = file.unauthenticated;
+        let settings = self
+            .flags
             .merge(file)
-            .map_err(|e| format!("{}: {e}", self.path.display()))
+            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        if settings.keys.is_empty() && !says_unauthenticated {
+            return Err(format!(
+                "{}: neither the file nor --tenant gives an API key, so every request would be served \
+                 unauthenticated as tenant `{}`; give tenants api_keys, or put `unauthenticated = true` \
+                 at the top of the file if that is what you want",
+                self.path.display(),
+                crate::tenants::DEFAULT_TENANT
+            ));
+        }
+        Ok(settings)
     }
 
-    /// Read, validate and install the settings; on error nothing changes.
+    /// Read, validate and install the settings; on error nothing changes. Blocking (see
+    /// [`Self::read`]); [`reload_off_workers`] runs it on a blocking thread.
     pub fn reload(&self, state: &AppState) -> Result<Reloaded, String> {
+        let _one = self.one_at_a_time.lock().unwrap_or_else(|p| p.into_inner());
+        let installed = self.install(state);
+        let counter = match installed {
+            Ok(_) => &state.metrics.reloads_applied,
+            Err(_) => &state.metrics.reloads_refused,
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        installed
+    }
+
+    fn install(&self, state: &AppState) -> Result<Reloaded, String> {
         let settings = self.read()?;
         check_shares(state, &settings)?;
         if let Some(cache) = &state.engine_cache {
@@ -71,13 +108,14 @@ impl Reloader {
         tenants.dedup();
         let mut shares: Vec<String> = settings.shares.keys().cloned().collect();
         shares.sort();
-        let reloaded = Reloaded {
+        let api_keys = settings.keys.len();
+        let stopped = state.tenants.replace_settings(settings);
+        Ok(Reloaded {
             tenants,
-            api_keys: settings.keys.len(),
+            api_keys,
             shares,
-        };
-        state.tenants.replace_settings(settings);
-        Ok(reloaded)
+            stopped,
+        })
     }
 }
 
@@ -93,6 +131,18 @@ pub fn check_shares(state: &AppState, settings: &TenantSettings) -> Result<(), S
     Ok(())
 }
 
+/// Reload `state`'s config file on a blocking thread (reading may wait for a file being
+/// written, and a slow disk must not hold an async worker). `None` without `--config`.
+pub async fn reload_off_workers(state: Arc<AppState>) -> Option<Result<Reloaded, String>> {
+    state.reloader.as_ref()?;
+    let reloaded = tokio::task::spawn_blocking(move || {
+        let reloader = state.reloader.as_ref().expect("checked above");
+        reloader.reload(&state)
+    })
+    .await;
+    Some(reloaded.unwrap_or_else(|e| Err(format!("the reload did not finish: {e}"))))
+}
+
 /// Reload on every SIGHUP, for as long as the process runs.
 #[cfg(unix)]
 pub fn reload_on_sighup(state: Arc<AppState>) -> std::io::Result<()> {
@@ -100,13 +150,13 @@ pub fn reload_on_sighup(state: Arc<AppState>) -> std::io::Result<()> {
     let mut hangups = signal(SignalKind::hangup())?;
     tokio::spawn(async move {
         while hangups.recv().await.is_some() {
-            let Some(reloader) = &state.reloader else {
+            let Some(reloaded) = reload_off_workers(state.clone()).await else {
                 tracing::warn!("SIGHUP: there is no --config file to reload");
                 continue;
             };
-            match reloader.reload(&state) {
+            match reloaded {
                 Ok(done) => {
-                    tracing::info!(tenants = ?done.tenants, shares = ?done.shares, "settings reloaded (SIGHUP)")
+                    tracing::info!(tenants = ?done.tenants, shares = ?done.shares, stopped = ?done.stopped, "settings reloaded (SIGHUP)")
                 }
                 Err(e) => tracing::error!(error = %e, "reload refused (SIGHUP); the previous settings stay"),
             }

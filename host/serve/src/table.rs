@@ -94,6 +94,10 @@ impl<K: Hash + Eq + Clone, V> LruTable<K, V> {
         let slot = self.map.remove(key)?;
         self.order.remove(&slot.used);
         self.bytes -= slot.bytes;
+        // A table that emptied gives its spare room back (a map never shrinks by itself).
+        if self.map.capacity() > 64 && self.map.len() * 4 < self.map.capacity() {
+            self.map.shrink_to(self.map.len() * 2);
+        }
         Some(slot.value)
     }
 

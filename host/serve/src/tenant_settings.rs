@@ -4,6 +4,8 @@
 //! that fails to parse or validate changes nothing.
 //!
 //! ```toml
+//! # unauthenticated = true        # only in a file that gives no API keys on purpose
+//!
 //! [defaults]                      # every tenant's quotas (else the flags')
 //! max_in_flight = 256
 //! policy_cpu_ms_per_s = 200
@@ -14,10 +16,18 @@
 //! admin_tokens = ["adm-alpha"]    # the admin API for alpha's routes only
 //! share = { min_blocks = 400, max_blocks = 1200 }
 //! max_in_flight = 64              # any quota, for this tenant only
+//! admission_weight = 2            # its share of places in the admission queue (default 1)
 //!
 //! [public]                        # anchors every tenant shares cache blocks for
 //! anchors = ["3f9a0c1d2e4b5a69"]  # (the hashes the admin API's tenant stats list)
 //! ```
+//!
+//! **A file never opens the proxy by accident.** Without API keys every request is the
+//! unauthenticated tenant `default`. A file (with the flags) that gives no key is refused — at
+//! start and on a reload — unless it says `unauthenticated = true`, so an emptied, truncated or
+//! half-written file cannot turn authentication off. For the same reason `default` is not a
+//! name a keyed tenant may have: it is the unauthenticated mode's tenant (unsalted) and the
+//! engine-wide policy's.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -27,7 +37,7 @@ use serde::Deserialize;
 use agentrt_runtime::Share;
 
 use crate::admin_auth::AdminTokens;
-use crate::quotas::Quotas;
+use crate::quotas::{Quotas, MAX_ADMISSION_WEIGHT};
 use crate::tenants::{validate_tenant_name, DEFAULT_TENANT};
 
 /// Every tenant's settings at one moment.
@@ -83,6 +93,7 @@ impl FlagSettings {
     /// not both for the same key, token or tenant: which would win is not obvious, so it is an
     /// error. The file's `[defaults]` replace the quota flags'.
     pub fn merge(&self, file: ConfigFile) -> Result<TenantSettings, String> {
+        let unauthenticated = file.unauthenticated;
         let mut keys = self.keys.clone();
         let mut admin_tokens = self.tenant_admin_tokens.clone();
         let mut shares = self.shares.clone();
@@ -90,7 +101,7 @@ impl FlagSettings {
         for (i, hash) in file.public.anchors.iter().enumerate() {
             public_anchors.insert(parse_anchor_hash(hash).map_err(|e| format!("[public] anchors[{i}]: {e}"))?);
         }
-        let defaults = file.defaults.over(self.defaults);
+        let defaults = file.defaults.over(self.defaults, "[defaults]")?;
         let mut quotas = HashMap::new();
         for (tenant, section) in file.tenants {
             validate_tenant_name(&tenant).map_err(|e| format!("[tenants.{tenant}]: {e}"))?;
@@ -124,8 +135,22 @@ impl FlagSettings {
                 }
             }
             if !own.is_empty() {
-                quotas.insert(tenant, own.over(defaults));
+                let own = own.over(defaults, &format!("[tenants.{tenant}]"))?;
+                quotas.insert(tenant, own);
             }
+        }
+        if unauthenticated && !keys.is_empty() {
+            return Err(
+                "`unauthenticated = true`, but API keys are given (in the file or with --tenant): \
+                 either key tenants or serve unauthenticated, not both"
+                    .into(),
+            );
+        }
+        if !keys.is_empty() && keys.values().any(|t| t == DEFAULT_TENANT) {
+            return Err(format!(
+                "a tenant is named `{DEFAULT_TENANT}`: that name is the unauthenticated mode's tenant (its \
+                 requests carry no cache salt) and the engine-wide policy's; give the tenant another name"
+            ));
         }
         let admin = AdminTokens::new(self.operator_token.clone(), admin_tokens, &keys)?;
         Ok(TenantSettings {
@@ -151,6 +176,9 @@ pub fn parse_anchor_hash(text: &str) -> Result<u64, String> {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
+    /// The file gives no API keys on purpose: every request is the unauthenticated `default`.
+    #[serde(default)]
+    pub unauthenticated: bool,
     #[serde(default)]
     pub defaults: QuotaSection,
     #[serde(default)]
@@ -168,22 +196,92 @@ pub struct PublicSection {
 }
 
 impl ConfigFile {
-    /// Read and parse `path`; the error names the file and, for a syntax or schema error, the
-    /// line.
+    /// Read ([`crate::config_file::read_settled`]: a settled regular file under the size cap)
+    /// and parse `path`; the error names the file and, for a syntax or schema error, the line.
+    /// It may wait for a file being written: call it off the async workers.
     pub fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let text = crate::config_file::read_settled(path)?;
         Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
+    /// Parse a config file's text. The error says where (line and column) and what kind of
+    /// mistake, but never repeats a value of the file: the value may be a key or a token
+    /// (serde's messages quote the value they could not use, e.g. `invalid type: string
+    /// "sk-…"`), so every quoted word that is not one of the file's own field names is elided.
     pub fn parse(text: &str) -> Result<Self, String> {
         toml::from_str(text).map_err(|e| {
-            let line = e
+            let place = e
                 .span()
-                .map(|span| format!("line {}: ", text[..span.start].matches('\n').count() + 1))
+                .map(|span| {
+                    let before = &text[..span.start.min(text.len())];
+                    let line = before.matches('\n').count() + 1;
+                    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                    format!("line {line}, column {column}: ")
+                })
                 .unwrap_or_default();
-            format!("{line}{}", e.message())
+            format!("{place}{}", elide_values(e.message(), SCHEMA_WORDS))
         })
     }
+}
+
+/// The words of the file's schema: table and field names, the only quoted text an error keeps.
+/// (`the_schema_words_are_every_field_name` keeps this list in step with the structs.)
+pub const SCHEMA_WORDS: &[&str] = &[
+    "unauthenticated",
+    "defaults",
+    "tenants",
+    "public",
+    "anchors",
+    "api_keys",
+    "admin_tokens",
+    "share",
+    "min_blocks",
+    "max_blocks",
+    "max_in_flight",
+    "policy_cpu_ms_per_s",
+    "warmup_tokens_per_s",
+    "admission_weight",
+];
+
+/// `message` with the text inside every pair of `"` or `` ` `` elided (`…`), except words in
+/// `keep` and lone punctuation (a parser's `expected `]``).
+pub fn elide_values(message: &str, keep: &[&str]) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(open) = rest.find(['"', '`']) {
+        let quote = rest.as_bytes()[open] as char;
+        out.push_str(&rest[..=open]);
+        let inner = &rest[open + 1..];
+        // The closing quote; inside a string, `\"` is not one.
+        let mut close = None;
+        let mut escaped = false;
+        for (i, c) in inner.char_indices() {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' && quote == '"' {
+                escaped = true;
+            } else if c == quote {
+                close = Some(i);
+                break;
+            }
+        }
+        let Some(close) = close else {
+            // An unpaired quote: nothing after it is shown.
+            out.push('…');
+            return out;
+        };
+        let quoted = &inner[..close];
+        let punctuation = quoted.chars().count() <= 2 && quoted.chars().all(|c| c.is_ascii_punctuation());
+        if keep.contains(&quoted) || punctuation {
+            out.push_str(quoted);
+        } else {
+            out.push('…');
+        }
+        out.push(quote);
+        rest = &inner[close + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// One `[tenants.NAME]` table.
@@ -200,6 +298,7 @@ pub struct TenantSection {
     pub max_in_flight: Option<u64>,
     pub policy_cpu_ms_per_s: Option<u32>,
     pub warmup_tokens_per_s: Option<u64>,
+    pub admission_weight: Option<u32>,
 }
 
 impl TenantSection {
@@ -208,6 +307,7 @@ impl TenantSection {
             max_in_flight: self.max_in_flight,
             policy_cpu_ms_per_s: self.policy_cpu_ms_per_s,
             warmup_tokens_per_s: self.warmup_tokens_per_s,
+            admission_weight: self.admission_weight,
         }
     }
 }
@@ -238,20 +338,31 @@ pub struct QuotaSection {
     pub max_in_flight: Option<u64>,
     pub policy_cpu_ms_per_s: Option<u32>,
     pub warmup_tokens_per_s: Option<u64>,
+    pub admission_weight: Option<u32>,
 }
 
 impl QuotaSection {
     fn is_empty(&self) -> bool {
-        self.max_in_flight.is_none() && self.policy_cpu_ms_per_s.is_none() && self.warmup_tokens_per_s.is_none()
+        self.max_in_flight.is_none()
+            && self.policy_cpu_ms_per_s.is_none()
+            && self.warmup_tokens_per_s.is_none()
+            && self.admission_weight.is_none()
     }
 
-    /// These quotas, the rest from `base`.
-    fn over(&self, base: Quotas) -> Quotas {
-        Quotas {
+    /// These quotas, the rest from `base`; `section` names the table in an error.
+    fn over(&self, base: Quotas, section: &str) -> Result<Quotas, String> {
+        let admission_weight = self.admission_weight.unwrap_or(base.admission_weight);
+        if !(1..=MAX_ADMISSION_WEIGHT).contains(&admission_weight) {
+            return Err(format!(
+                "{section} admission_weight: must be from 1 to {MAX_ADMISSION_WEIGHT}, not {admission_weight}"
+            ));
+        }
+        Ok(Quotas {
             max_in_flight: self.max_in_flight.unwrap_or(base.max_in_flight),
             policy_cpu_ms_per_s: self.policy_cpu_ms_per_s.unwrap_or(base.policy_cpu_ms_per_s),
             warmup_tokens_per_s: self.warmup_tokens_per_s.unwrap_or(base.warmup_tokens_per_s),
-        }
+            admission_weight,
+        })
     }
 }
 
@@ -311,10 +422,16 @@ api_keys = ["sk-beta-1", "sk-beta-2"]
     fn errors_name_the_line_or_the_tenant_and_never_a_secret() {
         let unknown = ConfigFile::parse("[tenants.alpha]\napi_key = \"sk-secret\"\n").unwrap_err();
         assert!(
-            unknown.starts_with("line 2: ") && unknown.contains("api_key"),
+            unknown.starts_with("line 2, column 1: unknown field `…`, expected one of `api_keys`"),
             "{unknown}"
         );
         assert!(!unknown.contains("sk-secret"), "{unknown}");
+        // serde quotes the value it could not use; the message keeps the place, not the value.
+        let wrong_type = ConfigFile::parse("[tenants.alpha]\napi_keys = \"sk-secret\"\n").unwrap_err();
+        assert!(
+            wrong_type.starts_with("line 2, column 12: invalid type: string \"…\""),
+            "{wrong_type}"
+        );
 
         let twice = "[tenants.alpha]\napi_keys = [\"k\"]\n[tenants.beta]\napi_keys = [\"k\"]\n";
         let e = flags().merge(ConfigFile::parse(twice).unwrap()).unwrap_err();
@@ -337,6 +454,43 @@ api_keys = ["sk-beta-1", "sk-beta-2"]
             .merge(ConfigFile::parse("[tenants.alpha]\nshare = { min_blocks = 1 }\n").unwrap())
             .unwrap_err();
         assert!(e.contains("--share flag too"), "{e}");
+    }
+
+    #[test]
+    fn the_schema_words_are_every_field_name() {
+        // serde lists a table's fields when it meets an unknown one: every name it lists must be
+        // kept in errors, and no name kept may be missing from the schema.
+        let mut listed = Vec::new();
+        for file in ["zz = 1\n", "[defaults]\nzz = 1\n", "[tenants.a]\nzz = 1\n", "[public]\nzz = 1\n",
+            "[tenants.a]\nshare = { zz = 1 }\n"]
+        {
+            let e = toml::from_str::<ConfigFile>(file).unwrap_err();
+            let message = e.message().to_string();
+            let expected = message
+                .split_once("expected one of ")
+                .or_else(|| message.split_once("expected "))
+                .map(|(_, fields)| fields)
+                .unwrap_or_else(|| panic!("{message}"));
+            listed.extend(
+                expected
+                    .split([',', ' '])
+                    .filter(|w| w.starts_with('`'))
+                    .map(|w| w.trim_matches('`').to_string()),
+            );
+        }
+        for word in &listed {
+            assert!(SCHEMA_WORDS.contains(&word.as_str()), "{word} is a field name missing from SCHEMA_WORDS");
+        }
+        for word in SCHEMA_WORDS {
+            assert!(listed.iter().any(|w| w == word), "{word} is in SCHEMA_WORDS but no table has it");
+        }
+    }
+
+    #[test]
+    fn elided_values_keep_field_names_and_punctuation() {
+        let kept = elide_values("unknown field `sk-1`, expected `api_keys` or `]`, got \"a\\\"b\"", SCHEMA_WORDS);
+        assert_eq!(kept, "unknown field `…`, expected `api_keys` or `]`, got \"…\"");
+        assert_eq!(elide_values("unpaired `sk-secret", SCHEMA_WORDS), "unpaired `…");
     }
 
     #[test]

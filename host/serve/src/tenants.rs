@@ -5,6 +5,13 @@
 //! its own policy instance (its own memory, state, limits and metrics) in the registry slot
 //! `NAME/kv`, and its own agent directory: tenants cannot see or touch each other's policies,
 //! state or requests.
+//!
+//! **Revocation.** A reload that removes an API key (or moves it to another tenant) cancels
+//! every request made with it that is still in flight: one waiting ends with 401, a stream ends
+//! with an SSE error event. A tenant that no key reaches any more is stopped: it leaves the
+//! admin listing and `/metrics`, and its policies give back their instances (its learned state
+//! goes with them). Moving from unauthenticated to keyed serving revokes the unauthenticated
+//! requests the same way.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -12,6 +19,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use arc_swap::ArcSwap;
 use axum::http::HeaderMap;
+use tokio_util::sync::CancellationToken;
 
 use agentrt_runtime::types::Event;
 use agentrt_runtime::{PolicyComponent, PolicyError, PolicyHandle, PolicyRegistry, RegistryError, SlotConfig};
@@ -80,18 +88,51 @@ pub struct Tenant {
     /// cached (vLLM's `usage.prompt_tokens_details.cached_tokens`): its hit rate.
     prompt_tokens: AtomicU64,
     cached_tokens: AtomicU64,
+    /// Ids of the responses the engine gave this tenant's Responses calls: the only ones its
+    /// `previous_response_id` may name (the engine's store is one for every tenant).
+    responses: Mutex<LruTable<String, ()>>,
+    /// One large body parsed at a time ([`crate::request_budget::HEAVY_BODY_BYTES`]).
+    heavy_parse: tokio::sync::Semaphore,
 }
 
 impl Tenant {
+    /// Note that the engine answered one of this tenant's Responses calls with response `id`.
+    pub fn record_response(&self, id: &str) {
+        let mut responses = self.responses.lock().unwrap_or_else(|p| p.into_inner());
+        if !responses.contains(&id.to_string()) {
+            responses.insert(id.to_string(), (), id.len());
+        }
+    }
+
+    /// Whether response `id` is one of this tenant's (recorded, not yet forgotten).
+    pub fn owns_response(&self, id: &str) -> bool {
+        let mut responses = self.responses.lock().unwrap_or_else(|p| p.into_inner());
+        responses.get_mut(&id.to_string()).is_some()
+    }
+
+    /// A turn to parse a large body: one at a time per tenant, so a tenant's heavy requests
+    /// queue behind each other rather than taking every core from other tenants.
+    pub async fn heavy_parse(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.heavy_parse.acquire().await.expect("the semaphore is never closed")
+    }
+
     /// Count a request in, unless the tenant already has its `max_in_flight` quota in flight
     /// (0: no limit). The permit counts it out when dropped, however the request ends.
     pub fn admit(self: &Arc<Self>) -> Result<TenantPermit, ApiError> {
+        self.admit_as(CancellationToken::new())
+    }
+
+    /// [`Self::admit`] for a request authenticated with a key whose revocation is `revoked`.
+    pub fn admit_as(self: &Arc<Self>, revoked: CancellationToken) -> Result<TenantPermit, ApiError> {
         let limit = self.quotas.get().max_in_flight;
         let admitted = self
             .in_flight
             .fetch_update(Relaxed, Relaxed, |n| (limit == 0 || n < limit).then_some(n + 1));
         match admitted {
-            Ok(_) => Ok(TenantPermit(self.clone())),
+            Ok(_) => Ok(TenantPermit {
+                tenant: self.clone(),
+                revoked,
+            }),
             Err(n) => {
                 self.refused.fetch_add(1, Relaxed);
                 Err(ApiError::too_many_requests(format!(
@@ -217,12 +258,38 @@ impl Tenant {
 }
 
 /// One admitted request of a tenant; counted out when dropped.
-pub struct TenantPermit(Arc<Tenant>);
+pub struct TenantPermit {
+    tenant: Arc<Tenant>,
+    /// Cancelled when the key the request was made with is revoked.
+    revoked: CancellationToken,
+}
+
+impl TenantPermit {
+    /// Completes when the request's key is revoked (a reload): the request must end then.
+    pub fn revoked(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.revoked.cancelled()
+    }
+
+    /// The revocation itself, for a task that outlives a borrow of the permit.
+    pub fn revocation(&self) -> CancellationToken {
+        self.revoked.clone()
+    }
+}
 
 impl Drop for TenantPermit {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Relaxed);
+        self.tenant.in_flight.fetch_sub(1, Relaxed);
     }
+}
+
+/// The message a request cut by its key's revocation ends with.
+pub const REVOKED: &str =
+    "the API key this request was made with was revoked (the operator's --config no longer gives it)";
+
+/// Who a request's headers authenticate: its tenant, and the revocation of the key it used.
+pub struct Caller {
+    pub tenant: String,
+    pub revoked: CancellationToken,
 }
 
 pub struct Tenants {
@@ -242,6 +309,9 @@ pub struct Tenants {
     queue_jobs: usize,
     /// Slots every tenant runs besides `kv`: name, component, settings.
     extra_slots: Vec<(String, Arc<PolicyComponent>, SlotConfig)>,
+    /// API key → the revocation of the requests made with it (`""`: unauthenticated requests).
+    /// Only keys the settings give get an entry, so it is as small as the key table.
+    revocations: Mutex<HashMap<String, CancellationToken>>,
 }
 
 impl Tenants {
@@ -262,6 +332,7 @@ impl Tenants {
             handles: Handles::default(),
             queue_jobs: DEFAULT_QUEUE_JOBS,
             extra_slots: Vec::new(),
+            revocations: Mutex::new(HashMap::new()),
         }
     }
 
@@ -290,15 +361,49 @@ impl Tenants {
     }
 
     /// Replace the settings (a reload): requests from now on see the new keys and tokens, and
-    /// every live tenant's quotas change in place. A tenant whose keys are gone gets no new
-    /// requests; its policy and state stay until the process ends.
-    pub fn replace_settings(&self, settings: TenantSettings) {
+    /// every live tenant's quotas change in place. Requests in flight under a key the new
+    /// settings no longer give (to the same tenant) are cancelled, and a tenant that keys
+    /// reached before and none reaches now is stopped ([`Self::stop`]); returns those tenants.
+    pub fn replace_settings(&self, settings: TenantSettings) -> Vec<String> {
         // No tenant starts meanwhile with the old quotas.
         let _starting = self.starting.lock().unwrap_or_else(|p| p.into_inner());
         let settings = Arc::new(settings);
-        self.settings.store(settings.clone());
+        let old = self.settings.swap(settings.clone());
+        self.revocations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|key, revoked| {
+                let kept = if key.is_empty() {
+                    settings.keys.is_empty()
+                } else {
+                    settings.keys.get(key) == old.keys.get(key)
+                };
+                if !kept {
+                    revoked.cancel();
+                }
+                kept
+            });
+        let mut stopped = Vec::new();
         for tenant in self.list() {
-            tenant.quotas.set(settings.quotas_of(&tenant.name));
+            let cut_off = old.reachable(&tenant.name) && !settings.reachable(&tenant.name);
+            // The engine-wide policy is `default`'s, reachable by requests or not.
+            if cut_off && tenant.name != DEFAULT_TENANT {
+                self.stop(&tenant.name);
+                stopped.push(tenant.name.clone());
+            } else {
+                tenant.quotas.set(settings.quotas_of(&tenant.name));
+            }
+        }
+        stopped
+    }
+
+    /// Stop tenant `name`: it leaves the table (the admin listing, `/metrics`) and its slots
+    /// leave the registry, giving back their instances once the requests still holding the
+    /// tenant end; its worker threads exit with it.
+    fn stop(&self, name: &str) {
+        self.live.write().unwrap_or_else(|p| p.into_inner()).remove(name);
+        for (slot, _) in self.registry.slots_of(name) {
+            self.registry.remove(name, slot.as_str());
         }
     }
 
@@ -328,16 +433,40 @@ impl Tenants {
 
     /// The name of the tenant a request belongs to, from its headers alone.
     pub fn name_for(&self, headers: &HeaderMap) -> Result<String, ApiError> {
+        self.authenticate(headers).map(|caller| caller.tenant)
+    }
+
+    /// The tenant a request belongs to, from its headers alone, and the revocation of the key it
+    /// carries.
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
         let settings = self.settings.load();
-        if settings.keys.is_empty() {
-            return Ok(DEFAULT_TENANT.to_string());
-        }
-        let key = bearer(headers).ok_or_else(|| ApiError::unauthorized("missing `Authorization: Bearer <key>`"))?;
-        settings
-            .keys
-            .get(key)
-            .cloned()
-            .ok_or_else(|| ApiError::unauthorized("unknown API key"))
+        let (key, tenant) = if settings.keys.is_empty() {
+            ("", DEFAULT_TENANT.to_string())
+        } else {
+            let key =
+                bearer(headers).ok_or_else(|| ApiError::unauthorized("missing `Authorization: Bearer <key>`"))?;
+            let tenant = settings
+                .keys
+                .get(key)
+                .cloned()
+                .ok_or_else(|| ApiError::unauthorized("unknown API key"))?;
+            (key, tenant)
+        };
+        let revoked = {
+            let mut revocations = self.revocations.lock().unwrap_or_else(|p| p.into_inner());
+            // A reload between reading the settings and here may have revoked the key already.
+            let current = self.settings.load();
+            let still = if key.is_empty() {
+                current.keys.is_empty()
+            } else {
+                current.keys.get(key) == Some(&tenant)
+            };
+            if !still {
+                return Err(ApiError::unauthorized(REVOKED));
+            }
+            revocations.entry(key.to_string()).or_default().clone()
+        };
+        Ok(Caller { tenant, revoked })
     }
 
     /// The tenant `name` if it has started.
@@ -418,6 +547,8 @@ impl Tenants {
             refused: AtomicU64::new(0),
             prompt_tokens: AtomicU64::new(0),
             cached_tokens: AtomicU64::new(0),
+            responses: Mutex::new(LruTable::new(self.tables.max_sessions, usize::MAX)),
+            heavy_parse: tokio::sync::Semaphore::new(1),
         });
         self.live
             .write()

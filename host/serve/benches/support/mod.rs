@@ -87,6 +87,7 @@ pub async fn start_proxy(
         metrics_token: None,
         cache_salt_secret: None,
         engine_priorities: false,
+        client_engine_fields: Default::default(),
         warmup: WarmupOptions::default(),
         limits: agentrt_serve::Limits::default(),
     };

@@ -11,7 +11,8 @@
 //! FAULT INJECTION, for the proxy's upstream limits (a real vLLM does not hang or flood on
 //! demand): `hang-before-headers` never answers; `hang-mid-body` sends the start of a
 //! non-streamed reply, then nothing; `hang-mid-stream` sends one SSE chunk, then nothing;
-//! `huge-reply` answers 2 MiB with a `Content-Length`, `huge-reply-chunked` 2 MiB without one.
+//! `huge-reply` answers 2 MiB with a `Content-Length`, `huge-reply-chunked` 2 MiB without one;
+//! `slow-MS` answers after MS milliseconds (an engine busy with each request for that long).
 
 // Each test binary uses part of the stub.
 #![allow(dead_code)]
@@ -112,7 +113,9 @@ pub async fn start() -> (String, Stub) {
         .route(
             "/v1/models",
             get(|| async { Json(json!({"object": "list", "data": [{"id": "tiny", "object": "model"}]})) }),
-        );
+        )
+        // vLLM takes prompts as long as the proxy forwards (`--max-body-bytes`); axum's default is 2 MB.
+        .layer(axum::extract::DefaultBodyLimit::max(64 << 20));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -206,6 +209,9 @@ async fn chat(stub: Stub, headers: HeaderMap, body: Value) -> Response {
     }
     if model == "hang-before-headers" {
         std::future::pending::<()>().await;
+    }
+    if let Some(ms) = model.strip_prefix("slow-").and_then(|ms| ms.parse().ok()) {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
     }
     if let Some(fault) = fault(&model) {
         return fault;

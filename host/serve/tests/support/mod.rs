@@ -69,6 +69,10 @@ pub struct Setup {
     pub mcp: Option<McpOptions>,
     /// `--upstream-max-in-flight` and `--upstream-max-wait-ms`; none by default.
     pub admission: Option<(usize, Duration)>,
+    /// The admission queue's byte bounds (`--upstream-max-queued-mib[-per-tenant]`).
+    pub queued_bytes: agentrt_serve::admission::QueuedBytes,
+    /// Engine-control fields clients may set (`--client-engine-field`).
+    pub client_engine_fields: Vec<agentrt_serve::engine_fields::EngineField>,
 }
 
 impl Setup {
@@ -93,6 +97,8 @@ impl Setup {
             replicas: Default::default(),
             mcp: None,
             admission: None,
+            queued_bytes: Default::default(),
+            client_engine_fields: Vec::new(),
         }
     }
 
@@ -152,15 +158,19 @@ impl Setup {
             metrics_token: self.metrics_token,
             cache_salt_secret: Some("test-salt-key".into()),
             engine_priorities: self.engine_priorities,
+            client_engine_fields: agentrt_serve::engine_fields::ClientEngineFields::allowing(
+                self.client_engine_fields.iter().copied(),
+            ),
             warmup: WarmupOptions::default(),
             limits: self.limits,
         };
         let mut state = AppState::new(options, tenants);
         state.reloader = reloader;
         state.replicas = agentrt_serve::replicas::ReplicaRouting::from_args(&self.replicas).unwrap();
+        let queued_bytes = self.queued_bytes;
         state.admission = self
             .admission
-            .map(|(n, wait)| agentrt_serve::admission::AdmissionQueue::new(n, wait));
+            .map(|(n, wait)| agentrt_serve::admission::AdmissionQueue::with_queued_bytes(n, wait, queued_bytes));
         let state = Arc::new(state);
         if let Some(options) = mcp {
             agentrt_serve::mcp::mount(&state, options);

@@ -1,0 +1,164 @@
+//! Request fields that steer the engine rather than describe the call: the operator's and the
+//! policies' to set, not a client's.
+//!
+//! vLLM takes every field of the body it knows, and some of them act on the engine for everyone:
+//! `priority` puts a request ahead of every other tenant's (past fair-share and the admission
+//! queue), `kv_transfer_params` tells the engine where to fetch KV from (a remote host of the
+//! client's choosing), and `request_id` names the request inside the engine, where ids must be
+//! unique. A client's value for one of these is refused with a 400 naming the field and the flag
+//! that allows it (`--client-engine-field NAME`); a value that changes nothing (`null`, a
+//! priority of 0) is dropped instead, so clients that spell out defaults keep working. Inside
+//! `vllm_xargs`, the keys agentrt tags requests with (`agentrt_*`: agent, session, warm-up) are
+//! agentrt's alone, whatever the allow-list says.
+//!
+//! `previous_response_id` is not in this list: a tenant may continue its own stored responses,
+//! never another tenant's ([`crate::tenants::Tenant::owns_response`]).
+
+use std::collections::BTreeSet;
+
+use serde_json::{Map, Value};
+
+/// A field only the operator may let clients set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EngineField {
+    /// vLLM's priority scheduling (lower is served earlier).
+    Priority,
+    /// Disaggregated prefill: where the engine fetches a request's KV from.
+    KvTransferParams,
+    /// The engine's id of the request.
+    RequestId,
+}
+
+impl EngineField {
+    pub const ALL: [EngineField; 3] = [
+        EngineField::Priority,
+        EngineField::KvTransferParams,
+        EngineField::RequestId,
+    ];
+
+    /// The field's name in a request body (and in `--client-engine-field`).
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineField::Priority => "priority",
+            EngineField::KvTransferParams => "kv_transfer_params",
+            EngineField::RequestId => "request_id",
+        }
+    }
+
+    /// Parse a `--client-engine-field` value.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        Self::ALL.into_iter().find(|f| f.name() == name).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|f| f.name()).collect();
+            format!("{name:?} is not an engine field agentrt guards; the fields are {}", names.join(", "))
+        })
+    }
+
+    /// Whether `value` would leave the engine as if the field were absent.
+    fn changes_nothing(self, value: &Value) -> bool {
+        match self {
+            EngineField::Priority => value.is_null() || value.as_i64() == Some(0),
+            EngineField::KvTransferParams | EngineField::RequestId => value.is_null(),
+        }
+    }
+}
+
+/// The prefix of the `vllm_xargs` keys agentrt tags requests with.
+pub const RESERVED_XARGS_PREFIX: &str = "agentrt_";
+
+/// Which engine fields clients may set (`--client-engine-field`; none by default).
+#[derive(Debug, Clone, Default)]
+pub struct ClientEngineFields {
+    allowed: BTreeSet<EngineField>,
+}
+
+impl ClientEngineFields {
+    pub fn allowing(fields: impl IntoIterator<Item = EngineField>) -> Self {
+        Self {
+            allowed: fields.into_iter().collect(),
+        }
+    }
+
+    /// Check `body`'s engine fields: drop those that change nothing, refuse (naming the field
+    /// and the flag) those a client may not set, keep the allowed ones.
+    pub fn check(&self, body: &mut Map<String, Value>) -> Result<(), String> {
+        for field in EngineField::ALL {
+            let Some(value) = body.get(field.name()) else {
+                continue;
+            };
+            if self.allowed.contains(&field) {
+                continue;
+            }
+            if field.changes_nothing(value) {
+                body.remove(field.name());
+                continue;
+            }
+            return Err(format!(
+                "`{}` steers the engine for every tenant and is set by the proxy's operator and \
+                 policies, not by clients (the operator can allow it: --client-engine-field {})",
+                field.name(),
+                field.name()
+            ));
+        }
+        if let Some(Value::Object(xargs)) = body.get("vllm_xargs") {
+            if let Some(key) = xargs.keys().find(|k| k.starts_with(RESERVED_XARGS_PREFIX)) {
+                return Err(format!(
+                    "`vllm_xargs.{key}`: keys starting with `{RESERVED_XARGS_PREFIX}` are the proxy's own tags \
+                     (agent, session, warm-up); a client cannot set them"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn check(allowed: &[EngineField], body: Value) -> Result<Value, String> {
+        let mut map = body.as_object().unwrap().clone();
+        ClientEngineFields::allowing(allowed.iter().copied())
+            .check(&mut map)
+            .map(|()| Value::Object(map))
+    }
+
+    #[test]
+    fn engine_fields_are_refused_by_default_naming_the_field_and_the_flag() {
+        for (field, value) in [
+            ("priority", json!(-100)),
+            ("kv_transfer_params", json!({"remote_host": "10.0.0.9", "remote_port": 5600})),
+            ("request_id", json!("someone-elses-id")),
+        ] {
+            let e = check(&[], json!({"model": "m", field: value})).unwrap_err();
+            assert!(
+                e.starts_with(&format!("`{field}`")) && e.contains(&format!("--client-engine-field {field}")),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_default_value_is_dropped_and_an_allowed_field_kept() {
+        let body = check(&[], json!({"model": "m", "priority": 0, "kv_transfer_params": null})).unwrap();
+        assert_eq!(body, json!({"model": "m"}));
+        let body = check(&[EngineField::Priority], json!({"model": "m", "priority": -5})).unwrap();
+        assert_eq!(body["priority"], -5);
+        assert!(check(&[EngineField::Priority], json!({"request_id": "x"})).is_err());
+    }
+
+    #[test]
+    fn the_proxys_own_xargs_are_never_a_clients() {
+        let e = check(&EngineField::ALL, json!({"vllm_xargs": {"agentrt_warmup": true}})).unwrap_err();
+        assert!(e.contains("vllm_xargs.agentrt_warmup"), "{e}");
+        let body = check(&[], json!({"vllm_xargs": {"kv_cache_report_mode": "full"}})).unwrap();
+        assert_eq!(body["vllm_xargs"]["kv_cache_report_mode"], "full");
+    }
+
+    #[test]
+    fn the_flag_names_parse_and_an_unknown_one_lists_them() {
+        assert_eq!(EngineField::parse("priority"), Ok(EngineField::Priority));
+        let e = EngineField::parse("temperature").unwrap_err();
+        assert!(e.contains("priority, kv_transfer_params, request_id"), "{e}");
+    }
+}
