@@ -47,7 +47,10 @@ async fn engine_control_fields_from_a_client_are_refused_and_never_reach_the_eng
     let base = chat("You plan.", "Task", "tiny", false);
     for (field, value) in [
         ("priority", json!(-100)),
-        ("kv_transfer_params", json!({"remote_host": "203.0.113.9", "remote_port": 14579, "do_remote_prefill": true})),
+        (
+            "kv_transfer_params",
+            json!({"remote_host": "203.0.113.9", "remote_port": 14579, "do_remote_prefill": true}),
+        ),
         ("request_id", json!("chatcmpl-another-tenants-request")),
     ] {
         let (status, answer) = call(&p, "/v1/chat/completions", "key-a", &with(base.clone(), field, value)).await;
@@ -69,7 +72,10 @@ async fn engine_control_fields_from_a_client_are_refused_and_never_reach_the_eng
     assert_eq!(status, 200);
     assert!(p.stub.user_requests()[0].body.get("priority").is_none());
     let metrics = metrics_text(&p).await;
-    assert!(metrics.contains("agentrt_proxy_refused_total{reason=\"engine_field\"} 4"), "{metrics}");
+    assert!(
+        metrics.contains("agentrt_proxy_refused_total{reason=\"engine_field\"} 4"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,7 +90,11 @@ async fn an_operator_may_allow_a_field_by_name() {
     assert_eq!(call(&p, "/v1/chat/completions", "key-a", &body).await.0, 200);
     assert_eq!(p.stub.user_requests()[0].body["priority"], 5);
     let other = with(chat("You plan.", "Task", "tiny", false), "request_id", json!("x"));
-    assert_eq!(call(&p, "/v1/chat/completions", "key-a", &other).await.0, 400, "only what is allowed");
+    assert_eq!(
+        call(&p, "/v1/chat/completions", "key-a", &other).await.0,
+        400,
+        "only what is allowed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,7 +113,10 @@ async fn a_tenant_continues_its_own_stored_responses_never_another_tenants() {
     assert_eq!(status, 404);
     assert_eq!(
         stolen["error"]["message"].as_str().unwrap().replace(&id, "ID"),
-        nobody["error"]["message"].as_str().unwrap().replace("resp_nobody", "ID"),
+        nobody["error"]["message"]
+            .as_str()
+            .unwrap()
+            .replace("resp_nobody", "ID"),
         "indistinguishable from an unknown id"
     );
     assert_eq!(p.stub.user_requests().len(), 1, "beta's calls never reached the engine");
@@ -131,7 +144,11 @@ fn a_keyed_tenant_cannot_be_named_like_the_unauthenticated_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_keyed_tenant_is_salted_and_a_clients_salt_never_goes_upstream_verbatim() {
     let p = two_tenants().start().await;
-    let body = with(chat("You plan.", "Task", "tiny", false), "cache_salt", json!("chosen-by-client"));
+    let body = with(
+        chat("You plan.", "Task", "tiny", false),
+        "cache_salt",
+        json!("chosen-by-client"),
+    );
     for key in ["key-a", "key-b"] {
         assert_eq!(call(&p, "/v1/chat/completions", key, &body).await.0, 200);
     }
@@ -147,15 +164,30 @@ async fn every_keyed_tenant_is_salted_and_a_clients_salt_never_goes_upstream_ver
 async fn numbers_the_engine_would_refuse_are_refused_in_each_apis_error_shape() {
     let p = two_tenants().start().await;
     let chat_body = chat("You plan.", "Task", "tiny", false);
-    for value in [json!(-1), json!(9_223_372_036_854_775_807i64), json!(1e308), json!("999")] {
-        let (status, answer) = call(&p, "/v1/chat/completions", "key-a", &with(chat_body.clone(), "max_tokens", value.clone())).await;
+    for value in [
+        json!(-1),
+        json!(9_223_372_036_854_775_807i64),
+        json!(1e308),
+        json!("999"),
+    ] {
+        let (status, answer) = call(
+            &p,
+            "/v1/chat/completions",
+            "key-a",
+            &with(chat_body.clone(), "max_tokens", value.clone()),
+        )
+        .await;
         assert_eq!(status, 400, "{value}: {answer}");
         assert_eq!(answer["error"]["param"], "max_tokens", "{answer}");
         assert_eq!(answer["error"]["type"], "invalid_request_error");
     }
     let responses = json!({"model": "tiny", "input": "hi", "max_output_tokens": -1});
     let (status, answer) = call(&p, "/v1/responses", "key-a", &responses).await;
-    assert_eq!((status, answer["error"]["param"].as_str()), (400, Some("max_output_tokens")), "{answer}");
+    assert_eq!(
+        (status, answer["error"]["param"].as_str()),
+        (400, Some("max_output_tokens")),
+        "{answer}"
+    );
     let messages = json!({"model": "tiny", "max_tokens": "999", "messages": [{"role": "user", "content": "hi"}]});
     let (status, answer) = call(&p, "/v1/messages", "key-a", &messages).await;
     assert_eq!(status, 400, "{answer}");
@@ -165,5 +197,7 @@ async fn numbers_the_engine_would_refuse_are_refused_in_each_apis_error_shape() 
     let completion = json!({"model": "tiny", "prompt": "hi", "max_tokens": 1e308});
     assert_eq!(call(&p, "/v1/completions", "key-a", &completion).await.0, 400);
     assert!(p.stub.user_requests().is_empty(), "none reached the engine");
-    assert!(metrics_text(&p).await.contains("agentrt_proxy_refused_total{reason=\"sampling_field\"} 7"));
+    assert!(metrics_text(&p)
+        .await
+        .contains("agentrt_proxy_refused_total{reason=\"sampling_field\"} 7"));
 }

@@ -74,7 +74,11 @@ fn rewrite(file: &Path, text: &str) {
 async fn an_emptied_or_keyless_config_is_refused_and_every_request_still_needs_a_key() {
     let (_dir, file) = config_file(TWO_TENANTS);
     let p = proxy_with_config(&file).await;
-    for keyless in ["", "[defaults]\nmax_in_flight = 8\n", "[tenants.alpha]\nmax_in_flight = 3\n"] {
+    for keyless in [
+        "",
+        "[defaults]\nmax_in_flight = 8\n",
+        "[tenants.alpha]\nmax_in_flight = 3\n",
+    ] {
         rewrite(&file, keyless);
         let (status, answer) = reload(&p).await;
         assert_eq!(status, 400, "{keyless:?}: {answer}");
@@ -82,11 +86,18 @@ async fn an_emptied_or_keyless_config_is_refused_and_every_request_still_needs_a
             message(&answer).contains("unauthenticated = true"),
             "the error says how to mean it: {answer}"
         );
-        assert_eq!(call(&p, None).await, 401, "{keyless:?}: a key-less request is still refused");
+        assert_eq!(
+            call(&p, None).await,
+            401,
+            "{keyless:?}: a key-less request is still refused"
+        );
         assert_eq!(call(&p, Some("key-a")).await, 200, "the previous settings stay");
     }
     let metrics = metrics_text(&p).await;
-    assert!(metrics.contains("agentrt_proxy_reloads_total{result=\"refused\"} 3"), "{metrics}");
+    assert!(
+        metrics.contains("agentrt_proxy_reloads_total{result=\"refused\"} 3"),
+        "{metrics}"
+    );
     assert!(metrics.contains("agentrt_proxy_unauthenticated 0"));
 }
 
@@ -129,7 +140,11 @@ async fn a_file_rewritten_in_place_is_never_applied_half_written() {
         match reloaded {
             (200, answer) => {
                 applied += 1;
-                assert_eq!(answer["tenants"], serde_json::json!(["alpha", "beta"]), "a whole file: {answer}");
+                assert_eq!(
+                    answer["tenants"],
+                    serde_json::json!(["alpha", "beta"]),
+                    "a whole file: {answer}"
+                );
             }
             (400, _) => refused += 1,
             other => panic!("{other:?}"),
@@ -165,7 +180,10 @@ async fn reload_errors_name_the_place_never_the_secret() {
         let (status, answer) = reload(&p).await;
         let text = message(&answer);
         assert_eq!(status, 400, "{malformed:?}: {answer}");
-        assert!(!text.contains("LEAKED"), "{malformed:?}: the error repeats the secret: {text}");
+        assert!(
+            !text.contains("LEAKED"),
+            "{malformed:?}: the error repeats the secret: {text}"
+        );
         assert!(
             text.contains("tenants.toml") && (text.contains("line ") || text.contains("[tenants.")),
             "{malformed:?}: the error names the file and the place: {text}"
@@ -199,11 +217,18 @@ async fn the_sighup_log_never_repeats_a_secret() {
     agentrt_serve::reload::reload_on_sighup(p.state.clone()).unwrap();
     for malformed in MALFORMED {
         rewrite(&file, malformed);
-        let refused_before = metric(&metrics_text(&p).await, "agentrt_proxy_reloads_total{result=\"refused\"}");
+        let refused_before = metric(
+            &metrics_text(&p).await,
+            "agentrt_proxy_reloads_total{result=\"refused\"}",
+        );
         // SAFETY: signalling this process; the handler above catches SIGHUP.
         assert_eq!(unsafe { libc::kill(libc::getpid(), libc::SIGHUP) }, 0);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while metric(&metrics_text(&p).await, "agentrt_proxy_reloads_total{result=\"refused\"}") == refused_before {
+        while metric(
+            &metrics_text(&p).await,
+            "agentrt_proxy_reloads_total{result=\"refused\"}",
+        ) == refused_before
+        {
             assert!(Instant::now() < deadline, "the SIGHUP reload did not happen");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -233,13 +258,19 @@ fn starting_with_a_config_that_is_a_device_is_refused_naming_it() {
 async fn a_config_path_swapped_for_a_device_or_a_fifo_is_refused_at_once_and_healthz_answers() {
     let (dir, file) = config_file(TWO_TENANTS);
     let p = proxy_with_config(&file).await;
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
     // A symlink to an endless device, then a FIFO nobody writes to.
     std::fs::remove_file(&file).unwrap();
     std::os::unix::fs::symlink("/dev/zero", &file).unwrap();
     let (status, answer) = reload(&p).await;
     assert_eq!(status, 400);
-    assert!(message(&answer).contains("is not a regular file (it is a device)"), "{answer}");
+    assert!(
+        message(&answer).contains("is not a regular file (it is a device)"),
+        "{answer}"
+    );
 
     std::fs::remove_file(&file).unwrap();
     let c_path = std::ffi::CString::new(file.as_os_str().as_encoded_bytes()).unwrap();
@@ -277,7 +308,10 @@ async fn revoking_a_key_ends_its_streams_and_requests_and_stops_its_tenant() {
     assert_eq!(stream.status(), 200);
     let mut chunks = stream.bytes_stream();
     let first = chunks.next().await.unwrap().unwrap();
-    assert!(String::from_utf8_lossy(&first).contains("delta"), "the stream is flowing");
+    assert!(
+        String::from_utf8_lossy(&first).contains("delta"),
+        "the stream is flowing"
+    );
     let waiting = {
         let url = p.url.clone();
         tokio::spawn(async move {
@@ -324,6 +358,12 @@ async fn revoking_a_key_ends_its_streams_and_requests_and_stops_its_tenant() {
     assert!(!names.contains(&"beta"), "beta left the listing: {names:?}");
     let metrics = metrics_text(&p).await;
     assert!(!metrics.contains("tenant=\"beta\""), "beta left /metrics");
-    assert!(metrics.contains("agentrt_proxy_refused_total{reason=\"revoked\"} 2"), "{metrics}");
-    assert!(p.state.tenants.registry().slots_of("beta").is_empty(), "beta's policy gave its instance back");
+    assert!(
+        metrics.contains("agentrt_proxy_refused_total{reason=\"revoked\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        p.state.tenants.registry().slots_of("beta").is_empty(),
+        "beta's policy gave its instance back"
+    );
 }

@@ -66,7 +66,10 @@ async fn floods_of_items_and_tools_are_refused_before_they_cost_memory() {
     drop(flood);
     for (status, answer) in [a, b] {
         assert_eq!(status, 413, "{answer}");
-        assert!(answer["error"]["message"].as_str().unwrap().contains("--max-json-elements"));
+        assert!(answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-json-elements"));
     }
     // 100,000 tools in one chat request.
     let tools: Vec<Value> = (0..100_000)
@@ -79,14 +82,20 @@ async fn floods_of_items_and_tools_are_refused_before_they_cost_memory() {
     many["tools"] = Value::Array(many["tools"].as_array().unwrap()[..2_000].to_vec());
     let (status, answer) = call(&p, "/v1/chat/completions", "key-a", &many).await;
     assert_eq!(status, 400, "{answer}");
-    assert!(answer["error"]["message"].as_str().unwrap().contains("--max-request-tools"));
+    assert!(answer["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--max-request-tools"));
     drop(many);
     let grew = peak_rss().saturating_sub(before);
     // The flood and the tools as built by this test are ~60 MB; parsing the flood took 4.6 GB.
     assert!(grew < 400 << 20, "peak memory grew by {} MB", grew >> 20);
     assert!(p.stub.user_requests().is_empty());
     let metrics = metrics_text(&p).await;
-    assert!(metrics.contains("agentrt_proxy_refused_total{reason=\"json_elements\"} 3"), "{metrics}");
+    assert!(
+        metrics.contains("agentrt_proxy_refused_total{reason=\"json_elements\"} 3"),
+        "{metrics}"
+    );
     assert!(metrics.contains("agentrt_proxy_refused_total{reason=\"request_tools\"} 1"));
 }
 
@@ -103,7 +112,11 @@ async fn an_agents_anchor_is_counted_at_what_the_table_holds() {
     let (anchors, bytes) = alpha.agents.anchors();
     let text = serde_json::to_string(&json!([[{"role": "system", "content": "You plan."}], tools, null])).unwrap();
     assert_eq!(anchors, 1);
-    assert_eq!(bytes, text.len() + "tiny".len() + alpha_salt_len(&p), "held as its text, counted exactly");
+    assert_eq!(
+        bytes,
+        text.len() + "tiny".len() + alpha_salt_len(&p),
+        "held as its text, counted exactly"
+    );
 }
 
 /// The length of alpha's cache salt as the stub received it.
@@ -125,7 +138,17 @@ async fn one_tenants_heavy_requests_do_not_stall_another_tenant() {
     let mut slowest = Duration::ZERO;
     for _ in 0..20 {
         let started = Instant::now();
-        assert_eq!(call(&p, "/v1/chat/completions", "key-b", &chat("You plan.", "T", "tiny", false)).await.0, 200);
+        assert_eq!(
+            call(
+                &p,
+                "/v1/chat/completions",
+                "key-b",
+                &chat("You plan.", "T", "tiny", false)
+            )
+            .await
+            .0,
+            200
+        );
         slowest = slowest.max(started.elapsed());
     }
     for h in heavy {
@@ -185,13 +208,24 @@ async fn waiting_bodies_are_bounded_per_tenant_and_in_all() {
     }
     .start()
     .await;
-    let body = |task: &str| chat(&"y".repeat(700 << 10), task, "slow-400", false).to_string();
+    // The first call holds the one place for 2 s; ~700 KiB of prompt each.
+    let body = |task: &str| {
+        chat(
+            "You summarize.",
+            &format!("{task} {}", "y".repeat(700 << 10)),
+            "slow-2000",
+            false,
+        )
+        .to_string()
+    };
     // Alpha's first call takes the place; three more of ~700 KiB wait: the third is over 2 MiB.
     let queue = p.state.admission.clone().unwrap();
     let mut calls = Vec::new();
     for i in 0..4 {
         let (url, body) = (p.url.clone(), body(&format!("a{i}")));
-        calls.push(tokio::spawn(async move { call_raw(&url, "/v1/chat/completions", "key-a", body).await }));
+        calls.push(tokio::spawn(async move {
+            call_raw(&url, "/v1/chat/completions", "key-a", body).await
+        }));
         let settled = (1, i.min(2));
         let deadline = Instant::now() + Duration::from_secs(5);
         while queue.depth() != settled {
@@ -204,7 +238,14 @@ async fn waiting_bodies_are_bounded_per_tenant_and_in_all() {
         statuses.push(c.await.unwrap().0);
     }
     statuses.sort();
-    assert_eq!(statuses, [200, 200, 200, 503], "one over alpha's 2 MiB of waiting bodies");
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 503],
+        "one over alpha's 2 MiB of waiting bodies"
+    );
     let metrics = metrics_text(&p).await;
-    assert!(metrics.contains("agentrt_proxy_admission_refused_bytes_total 1"), "{metrics}");
+    assert!(
+        metrics.contains("agentrt_proxy_admission_refused_bytes_total 1"),
+        "{metrics}"
+    );
 }

@@ -90,21 +90,33 @@ async fn attack(p: &Proxy, i: u64) -> (u16, &'static [u16]) {
         // The agent APIs: a plain Responses call, then the attacks on them.
         6 => {
             let body = serde_json::json!({"model": "tiny", "input": format!("step {i}")});
-            (post(&responses, body.to_string(), &[auth]).await.status().as_u16(), &[200])
+            (
+                post(&responses, body.to_string(), &[auth]).await.status().as_u16(),
+                &[200],
+            )
         }
         7 => {
             let body = serde_json::json!({"model": "tiny", "input": "me first", "priority": -100});
-            (post(&responses, body.to_string(), &[auth]).await.status().as_u16(), &[400])
+            (
+                post(&responses, body.to_string(), &[auth]).await.status().as_u16(),
+                &[400],
+            )
         }
         8 => {
             let body = serde_json::json!({"model": "tiny", "input": "theirs", "previous_response_id": "resp_bobs"});
-            (post(&responses, body.to_string(), &[auth]).await.status().as_u16(), &[404])
+            (
+                post(&responses, body.to_string(), &[auth]).await.status().as_u16(),
+                &[404],
+            )
         }
         9 => {
             let body = serde_json::json!({"model": "tiny", "max_tokens": "999",
                 "messages": [{"role": "user", "content": "hi"}]});
             let messages = format!("{}/v1/messages", p.url);
-            (post(&messages, body.to_string(), &[auth]).await.status().as_u16(), &[400])
+            (
+                post(&messages, body.to_string(), &[auth]).await.status().as_u16(),
+                &[400],
+            )
         }
         10 => {
             let flood = format!(r#"{{"model":"tiny","input":[{}{{}}]}}"#, "{},".repeat(300_000));

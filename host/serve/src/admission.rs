@@ -595,7 +595,10 @@ mod fairness {
         let queue = AdmissionQueue::new(1, Duration::from_secs(5));
         // Alpha has 6 waiting before beta's 2 arrive: beta still goes second and fourth.
         let order = turns(&queue, &[("alpha", 1, 6), ("beta", 1, 2)]).await;
-        assert_eq!(order, ["alpha", "beta", "alpha", "beta", "alpha", "alpha", "alpha", "alpha"]);
+        assert_eq!(
+            order,
+            ["alpha", "beta", "alpha", "beta", "alpha", "alpha", "alpha", "alpha"]
+        );
     }
 
     #[tokio::test]
@@ -630,7 +633,11 @@ mod fairness {
         assert_eq!(queue.queued_bytes(), 150);
         let e = queue.admit(body("alpha", 100)).await.err().expect("alpha over its 200");
         assert_eq!(e.status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
-        assert!(e.message.contains("--upstream-max-queued-mib-per-tenant"), "{}", e.message);
+        assert!(
+            e.message.contains("--upstream-max-queued-mib-per-tenant"),
+            "{}",
+            e.message
+        );
         let e = queue.admit(body("beta", 160)).await.err().expect("over the 300 in all");
         assert!(e.message.contains("--upstream-max-queued-mib"), "{}", e.message);
         assert_eq!(queue.metrics.refused_bytes.load(Relaxed), 2);

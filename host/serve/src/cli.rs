@@ -16,11 +16,11 @@ use agentrt_runtime::{
 
 use crate::engine_fields::{ClientEngineFields, EngineField};
 use crate::limits::Limits;
-use crate::request_budget::RequestBudget;
 use crate::policy_worker::DEFAULT_QUEUE_JOBS;
 use crate::proxy::{AppState, ServeOptions};
 use crate::quotas::{Quotas, DEFAULT_CPU_MS_PER_S, DEFAULT_MAX_IN_FLIGHT, DEFAULT_WARMUP_TOKENS_PER_S};
 use crate::reload::initial_settings;
+use crate::request_budget::RequestBudget;
 use crate::table::TableLimits;
 use crate::tenant_settings::FlagSettings;
 use crate::tenants::{

@@ -38,10 +38,7 @@ pub fn read_settled(path: &Path) -> Result<String, String> {
     loop {
         let read = read_once(path)?;
         let now = SystemTime::now();
-        let age = read
-            .modified
-            .and_then(|m| now.duration_since(m).ok())
-            .unwrap_or(SETTLE);
+        let age = read.modified.and_then(|m| now.duration_since(m).ok()).unwrap_or(SETTLE);
         if read.unchanged && age >= SETTLE {
             return Ok(read.text);
         }

@@ -49,7 +49,10 @@ impl EngineField {
     pub fn parse(name: &str) -> Result<Self, String> {
         Self::ALL.into_iter().find(|f| f.name() == name).ok_or_else(|| {
             let names: Vec<&str> = Self::ALL.iter().map(|f| f.name()).collect();
-            format!("{name:?} is not an engine field agentrt guards; the fields are {}", names.join(", "))
+            format!(
+                "{name:?} is not an engine field agentrt guards; the fields are {}",
+                names.join(", ")
+            )
         })
     }
 
@@ -127,7 +130,10 @@ mod tests {
     fn engine_fields_are_refused_by_default_naming_the_field_and_the_flag() {
         for (field, value) in [
             ("priority", json!(-100)),
-            ("kv_transfer_params", json!({"remote_host": "10.0.0.9", "remote_port": 5600})),
+            (
+                "kv_transfer_params",
+                json!({"remote_host": "10.0.0.9", "remote_port": 5600}),
+            ),
             ("request_id", json!("someone-elses-id")),
         ] {
             let e = check(&[], json!({"model": "m", field: value})).unwrap_err();

@@ -167,7 +167,10 @@ impl ApiError {
             StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
             s if s.is_server_error() => "api_error",
             _ => match self.kind {
-                "invalid_request_error" | "authentication_error" | "permission_error" | "not_found_error"
+                "invalid_request_error"
+                | "authentication_error"
+                | "permission_error"
+                | "not_found_error"
                 | "rate_limit_error" => self.kind,
                 _ => "invalid_request_error",
             },
@@ -191,7 +194,9 @@ mod tests {
         let openai = e.body();
         assert_eq!(openai["error"]["param"], "max_tokens");
         assert_eq!(openai["error"]["type"], "invalid_request_error");
-        let anthropic = ApiError::too_many_requests("slow down").shaped(ErrorShape::Anthropic).body();
+        let anthropic = ApiError::too_many_requests("slow down")
+            .shaped(ErrorShape::Anthropic)
+            .body();
         assert_eq!(anthropic["type"], "error");
         assert_eq!(anthropic["error"]["type"], "rate_limit_error");
         assert_eq!(anthropic["error"]["message"], "slow down");

@@ -9,8 +9,9 @@ use std::time::Duration;
 const OVERHEAD_BUCKETS_US: [u64; 8] = [50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000];
 
 /// Why the proxy refused a request it had authenticated, as `/metrics` labels it
-/// (`agentrt_proxy_refused_total{reason}`); each names the flag or rule in docs/security.md.
-pub const REFUSAL_REASONS: [&str; 8] = [
+/// (`agentrt_proxy_refused_total{reason}`); each names the flag or rule in docs/security.md. (The
+/// admission queue counts its own refusals: `agentrt_proxy_admission_*`.)
+pub const REFUSAL_REASONS: [&str; 7] = [
     // --max-json-elements, --max-request-items, --max-request-tools
     "json_elements",
     "request_items",
@@ -24,8 +25,6 @@ pub const REFUSAL_REASONS: [&str; 8] = [
     "foreign_response",
     // the request's API key was revoked while it was in flight
     "revoked",
-    // --upstream-max-queued-mib: no room left in the admission queue
-    "queued_bytes",
 ];
 
 /// One counter per [`REFUSAL_REASONS`] entry.

@@ -155,10 +155,20 @@ mod tests {
             max_items: 2,
             max_tools: 1,
         };
-        let e = budget.check_items(&json!({"messages": [1, 2, 3]}), "messages").unwrap_err();
-        assert!(e.message.contains("--max-request-items") && e.message.contains("3 items"), "{}", e.message);
-        let e = budget.check_items(&json!({"input": [1], "tools": [1, 2]}), "input").unwrap_err();
+        let e = budget
+            .check_items(&json!({"messages": [1, 2, 3]}), "messages")
+            .unwrap_err();
+        assert!(
+            e.message.contains("--max-request-items") && e.message.contains("3 items"),
+            "{}",
+            e.message
+        );
+        let e = budget
+            .check_items(&json!({"input": [1], "tools": [1, 2]}), "input")
+            .unwrap_err();
         assert_eq!(e.reason, "request_tools");
-        assert!(budget.check_items(&json!({"messages": [1, 2], "tools": [1]}), "messages").is_ok());
+        assert!(budget
+            .check_items(&json!({"messages": [1, 2], "tools": [1]}), "messages")
+            .is_ok());
     }
 }

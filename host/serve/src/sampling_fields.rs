@@ -131,7 +131,13 @@ const MESSAGES: &[(&str, Rule)] = &[
         },
     ),
     ("top_p", TOP_P),
-    ("top_k", Rule::Integer { min: 0, max: i32::MAX as i64 }),
+    (
+        "top_k",
+        Rule::Integer {
+            min: 0,
+            max: i32::MAX as i64,
+        },
+    ),
     ("stream", Rule::Boolean),
 ];
 
@@ -227,10 +233,21 @@ mod tests {
 
     #[test]
     fn token_limits_out_of_range_or_of_the_wrong_type_are_refused_naming_the_field() {
-        for value in [json!(-1), json!(0), json!(9_223_372_036_854_775_808u64), json!(1e308), json!("999")] {
+        for value in [
+            json!(-1),
+            json!(0),
+            json!(9_223_372_036_854_775_808u64),
+            json!(1e308),
+            json!("999"),
+        ] {
             let e = bad(CHAT_API, json!({"max_tokens": value})).expect("refused");
             assert_eq!(e.field, "max_tokens");
-            assert!(e.message.starts_with("`max_tokens` must be an integer from 1 to 2147483647"), "{}", e.message);
+            assert!(
+                e.message
+                    .starts_with("`max_tokens` must be an integer from 1 to 2147483647"),
+                "{}",
+                e.message
+            );
         }
         let e = bad(Fields::Agent(AgentApi::Responses), json!({"max_output_tokens": -1})).unwrap();
         assert_eq!(e.field, "max_output_tokens");
@@ -240,12 +257,19 @@ mod tests {
     #[test]
     fn each_api_has_its_own_ranges() {
         assert!(bad(CHAT_API, json!({"temperature": 1.5})).is_none());
-        let e = bad(Fields::Agent(AgentApi::Messages), json!({"max_tokens": 64, "temperature": 1.5})).unwrap();
+        let e = bad(
+            Fields::Agent(AgentApi::Messages),
+            json!({"max_tokens": 64, "temperature": 1.5}),
+        )
+        .unwrap();
         assert_eq!(e.field, "temperature");
         assert!(bad(CHAT_API, json!({"top_p": 0})).is_some(), "top_p must be above 0");
         assert!(bad(CHAT_API, json!({"n": 129})).is_some());
         assert!(bad(Fields::Completions, json!({"logprobs": 3})).is_none());
-        assert!(bad(CHAT_API, json!({"logprobs": 3})).is_some(), "chat logprobs is a boolean");
+        assert!(
+            bad(CHAT_API, json!({"logprobs": 3})).is_some(),
+            "chat logprobs is a boolean"
+        );
         assert!(bad(CHAT_API, json!({"stream": "yes"})).is_some());
     }
 

@@ -103,6 +103,8 @@ impl FlagSettings {
         }
         let defaults = file.defaults.over(self.defaults, "[defaults]")?;
         let mut quotas = HashMap::new();
+        // The file's admin tokens, to name their place if one serves another role too.
+        let mut file_tokens: Vec<(String, String)> = Vec::new();
         for (tenant, section) in file.tenants {
             validate_tenant_name(&tenant).map_err(|e| format!("[tenants.{tenant}]: {e}"))?;
             let own = section.quotas();
@@ -120,6 +122,7 @@ impl FlagSettings {
                 if token.is_empty() {
                     return Err(format!("[tenants.{tenant}] admin_tokens: a token is empty"));
                 }
+                file_tokens.push((token.clone(), tenant.clone()));
                 if admin_tokens.insert(token, tenant.clone()).is_some() {
                     return Err(format!(
                         "[tenants.{tenant}] admin_tokens: a token is given more than once (flags or file)"
@@ -151,6 +154,20 @@ impl FlagSettings {
                 "a tenant is named `{DEFAULT_TENANT}`: that name is the unauthenticated mode's tenant (its \
                  requests carry no cache salt) and the engine-wide policy's; give the tenant another name"
             ));
+        }
+        for (token, tenant) in &file_tokens {
+            let other_role = if self.operator_token.as_ref() == Some(token) {
+                Some("the operator's --admin-token")
+            } else if keys.contains_key(token) {
+                Some("an API key")
+            } else {
+                None
+            };
+            if let Some(role) = other_role {
+                return Err(format!(
+                    "[tenants.{tenant}] admin_tokens: a token is also {role}; give each role a token of its own"
+                ));
+            }
         }
         let admin = AdminTokens::new(self.operator_token.clone(), admin_tokens, &keys)?;
         Ok(TenantSettings {
@@ -461,9 +478,13 @@ api_keys = ["sk-beta-1", "sk-beta-2"]
         // serde lists a table's fields when it meets an unknown one: every name it lists must be
         // kept in errors, and no name kept may be missing from the schema.
         let mut listed = Vec::new();
-        for file in ["zz = 1\n", "[defaults]\nzz = 1\n", "[tenants.a]\nzz = 1\n", "[public]\nzz = 1\n",
-            "[tenants.a]\nshare = { zz = 1 }\n"]
-        {
+        for file in [
+            "zz = 1\n",
+            "[defaults]\nzz = 1\n",
+            "[tenants.a]\nzz = 1\n",
+            "[public]\nzz = 1\n",
+            "[tenants.a]\nshare = { zz = 1 }\n",
+        ] {
             let e = toml::from_str::<ConfigFile>(file).unwrap_err();
             let message = e.message().to_string();
             let expected = message
@@ -479,16 +500,25 @@ api_keys = ["sk-beta-1", "sk-beta-2"]
             );
         }
         for word in &listed {
-            assert!(SCHEMA_WORDS.contains(&word.as_str()), "{word} is a field name missing from SCHEMA_WORDS");
+            assert!(
+                SCHEMA_WORDS.contains(&word.as_str()),
+                "{word} is a field name missing from SCHEMA_WORDS"
+            );
         }
         for word in SCHEMA_WORDS {
-            assert!(listed.iter().any(|w| w == word), "{word} is in SCHEMA_WORDS but no table has it");
+            assert!(
+                listed.iter().any(|w| w == word),
+                "{word} is in SCHEMA_WORDS but no table has it"
+            );
         }
     }
 
     #[test]
     fn elided_values_keep_field_names_and_punctuation() {
-        let kept = elide_values("unknown field `sk-1`, expected `api_keys` or `]`, got \"a\\\"b\"", SCHEMA_WORDS);
+        let kept = elide_values(
+            "unknown field `sk-1`, expected `api_keys` or `]`, got \"a\\\"b\"",
+            SCHEMA_WORDS,
+        );
         assert_eq!(kept, "unknown field `…`, expected `api_keys` or `]`, got \"…\"");
         assert_eq!(elide_values("unpaired `sk-secret", SCHEMA_WORDS), "unpaired `…");
     }

@@ -443,8 +443,7 @@ impl Tenants {
         let (key, tenant) = if settings.keys.is_empty() {
             ("", DEFAULT_TENANT.to_string())
         } else {
-            let key =
-                bearer(headers).ok_or_else(|| ApiError::unauthorized("missing `Authorization: Bearer <key>`"))?;
+            let key = bearer(headers).ok_or_else(|| ApiError::unauthorized("missing `Authorization: Bearer <key>`"))?;
             let tenant = settings
                 .keys
                 .get(key)
