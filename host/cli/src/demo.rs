@@ -81,7 +81,7 @@ fn anchor_block(agent: usize, i: u64) -> u64 {
 
 fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
     let info = policy.info();
-    println!("== {} {} — {}", info.name, info.version, info.description);
+    println!("== {} {}: {}", info.name, info.version, info.description);
     let mut events: Vec<Event> = AGENTS
         .iter()
         .enumerate()
@@ -191,7 +191,8 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
     policy.observe(&events)?;
     policy.observe_blocks(&blocks)?;
     println!(
-        "observe   {} events, {} block events (packed)",
+        "It observed {} events (agents registered, requests, sessions ending, the engine's load) and {} \
+         block events.",
         events.len(),
         blocks.len() / packed::WORDS_PER_EVENT
     );
@@ -210,35 +211,45 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
         .collect();
     let scores = policy.score(&items)?;
     let ranking = policy.rank(&items);
+    println!("The engine must evict one of the agents' anchor blocks; the policy scores them (higher is kept):");
+    println!("  {:<8}  {:>10}  {:>9}  {:>9}", "agent", "block", "last used", "score");
     for (item, score) in items.iter().zip(&scores) {
         println!(
-            "score     {:<8} block {:#x} last-access {:>3}  →  {score:>8.3}",
+            "  {:<8}  {:>#10x}  {:>9}  {score:>9.3}",
             AGENTS[item.agent as usize - 1].0,
             item.key,
             item.last_access
         );
     }
     let evict_first = &items[*ranking.order.last().expect("four items")];
-    println!("evict     {} first", AGENTS[evict_first.agent as usize - 1].0);
+    println!(
+        "So the {}'s block goes first.",
+        AGENTS[evict_first.agent as usize - 1].0
+    );
 
+    let name = |agent: u32| {
+        AGENTS
+            .get((agent as usize).wrapping_sub(1))
+            .map_or_else(|| format!("agent {agent}"), |a| a.0.to_string())
+    };
     let forecasts = policy.predict(3)?;
     if forecasts.is_empty() {
-        println!("predict   (nothing: this policy does not forecast)");
-    }
-    for f in &forecasts {
-        let who = AGENTS.get((f.agent as usize).wrapping_sub(1)).map_or("?", |a| a.0);
-        println!(
-            "predict   {:?} {who} in session {} p={:.2} within {} step(s)",
-            f.kind, f.session, f.probability, f.steps
-        );
+        println!("It forecasts nothing (this policy does not predict).");
+    } else {
+        println!("It forecasts:");
+        for f in &forecasts {
+            println!("  - {}", crate::describe::forecast(f, &name));
+        }
     }
     let effects = policy.act()?;
     if effects.is_empty() {
-        println!("act       (no side effects)");
+        println!("It asks for no side effects.");
+    } else {
+        println!("It asks the host to:");
+        for e in &effects {
+            println!("  - {}", crate::describe::side_effect(e, &name));
+        }
     }
-    for e in &effects {
-        println!("act       {e:?}");
-    }
-    println!("snapshot  {} bytes of learned state\n", policy.snapshot()?.len());
+    println!("Its learned state is {} bytes.\n", policy.snapshot()?.len());
     Ok(())
 }

@@ -16,6 +16,7 @@
 //! built into it ([`embedded`]), then the source tree's build output.
 
 mod demo;
+mod describe;
 mod embedded;
 mod policy_check;
 mod policy_new;

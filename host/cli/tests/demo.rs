@@ -1,0 +1,38 @@
+//! `agentrt demo` reads as prose and tables: what each built-in policy observed, scored,
+//! forecast and asked for, in sentences — never a type's `Debug` form — and the two policies'
+//! choices are the ones the demo is there to show (LRU evicts the tester's anchor just before it is
+//! needed; CacheSage evicts the rarely used auditor's and asks for a warm-up of the tester's).
+
+use std::process::Command;
+
+#[test]
+fn the_demo_prints_sentences_and_shows_each_policys_choice() {
+    let output = Command::new(env!("CARGO_BIN_EXE_agentrt"))
+        .arg("demo")
+        .output()
+        .expect("running agentrt demo");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for debug_form in ["ForecastKind", "SideEffect", "WarmPrefix", "::", "{ ", " }", "Some("] {
+        assert!(
+            !text.contains(debug_form),
+            "a Debug form ({debug_form:?}) in the demo:\n{text}"
+        );
+    }
+    let sections: Vec<&str> = text.split("== ").filter(|s| !s.trim().is_empty()).collect();
+    let section = |name: &str| {
+        *sections
+            .iter()
+            .find(|s| s.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} section:\n{text}"))
+    };
+    assert!(section("lru").contains("So the tester's block goes first."), "{text}");
+    let cachesage = section("cachesage");
+    assert!(cachesage.contains("So the auditor's block goes first."), "{cachesage}");
+    assert!(cachesage.contains("tester runs next"), "{cachesage}");
+    assert!(cachesage.contains("warm up tester's anchor"), "{cachesage}");
+}
