@@ -12,7 +12,7 @@
 //! deadline) → [`tool_call`] (one call: events, memo, cancellation); [`caller`] (tenant, agent,
 //! session of a request, its in-flight permit); [`sessions`] (who opened each agent session, how
 //! many each tenant has), [`session_manager`] (rmcp's sessions, bound to them); [`exact_json`]
-//! (repeated keys, inexact numbers); [`upstream`] (servers and each tenant's client sessions to
+//! (repeated keys, inexact numbers); [`memory`] (returning a flood's memory to the system); [`upstream`] (servers and each tenant's client sessions to
 //! them), [`child_env`] (what a `stdio:` server's environment holds);
 //! [`eligibility`] (which tools may be memoized: the host's rule); [`keys`] (tool hashes, result
 //! keys over canonical arguments); [`memo`] (a tenant's two memo decisions), [`memo_store`] (its
@@ -30,6 +30,7 @@ pub mod keys;
 pub mod memo;
 pub mod memo_store;
 pub mod memo_worker;
+pub mod memory;
 pub mod metrics;
 pub mod result_type;
 pub mod routes;

@@ -89,12 +89,8 @@ impl SessionManager for BoundSessions {
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
         let closed = self.local.close_session(id).await;
         self.table.release(id);
-        let mut sessions = self.local.sessions.write().await;
         // A flood that went leaves a large, empty map behind; give its memory back.
-        if sessions.capacity() > 256 && sessions.len() < sessions.capacity() / 4 {
-            let len = sessions.len();
-            sessions.shrink_to(len * 2);
-        }
+        crate::sessions::shrink(&mut *self.local.sessions.write().await);
         Ok(closed?)
     }
 

@@ -8,7 +8,8 @@
 //! `initialize` requests cannot overshoot the cap) and bound to the id when rmcp creates it
 //! ([`crate::session_manager`]); a reservation that never becomes a session gives its place back.
 //!
-//! Memory follows the sessions: when they go, the table shrinks back.
+//! Memory follows the sessions: when they go, the table shrinks back, and the allocator is asked to
+//! return what the flood freed ([`crate::memory`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -109,7 +110,9 @@ impl SessionTable {
         let mut inner = self.lock();
         if let Some(owner) = inner.owners.remove(id) {
             inner.give_back(&owner.tenant);
-            shrink(&mut inner.owners);
+            if shrink(&mut inner.owners) {
+                crate::memory::trim_soon();
+            }
             self.closed.fetch_add(1, Relaxed);
         }
     }
@@ -157,11 +160,13 @@ impl Inner {
     }
 }
 
-/// Give a map's memory back once it is mostly empty (a flood of sessions that went).
-fn shrink<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
-    if map.capacity() > SHRINK_FLOOR && map.len() < map.capacity() / 4 {
+/// Give a map's memory back once it is mostly empty (a flood of sessions that went); whether it did.
+pub fn shrink<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) -> bool {
+    let mostly_empty = map.capacity() > SHRINK_FLOOR && map.len() < map.capacity() / 4;
+    if mostly_empty {
         map.shrink_to(map.len() * 2);
     }
+    mostly_empty
 }
 
 /// A place held for a session about to be created; given back when dropped unbound.
