@@ -39,7 +39,7 @@ pub struct TestArgs {
     /// touches, so the engine evicts and the policy ranks).
     #[arg(long)]
     capacity_blocks: Option<usize>,
-    /// Sessions of the built-in replay (GAIA-like, ~8 requests each); 0 skips it.
+    /// Sessions of the built-in replay (GSM8K-like, ~3 requests each); 0 skips it.
     #[arg(long, default_value_t = trace::BUILT_IN_SESSIONS)]
     replay_sessions: usize,
     /// Items in the huge `score` batch.

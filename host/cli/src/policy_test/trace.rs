@@ -25,9 +25,10 @@ use anyhow::Context;
 
 use super::report::{Check, Line, Problem};
 
-/// Sessions of the built-in replay (GAIA-like multi-agent sessions, the simulator's generator with a
-/// fixed seed): about 1,000 requests, each an arrival, a finish and its blocks' events.
-pub const BUILT_IN_SESSIONS: usize = 120;
+/// Sessions of the built-in replay (GSM8K-like multi-agent sessions, the simulator's generator with
+/// a fixed seed): about 600 requests — some thousands of request events, tens of thousands of
+/// block events.
+pub const BUILT_IN_SESSIONS: usize = 200;
 
 /// What the replay is of.
 pub struct Replay<'a> {
@@ -42,7 +43,7 @@ pub fn built_in_lines(replay: &Replay<'_>, sessions: usize) -> Vec<Line> {
     const PROPERTY: &str = "replay: a built-in workload";
     let trace = built_in_trace(sessions);
     match run(replay, &trace, false) {
-        Ok(ran) => vec![Line::checked(PROPERTY, ran.verdict("GAIA-like"))],
+        Ok(ran) => vec![Line::checked(PROPERTY, ran.verdict("GSM8K-like"))],
         Err(e) => vec![Line::checked(PROPERTY, Err(Problem::Fail(format!("{e:#}"))))],
     }
 }
@@ -63,13 +64,14 @@ pub fn trace_lines(replay: &Replay<'_>, trace: &Path) -> Vec<Line> {
     }
 }
 
-/// The built-in workload: `sessions` GAIA-like sessions, always the same.
+/// The built-in workload: `sessions` GSM8K-like sessions (the simulator's headline concurrency for
+/// the workload, scaled to the sessions), always the same.
 pub fn built_in_trace(sessions: usize) -> Trace {
-    let mut params = Workload::Gaia.headline();
+    let mut params = Workload::Gsm8k.headline();
+    params.concurrency = (params.concurrency * sessions as f64 / params.sessions as f64).max(1.0);
     params.sessions = sessions;
-    params.concurrency = params.concurrency.min(sessions as f64 / 4.0).max(1.0);
     params.seed = 21;
-    generate(Workload::Gaia, &params)
+    generate(Workload::Gsm8k, &params)
 }
 
 /// The distinct blocks `trace` touches, and the cache it is replayed through by default: a third
