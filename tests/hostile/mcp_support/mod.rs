@@ -6,7 +6,7 @@
 // Each test binary uses part of this module.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -62,12 +62,12 @@ pub struct HostileServer {
 }
 
 impl HostileServer {
-    pub async fn start(python: &PathBuf) -> Self {
+    pub async fn start(python: &Path) -> Self {
         Self::start_with(python, &[]).await
     }
 
     /// With extra arguments (`--json-response`).
-    pub async fn start_with(python: &PathBuf, extra: &[&str]) -> Self {
+    pub async fn start_with(python: &Path, extra: &[&str]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -97,7 +97,7 @@ impl HostileServer {
     }
 
     /// `--mcp-server` for a stdio instance of the same server.
-    pub fn stdio_spec(python: &PathBuf, name: &str) -> String {
+    pub fn stdio_spec(python: &Path, name: &str) -> String {
         format!(
             "{name}=stdio:{} {} --stdio",
             python.display(),
