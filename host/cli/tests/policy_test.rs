@@ -47,7 +47,7 @@ fn line<'a>(stdout: &'a str, property: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no line for {property:?} in:\n{stdout}"))
 }
 
-const PROPERTIES: [&str; 16] = [
+const PROPERTIES: [&str; 17] = [
     "loads",
     "info",
     "init: the given config",
@@ -64,6 +64,7 @@ const PROPERTIES: [&str; 16] = [
     "predict",
     "act",
     "snapshot → restore → snapshot",
+    "replay: a built-in workload",
 ];
 
 #[test]
@@ -255,6 +256,74 @@ fn a_trace_replays_the_policy_beside_lru_and_belady() {
         l.starts_with("FAIL  ") && l.contains("score deadline ×5") && l.contains("gave up"),
         "{l}"
     );
+}
+
+/// The probe with `fault=late-trap` traps on its 300th request arrival: the kit's own stream (24
+/// requests) never gets there. Before, the kit passed it: exit 0, "17 properties: 17 passed".
+#[test]
+fn a_policy_that_fails_after_a_while_fails_the_built_in_replay() {
+    let (stdout, ok) = policy_test("probe", &["--config", "fault=late-trap", "--huge-batch", "1000"]);
+    assert!(!ok, "exit status 0:\n{stdout}");
+    let replay = line(&stdout, "replay: a built-in workload");
+    assert!(
+        replay.starts_with("FAIL  ") && replay.contains("observe trap"),
+        "{replay}\n{stdout}"
+    );
+    // Everything the short stream checks still passes: only the long replay sees the fault.
+    for property in &PROPERTIES[..PROPERTIES.len() - 1] {
+        let l = line(&stdout, property);
+        assert!(l.starts_with("pass  "), "{l}\n{stdout}");
+    }
+    // Without the fault the same replay passes, and says how much it fed and ranked.
+    let (stdout, ok) = policy_test("probe", &["--huge-batch", "1000"]);
+    assert!(ok, "{stdout}");
+    let replay = line(&stdout, "replay: a built-in workload");
+    assert!(replay.starts_with("pass  ") && replay.contains(" rankings"), "{replay}");
+}
+
+/// A trace replayed through a cache that holds all of it ranks nothing. Before, a 514-request
+/// GSM8K trace (`sim gen --sessions 172`) passed with "514 requests, cache 28323 blocks: 0
+/// rankings, no failure" — no `score` tested: the default cache was the headline H100's.
+#[test]
+fn a_replay_that_ranks_nothing_is_not_run_and_the_default_cache_makes_the_policy_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("gsm8k.jsonl");
+    let gen = agentrt(&[
+        "sim",
+        "gen",
+        "--workload",
+        "gsm8k",
+        "--sessions",
+        "30",
+        "--out",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(gen.status.success(), "{}", String::from_utf8_lossy(&gen.stderr));
+    let trace = trace.to_str().unwrap();
+    let fast = ["--huge-batch", "1000", "--replay-sessions", "0"];
+
+    let mut args = vec!["--trace", trace, "--capacity-blocks", "1000000"];
+    args.extend(fast);
+    let (stdout, ok) = policy_test("lru", &args);
+    assert!(!ok, "a replay with no ranking passed:\n{stdout}");
+    let l = line(&stdout, "trace: replays without failing");
+    assert!(
+        l.starts_with("FAIL  ") && l.contains("not run: 0 rankings") && l.contains("--capacity-blocks"),
+        "{l}"
+    );
+
+    let mut args = vec!["--trace", trace];
+    args.extend(fast);
+    let (stdout, ok) = policy_test("lru", &args);
+    assert!(ok, "{stdout}");
+    let l = line(&stdout, "trace: replays without failing");
+    let rankings: u64 = l
+        .split(": ")
+        .last()
+        .and_then(|tail| tail.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{l}"));
+    assert!(l.starts_with("pass  ") && rankings > 0, "{l}");
 }
 
 #[test]

@@ -5,8 +5,11 @@ use std::time::Duration;
 
 use agentrt_runtime::{PolicyComponent, SlotConfig};
 
+use crate::child_env::ChildEnv;
 use crate::eligibility::MemoRules;
-use crate::gateway::{GatewayOptions, MemoPolicy};
+use crate::gateway::{
+    GatewayOptions, MemoPolicy, DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_SESSIONS_PER_TENANT, DEFAULT_SESSION_IDLE,
+};
 use crate::memo::MemoLimits;
 use crate::memo_store::MemoBudget;
 use crate::upstream::UpstreamSpec;
@@ -51,6 +54,22 @@ pub struct McpArgs {
     /// rebinding); `*` accepts any (behind a proxy that checks it, or with tenant keys).
     #[arg(long = "mcp-allowed-host", value_name = "HOST")]
     pub allowed_hosts: Vec<String>,
+    /// MCP sessions one tenant may have open at once, all servers together; an `initialize` past
+    /// it gets 429.
+    #[arg(long = "mcp-max-sessions", default_value_t = DEFAULT_MAX_SESSIONS_PER_TENANT)]
+    pub max_sessions: usize,
+    /// An MCP session without a request for this long is closed and its place freed (ms).
+    #[arg(long = "mcp-session-idle-ms", default_value_t = DEFAULT_SESSION_IDLE.as_millis() as u64)]
+    pub session_idle_ms: u64,
+    /// How long a server may take to answer one request (ms); past it the request is cancelled at
+    /// the server and the agent gets a JSON-RPC error (-32001).
+    #[arg(long = "mcp-call-timeout-ms", default_value_t = DEFAULT_CALL_TIMEOUT.as_millis() as u64)]
+    pub call_timeout_ms: u64,
+    /// A variable a `stdio:` server gets besides PATH, HOME, LANG, LC_ALL, LC_CTYPE, TMPDIR and TZ
+    /// (repeatable): `NAME` passes agentrt's own value, `NAME=VALUE` sets one. Nothing else of
+    /// agentrt's environment reaches a stdio server.
+    #[arg(long = "mcp-stdio-env", value_name = "NAME[=VALUE]")]
+    pub stdio_env: Vec<String>,
 }
 
 impl McpArgs {
@@ -100,6 +119,16 @@ impl McpArgs {
             }
         };
         anyhow::ensure!(self.memo_decision_ms > 0, "--mcp-memo-decision-ms must be at least 1");
+        anyhow::ensure!(self.max_sessions > 0, "--mcp-max-sessions must be at least 1");
+        anyhow::ensure!(self.call_timeout_ms > 0, "--mcp-call-timeout-ms must be at least 1");
+        // A session is idle while a call of its runs: it must outlive the longest call.
+        anyhow::ensure!(
+            self.session_idle_ms > self.call_timeout_ms,
+            "--mcp-session-idle-ms ({}) must exceed --mcp-call-timeout-ms ({}): a session would expire during a call",
+            self.session_idle_ms,
+            self.call_timeout_ms
+        );
+        let stdio_env = ChildEnv::parse(&self.stdio_env).map_err(anyhow::Error::msg)?;
         let allowed_hosts = if self.allowed_hosts.iter().any(|h| h == "*") {
             Vec::new()
         } else if self.allowed_hosts.is_empty() {
@@ -122,6 +151,10 @@ impl McpArgs {
             connect_timeout: Duration::from_millis(self.connect_timeout_ms),
             allowed_hosts,
             max_body_bytes,
+            max_sessions_per_tenant: self.max_sessions,
+            session_idle: Duration::from_millis(self.session_idle_ms),
+            call_timeout: Duration::from_millis(self.call_timeout_ms),
+            stdio_env,
         }))
     }
 }

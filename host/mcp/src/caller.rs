@@ -5,15 +5,25 @@
 //!   else `mcp-client`. Its handle is the one the proxy gave the same name (0 if the agent has
 //!   not called the model yet).
 //! - Session: `x-session-id`, else the MCP session (`Mcp-Session-Id`), else `mcp`.
+//!
+//! A caller holds one of its tenant's places in flight (the proxy's `--tenant-max-in-flight`, the
+//! same count as its model calls) from the start of its handler to its end; past the quota the
+//! request is answered with a JSON-RPC error before anything is sent to a server.
 
 use std::sync::Arc;
 
 use axum::http::request::Parts;
 use axum::http::HeaderMap;
+use rmcp::model::ErrorCode;
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
 
-use crate::tenancy::TenantStream;
+use crate::metrics::{GatewayMetrics, Refused};
+use crate::tenancy::{InFlight, TenantStream};
+
+/// The JSON-RPC error code of a request past its tenant's quota (a server error of the
+/// implementation-defined range, -32000 to -32099; `data.reason` says which quota).
+pub const OVER_QUOTA: ErrorCode = ErrorCode(-32029);
 
 /// The tenant a request authenticated as: put in the request's extensions by the route layer.
 #[derive(Clone)]
@@ -25,10 +35,12 @@ pub struct Caller {
     pub agent_name: String,
     pub agent: u32,
     pub session: u64,
+    /// Counted out of the tenant's in-flight requests when the caller is dropped.
+    _in_flight: InFlight,
 }
 
 impl Caller {
-    pub fn of(context: &RequestContext<RoleServer>) -> Result<Self, McpError> {
+    pub fn of(context: &RequestContext<RoleServer>, metrics: &GatewayMetrics) -> Result<Self, McpError> {
         let parts = context
             .extensions
             .get::<Parts>()
@@ -47,11 +59,20 @@ impl Caller {
         let session_key = header(&parts.headers, "x-session-id")
             .or_else(|| header(&parts.headers, "mcp-session-id"))
             .unwrap_or("mcp");
+        let in_flight = tenant.admit().map_err(|refusal| {
+            metrics.refuse(Refused::InFlight);
+            McpError::new(
+                OVER_QUOTA,
+                format!("agentrt MCP gateway: {}", refusal.message),
+                Some(serde_json::json!({"reason": "tenant_in_flight"})),
+            )
+        })?;
         Ok(Self {
             agent: tenant.agent(&agent_name),
             session: tenant.session(session_key),
             agent_name,
             tenant,
+            _in_flight: in_flight,
         })
     }
 }

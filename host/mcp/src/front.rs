@@ -2,13 +2,18 @@
 //! to SERVER over the caller's tenant's session and returns the answer unchanged — tools,
 //! resources, prompts, completions — except `tools/call`, which goes through [`crate::tool_call`]
 //! (events, memo).
+//!
+//! Every request to a server runs under `--mcp-call-timeout-ms`: past it the request is dropped
+//! (rmcp tells the server it was cancelled) and the agent gets a JSON-RPC error naming the server,
+//! the method and the limit. A server that never answers, or keeps a call alive with notifications
+//! and never answers, holds that one call, for that long.
 
 use std::future::Future;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, GetPromptRequestParams,
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, ErrorCode, GetPromptRequestParams,
     GetPromptResponse, InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
     ServerCapabilities, ServerConfig,
@@ -20,6 +25,10 @@ use crate::caller::Caller;
 use crate::gateway::Gateway;
 use crate::result_type::ExplicitResultType;
 use crate::upstream::{Connection, UpstreamSpec};
+
+/// The JSON-RPC error code of a request the server did not answer in time (the official
+/// TypeScript SDK's `RequestTimeout`).
+pub const TIMED_OUT: ErrorCode = ErrorCode(-32001);
 
 /// The MCP server agents see for one upstream server.
 #[derive(Clone)]
@@ -41,8 +50,40 @@ impl ServerFront {
                     .of(caller.tenant.name(), &self.server.name)
                     .upstream_errors
                     .fetch_add(1, Relaxed);
-                McpError::internal_error(format!("agentrt MCP gateway: {e}"), None)
+                McpError::internal_error(format!("agentrt MCP gateway: {}", self.server.redact(&e)), None)
             })
+    }
+
+    /// `send` under the per-call deadline. A failure is [`Self::upstream_failed`]'s; past the
+    /// deadline `send` is dropped — the server is told the request was cancelled — and counted.
+    pub async fn within_deadline<T>(
+        &self,
+        caller: &Caller,
+        method: &str,
+        send: impl Future<Output = Result<T, ServiceError>>,
+    ) -> Result<T, McpError> {
+        let limit = self.gateway.options.call_timeout;
+        match tokio::time::timeout(limit, send).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(error)) => Err(self.upstream_failed(caller, method, error).await),
+            Err(_) => {
+                self.gateway
+                    .metrics
+                    .of(caller.tenant.name(), &self.server.name)
+                    .timeouts
+                    .fetch_add(1, Relaxed);
+                Err(McpError::new(
+                    TIMED_OUT,
+                    format!(
+                        "agentrt MCP gateway: {} did not answer {method} within {} ms \
+                         (--mcp-call-timeout-ms); the request was cancelled at the server",
+                        self.server.describe(),
+                        limit.as_millis()
+                    ),
+                    Some(serde_json::json!({"reason": "upstream_timeout", "timeoutMs": limit.as_millis() as u64})),
+                ))
+            }
+        }
     }
 
     /// Turn a failed upstream request into the client's error: the server's own JSON-RPC error
@@ -63,8 +104,9 @@ impl ServerFront {
             .await;
         McpError::internal_error(
             format!(
-                "agentrt MCP gateway: {} failed during {method}: {error}; the next request reconnects",
-                self.server.describe()
+                "agentrt MCP gateway: {} failed during {method}: {}; the next request reconnects",
+                self.server.describe(),
+                self.server.redact(&error.to_string())
             ),
             None,
         )
@@ -82,7 +124,7 @@ impl ServerFront {
         F: FnOnce(Arc<Connection>) -> Fut,
         Fut: Future<Output = Result<T, ServiceError>>,
     {
-        let caller = Caller::of(context)?;
+        let caller = Caller::of(context, &self.gateway.metrics)?;
         let connection = self.connection(&caller).await?;
         self.gateway
             .metrics
@@ -90,10 +132,9 @@ impl ServerFront {
             .forwarded
             .fetch_add(1, Relaxed);
         tokio::select! {
-            answer = send(connection) => match answer {
-                Ok(answer) => Ok(answer.with_explicit_result_type()),
-                Err(error) => Err(self.upstream_failed(&caller, method, error).await),
-            },
+            answer = self.within_deadline(&caller, method, send(connection)) => {
+                answer.map(ExplicitResultType::with_explicit_result_type)
+            }
             // Dropping the upstream request tells the server it was cancelled.
             () = context.ct.cancelled() => Err(McpError::internal_error(format!("{method} cancelled by the client"), None)),
         }
@@ -123,7 +164,7 @@ impl ServerHandler for ServerFront {
     ) -> Result<InitializeResult, McpError> {
         context.peer.set_peer_info(request.clone());
         let mut answer = self.negotiate_initialize(&request)?;
-        let caller = Caller::of(&context)?;
+        let caller = Caller::of(&context, &self.gateway.metrics)?;
         let connection = self.connection(&caller).await?;
         if let Some(upstream) = connection.server_info() {
             answer.capabilities = upstream.capabilities.clone();

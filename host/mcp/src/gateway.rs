@@ -1,5 +1,5 @@
 //! The gateway's shared state: the configured servers, every tenant's client sessions and memo,
-//! and the counters.
+//! the agents' sessions and their owners, and the counters.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use agentrt_runtime::{PolicyComponent, SlotConfig};
 
+use crate::child_env::ChildEnv;
 use crate::eligibility::MemoRules;
 use crate::memo::{MemoLimits, TenantMemo};
 use crate::memo_worker::MemoWorker;
-use crate::metrics::GatewayMetrics;
+use crate::metrics::{GatewayMetrics, SessionCounts};
+use crate::sessions::SessionTable;
 use crate::tenancy::{Tenancy, TenantStream};
 use crate::upstream::{Connections, UpstreamSpec};
 
@@ -38,7 +40,22 @@ pub struct GatewayOptions {
     pub allowed_hosts: Vec<String>,
     /// The largest MCP request body accepted.
     pub max_body_bytes: usize,
+    /// Sessions one tenant may have open at once, all servers together.
+    pub max_sessions_per_tenant: usize,
+    /// A session without a message for this long is closed (and its place freed).
+    pub session_idle: Duration,
+    /// How long one request to a server may take, from sending it to its answer.
+    pub call_timeout: Duration,
+    /// What a `stdio:` server's environment has besides the base (`child_env::BASE`).
+    pub stdio_env: ChildEnv,
 }
+
+/// Defaults of the limits above (the flags' defaults).
+pub const DEFAULT_MAX_SESSIONS_PER_TENANT: usize = 1024;
+/// rmcp's own default keep-alive.
+pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(300);
+/// The official TypeScript SDK's default request timeout (`DEFAULT_REQUEST_TIMEOUT_MSEC`).
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Default for GatewayOptions {
     fn default() -> Self {
@@ -50,6 +67,10 @@ impl Default for GatewayOptions {
             connect_timeout: Duration::from_secs(10),
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
             max_body_bytes: 4 << 20,
+            max_sessions_per_tenant: DEFAULT_MAX_SESSIONS_PER_TENANT,
+            session_idle: DEFAULT_SESSION_IDLE,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            stdio_env: ChildEnv::default(),
         }
     }
 }
@@ -58,6 +79,8 @@ pub struct Gateway {
     pub options: GatewayOptions,
     pub tenancy: Arc<dyn Tenancy>,
     pub connections: Connections,
+    /// Every agent session and who opened it.
+    pub sessions: Arc<SessionTable>,
     /// Each tenant's memo; `None` when its policy did not start (calls then all go upstream).
     memos: Mutex<HashMap<String, Option<Arc<TenantMemo>>>>,
     pub metrics: GatewayMetrics,
@@ -66,7 +89,8 @@ pub struct Gateway {
 impl Gateway {
     pub fn new(options: GatewayOptions, tenancy: Arc<dyn Tenancy>) -> Arc<Self> {
         Arc::new(Self {
-            connections: Connections::new(options.connect_timeout),
+            connections: Connections::new(options.connect_timeout, options.stdio_env.clone()),
+            sessions: SessionTable::new(options.max_sessions_per_tenant),
             options,
             tenancy,
             memos: Mutex::default(),
@@ -117,6 +141,10 @@ impl Gateway {
             })
             .collect();
         sizes.sort();
-        self.metrics.render(&sizes, out);
+        let sessions = SessionCounts {
+            open: self.sessions.open_per_tenant(),
+            closed: self.sessions.closed(),
+        };
+        self.metrics.render(&sizes, &sessions, out);
     }
 }

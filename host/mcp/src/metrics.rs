@@ -36,16 +36,73 @@ pub struct ServerCounters {
     pub cancelled: AtomicU64,
     /// Requests of other methods forwarded (lists, reads, prompts, completions).
     pub forwarded: AtomicU64,
+    /// Requests the server did not answer within `--mcp-call-timeout-ms` (cancelled there).
+    pub timeouts: AtomicU64,
+}
+
+/// Why the gateway refused a request before it reached a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// No tenant key, or an unknown one.
+    Auth,
+    /// An `Mcp-Session-Id` that is not the caller's (unknown, closed, expired, or another's).
+    UnknownSession,
+    /// An `initialize` past the tenant's `--mcp-max-sessions`.
+    SessionCap,
+    /// A call past the tenant's in-flight quota (`--tenant-max-in-flight`).
+    InFlight,
+    /// A body the server would not receive as written (a repeated key, an inexact number).
+    Inexact,
+    /// A body over `--max-body-bytes`.
+    BodyTooLarge,
+}
+
+impl Refused {
+    pub const ALL: [Refused; 6] = [
+        Refused::Auth,
+        Refused::UnknownSession,
+        Refused::SessionCap,
+        Refused::InFlight,
+        Refused::Inexact,
+        Refused::BodyTooLarge,
+    ];
+
+    /// The `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refused::Auth => "auth",
+            Refused::UnknownSession => "unknown_session",
+            Refused::SessionCap => "session_cap",
+            Refused::InFlight => "in_flight",
+            Refused::Inexact => "inexact_json",
+            Refused::BodyTooLarge => "body_too_large",
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 pub struct GatewayMetrics {
     servers: Mutex<BTreeMap<(String, String), Arc<ServerCounters>>>,
-    /// Requests refused before an MCP handler (authentication).
-    pub refused: AtomicU64,
+    /// Requests refused before they reached a server, by [`Refused`] (its index in `ALL`).
+    refused: [AtomicU64; Refused::ALL.len()],
+}
+
+/// What the session metrics show: (tenant, sessions open) for every tenant that opened one, and
+/// how many sessions ended so far.
+pub struct SessionCounts {
+    pub open: Vec<(String, usize)>,
+    pub closed: u64,
 }
 
 impl GatewayMetrics {
+    pub fn refuse(&self, why: Refused) {
+        self.refused[why as usize].fetch_add(1, Relaxed);
+    }
+
+    pub fn refused(&self, why: Refused) -> u64 {
+        self.refused[why as usize].load(Relaxed)
+    }
+
     pub fn of(&self, tenant: &str, server: &str) -> Arc<ServerCounters> {
         self.servers
             .lock()
@@ -55,11 +112,12 @@ impl GatewayMetrics {
             .clone()
     }
 
-    /// Append the counters; `memo_sizes` gives (tenant, entries, bytes) of each tenant's memo.
-    pub fn render(&self, memo_sizes: &[(String, usize, usize)], out: &mut String) {
+    /// Append the counters; `memo_sizes` gives (tenant, entries, bytes) of each tenant's memo,
+    /// `sessions` the sessions each tenant has open.
+    pub fn render(&self, memo_sizes: &[(String, usize, usize)], sessions: &SessionCounts, out: &mut String) {
         let servers = self.servers.lock().unwrap_or_else(|p| p.into_inner()).clone();
         type Field = fn(&ServerCounters) -> &AtomicU64;
-        let counters: [(&str, &str, Field); 13] = [
+        let counters: [(&str, &str, Field); 14] = [
             ("agentrt_mcp_tool_calls_total", "tools/call requests received.", |c| {
                 &c.calls
             }),
@@ -123,6 +181,11 @@ impl GatewayMetrics {
                 "Time spent waiting on servers for tool calls.",
                 |c| &c.upstream_us,
             ),
+            (
+                "agentrt_mcp_call_timeouts_total",
+                "Requests a server did not answer within --mcp-call-timeout-ms (cancelled there).",
+                |c| &c.timeouts,
+            ),
         ];
         for (name, help, field) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
@@ -142,9 +205,29 @@ impl GatewayMetrics {
         }
         let _ = writeln!(
             out,
-            "# HELP agentrt_mcp_refused_total MCP requests refused before their body was read (authentication).\n\
-             # TYPE agentrt_mcp_refused_total counter\nagentrt_mcp_refused_total {}",
-            self.refused.load(Relaxed)
+            "# HELP agentrt_mcp_refused_total MCP requests refused before they reached a server, by reason.\n\
+             # TYPE agentrt_mcp_refused_total counter"
+        );
+        for why in Refused::ALL {
+            let _ = writeln!(
+                out,
+                "agentrt_mcp_refused_total{{reason=\"{}\"}} {}",
+                why.label(),
+                self.refused(why)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP agentrt_mcp_sessions MCP sessions open now (--mcp-max-sessions per tenant).\n# TYPE agentrt_mcp_sessions gauge"
+        );
+        for (tenant, open) in &sessions.open {
+            let _ = writeln!(out, "agentrt_mcp_sessions{{tenant=\"{tenant}\"}} {open}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP agentrt_mcp_sessions_closed_total MCP sessions that ended (closed, failed or idle past --mcp-session-idle-ms).\n\
+             # TYPE agentrt_mcp_sessions_closed_total counter\nagentrt_mcp_sessions_closed_total {}",
+            sessions.closed
         );
         for (name, help, pick) in [
             ("agentrt_mcp_memo_entries", "Results kept in memory now.", 0),

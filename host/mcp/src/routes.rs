@@ -1,25 +1,42 @@
 //! The gateway's HTTP routes: `/mcp/SERVER` for each configured server (MCP Streamable HTTP),
-//! behind authentication that reads only the headers.
+//! behind a guard that settles, in this order, before rmcp sees the request:
 //!
-//! A request's tenant is settled from `Authorization: Bearer <tenant API key>` before rmcp reads
-//! a byte of its body, exactly as the proxy does; a refused request never reaches an MCP handler.
-//! A path naming no configured server is 404 with the list of those that are.
+//! 1. the tenant, from `Authorization: Bearer <tenant API key>` alone, before a byte of the body
+//!    is read, exactly as the proxy does (401 otherwise);
+//! 2. that an `Mcp-Session-Id` is the caller's own — opened by the same tenant with the same key —
+//!    on every method (`POST`, `GET`, `DELETE`); any other id gets rmcp's own answer to an
+//!    unknown id, byte for byte, so another tenant's live session cannot be told from none;
+//! 3. for a `POST`, the body (under `--max-body-bytes`): one the server would not receive as
+//!    written ([`crate::exact_json`]) is answered with a JSON-RPC error naming the place; an
+//!    `initialize` past the tenant's `--mcp-max-sessions` is refused with 429 before a session is
+//!    made, and one within it carries its reserved place to rmcp's session manager.
+//!
+//! Every refusal is counted by reason. A path naming no configured server is 404 with the list
+//! of those that are.
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::{Path, Request, State};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::{from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
 use crate::caller::AuthenticatedTenant;
+use crate::exact_json::{self, Inexact};
 use crate::front::ServerFront;
 use crate::gateway::Gateway;
+use crate::metrics::Refused;
+use crate::session_manager::{with_reservation, BoundSessions};
+use crate::sessions::{Owner, SessionCapReached};
+
+const SESSION_HEADER: &str = "mcp-session-id";
+/// rmcp's answer to an unknown session id (`StreamableHttpService::handle_post`, `handle_get`),
+/// given to every id that is not the caller's.
+const SESSION_NOT_FOUND: &str = "Not Found: Session not found";
 
 /// The routes of every configured server, ready to merge into the proxy's router.
 pub fn router(gateway: &Arc<Gateway>) -> Router {
@@ -36,11 +53,8 @@ pub fn router(gateway: &Arc<Gateway>) -> Router {
         } else {
             config.with_allowed_hosts(gateway.options.allowed_hosts.clone())
         };
-        let service = StreamableHttpService::new(
-            move || Ok(front.clone()),
-            Arc::new(LocalSessionManager::default()),
-            config,
-        );
+        let sessions = BoundSessions::new(gateway.sessions.clone(), gateway.options.session_idle);
+        let service = StreamableHttpService::new(move || Ok(front.clone()), Arc::new(sessions), config);
         router = router.route_service(&format!("/mcp/{}", spec.name), service);
     }
     let configured: Arc<str> = gateway
@@ -64,19 +78,111 @@ pub fn router(gateway: &Arc<Gateway>) -> Router {
                 }
             }),
         )
-        .layer(from_fn_with_state(gateway.clone(), authenticate))
+        .layer(from_fn_with_state(gateway.clone(), guard))
 }
 
-/// Settle the tenant from the headers alone, or refuse.
-async fn authenticate(State(gateway): State<Arc<Gateway>>, mut request: Request, next: Next) -> Response {
-    match gateway.tenancy.tenant(request.headers()) {
-        Ok(tenant) => {
-            request.extensions_mut().insert(AuthenticatedTenant(tenant));
-            next.run(request).await
-        }
+/// Settle tenant, session ownership and body, or refuse (see the module's doc).
+async fn guard(State(gateway): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
+    let tenant = match gateway.tenancy.tenant(request.headers()) {
+        Ok(tenant) => tenant,
         Err(refusal) => {
-            gateway.metrics.refused.fetch_add(1, Relaxed);
-            (refusal.status, refusal.message).into_response()
+            gateway.metrics.refuse(Refused::Auth);
+            return (refusal.status, refusal.message).into_response();
         }
+    };
+    let owner = Owner::of(tenant.name(), request.headers());
+    let has_session = match request.headers().get(SESSION_HEADER) {
+        None => false,
+        Some(id) => {
+            let owned = id.to_str().is_ok_and(|id| gateway.sessions.owned_by(id, &owner));
+            if !owned {
+                gateway.metrics.refuse(Refused::UnknownSession);
+                return session_not_found();
+            }
+            true
+        }
+    };
+    let (parts, body) = request.into_parts();
+    let mut reservation = None;
+    let body = if parts.method == Method::POST {
+        let limit = gateway.options.max_body_bytes;
+        let bytes = match axum::body::to_bytes(body, limit).await {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                let too_large =
+                    std::error::Error::source(&error).is_some_and(|e| e.is::<http_body_util::LengthLimitError>());
+                if too_large {
+                    gateway.metrics.refuse(Refused::BodyTooLarge);
+                    return plain(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        format!("Payload Too Large: request body exceeds {limit} bytes"),
+                    );
+                }
+                return plain(StatusCode::BAD_REQUEST, "the request body could not be read".into());
+            }
+        };
+        if let Some(scanned) = exact_json::scan(&bytes) {
+            if let Some(inexact) = &scanned.inexact {
+                gateway.metrics.refuse(Refused::Inexact);
+                return inexact_reply(scanned.id, inexact);
+            }
+            if !has_session && scanned.method.as_deref() == Some("initialize") {
+                match gateway.sessions.reserve(owner) {
+                    Ok(place) => reservation = Some(place),
+                    Err(cap) => {
+                        gateway.metrics.refuse(Refused::SessionCap);
+                        return too_many_sessions(tenant.name(), &cap);
+                    }
+                }
+            }
+        }
+        Body::from(bytes)
+    } else {
+        body
+    };
+    let mut request = Request::from_parts(parts, body);
+    request.extensions_mut().insert(AuthenticatedTenant(tenant));
+    match reservation {
+        Some(place) => with_reservation(place, next.run(request)).await,
+        None => next.run(request).await,
     }
+}
+
+/// Exactly what rmcp answers for an id it does not know: no content type, the same text.
+fn session_not_found() -> Response {
+    let mut response = Response::new(Body::from(SESSION_NOT_FOUND));
+    *response.status_mut() = StatusCode::NOT_FOUND;
+    response
+}
+
+fn plain(status: StatusCode, message: String) -> Response {
+    (status, message).into_response()
+}
+
+fn too_many_sessions(tenant: &str, cap: &SessionCapReached) -> Response {
+    plain(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "tenant {tenant} has {} MCP sessions open, its limit (--mcp-max-sessions {}); close one \
+             (DELETE with its Mcp-Session-Id) or let an idle one expire (--mcp-session-idle-ms)",
+            cap.open, cap.limit
+        ),
+    )
+}
+
+/// A JSON-RPC error for a request the server would not receive as written (`-32602`, invalid
+/// params); a notification (no id) gets 400.
+fn inexact_reply(id: Option<&str>, inexact: &Inexact) -> Response {
+    let message = format!("agentrt MCP gateway: {inexact}");
+    let Some(id) = id else {
+        return plain(StatusCode::BAD_REQUEST, message);
+    };
+    let error = serde_json::json!({"code": -32602, "message": message});
+    // The id as the client wrote it (well-formed JSON: the scanner read it).
+    let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#);
+    let mut response = Response::new(Body::from(body));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
 }

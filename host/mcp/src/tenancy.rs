@@ -2,10 +2,11 @@
 //! crate and `agentrt serve`.
 //!
 //! The gateway never reads the proxy's tables: it asks for a request's tenant (from its headers,
-//! before any body is read), and of that tenant only four things — the handle the proxy gave an
-//! agent name, a session key's id, the clock its events are stamped with, and a way to queue
-//! events on the tenant's stream (the one its KV policy observes). Tool calls thus land in the
-//! same per-tenant stream as the model calls of the same agents and sessions.
+//! before any body is read), and of that tenant only five things — the handle the proxy gave an
+//! agent name, a session key's id, the clock its events are stamped with, a way to queue events
+//! on the tenant's stream (the one its KV policy observes), and a place among the tenant's
+//! requests in flight. Tool calls thus land in the same per-tenant stream as the model calls of
+//! the same agents and sessions, and count against the same quota.
 
 use std::sync::Arc;
 
@@ -13,6 +14,9 @@ use axum::http::{HeaderMap, StatusCode};
 
 use agentrt_runtime::types::Event;
 use agentrt_runtime::PolicyRegistry;
+
+/// One request counted in the tenant's in-flight quota; counted out when dropped.
+pub type InFlight = Box<dyn Send + Sync>;
 
 /// Why a request was refused before it reached an MCP handler.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,4 +55,9 @@ pub trait TenantStream: Send + Sync {
 
     /// Queue `events` on the tenant's stream; never waits.
     fn observe(&self, events: Vec<Event>);
+
+    /// Count one MCP request in among the tenant's requests in flight (the proxy's
+    /// `--tenant-max-in-flight`), or why not: the tenant is at its quota. Held until the request
+    /// ends, however it ends.
+    fn admit(&self) -> Result<InFlight, Refusal>;
 }

@@ -36,7 +36,7 @@ pub async fn call(
     request: CallToolRequestParams,
     context: RequestContext<RoleServer>,
 ) -> Result<CallToolResponse, McpError> {
-    let caller = Caller::of(&context)?;
+    let caller = Caller::of(&context, &front.gateway.metrics)?;
     let tenant = caller.tenant.clone();
     let counters = front.gateway.metrics.of(tenant.name(), &front.server.name);
     counters.calls.fetch_add(1, Relaxed);
@@ -71,8 +71,9 @@ pub async fn call(
         memo.observe(vec![called]);
     }
 
+    let method = format!("tools/call `{}`", request.name);
     let answer = tokio::select! {
-        answer = connection.peer().call_tool_once(request.clone()) => answer,
+        answer = front.within_deadline(&caller, &method, connection.peer().call_tool_once(request.clone())) => answer,
         // Dropping the upstream request sends the server `notifications/cancelled`.
         () = context.ct.cancelled() => {
             counters.cancelled.fetch_add(1, Relaxed);
@@ -94,9 +95,7 @@ pub async fn call(
         }
         Err(error) => {
             report.returned(memo.as_deref(), 0, started, false);
-            return Err(front
-                .upstream_failed(&caller, &format!("tools/call `{}`", request.name), error)
-                .await);
+            return Err(error);
         }
     };
     let bytes = serde_json::to_vec(&result).map_or(0, |b| b.len());
@@ -141,11 +140,9 @@ async fn eligibility(
         Some(Some(eligibility)) => return Ok(eligibility),
         // Listed before without it: the server may have added it since.
         Some(None) | None => {
-            let tools = connection.peer().list_all_tools().await;
-            let tools = match tools {
-                Ok(tools) => tools,
-                Err(error) => return Err(front.upstream_failed(caller, "tools/list", error).await),
-            };
+            let tools = front
+                .within_deadline(caller, "tools/list", connection.peer().list_all_tools())
+                .await?;
             connection.learn_tools(&front.server.name, &tools, &front.gateway.options.rules);
             connection.tool(tool).flatten()
         }

@@ -9,6 +9,10 @@
 //! servers): whatever a server keeps per session — subscriptions, log level, state a tool builds —
 //! is never shared between tenants. A session whose transport closed (the server died, the
 //! network dropped) is replaced on the next request, so a server that comes back is used again.
+//!
+//! A stdio server's child process starts with the environment [`crate::child_env`] builds — never
+//! agentrt's own. Errors name a server by [`UpstreamSpec::describe`]: the URL without credentials
+//! or query, the program without its arguments.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,9 +20,11 @@ use std::time::Duration;
 
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ServerPeerInfo, Tool};
 use rmcp::service::{Peer, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 
+use crate::child_env::ChildEnv;
 use crate::eligibility::{Eligibility, MemoRules};
 
 /// How to reach one server.
@@ -38,12 +44,13 @@ pub struct UpstreamSpec {
 }
 
 impl UpstreamSpec {
-    /// Parse `NAME=URL` or `NAME=stdio:COMMAND ARGS…` (`--mcp-server`).
+    /// Parse `NAME=URL` or `NAME=stdio:COMMAND ARGS…` (`--mcp-server`). Errors never repeat the
+    /// target: a URL may carry credentials, a command line a token.
     pub fn parse(raw: &str) -> Result<Self, String> {
         let (name, target) = raw
             .split_once('=')
-            .ok_or_else(|| format!("--mcp-server {raw:?}: expected NAME=URL or NAME=stdio:COMMAND"))?;
-        validate_name(name).map_err(|e| format!("--mcp-server {raw:?}: {e}"))?;
+            .ok_or_else(|| "--mcp-server: expected NAME=URL or NAME=stdio:COMMAND (no `=` in the value)".to_string())?;
+        validate_name(name).map_err(|e| format!("--mcp-server: {e}"))?;
         let transport = if let Some(command) = target.strip_prefix("stdio:") {
             let mut words = command.split_whitespace().map(str::to_string);
             let program = words
@@ -56,8 +63,14 @@ impl UpstreamSpec {
         } else if target.starts_with("http://") {
             Transport::Http(target.to_string())
         } else {
+            let scheme = target.split_once("://").map_or("", |(scheme, _)| scheme);
+            let what = if scheme.is_empty() {
+                "no URL scheme".to_string()
+            } else {
+                format!("the scheme `{}`", scheme.chars().take(16).collect::<String>())
+            };
             return Err(format!(
-                "--mcp-server {name}: {target:?} is neither an http:// URL nor stdio:COMMAND \
+                "--mcp-server {name}: the target ({what}) is neither an http:// URL nor stdio:COMMAND \
                  (https upstreams are not built in: reach them through a local TLS terminator)"
             ));
         };
@@ -67,13 +80,51 @@ impl UpstreamSpec {
         })
     }
 
-    /// Where the server is, for error messages.
+    /// Where the server is, for error messages: the URL without its credentials or query, or the
+    /// program without its arguments.
     pub fn describe(&self) -> String {
         match &self.transport {
-            Transport::Http(url) => format!("MCP server `{}` ({url})", self.name),
+            Transport::Http(url) => format!("MCP server `{}` ({})", self.name, redacted_url(url)),
             Transport::Stdio { program, .. } => format!("MCP server `{}` (stdio: {program})", self.name),
         }
     }
+
+    /// `text` (an error from the transport, which may quote the URL) without the URL's secrets.
+    pub fn redact(&self, text: &str) -> String {
+        let Transport::Http(url) = &self.transport else {
+            return text.to_string();
+        };
+        let mut text = text.to_string();
+        for secret in url_secrets(url) {
+            text = text.replace(&secret, "***");
+        }
+        text
+    }
+}
+
+/// The parts of `url` that may be secret: the user information before `@`, the query, the
+/// fragment.
+fn url_secrets(url: &str) -> Vec<String> {
+    let rest = url.strip_prefix("http://").unwrap_or(url);
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let mut secrets = Vec::new();
+    if let Some(at) = rest[..authority_end].rfind('@') {
+        secrets.push(rest[..at].to_string());
+    }
+    if let Some(q) = rest.find(['?', '#']) {
+        secrets.push(rest[q + 1..].to_string());
+    }
+    secrets.retain(|s| !s.is_empty());
+    secrets
+}
+
+/// `url` with its user information, query and fragment replaced by `***`.
+fn redacted_url(url: &str) -> String {
+    let mut shown = url.to_string();
+    for secret in url_secrets(url) {
+        shown = shown.replace(&secret, "***");
+    }
+    shown
 }
 
 /// A server name is 1–64 ASCII letters, digits, `-`, `_` or `.`: it is a URL path segment and a
@@ -148,13 +199,16 @@ type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
 pub struct Connections {
     slots: Mutex<HashMap<(String, String), Slot>>,
     pub connect_timeout: Duration,
+    /// The environment of stdio servers.
+    stdio_env: ChildEnv,
 }
 
 impl Connections {
-    pub fn new(connect_timeout: Duration) -> Self {
+    pub fn new(connect_timeout: Duration, stdio_env: ChildEnv) -> Self {
         Self {
             slots: Mutex::default(),
             connect_timeout,
+            stdio_env,
         }
     }
 
@@ -172,7 +226,7 @@ impl Connections {
         if let Some(live) = slot.as_ref().filter(|c| !c.is_closed()) {
             return Ok(live.clone());
         }
-        let connection = tokio::time::timeout(self.connect_timeout, connect(spec))
+        let connection = tokio::time::timeout(self.connect_timeout, connect(spec, &self.stdio_env))
             .await
             .map_err(|_| {
                 format!(
@@ -201,7 +255,7 @@ impl Connections {
     }
 }
 
-async fn connect(spec: &UpstreamSpec) -> Result<Connection, String> {
+async fn connect(spec: &UpstreamSpec, stdio_env: &ChildEnv) -> Result<Connection, String> {
     let client = ClientConfig::new(
         // No sampling, roots or elicitation: the gateway cannot route a server's request back to
         // one of several agents, so it does not offer to.
@@ -210,12 +264,25 @@ async fn connect(spec: &UpstreamSpec) -> Result<Connection, String> {
     );
     let running = match &spec.transport {
         Transport::Http(url) => client
-            .serve(StreamableHttpClientTransport::from_uri(url.as_str()))
+            .serve(StreamableHttpClientTransport::from_config(
+                // rmcp holds a session's 17th request until one of 16 gets its answer's headers: a
+                // server that answers a POST only when done (JSON response mode) would have one
+                // agent's 16 stuck calls hold every other call of the tenant. Each call is its own
+                // HTTP request; the tenant's in-flight quota and the call deadline bound them.
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()).max_concurrent_requests(usize::MAX),
+            ))
             .await
-            .map_err(|e| format!("{}: MCP handshake failed: {e}", spec.describe()))?,
+            .map_err(|e| {
+                format!(
+                    "{}: MCP handshake failed: {}",
+                    spec.describe(),
+                    spec.redact(&e.to_string())
+                )
+            })?,
         Transport::Stdio { program, args } => {
             let mut command = tokio::process::Command::new(program);
             command.args(args);
+            stdio_env.apply(&mut command);
             let child = TokioChildProcess::new(command)
                 .map_err(|e| format!("{}: could not start {program}: {e}", spec.describe()))?;
             client
@@ -250,5 +317,24 @@ mod tests {
         assert!(UpstreamSpec::parse("a/b=http://x").unwrap_err().contains("'/'"));
         assert!(UpstreamSpec::parse("s=https://x").unwrap_err().contains("https"));
         assert!(UpstreamSpec::parse("s=stdio:").unwrap_err().contains("no command"));
+    }
+
+    #[test]
+    fn credentials_in_a_url_never_reach_an_error() {
+        let spec = UpstreamSpec::parse("s=http://user:hunter2@127.0.0.1:9/mcp?token=t0ken").unwrap();
+        let shown = spec.describe();
+        assert_eq!(shown, "MCP server `s` (http://***@127.0.0.1:9/mcp?***)");
+        let error = spec.redact("error sending request for url (http://user:hunter2@127.0.0.1:9/mcp?token=t0ken)");
+        assert!(!error.contains("hunter2") && !error.contains("t0ken"), "{error}");
+        for bad in [
+            "s=https://user:hunter2@x/mcp",
+            "s=ftp://hunter2",
+            "http://user:hunter2@x",
+        ] {
+            let error = UpstreamSpec::parse(bad).unwrap_err();
+            assert!(!error.contains("hunter2"), "{error}");
+        }
+        let plain = UpstreamSpec::parse("s=http://127.0.0.1:9/mcp").unwrap();
+        assert_eq!(plain.describe(), "MCP server `s` (http://127.0.0.1:9/mcp)");
     }
 }

@@ -250,7 +250,7 @@ async fn bad_requests_get_clear_errors_and_the_gateway_keeps_serving() {
     assert_eq!(missing.status(), 404);
     assert!(missing.text().await.unwrap().contains("configured: lookup"));
     assert_eq!(
-        gw.gateway.metrics.refused.load(std::sync::atomic::Ordering::Relaxed),
+        gw.gateway.metrics.refused(agentrt_mcp::metrics::Refused::Auth),
         2,
         "no key, wrong key"
     );

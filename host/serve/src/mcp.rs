@@ -4,7 +4,8 @@
 //! An MCP request authenticates with the tenant API keys the proxy uses; its tool calls go on the
 //! tenant's stream (every one of its policy slots observes it), with the agent handles and session
 //! ids of the proxy's own requests — so a policy sees an agent's model calls and tool calls, and
-//! their latencies, as one sequence.
+//! their latencies, as one sequence. Its requests count against the tenant's in-flight quota
+//! (`--tenant-max-in-flight`) beside its model calls.
 
 use std::sync::{Arc, Weak};
 
@@ -12,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 
 /// What [`mount`] takes, for callers that do not depend on `agentrt-mcp` themselves.
 pub use agentrt_mcp::GatewayOptions;
-use agentrt_mcp::{Gateway, Refusal, Tenancy, TenantStream};
+use agentrt_mcp::{Gateway, InFlight, Refusal, Tenancy, TenantStream};
 use agentrt_runtime::types::Event;
 use agentrt_runtime::PolicyRegistry;
 
@@ -90,5 +91,10 @@ impl TenantStream for ProxyTenant {
 
     fn observe(&self, events: Vec<Event>) {
         self.tenant.observe(events);
+    }
+
+    fn admit(&self) -> Result<InFlight, Refusal> {
+        let permit = self.tenant.admit().map_err(refusal)?;
+        Ok(Box::new(permit))
     }
 }

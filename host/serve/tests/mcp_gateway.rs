@@ -139,7 +139,10 @@ async fn tool_calls_through_serve_reach_the_tenants_own_policy_and_metrics() {
         metrics.contains("agentrt_mcp_memo_hits_total{tenant=\"alpha\",server=\"lookup\"} 1"),
         "{metrics}"
     );
-    assert!(metrics.contains("agentrt_mcp_refused_total 1"));
+    assert!(
+        metrics.contains("agentrt_mcp_refused_total{reason=\"auth\"} 1"),
+        "{metrics}"
+    );
     assert!(
         metrics.contains("tenant=\"alpha\",slot=\"tools\""),
         "the memo slot is listed with the other slots"

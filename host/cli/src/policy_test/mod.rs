@@ -2,12 +2,13 @@
 //! real host and checks what the contract asks of every export, on valid and hostile input —
 //! empty and huge batches, agents never registered, configuration it cannot know, corrupted
 //! snapshots — plus `score` against `score-packed`, snapshot → restore → snapshot, determinism,
-//! the time and memory of each call, and with `--trace` the policy's hit rate on a workload
-//! next to LRU's and Bélády's. One line per property; the exit status is non-zero when any fails.
+//! the time and memory of each call, a built-in replay of some thousands of events (a policy that
+//! fails after a while fails it), and with `--trace` the policy's hit rate on a workload next to
+//! LRU's and Bélády's. One line per property; the exit status is non-zero when any fails.
 //!
 //! `agentrt policy check` stays the fast validator (load, `info`, `init`). Modules: [`inputs`]
 //! (what is fed), [`slot`] (calls through the host, timed), [`checks`] (the properties),
-//! [`trace`] (the replay), [`report`] (the lines).
+//! [`trace`] (the replays), [`report`] (the lines).
 
 mod checks;
 mod inputs;
@@ -34,9 +35,13 @@ pub struct TestArgs {
     /// policy, vLLM's LRU and Bélády, and report the hit rates.
     #[arg(long)]
     trace: Option<PathBuf>,
-    /// Cache size in blocks for `--trace` (default: `sim run`'s, the headline H100 setting).
+    /// Cache size in blocks for the replays (default: a third of the distinct blocks the workload
+    /// touches, so the engine evicts and the policy ranks).
     #[arg(long)]
     capacity_blocks: Option<usize>,
+    /// Sessions of the built-in replay (GSM8K-like, ~3 requests each); 0 skips it.
+    #[arg(long, default_value_t = trace::BUILT_IN_SESSIONS)]
+    replay_sessions: usize,
     /// Items in the huge `score` batch.
     #[arg(long, default_value_t = 100_000)]
     huge_batch: usize,
@@ -106,14 +111,17 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
         &host.measures(),
         host.config().limits.memory_bytes,
     ));
+    let replay = trace::Replay {
+        file: &args.file,
+        init: &init,
+        capacity_blocks: args.capacity_blocks,
+        limits,
+    };
+    if args.replay_sessions > 0 {
+        lines.extend(trace::built_in_lines(&replay, args.replay_sessions));
+    }
     if let Some(trace) = &args.trace {
-        lines.extend(trace::lines(&trace::Replay {
-            file: &args.file,
-            init: &init,
-            trace,
-            capacity_blocks: args.capacity_blocks,
-            limits,
-        }));
+        lines.extend(trace::trace_lines(&replay, trace));
     }
     finish(&file, lines)
 }

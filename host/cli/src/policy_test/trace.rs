@@ -1,42 +1,152 @@
-//! `--trace`: the policy on a real workload, through the simulator's replay (`agentrt sim run`'s
-//! harness, not a copy of it), beside vLLM's LRU and Bélády's optimum on the same cache.
+//! The policy on a workload, through the simulator's replay (`agentrt sim run`'s harness, not a
+//! copy of it): always a built-in one of some thousands of events — a policy that fails after a
+//! while (a trap on its 300th request, a leak that reaches the memory cap) fails the kit — and with
+//! `--trace` the operator's, beside vLLM's LRU and Bélády's optimum on the same cache.
+//!
+//! Either way the cache is sized from the workload unless `--capacity-blocks` says otherwise: a
+//! third of the distinct blocks it touches, so the engine must evict and the policy must rank. A
+//! replay in which the policy ranked nothing tested no `score`, and fails as not run rather than
+//! passing.
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use agentrt_runtime::ComponentLookup;
-use agentrt_sim::cli::{headline_blocks, BLOCK_SIZE, DEFAULT_RERANK_MS};
+use agentrt_sim::cli::{BLOCK_SIZE, DEFAULT_RERANK_MS};
 use agentrt_sim::harness::{run_all, PolicyHost, PolicySpec};
 use agentrt_sim::policies::Rerank;
 use agentrt_sim::policy_limits::ReplayLimits;
 use agentrt_sim::prepare::PreparedTrace;
-use agentrt_sim::report::{failure_notes, summarize};
+use agentrt_sim::report::{failure_notes, summarize, PolicySummary};
 use agentrt_sim::scheduler::SimConfig;
 use agentrt_sim::trace::Trace;
+use agentrt_sim::workloads::{generate, Workload};
 use anyhow::Context;
 
 use super::report::{Check, Line, Problem};
+
+/// Sessions of the built-in replay (GSM8K-like multi-agent sessions, the simulator's generator with
+/// a fixed seed): about 600 requests — some thousands of request events, tens of thousands of
+/// block events.
+pub const BUILT_IN_SESSIONS: usize = 200;
 
 /// What the replay is of.
 pub struct Replay<'a> {
     pub file: &'a Path,
     pub init: &'a [(String, String)],
-    pub trace: &'a Path,
     pub capacity_blocks: Option<usize>,
     pub limits: ReplayLimits,
 }
 
-/// The replay's lines: whether the policy got through it without failing, and the hit rates.
-pub fn lines(replay: &Replay<'_>) -> Vec<Line> {
-    match run(replay) {
-        Ok(lines) => lines,
+/// The built-in replay's line: the policy alone (no comparison: the point is that it lasts).
+pub fn built_in_lines(replay: &Replay<'_>, sessions: usize) -> Vec<Line> {
+    const PROPERTY: &str = "replay: a built-in workload";
+    let trace = built_in_trace(sessions);
+    match run(replay, &trace, false) {
+        Ok(ran) => vec![Line::checked(PROPERTY, ran.verdict("GSM8K-like"))],
+        Err(e) => vec![Line::checked(PROPERTY, Err(Problem::Fail(format!("{e:#}"))))],
+    }
+}
+
+/// `--trace`'s lines: whether the policy got through it without failing, and the hit rates.
+pub fn trace_lines(replay: &Replay<'_>, trace: &Path) -> Vec<Line> {
+    let ran = Trace::load(trace).and_then(|t| run(replay, &t, true));
+    match ran {
+        Ok(ran) => {
+            let mut lines = vec![Line::checked(
+                "trace: replays without failing",
+                ran.verdict("the trace"),
+            )];
+            lines.extend(ran.hit_rates.map(|rates| Line::info("trace: token hit rate", rates)));
+            lines
+        }
         Err(e) => vec![Line::checked("trace: replay", Err(Problem::Fail(format!("{e:#}"))))],
     }
 }
 
-fn run(replay: &Replay<'_>) -> anyhow::Result<Vec<Line>> {
-    let trace = Trace::load(replay.trace)?;
-    let prepared = PreparedTrace::new(&trace, BLOCK_SIZE, false);
-    let blocks = replay.capacity_blocks.unwrap_or_else(headline_blocks);
+/// The built-in workload: `sessions` GSM8K-like sessions (the simulator's headline concurrency for
+/// the workload, scaled to the sessions), always the same.
+pub fn built_in_trace(sessions: usize) -> Trace {
+    let mut params = Workload::Gsm8k.headline();
+    params.concurrency = (params.concurrency * sessions as f64 / params.sessions as f64).max(1.0);
+    params.sessions = sessions;
+    params.seed = 21;
+    generate(Workload::Gsm8k, &params)
+}
+
+/// The distinct blocks `trace` touches, and the cache it is replayed through by default: a third
+/// of them (so it must evict), never smaller than four times its longest request (so requests
+/// still run side by side).
+pub fn fitted_blocks(trace: &PreparedTrace) -> (usize, usize) {
+    let distinct = trace
+        .requests
+        .iter()
+        .flat_map(|r| r.prompt.hashes.iter().copied())
+        .collect::<HashSet<u64>>()
+        .len();
+    let longest = trace
+        .requests
+        .iter()
+        .map(|r| (r.prompt.tokens + r.output_tokens) as usize / trace.block_size + 1)
+        .max()
+        .unwrap_or(1);
+    (distinct, (distinct / 3).max(4 * longest).max(16))
+}
+
+/// One replay's outcome.
+struct Ran {
+    requests: usize,
+    blocks: usize,
+    distinct_blocks: usize,
+    fitted: bool,
+    policy: PolicySummary,
+    hit_rates: Option<String>,
+}
+
+impl Ran {
+    fn verdict(&self, what: &str) -> Check {
+        let p = &self.policy;
+        if p.failed_calls > 0 || p.fallbacks > 0 {
+            let notes = failure_notes(&[("policy".to_string(), p.clone())]);
+            return Err(Problem::Fail(format!(
+                "{what}, {} requests: {}",
+                self.requests,
+                notes.trim().trim_start_matches("! ")
+            )));
+        }
+        if p.score_calls == 0 {
+            let hint = if self.fitted {
+                "the workload never filled it".to_string()
+            } else {
+                format!(
+                    "it held all {} distinct blocks; leave --capacity-blocks out to size it from the trace",
+                    self.distinct_blocks
+                )
+            };
+            return Err(Problem::Fail(format!(
+                "not run: 0 rankings in {} requests through a cache of {} blocks ({hint}), so no `score` was tested",
+                self.requests, self.blocks
+            )));
+        }
+        Ok(format!(
+            "{what}, {} requests ({} events), cache {} blocks{}: {} rankings, no failure",
+            self.requests,
+            p.events,
+            self.blocks,
+            if self.fitted {
+                " (a third of its distinct blocks)"
+            } else {
+                ""
+            },
+            p.score_calls
+        ))
+    }
+}
+
+fn run(replay: &Replay<'_>, trace: &Trace, compare: bool) -> anyhow::Result<Ran> {
+    let prepared = PreparedTrace::new(trace, BLOCK_SIZE, false);
+    let (distinct_blocks, fitted) = fitted_blocks(&prepared);
+    let blocks = replay.capacity_blocks.unwrap_or(fitted);
     // The policy by its path; LRU is the simulator's native one, so no component is looked up.
     let host = PolicyHost::with_limits(ComponentLookup::in_folder(".".into()), replay.limits.clone(), None)?;
     let path = std::path::absolute(replay.file).with_context(|| format!("{}", replay.file.display()))?;
@@ -45,7 +155,11 @@ fn run(replay: &Replay<'_>) -> anyhow::Result<Vec<Line>> {
         component: path.display().to_string(),
         init: replay.init.to_vec(),
     };
-    let policies = [PolicySpec::NativeLru, policy, PolicySpec::Belady];
+    let policies = if compare {
+        vec![PolicySpec::NativeLru, policy, PolicySpec::Belady]
+    } else {
+        vec![policy]
+    };
     let results = run_all(
         &host,
         &prepared,
@@ -56,37 +170,29 @@ fn run(replay: &Replay<'_>) -> anyhow::Result<Vec<Line>> {
         |_| {},
     )?;
     let summaries = summarize(&results);
-    let [(_, lru), (_, policy), (_, belady)] = &summaries[..] else {
-        anyhow::bail!("the replay ran {} policies, not 3", summaries.len());
-    };
-    let replayed: Check = if policy.failed_calls == 0 && policy.fallbacks == 0 {
-        Ok(format!(
-            "{} requests, cache {blocks} blocks: {} rankings, no failure",
-            prepared.requests.len(),
-            policy.score_calls
-        ))
-    } else {
-        Err(Problem::Fail(
-            failure_notes(&summaries[1..2])
-                .trim()
-                .trim_start_matches("! ")
-                .to_string(),
-        ))
-    };
-    let gap = policy.gap_closed.map_or(String::new(), |g| {
-        format!(", {:.0}% of the gap to Bélády closed", g * 100.0)
-    });
-    Ok(vec![
-        Line::checked("trace: replays without failing", replayed),
-        Line::info(
-            "trace: token hit rate",
-            format!(
+    let (summary, hit_rates) = match &summaries[..] {
+        [(_, policy)] => (policy.clone(), None),
+        [(_, lru), (_, policy), (_, belady)] => {
+            let gap = policy.gap_closed.map_or(String::new(), |g| {
+                format!(", {:.0}% of the gap to Bélády closed", g * 100.0)
+            });
+            let rates = format!(
                 "policy {:.1}% · LRU {:.1}% · Bélády {:.1}% (Δ {:+.1} pp{gap})",
                 policy.hit_rate * 100.0,
                 lru.hit_rate * 100.0,
                 belady.hit_rate * 100.0,
                 (policy.hit_rate - lru.hit_rate) * 100.0,
-            ),
-        ),
-    ])
+            );
+            (policy.clone(), Some(rates))
+        }
+        other => anyhow::bail!("the replay ran {} policies, not {}", other.len(), policies.len()),
+    };
+    Ok(Ran {
+        requests: prepared.requests.len(),
+        blocks,
+        distinct_blocks,
+        fitted: replay.capacity_blocks.is_none(),
+        policy: summary,
+        hit_rates,
+    })
 }

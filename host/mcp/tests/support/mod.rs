@@ -189,6 +189,10 @@ impl TenantStream for RecordingTenant {
             .or_default()
             .extend(events);
     }
+    /// No quota here: `agentrt serve`'s is tested through serve (tests/hostile/mcp_sessions.rs).
+    fn admit(&self) -> Result<agentrt_mcp::InFlight, Refusal> {
+        Ok(Box::new(()))
+    }
 }
 
 /// A gateway on loopback.

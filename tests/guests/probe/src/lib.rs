@@ -33,7 +33,9 @@
 //!   returning an error;
 //! - `clock-scores`: scores depend on the host's clock (two instances fed alike disagree);
 //! - `lossy-snapshot`: `restore` drops the event count, so snapshot → restore → snapshot differs;
-//! - `init-trap`: `init` panics on a key it does not know, instead of returning an error.
+//! - `init-trap`: `init` panics on a key it does not know, instead of returning an error;
+//! - `late-trap`: `observe` panics on the instance's `trap_at`th request arrival (default
+//!   [`DEFAULT_TRAP_AT`]): a policy that passes a short stream and fails after a while.
 //!
 //! `hold_mib=N` makes `init` allocate and keep N MiB (for memory-cap tests).
 
@@ -60,7 +62,8 @@ pub const SNAPSHOT_FLOOD_AGENT: &str = "probe-snapshot-flood";
 pub const FLOOD_LEN: usize = 100_000;
 pub const LONG_STRING_BYTES: usize = 1 << 20;
 pub const SNAPSHOT_FLOOD_BYTES: usize = 20 << 20;
-pub const FAULTS: [&str; 7] = [
+pub const DEFAULT_TRAP_AT: u64 = 300;
+pub const FAULTS: [&str; 8] = [
     "score-spin",
     "short-score",
     "observe-trap",
@@ -68,6 +71,7 @@ pub const FAULTS: [&str; 7] = [
     "clock-scores",
     "lossy-snapshot",
     "init-trap",
+    "late-trap",
 ];
 const MAGIC: [u8; 4] = *b"PRB1";
 
@@ -93,6 +97,10 @@ pub struct Probe {
     pub fault: Option<String>,
     /// Memory held for `hold_mib` (not part of the snapshot).
     pub held: Vec<u8>,
+    /// Request arrivals this instance observed (not part of the snapshot), and the one it traps on
+    /// with `fault=late-trap`.
+    pub arrivals: u64,
+    pub trap_at: u64,
 }
 
 impl Probe {
@@ -111,7 +119,7 @@ impl Policy for Probe {
     }
 
     fn init(&mut self, config: &Config) -> Result<(), String> {
-        const KEYS: [&str; 3] = ["bias", "fault", "hold_mib"];
+        const KEYS: [&str; 4] = ["bias", "fault", "hold_mib", "trap_at"];
         if config.get("fault") == Some("init-trap") {
             if let Some((key, _)) = config.pairs().iter().find(|(k, _)| !KEYS.contains(&k.as_str())) {
                 panic!("probe was told to trap on an unknown key ({key})");
@@ -125,6 +133,7 @@ impl Policy for Probe {
             }
             self.fault = Some(fault.to_string());
         }
+        self.trap_at = config.parse_or("trap_at", DEFAULT_TRAP_AT)?;
         let hold_mib: usize = config.parse_or("hold_mib", 0)?;
         self.held = vec![1; hold_mib << 20];
         Ok(())
@@ -168,6 +177,12 @@ impl Policy for Probe {
                 self.agents.push((a.agent, a.anchor_hash))
             }
             Event::RequestArrival(r) => {
+                self.arrivals += 1;
+                assert!(
+                    !(self.faulty("late-trap") && self.arrivals == self.trap_at),
+                    "probe was configured to trap on request {}",
+                    self.trap_at
+                );
                 self.prompt_tokens += u64::from(r.prompt_tokens);
                 self.continued_tokens += r.continues.map_or(0, |c| u64::from(c.shared_tokens));
             }
@@ -347,6 +362,8 @@ impl Policy for Probe {
         // Configuration, not state: the instance keeps its own.
         next.fault = self.fault.take();
         next.held = std::mem::take(&mut self.held);
+        next.trap_at = self.trap_at;
+        next.arrivals = self.arrivals;
         if next.faulty("lossy-snapshot") {
             next.events = 0;
         }
@@ -437,5 +454,21 @@ mod tests {
         assert!(Harness::<Probe>::new([("fault", "typo")])
             .unwrap_err()
             .contains("unknown fault"));
+
+        // `late-trap` passes a short stream and traps on its `trap_at`th arrival, not before.
+        let arrival = Event::RequestArrival(agentrt_sdk::RequestArrival {
+            request_id: 1,
+            agent: 1,
+            session: 1,
+            anchor_hash: 0,
+            prompt_tokens: 10,
+            continues: None,
+            warmup: false,
+            at_us: 0,
+        });
+        let mut late = Harness::<Probe>::new([("fault", "late-trap"), ("trap_at", "3")]).unwrap();
+        late.observe(&[arrival.clone(), arrival.clone()]);
+        let third = std::panic::catch_unwind(move || late.observe(&[arrival]));
+        assert!(third.is_err(), "traps on the third arrival");
     }
 }
