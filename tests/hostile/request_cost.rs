@@ -199,7 +199,7 @@ async fn a_tenants_backlog_does_not_make_another_tenant_wait_it_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_bodies_are_bounded_per_tenant_and_in_all() {
     let p = Setup {
-        admission: Some((1, Duration::from_secs(10))),
+        admission: Some((1, Duration::from_secs(30))),
         queued_bytes: QueuedBytes {
             total: 3 << 20,
             per_tenant: 2 << 20,
@@ -208,12 +208,14 @@ async fn waiting_bodies_are_bounded_per_tenant_and_in_all() {
     }
     .start()
     .await;
-    // The first call holds the one place for 2 s; ~700 KiB of prompt each.
-    let body = |task: &str| {
+    // The first call holds the one place for 8 s (time enough for the others to line up on a
+    // loaded machine); ~700 KiB of prompt each.
+    let body = |i: usize| {
+        let model = if i == 0 { "slow-8000" } else { "tiny" };
         chat(
             "You summarize.",
-            &format!("{task} {}", "y".repeat(700 << 10)),
-            "slow-2000",
+            &format!("a{i} {}", "y".repeat(700 << 10)),
+            model,
             false,
         )
         .to_string()
@@ -222,7 +224,7 @@ async fn waiting_bodies_are_bounded_per_tenant_and_in_all() {
     let queue = p.state.admission.clone().unwrap();
     let mut calls = Vec::new();
     for i in 0..4 {
-        let (url, body) = (p.url.clone(), body(&format!("a{i}")));
+        let (url, body) = (p.url.clone(), body(i));
         calls.push(tokio::spawn(async move {
             call_raw(&url, "/v1/chat/completions", "key-a", body).await
         }));

@@ -56,10 +56,11 @@ pub struct McpArgs {
     pub allowed_hosts: Vec<String>,
     /// MCP sessions one tenant may have open at once, all servers together; an `initialize` past
     /// it gets 429.
-    #[arg(long = "mcp-max-sessions", default_value_t = DEFAULT_MAX_SESSIONS_PER_TENANT)]
+    // The ids keep clear of serve's own `--max-sessions` and `--session-idle-ms`.
+    #[arg(id = "mcp_max_sessions", long = "mcp-max-sessions", default_value_t = DEFAULT_MAX_SESSIONS_PER_TENANT)]
     pub max_sessions: usize,
     /// An MCP session without a request for this long is closed and its place freed (ms).
-    #[arg(long = "mcp-session-idle-ms", default_value_t = DEFAULT_SESSION_IDLE.as_millis() as u64)]
+    #[arg(id = "mcp_session_idle_ms", long = "mcp-session-idle-ms", default_value_t = DEFAULT_SESSION_IDLE.as_millis() as u64)]
     pub session_idle_ms: u64,
     /// How long a server may take to answer one request (ms); past it the request is cancelled at
     /// the server and the agent gets a JSON-RPC error (-32001).

@@ -633,6 +633,19 @@ mod tests {
             .limits()
     }
 
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    #[test]
+    fn every_flag_of_serve_has_a_name_of_its_own() {
+        // clap checks the whole command here (two flags with one id, e.g. from a flattened group).
+        use clap::CommandFactory;
+        Serve::command().debug_assert();
+    }
+
     #[test]
     fn shares_parse_per_tenant_and_refuse_what_is_not_one() {
         assert_eq!(
