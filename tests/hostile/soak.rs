@@ -9,10 +9,14 @@
 //! flood of JSON elements; and a hot swap of her policy every 10 s. Meanwhile the operator's
 //! config file is rewritten and reloaded every 2 s — in turn a valid file (by rename), a key-less
 //! one and a malformed one written in place, both of which must be refused. Bob runs CacheSage
-//! with a plain two-agent workflow, one request at a time, and measures.
+//! with a plain two-agent workflow, one request at a time, and measures. When the MCP venv is
+//! there, a real MCP server sits behind the gateway too: alice opens sessions past her cap, calls a
+//! tool that never answers (cut at the call deadline) and uses bob's session id; bob calls a
+//! quick tool on his own session every few requests, and each of his calls must succeed.
 //!
 //! `AGENTRT_SOAK_SECS` sets the length (default 120).
 
+mod mcp_support;
 #[path = "../../host/serve/tests/stub_upstream/mod.rs"]
 mod stub_upstream;
 #[path = "../../host/serve/tests/support/mod.rs"]
@@ -47,6 +51,43 @@ fn resident() -> (u64, u64) {
             .map_or(0, |kb| kb * 1024)
     };
     (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// The MCP side of the soak: the gateway's raw client and bob's session.
+struct Mcp {
+    client: mcp_support::RawMcp,
+    bob_session: String,
+}
+
+/// One of alice's MCP attacks, chosen by `i`; returns the status and the statuses it may answer.
+async fn mcp_attack(mcp: &Mcp, i: u64) -> (u16, &'static [u16]) {
+    match i % 3 {
+        // A new session each time, left open: past her cap, 429; idle ones expire.
+        0 => match mcp.client.open("key-alice").await {
+            Ok(_) => (200, &[200]),
+            Err(refused) => (refused.status, &[429]),
+        },
+        // Bob's session id with her own key: the same 404 as an unknown id.
+        1 => {
+            let answer = mcp
+                .client
+                .call("key-alice", &mcp.bob_session, "quick", serde_json::json!({"tag": "x"}))
+                .await;
+            (answer.status, &[404])
+        }
+        // A tool that never answers, on a session of her own: cut at the call deadline.
+        _ => match mcp.client.open("key-alice").await {
+            Ok(session) => {
+                let answer = mcp
+                    .client
+                    .call("key-alice", &session, "hang", serde_json::json!({}))
+                    .await;
+                let cut = answer.status == 200 && answer.message()["error"]["code"] == -32001;
+                (if cut { 200 } else { answer.status + 1000 }, &[200])
+            }
+            Err(refused) => (refused.status, &[429]),
+        },
+    }
 }
 
 /// One of alice's attacks, chosen by `i`; returns the statuses it may answer.
@@ -141,14 +182,41 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
     let config = config_dir.path().join("tenants.toml");
     std::fs::write(&config, tenants_file(256)).unwrap();
     std::thread::sleep(agentrt_serve::config_file::SETTLE);
+    let python = mcp_support::venv_python();
+    let mcp_server = match &python {
+        Ok(python) => Some(mcp_support::HostileServer::start(python).await),
+        Err(reason) => {
+            eprintln!("soak: the MCP part is {reason}");
+            None
+        }
+    };
+    let mcp_options = mcp_server.as_ref().map(|server| {
+        let spec = agentrt_mcp::upstream::UpstreamSpec::parse(&format!("h={}", server.url)).unwrap();
+        Box::new(move |_: &agentrt_runtime::PolicyEngine| agentrt_mcp::GatewayOptions {
+            servers: vec![spec],
+            max_sessions_per_tenant: 16,
+            session_idle: Duration::from_secs(3),
+            call_timeout: Duration::from_millis(1000),
+            ..agentrt_mcp::GatewayOptions::default()
+        }) as support::McpOptions
+    });
     let p = Arc::new(
         Setup {
             config: Some(config.clone()),
+            mcp: mcp_options,
             ..Setup::new("cachesage")
         }
         .start()
         .await,
     );
+    let mcp = match mcp_server {
+        Some(_) => {
+            let client = mcp_support::RawMcp::new(&p, "h");
+            let bob_session = client.open("key-bob").await.expect("bob opens his MCP session");
+            Some(Arc::new(Mcp { client, bob_session }))
+        }
+        None => None,
+    };
     install_policy(&p, "alice", "probe").await;
     let (rss_start, _) = resident();
     let until = Instant::now() + Duration::from_secs(secs);
@@ -157,11 +225,15 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
 
     let attackers: Vec<_> = (0..4u64)
         .map(|a| {
-            let (p, attacks) = (p.clone(), attacks.clone());
+            let (p, attacks, mcp) = (p.clone(), attacks.clone(), mcp.clone());
             tokio::spawn(async move {
                 let mut i = a;
                 while Instant::now() < until {
-                    let (status, expected) = attack(&p, i).await;
+                    // Every fifth attack of the first attacker goes through the MCP gateway.
+                    let (status, expected) = match &mcp {
+                        Some(mcp) if a == 0 && i % 5 == 0 => mcp_attack(mcp, i / 5).await,
+                        _ => attack(&p, i).await,
+                    };
                     assert!(
                         expected.contains(&status),
                         "attack {i} answered {status}, expected {expected:?}"
@@ -252,6 +324,7 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
     };
 
     let mut bob = Vec::new();
+    let mut mcp_calls = 0u32;
     let mut i = 0u64;
     while Instant::now() < until {
         let (agent, system) = if i.is_multiple_of(2) {
@@ -273,6 +346,18 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
         .await;
         bob.push(started.elapsed());
         assert_eq!(response.status(), 200, "bob's request {i}");
+        if let Some(mcp) = mcp.as_ref().filter(|_| i % 10 == 9) {
+            let answer = mcp
+                .client
+                .call("key-bob", &mcp.bob_session, "quick", serde_json::json!({"tag": i.to_string()}))
+                .await;
+            assert_eq!(
+                mcp_support::result_text(&answer.message()),
+                serde_json::json!(format!("quick {i}")),
+                "bob's MCP call {i}"
+            );
+            mcp_calls += 1;
+        }
         i += 1;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -296,7 +381,7 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
     eprintln!(
         "soak {secs} s: bob {} requests, p50 {p50:?} p99 {p99:?} max {max:?}; alice {} attacks, {swaps} swaps, \
          {} restarts, {} circuit opens, {} events dropped; {reloads_applied} reloads applied, {reloads_refused} \
-         refused; RSS start {} MB, end {} MB, peak {} MB (sampled {} MB)",
+         refused; bob's MCP calls {mcp_calls}; RSS start {} MB, end {} MB, peak {} MB (sampled {} MB)",
         bob.len(),
         attacks.load(Relaxed),
         m.restarts(),
