@@ -11,7 +11,7 @@ mod support;
 use serde_json::{json, Value};
 use support::{chat, metrics_text, post, Proxy, Setup};
 
-use agentrt_serve::engine_fields::EngineField;
+use agentrt_serve::request::engine_fields::EngineField;
 
 fn two_tenants() -> Setup {
     Setup {
@@ -128,14 +128,14 @@ async fn a_tenant_continues_its_own_stored_responses_never_another_tenants() {
 
 #[test]
 fn a_keyed_tenant_cannot_be_named_like_the_unauthenticated_one() {
-    let flags = agentrt_serve::tenant_settings::FlagSettings {
+    let flags = agentrt_serve::tenant::settings::FlagSettings {
         keys: [("key-d".to_string(), "default".to_string())].into(),
         ..Default::default()
     };
     let e = flags.settings().unwrap_err();
     assert!(e.contains("a tenant is named `default`"), "{e}");
-    let file = agentrt_serve::tenant_settings::ConfigFile::parse("[tenants.default]\napi_keys = [\"k\"]\n").unwrap();
-    let e = agentrt_serve::tenant_settings::FlagSettings::default()
+    let file = agentrt_serve::tenant::settings::ConfigFile::parse("[tenants.default]\napi_keys = [\"k\"]\n").unwrap();
+    let e = agentrt_serve::tenant::settings::FlagSettings::default()
         .merge(file)
         .unwrap_err();
     assert!(e.contains("another name"), "{e}");

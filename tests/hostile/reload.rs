@@ -34,7 +34,7 @@ fn config_file(text: &str) -> (tempfile::TempDir, PathBuf) {
     let file = dir.path().join("tenants.toml");
     std::fs::write(&file, text).unwrap();
     // A file just written is read once it has settled; make it old enough at once.
-    std::thread::sleep(agentrt_serve::config_file::SETTLE);
+    std::thread::sleep(agentrt_serve::tenant::config_file::SETTLE);
     (dir, file)
 }
 
@@ -65,7 +65,7 @@ fn message(answer: &Value) -> String {
 /// Write `text` over `file` and wait until it has settled.
 fn rewrite(file: &Path, text: &str) {
     std::fs::write(file, text).unwrap();
-    std::thread::sleep(agentrt_serve::config_file::SETTLE);
+    std::thread::sleep(agentrt_serve::tenant::config_file::SETTLE);
 }
 
 // --- 1. a reload can turn authentication off -------------------------------------------------
@@ -214,7 +214,7 @@ async fn the_sighup_log_never_repeats_a_secret() {
         .try_init();
     let (_dir, file) = config_file(TWO_TENANTS);
     let p = proxy_with_config(&file).await;
-    agentrt_serve::reload::reload_on_sighup(p.state.clone()).unwrap();
+    agentrt_serve::tenant::reload::reload_on_sighup(p.state.clone()).unwrap();
     for malformed in MALFORMED {
         rewrite(&file, malformed);
         let refused_before = metric(
@@ -249,8 +249,8 @@ fn metric(metrics: &str, series: &str) -> u64 {
 
 #[test]
 fn starting_with_a_config_that_is_a_device_is_refused_naming_it() {
-    let flags = agentrt_serve::tenant_settings::FlagSettings::default();
-    let e = agentrt_serve::reload::initial_settings(Some("/dev/zero".into()), flags).unwrap_err();
+    let flags = agentrt_serve::tenant::settings::FlagSettings::default();
+    let e = agentrt_serve::tenant::reload::initial_settings(Some("/dev/zero".into()), flags).unwrap_err();
     assert!(e.contains("/dev/zero is not a regular file"), "{e}");
 }
 

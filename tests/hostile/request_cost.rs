@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::{chat, metrics_text, post, Proxy, Setup};
 
-use agentrt_serve::admission::QueuedBytes;
+use agentrt_serve::engine::admission::QueuedBytes;
 
 fn two_tenants() -> Setup {
     Setup {

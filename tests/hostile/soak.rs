@@ -181,7 +181,7 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
     let config_dir = tempfile::tempdir().unwrap();
     let config = config_dir.path().join("tenants.toml");
     std::fs::write(&config, tenants_file(256)).unwrap();
-    std::thread::sleep(agentrt_serve::config_file::SETTLE);
+    std::thread::sleep(agentrt_serve::tenant::config_file::SETTLE);
     let python = mcp_support::venv_python();
     let mcp_server = match &python {
         Ok(python) => Some(mcp_support::HostileServer::start(python).await),
@@ -349,7 +349,12 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
         if let Some(mcp) = mcp.as_ref().filter(|_| i % 10 == 9) {
             let answer = mcp
                 .client
-                .call("key-bob", &mcp.bob_session, "quick", serde_json::json!({"tag": i.to_string()}))
+                .call(
+                    "key-bob",
+                    &mcp.bob_session,
+                    "quick",
+                    serde_json::json!({"tag": i.to_string()}),
+                )
                 .await;
             assert_eq!(
                 mcp_support::result_text(&answer.message()),

@@ -13,7 +13,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use agentrt_serve::quotas::Quotas;
+use agentrt_serve::tenant::quotas::Quotas;
 use agentrt_test_probe::SLOW_AGENT;
 use support::{chat, install_policy, post_json, quantile, settle, Proxy, Setup};
 
@@ -88,7 +88,7 @@ async fn load(p: &Proxy, key: &'static str, clients: usize, run: Duration) -> Ve
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_policy_delays_no_request_of_its_own_tenant_or_another() {
-    let p = two_tenants(agentrt_serve::policy_worker::DEFAULT_QUEUE_JOBS).await;
+    let p = two_tenants(agentrt_serve::tenant::worker::DEFAULT_QUEUE_JOBS).await;
     let run = Duration::from_secs(3);
     // Bob alone first: the latency his requests have anyway on this machine.
     let mut alone = load(&p, BOB, 1, Duration::from_secs(1)).await;

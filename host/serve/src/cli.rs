@@ -14,19 +14,17 @@ use agentrt_runtime::{
     SlotConfig,
 };
 
-use crate::engine_fields::{ClientEngineFields, EngineField};
-use crate::limits::Limits;
-use crate::policy_worker::DEFAULT_QUEUE_JOBS;
-use crate::proxy::{AppState, ServeOptions};
-use crate::quotas::{Quotas, DEFAULT_CPU_MS_PER_S, DEFAULT_MAX_IN_FLIGHT, DEFAULT_WARMUP_TOKENS_PER_S};
-use crate::reload::initial_settings;
-use crate::request_budget::RequestBudget;
+use crate::front::limits::Limits;
+use crate::front::request_budget::RequestBudget;
+use crate::policy::warmup::WarmupOptions;
+use crate::request::engine_fields::{ClientEngineFields, EngineField};
+use crate::request::{AppState, ServeOptions};
 use crate::table::TableLimits;
-use crate::tenant_settings::FlagSettings;
-use crate::tenants::{
-    parse_tenant_secret, TenantSecret, Tenants, API_KEY, DEFAULT_TENANT, KV_SLOT, TENANT_ADMIN_TOKEN,
-};
-use crate::warmup::WarmupOptions;
+use crate::tenant::quotas::{Quotas, DEFAULT_CPU_MS_PER_S, DEFAULT_MAX_IN_FLIGHT, DEFAULT_WARMUP_TOKENS_PER_S};
+use crate::tenant::reload::initial_settings;
+use crate::tenant::settings::FlagSettings;
+use crate::tenant::worker::DEFAULT_QUEUE_JOBS;
+use crate::tenant::{parse_tenant_secret, TenantSecret, Tenants, API_KEY, DEFAULT_TENANT, KV_SLOT, TENANT_ADMIN_TOKEN};
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -37,7 +35,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     #[command(flatten)]
-    pub replicas: crate::replicas::ReplicaArgs,
+    pub replicas: crate::engine::replicas::ReplicaArgs,
     /// Each tenant's policy: a component name (`cachesage`, `lru`, `ttl`; found in
     /// `$AGENTRT_COMPONENTS_DIR`, beside the binary, built into it, or in the source tree's build)
     /// or a path to a `.wasm` file.
@@ -115,7 +113,7 @@ pub struct ServeArgs {
     #[arg(long = "client-engine-field", value_name = "FIELD", value_parser = EngineField::parse)]
     pub client_engine_fields: Vec<EngineField>,
     #[command(flatten)]
-    pub admission: crate::admission::AdmissionArgs,
+    pub admission: crate::engine::admission::AdmissionArgs,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
@@ -142,7 +140,7 @@ pub struct ServeArgs {
     /// repeatable) whose requests every tenant shares cache blocks for: they carry one public
     /// cache salt instead of their tenant's. The whole request is shared, the conversation after
     /// the anchor included (docs/multi-tenant.md).
-    #[arg(long = "public-anchor", value_name = "HASH", value_parser = crate::tenant_settings::parse_anchor_hash)]
+    #[arg(long = "public-anchor", value_name = "HASH", value_parser = crate::tenant::settings::parse_anchor_hash)]
     pub public_anchors: Vec<u64>,
 }
 
@@ -182,7 +180,7 @@ fn parse_share(text: &str) -> Result<(String, Share), String> {
     let (tenant, share) = text
         .rsplit_once('=')
         .ok_or_else(|| format!("expected TENANT=MIN_BLOCKS[:MAX_BLOCKS], got {text:?}"))?;
-    crate::tenants::validate_tenant_name(tenant)?;
+    crate::tenant::validate_tenant_name(tenant)?;
     Ok((tenant.to_string(), Share::parse(share)?))
 }
 
@@ -405,7 +403,7 @@ fn extra_slots(
         let (name, policy) = option
             .split_once('=')
             .with_context(|| format!("--slot {option:?}: expected NAME=COMPONENT"))?;
-        crate::tenants::validate_tenant_name(name).map_err(|e| anyhow::anyhow!("--slot {option:?}: the slot {e}"))?;
+        crate::tenant::validate_tenant_name(name).map_err(|e| anyhow::anyhow!("--slot {option:?}: the slot {e}"))?;
         anyhow::ensure!(
             name != KV_SLOT,
             "--slot {option:?}: `{KV_SLOT}` is the cache policy's slot; set it with --policy"
@@ -489,7 +487,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
     };
     let mut state = AppState::new(options, tenants);
     state.reloader = reloader;
-    state.replicas = crate::replicas::ReplicaRouting::from_args(&args.replicas)?;
+    state.replicas = crate::engine::replicas::ReplicaRouting::from_args(&args.replicas)?;
     state.admission = args.admission.queue(state.replicas.is_some())?;
 
     let replica_sockets = !args.replicas.eviction_sockets.is_empty();
@@ -573,7 +571,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
     }
     // Before saying we listen: SIGHUP's default action would end the process.
     #[cfg(unix)]
-    crate::reload::reload_on_sighup(state.clone()).context("installing the SIGHUP handler")?;
+    crate::tenant::reload::reload_on_sighup(state.clone()).context("installing the SIGHUP handler")?;
     eprintln!(
         "agentrt serve: listening on http://{} → {} (policy {})",
         listener.local_addr()?,
@@ -597,7 +595,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
             }
         });
     }
-    crate::proxy::serve(listener, state, shutdown_signal()).await?;
+    crate::request::serve(listener, state, shutdown_signal()).await?;
     Ok(())
 }
 

@@ -34,37 +34,17 @@
 //!   ones, and waiting on the upstream under the rest; [`auth`]: bearer tokens.
 
 pub mod admin;
-pub mod admin_auth;
-pub mod admission;
-pub mod agent_api;
-pub mod auth;
-pub mod cache_salt;
 pub mod cli;
-pub mod config_file;
-pub mod connections;
-pub mod continuation;
-pub mod engine_fields;
-pub mod engine_tenants;
-pub mod error;
-pub mod handles;
+pub mod engine;
+pub mod front;
 pub mod identity;
-pub mod limits;
 pub mod mcp;
 pub mod metrics;
-pub mod policy_worker;
-pub mod proxy;
-pub mod quotas;
-pub mod reload;
-pub mod replicas;
-pub mod request_budget;
-pub mod sampling_fields;
+pub mod policy;
+pub mod request;
 pub mod table;
-pub mod tenant_report;
-pub mod tenant_settings;
-pub mod tenants;
-pub mod upstream;
-pub mod warmup;
+pub mod tenant;
 
 pub use cli::{run, ServeArgs};
-pub use limits::Limits;
-pub use proxy::{router, AppState, ServeOptions};
+pub use front::limits::Limits;
+pub use request::{router, AppState, ServeOptions};

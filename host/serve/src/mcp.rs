@@ -17,10 +17,10 @@ use agentrt_mcp::{Gateway, InFlight, Refusal, Tenancy, TenantStream};
 use agentrt_runtime::types::Event;
 use agentrt_runtime::PolicyRegistry;
 
-use crate::error::ApiError;
+use crate::front::error::ApiError;
 use crate::identity::tenant_session;
-use crate::proxy::AppState;
-use crate::tenants::Tenant;
+use crate::request::AppState;
+use crate::tenant::Tenant;
 
 /// Create the gateway over `state`'s tenants and mount it: `proxy::router` then serves its routes.
 pub fn mount(state: &Arc<AppState>, options: GatewayOptions) -> Arc<Gateway> {

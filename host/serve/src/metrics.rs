@@ -237,7 +237,7 @@ pub(crate) fn render_counters(out: &mut String, counters: &[(&str, &str, &Atomic
     }
 }
 
-/// The accept loop's counters ([`crate::connections`]).
+/// The accept loop's counters ([`crate::front::connections`]).
 #[derive(Default)]
 pub struct ConnectionMetrics {
     pub open: AtomicU64,
@@ -274,10 +274,10 @@ impl ConnectionMetrics {
     }
 }
 
-/// Each tenant's series: its policy worker ([`crate::policy_worker`]: the queue and what it
+/// Each tenant's series: its policy worker ([`crate::tenant::worker`]: the queue and what it
 /// dropped) and the sizes of the tables its clients fill ([`crate::table`]).
-pub fn render_tenants(tenants: &[std::sync::Arc<crate::tenants::Tenant>], out: &mut String) {
-    type Read = fn(&crate::tenants::Tenant) -> u64;
+pub fn render_tenants(tenants: &[std::sync::Arc<crate::tenant::Tenant>], out: &mut String) {
+    type Read = fn(&crate::tenant::Tenant) -> u64;
     let series: [(&str, &str, &str, Read); 17] = [
         (
             "agentrt_policy_queue_jobs",

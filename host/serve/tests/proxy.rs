@@ -50,7 +50,7 @@ async fn forwards_with_agent_identity_and_tells_the_policy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_policy_hears_how_a_call_continues_its_agents_previous_prompt() {
-    use agentrt_serve::continuation::PromptShape;
+    use agentrt_serve::tenant::continuation::PromptShape;
     let p = proxy("probe").await;
     let turn1 = chat("You are helpful.", "What is 2 + 2?", "tiny", false);
     let mut turn2 = turn1.clone();

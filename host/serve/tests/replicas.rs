@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use agentrt_router::testing::SelectionService;
 use agentrt_runtime::types::{BlockEvent, BlockOp};
-use agentrt_serve::replicas::ReplicaArgs;
+use agentrt_serve::engine::replicas::ReplicaArgs;
 use agentrt_vllm::wire::{self, Request};
 use serde_json::{json, Value};
 use support::{metrics_text, post_json, settle, Proxy, Setup};

@@ -11,10 +11,10 @@ use std::time::Duration;
 use agentrt_runtime::{
     ComponentLookup, ComponentSource, EmbeddedSet, EngineOptions, PolicyEngine, PolicyRegistry, SlotConfig,
 };
-use agentrt_serve::admin_auth::AdminTokens;
-use agentrt_serve::tenant_settings::TenantSettings;
-use agentrt_serve::tenants::Tenants;
-use agentrt_serve::warmup::WarmupOptions;
+use agentrt_serve::policy::warmup::WarmupOptions;
+use agentrt_serve::tenant::admin_auth::AdminTokens;
+use agentrt_serve::tenant::settings::TenantSettings;
+use agentrt_serve::tenant::Tenants;
 use agentrt_serve::{AppState, ServeOptions};
 use axum::routing::post;
 use axum::{Json, Router};
@@ -95,7 +95,7 @@ pub async fn start_proxy(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     // Through the real accept loop, so the figures include what the front door's limits cost.
-    tokio::spawn(agentrt_serve::proxy::serve(
+    tokio::spawn(agentrt_serve::request::serve(
         listener,
         state.clone(),
         std::future::pending(),

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyRegistry, PoolingOptions, SlotConfig};
-use agentrt_serve::quotas::Quotas;
-use agentrt_serve::reload::initial_settings;
+use agentrt_serve::policy::warmup::WarmupOptions;
 use agentrt_serve::table::TableLimits;
-use agentrt_serve::tenant_settings::FlagSettings;
-use agentrt_serve::tenants::Tenants;
-use agentrt_serve::warmup::WarmupOptions;
+use agentrt_serve::tenant::quotas::Quotas;
+use agentrt_serve::tenant::reload::initial_settings;
+use agentrt_serve::tenant::settings::FlagSettings;
+use agentrt_serve::tenant::Tenants;
 use agentrt_serve::{AppState, Limits, ServeOptions};
 use serde_json::{json, Value};
 
@@ -63,16 +63,16 @@ pub struct Setup {
     /// Every tenant's policy call deadline (the runtime's default when `None`).
     pub policy_deadline: Option<Duration>,
     /// Several replicas behind a router (`--replica`, `--router`, …); none by default.
-    pub replicas: agentrt_serve::replicas::ReplicaArgs,
+    pub replicas: agentrt_serve::engine::replicas::ReplicaArgs,
     /// The MCP gateway to mount at `/mcp`, its options made with the proxy's engine (its memo
     /// policy must be loaded by the engine the registry runs).
     pub mcp: Option<McpOptions>,
     /// `--upstream-max-in-flight` and `--upstream-max-wait-ms`; none by default.
     pub admission: Option<(usize, Duration)>,
     /// The admission queue's byte bounds (`--upstream-max-queued-mib[-per-tenant]`).
-    pub queued_bytes: agentrt_serve::admission::QueuedBytes,
+    pub queued_bytes: agentrt_serve::engine::admission::QueuedBytes,
     /// Engine-control fields clients may set (`--client-engine-field`).
-    pub client_engine_fields: Vec<agentrt_serve::engine_fields::EngineField>,
+    pub client_engine_fields: Vec<agentrt_serve::request::engine_fields::EngineField>,
 }
 
 impl Setup {
@@ -90,7 +90,7 @@ impl Setup {
             init: Vec::new(),
             tables: TableLimits::default(),
             pool_instances: None,
-            policy_queue_jobs: agentrt_serve::policy_worker::DEFAULT_QUEUE_JOBS,
+            policy_queue_jobs: agentrt_serve::tenant::worker::DEFAULT_QUEUE_JOBS,
             quotas: Quotas::default(),
             config: None,
             policy_deadline: None,
@@ -158,7 +158,7 @@ impl Setup {
             metrics_token: self.metrics_token,
             cache_salt_secret: Some("test-salt-key".into()),
             engine_priorities: self.engine_priorities,
-            client_engine_fields: agentrt_serve::engine_fields::ClientEngineFields::allowing(
+            client_engine_fields: agentrt_serve::request::engine_fields::ClientEngineFields::allowing(
                 self.client_engine_fields.iter().copied(),
             ),
             warmup: WarmupOptions::default(),
@@ -166,18 +166,18 @@ impl Setup {
         };
         let mut state = AppState::new(options, tenants);
         state.reloader = reloader;
-        state.replicas = agentrt_serve::replicas::ReplicaRouting::from_args(&self.replicas).unwrap();
+        state.replicas = agentrt_serve::engine::replicas::ReplicaRouting::from_args(&self.replicas).unwrap();
         let queued_bytes = self.queued_bytes;
-        state.admission = self
-            .admission
-            .map(|(n, wait)| agentrt_serve::admission::AdmissionQueue::with_queued_bytes(n, wait, queued_bytes));
+        state.admission = self.admission.map(|(n, wait)| {
+            agentrt_serve::engine::admission::AdmissionQueue::with_queued_bytes(n, wait, queued_bytes)
+        });
         let state = Arc::new(state);
         if let Some(options) = mcp {
             agentrt_serve::mcp::mount(&state, options);
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(agentrt_serve::proxy::serve(
+        tokio::spawn(agentrt_serve::request::serve(
             listener,
             state.clone(),
             std::future::pending(),

@@ -11,8 +11,8 @@ use std::time::Duration;
 use axum::body::Bytes;
 use futures_util::{Stream, StreamExt};
 
-use crate::error::ApiError;
-use crate::limits::Limits;
+use crate::front::error::ApiError;
+use crate::front::limits::Limits;
 
 /// Send a request and wait for the upstream's response headers.
 pub async fn send(

@@ -53,10 +53,10 @@ impl AgentApi {
     }
 
     /// The shape of the proxy's own errors on this API's route.
-    pub fn error_shape(self) -> crate::error::ErrorShape {
+    pub fn error_shape(self) -> crate::front::error::ErrorShape {
         match self {
-            AgentApi::Messages => crate::error::ErrorShape::Anthropic,
-            AgentApi::ChatCompletions | AgentApi::Responses => crate::error::ErrorShape::OpenAi,
+            AgentApi::Messages => crate::front::error::ErrorShape::Anthropic,
+            AgentApi::ChatCompletions | AgentApi::Responses => crate::front::error::ErrorShape::OpenAi,
         }
     }
 

@@ -9,7 +9,7 @@ use axum::http::{header, HeaderValue};
 use axum::response::Response;
 use futures_util::StreamExt;
 
-use crate::error::ApiError;
+use crate::front::error::ApiError;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
@@ -36,7 +36,7 @@ pub struct Limits {
     pub max_upstream_reply_bytes: usize,
     /// What one body may cost to parse and keep: JSON elements, conversation items, tools
     /// (`--max-json-elements`, `--max-request-items`, `--max-request-tools`).
-    pub budget: crate::request_budget::RequestBudget,
+    pub budget: crate::front::request_budget::RequestBudget,
 }
 
 impl Default for Limits {
@@ -54,7 +54,7 @@ impl Default for Limits {
             upstream_first_byte_timeout: Duration::from_secs(600),
             upstream_idle_timeout: Duration::from_secs(120),
             max_upstream_reply_bytes: 64 << 20,
-            budget: crate::request_budget::RequestBudget::default(),
+            budget: crate::front::request_budget::RequestBudget::default(),
         }
     }
 }

@@ -12,9 +12,9 @@ use std::collections::HashMap;
 
 use axum::http::HeaderMap;
 
-use crate::auth::{constant_time_eq, given_bearer};
-use crate::error::ApiError;
-use crate::tenants::DEFAULT_TENANT;
+use crate::front::auth::{constant_time_eq, given_bearer};
+use crate::front::error::ApiError;
+use crate::tenant::DEFAULT_TENANT;
 
 /// What an admin request acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

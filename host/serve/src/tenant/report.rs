@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 use agentrt_runtime::types::{Forecast, ForecastKind};
 use agentrt_runtime::Primitive;
 
-use crate::tenants::Tenant;
+use crate::tenant::Tenant;
 
 /// The longest forecast horizon the admin API asks a policy for, in steps. A policy's `predict`
 /// may cost more the further it looks; results are bounded anyway, this keeps one request's work

@@ -19,7 +19,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
-use crate::limits::Limits;
+use crate::front::limits::Limits;
 use crate::metrics::ConnectionMetrics;
 
 /// Serve `app` on `listener` under `limits` until `shutdown` resolves, then stop accepting, let

@@ -11,7 +11,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::agent_api::AgentApi;
+use crate::identity::agent_api::AgentApi;
 
 /// What one field may hold.
 #[derive(Debug, Clone, Copy)]

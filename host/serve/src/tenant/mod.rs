@@ -13,6 +13,17 @@
 //! goes with them). Moving from unauthenticated to keyed serving revokes the unauthenticated
 //! requests the same way.
 
+pub mod admin_auth;
+pub mod cache_salt;
+pub mod config_file;
+pub mod continuation;
+pub mod handles;
+pub mod quotas;
+pub mod reload;
+pub mod report;
+pub mod settings;
+pub mod worker;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
@@ -24,15 +35,15 @@ use tokio_util::sync::CancellationToken;
 use agentrt_runtime::types::Event;
 use agentrt_runtime::{PolicyComponent, PolicyError, PolicyHandle, PolicyRegistry, RegistryError, SlotConfig};
 
-use crate::auth::bearer;
-use crate::continuation::Continuations;
-use crate::error::ApiError;
-use crate::handles::Handles;
+use crate::front::auth::bearer;
+use crate::front::error::ApiError;
 use crate::identity::AgentDirectory;
-use crate::policy_worker::{PolicyWorker, DEFAULT_QUEUE_JOBS};
-use crate::quotas::{LiveQuotas, RateBudget};
 use crate::table::{LruTable, TableLimits};
-use crate::tenant_settings::TenantSettings;
+use crate::tenant::continuation::Continuations;
+use crate::tenant::handles::Handles;
+use crate::tenant::quotas::{LiveQuotas, RateBudget};
+use crate::tenant::settings::TenantSettings;
+use crate::tenant::worker::{PolicyWorker, DEFAULT_QUEUE_JOBS};
 
 /// The registry slot every tenant's KV-cache policy runs in.
 pub const KV_SLOT: &str = "kv";
@@ -91,7 +102,7 @@ pub struct Tenant {
     /// Ids of the responses the engine gave this tenant's Responses calls: the only ones its
     /// `previous_response_id` may name (the engine's store is one for every tenant).
     responses: Mutex<LruTable<String, ()>>,
-    /// One large body parsed at a time ([`crate::request_budget::HEAVY_BODY_BYTES`]).
+    /// One large body parsed at a time ([`crate::front::request_budget::HEAVY_BODY_BYTES`]).
     heavy_parse: tokio::sync::Semaphore,
 }
 
@@ -424,8 +435,8 @@ impl Tenants {
 
     /// Who owns which agent, and each tenant's policy: what the eviction service needs to let
     /// each tenant's policy rank its own blocks under cache shares.
-    pub fn engine_tenants(&self) -> crate::engine_tenants::EngineTenants {
-        crate::engine_tenants::EngineTenants {
+    pub fn engine_tenants(&self) -> crate::engine::engine_tenants::EngineTenants {
+        crate::engine::engine_tenants::EngineTenants {
             handles: self.handles.clone(),
             registry: self.registry.clone(),
         }

@@ -2,11 +2,14 @@
 //! pass the answer back as it comes, and tell the policy how it went.
 //!
 //! A request is authenticated from its headers before its body is read, and the body is read
-//! under `--max-body-bytes` (see [`crate::limits`]). It is read once, parsed once, amended
+//! under `--max-body-bytes` (see [`crate::front::limits`]). It is read once, parsed once, amended
 //! (`vllm_xargs` with the agent, session and warm-up flag, which vLLM hands to the engine as
 //! `SamplingParams.extra_args`) and serialized once.
 //! Responses stream through chunk by chunk; upstream errors come back with their own status and
 //! body. Policy calls never fail a request: a failing policy is logged, counted and bypassed.
+
+pub mod engine_fields;
+pub mod sampling_fields;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -23,18 +26,18 @@ use tokio_util::sync::CancellationToken;
 
 use agentrt_runtime::types::{Continuation, Event, Item, ItemKind, RequestArrival, RequestFinish};
 
-use crate::admission::Applicant;
-use crate::agent_api::{AgentApi, Usage};
-use crate::cache_salt::CacheSalts;
-use crate::continuation::PromptShape;
-use crate::error::ApiError;
+use crate::engine::admission::Applicant;
+use crate::front::error::ApiError;
+use crate::front::limits::{closing_connection, read_body, Limits};
+use crate::identity::agent_api::{AgentApi, Usage};
 use crate::identity::{identify_chat, identify_completion, Anchor, Identity};
-use crate::limits::{closing_connection, read_body, Limits};
 use crate::metrics::{ConnectionMetrics, ProxyMetrics};
-use crate::sampling_fields;
-use crate::tenants::{Tenant, TenantPermit, Tenants, ADMISSION_SLOT};
-use crate::upstream;
-use crate::warmup::{WarmupOptions, Warmups};
+use crate::tenant::cache_salt::CacheSalts;
+use crate::tenant::continuation::PromptShape;
+
+use crate::engine::upstream;
+use crate::policy::warmup::{WarmupOptions, Warmups};
+use crate::tenant::{Tenant, TenantPermit, Tenants, ADMISSION_SLOT};
 
 /// How the proxy runs.
 #[derive(Debug, Clone)]
@@ -48,7 +51,7 @@ pub struct ServeOptions {
     pub upstream_api_key: Option<String>,
     /// Bearer token `/metrics` requires; `None` leaves it open (it names every tenant).
     pub metrics_token: Option<String>,
-    /// Key of the tenants' cache salts ([`crate::cache_salt`]); `None`: random per process.
+    /// Key of the tenants' cache salts ([`crate::tenant::cache_salt`]); `None`: random per process.
     pub cache_salt_secret: Option<String>,
     /// Send policies' `set-priority` demotions as the request's `priority` (vLLM started with
     /// `--scheduling-policy priority`; vLLM refuses a non-zero priority otherwise).
@@ -56,7 +59,7 @@ pub struct ServeOptions {
     pub warmup: WarmupOptions,
     pub limits: Limits,
     /// Engine-control fields clients may set (`--client-engine-field`; none by default).
-    pub client_engine_fields: crate::engine_fields::ClientEngineFields,
+    pub client_engine_fields: crate::request::engine_fields::ClientEngineFields,
 }
 
 /// Everything a handler needs.
@@ -65,7 +68,7 @@ pub struct AppState {
     pub client: reqwest::Client,
     pub tenants: Tenants,
     pub metrics: ProxyMetrics,
-    /// Counted by the accept loop ([`crate::connections::serve`]), shown on `/metrics`.
+    /// Counted by the accept loop ([`crate::front::connections::serve`]), shown on `/metrics`.
     pub connections: Arc<ConnectionMetrics>,
     pub warmups: Warmups,
     /// Each tenant's `cache_salt` (with `vllm_xargs` on: vLLM's extensions).
@@ -75,13 +78,13 @@ pub struct AppState {
     /// Where `pin`/`unpin` side effects go when the vLLM eviction service runs.
     pub engine_pins: Option<Arc<agentrt_vllm::PinTable>>,
     /// Re-reads the config file (`--config`) on SIGHUP and `POST /admin/reload`.
-    pub reloader: Option<crate::reload::Reloader>,
+    pub reloader: Option<crate::tenant::reload::Reloader>,
     /// Several replicas behind a router (`--replica`), else every request goes to `upstream`.
-    pub replicas: Option<Arc<crate::replicas::ReplicaRouting>>,
+    pub replicas: Option<Arc<crate::engine::replicas::ReplicaRouting>>,
     /// The MCP gateway at `/mcp/SERVER` (`--mcp-server`), set by [`crate::mcp::mount`].
     pub mcp: std::sync::OnceLock<Arc<agentrt_mcp::Gateway>>,
     /// At most N requests upstream, the rest waiting in priority order (`--upstream-max-in-flight`).
-    pub admission: Option<Arc<crate::admission::AdmissionQueue>>,
+    pub admission: Option<Arc<crate::engine::admission::AdmissionQueue>>,
     clock: Instant,
     next_request_id: AtomicU64,
 }
@@ -203,14 +206,14 @@ impl AppState {
 }
 
 /// Serve `state`'s routes on `listener` through the accept loop (its connection cap and header
-/// timeout, [`crate::connections`]) until `shutdown` completes.
+/// timeout, [`crate::front::connections`]) until `shutdown` completes.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let app = router(state.clone());
-    crate::connections::serve(
+    crate::front::connections::serve(
         listener,
         app,
         &state.options.limits,
@@ -238,7 +241,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     }
 }
 
-/// Parse a request body within its budget ([`crate::request_budget`]): its JSON elements are
+/// Parse a request body within its budget ([`crate::front::request_budget`]): its JSON elements are
 /// counted before anything is allocated, and a large one is parsed on a blocking thread, one at a
 /// time per tenant. `body` is dropped here: only the amended copy goes on.
 async fn parse_body(state: &AppState, tenant: &Tenant, body: Bytes) -> Result<Value, ApiError> {
@@ -248,7 +251,7 @@ async fn parse_body(state: &AppState, tenant: &Tenant, body: Bytes) -> Result<Va
         .budget
         .check_elements(&body)
         .map_err(|e| state.refused(e.reason, ApiError::payload_too_large(e.message)))?;
-    let parsed = if body.len() >= crate::request_budget::HEAVY_BODY_BYTES {
+    let parsed = if body.len() >= crate::front::request_budget::HEAVY_BODY_BYTES {
         let _turn = tenant.heavy_parse().await;
         tokio::task::spawn_blocking(move || serde_json::from_slice::<Value>(&body))
             .await
@@ -272,8 +275,8 @@ async fn parse_body(state: &AppState, tenant: &Tenant, body: Bytes) -> Result<Va
 }
 
 /// What every route checks of a parsed body before reading it further: no engine-control field
-/// a client may not set ([`crate::engine_fields`]), sampling numbers in range
-/// ([`crate::sampling_fields`]).
+/// a client may not set ([`crate::request::engine_fields`]), sampling numbers in range
+/// ([`crate::request::sampling_fields`]).
 fn check_fields(state: &AppState, json: &mut Value, fields: sampling_fields::Fields) -> Result<(), ApiError> {
     let object = json.as_object_mut().expect("parse_body checked it is an object");
     state
@@ -333,7 +336,7 @@ struct Prepared {
     /// Sessions this one pushed out of the tenant's full session table: reported ended first.
     ended: Vec<u64>,
     /// What the router needs to place it, when there are several replicas.
-    route: Option<crate::replicas::RouteInput>,
+    route: Option<crate::engine::replicas::RouteInput>,
 }
 
 /// The caller's tenant, from the headers alone, and the revocation of the key it used. A new
@@ -367,7 +370,7 @@ async fn unless_revoked<T>(
 
 /// The 401 of a request whose key was revoked while it was in flight, counted.
 fn revoked_error(state: &AppState) -> ApiError {
-    state.refused("revoked", ApiError::unauthorized(crate::tenants::REVOKED))
+    state.refused("revoked", ApiError::unauthorized(crate::tenant::REVOKED))
 }
 
 /// The caller's tenant from the headers, then the body: nothing is read for a stranger, nor for
@@ -557,7 +560,7 @@ fn prepare(
     let route = state
         .replicas
         .as_ref()
-        .map(|_| crate::replicas::RouteInput::of_body(&json).with_session(identity.session));
+        .map(|_| crate::engine::replicas::RouteInput::of_body(&json).with_session(identity.session));
     let body = json_with(state, &mut json, agent, &identity);
     Prepared {
         tenant,
@@ -636,9 +639,9 @@ struct FinishGuard {
     /// early if its key is revoked).
     permit: TenantPermit,
     /// Its place on a replica (several replicas), released when the guard goes.
-    lease: Option<crate::replicas::Lease>,
+    lease: Option<crate::engine::replicas::Lease>,
     /// Its place in `--upstream-max-in-flight`, given on when the guard goes.
-    _admission: Option<crate::admission::AdmissionPermit>,
+    _admission: Option<crate::engine::admission::AdmissionPermit>,
     template: RequestFinish,
     done: bool,
 }
@@ -873,7 +876,7 @@ async fn forward(
 async fn send_unless_revoked(
     state: &AppState,
     revoked: &CancellationToken,
-    lease: Option<&crate::replicas::Lease>,
+    lease: Option<&crate::engine::replicas::Lease>,
     path: &str,
     body: &Bytes,
 ) -> Result<reqwest::Response, (ApiError, bool)> {
@@ -888,7 +891,7 @@ async fn send_unless_revoked(
 /// connection was refused (nothing sent).
 async fn send_to(
     state: &AppState,
-    lease: Option<&crate::replicas::Lease>,
+    lease: Option<&crate::engine::replicas::Lease>,
     path: &str,
     body: &Bytes,
 ) -> Result<reqwest::Response, (ApiError, bool)> {
@@ -997,7 +1000,7 @@ async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
 
 async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     if let Some(token) = &state.options.metrics_token {
-        if let Err(e) = crate::auth::require_bearer(&headers, token, "metrics token") {
+        if let Err(e) = crate::front::auth::require_bearer(&headers, token, "metrics token") {
             return e.into_response();
         }
     }

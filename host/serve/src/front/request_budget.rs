@@ -11,7 +11,7 @@
 //! the proxy keeps the tools and system messages of every agent (its anchor) for warm-ups.
 //!
 //! Large bodies are parsed on a blocking thread, one at a time per tenant
-//! ([`crate::tenants::Tenant::heavy_parse`]): a tenant's heavy requests then share one core
+//! ([`crate::tenant::Tenant::heavy_parse`]): a tenant's heavy requests then share one core
 //! between them, and neither the async workers nor another tenant wait on them.
 
 use serde_json::Value;

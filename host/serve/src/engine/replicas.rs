@@ -20,7 +20,7 @@ use agentrt_router::{
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use crate::proxy::AppState;
+use crate::request::AppState;
 
 /// The flags of several replicas.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -660,7 +660,7 @@ impl RouteInput {
     fn common(body: &Value) -> Self {
         Self {
             cache_salt: body
-                .get(crate::cache_salt::FIELD)
+                .get(crate::tenant::cache_salt::FIELD)
                 .and_then(Value::as_str)
                 .map(str::to_string),
             max_tokens: body

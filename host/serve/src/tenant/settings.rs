@@ -36,9 +36,9 @@ use serde::Deserialize;
 
 use agentrt_runtime::Share;
 
-use crate::admin_auth::AdminTokens;
-use crate::quotas::{Quotas, MAX_ADMISSION_WEIGHT};
-use crate::tenants::{validate_tenant_name, DEFAULT_TENANT};
+use crate::tenant::admin_auth::AdminTokens;
+use crate::tenant::quotas::{Quotas, MAX_ADMISSION_WEIGHT};
+use crate::tenant::{validate_tenant_name, DEFAULT_TENANT};
 
 /// Every tenant's settings at one moment.
 #[derive(Debug, Clone, Default)]
@@ -52,7 +52,7 @@ pub struct TenantSettings {
     pub defaults: Quotas,
     /// Tenants with quotas of their own.
     pub quotas: HashMap<String, Quotas>,
-    /// Anchor hashes whose requests carry the public cache salt ([`crate::cache_salt`]).
+    /// Anchor hashes whose requests carry the public cache salt ([`crate::tenant::cache_salt`]).
     pub public_anchors: HashSet<u64>,
 }
 
@@ -213,11 +213,11 @@ pub struct PublicSection {
 }
 
 impl ConfigFile {
-    /// Read ([`crate::config_file::read_settled`]: a settled regular file under the size cap)
+    /// Read ([`crate::tenant::config_file::read_settled`]: a settled regular file under the size cap)
     /// and parse `path`; the error names the file and, for a syntax or schema error, the line.
     /// It may wait for a file being written: call it off the async workers.
     pub fn load(path: &Path) -> Result<Self, String> {
-        let text = crate::config_file::read_settled(path)?;
+        let text = crate::tenant::config_file::read_settled(path)?;
         Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 

@@ -1,11 +1,11 @@
 //! Bearer tokens: reading one from the headers and checking it without leaking, through response
 //! time, how much of a guess was right. Used by `/metrics` and the admin API (whose roles are
-//! [`crate::admin_auth`]); tenants' API keys select a tenant by lookup instead
-//! ([`crate::tenants`]).
+//! [`crate::tenant::admin_auth`]); tenants' API keys select a tenant by lookup instead
+//! ([`crate::tenant`]).
 
 use axum::http::HeaderMap;
 
-use crate::error::ApiError;
+use crate::front::error::ApiError;
 
 /// The token of an `Authorization: Bearer …` header.
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {

@@ -1,12 +1,12 @@
 //! Reloading the tenants' settings without a restart: on SIGHUP or `POST /admin/reload`, the
 //! config file (`--config`) is read again, merged with the flags, validated, and only then
-//! replaces the settings requests read ([`crate::tenants::Tenants::replace_settings`]) and the
+//! replaces the settings requests read ([`crate::tenant::Tenants::replace_settings`]) and the
 //! engine's cache shares. A file that does not parse or validate changes nothing: the error says
 //! what and where (file, line, tenant), and the proxy goes on with the settings it had.
 //!
-//! The file is read as [`crate::config_file`] reads it (a settled regular file under a size
+//! The file is read as [`crate::tenant::config_file`] reads it (a settled regular file under a size
 //! cap), on a blocking thread, one reload at a time. A file that would leave the proxy without
-//! API keys is refused unless it says `unauthenticated = true` ([`crate::tenant_settings`]).
+//! API keys is refused unless it says `unauthenticated = true` ([`crate::tenant::settings`]).
 //!
 //! What a reload changes: API keys (new tenants, revoked keys), tenant admin tokens, cache
 //! shares and every quota, at once for live tenants. What it does not: the operator's tokens,
@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::proxy::AppState;
-use crate::tenant_settings::{ConfigFile, FlagSettings, TenantSettings};
+use crate::request::AppState;
+use crate::tenant::settings::{ConfigFile, FlagSettings, TenantSettings};
 
 /// The config file and the flags it is merged with.
 #[derive(Debug)]
@@ -64,7 +64,7 @@ pub fn initial_settings(
 
 impl Reloader {
     /// The settings the file and flags give now (nothing is installed). It may wait for a file
-    /// being written ([`crate::config_file::read_settled`]): call it off the async workers.
+    /// being written ([`crate::tenant::config_file::read_settled`]): call it off the async workers.
     pub fn read(&self) -> Result<TenantSettings, String> {
         let file = ConfigFile::load(&self.path)?;
         let says_unauthenticated = file.unauthenticated;
@@ -78,7 +78,7 @@ impl Reloader {
                  unauthenticated as tenant `{}`; give tenants api_keys, or put `unauthenticated = true` \
                  at the top of the file if that is what you want",
                 self.path.display(),
-                crate::tenants::DEFAULT_TENANT
+                crate::tenant::DEFAULT_TENANT
             ));
         }
         Ok(settings)

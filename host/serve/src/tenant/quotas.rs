@@ -1,6 +1,6 @@
 //! Per-tenant quotas: what one tenant may use of the proxy, its policy's thread and the engine's
 //! warm-up capacity. A tenant past a quota gets a clear error (429) or a throttled side effect,
-//! never another tenant's capacity. The values change on a reload ([`crate::tenant_settings`]):
+//! never another tenant's capacity. The values change on a reload ([`crate::tenant::settings`]):
 //! each live tenant holds them in [`LiveQuotas`], which every check reads.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};

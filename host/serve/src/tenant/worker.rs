@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 use agentrt_runtime::types::{Event, SideEffect};
 use agentrt_runtime::{PolicyError, PolicyHandle};
 
-use crate::quotas::{LiveQuotas, RateBudget};
+use crate::tenant::quotas::{LiveQuotas, RateBudget};
 
 /// Jobs a tenant's worker holds at most; what comes beyond is dropped and counted.
 pub const DEFAULT_QUEUE_JOBS: usize = 1024;

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use crate::error::ApiError;
+use crate::front::error::ApiError;
 
 /// The largest demotion the queue tells apart (larger ones wait as this one).
 const MAX_DEMOTION: u32 = 1_000_000;

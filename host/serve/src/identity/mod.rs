@@ -11,6 +11,8 @@
 //! tenants, so no two tenants share a handle in the engine's block tags) and remembers each anchor
 //! so a warm-up can be rebuilt. Session ids mix in the tenant ([`Identity::scope_to_tenant`]).
 
+pub mod agent_api;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,9 +22,9 @@ use sha2::{Digest, Sha256};
 
 use agentrt_runtime::types::{AgentRegistered, Event};
 
-use crate::agent_api::AgentApi;
-use crate::handles::Handles;
+use crate::identity::agent_api::AgentApi;
 use crate::table::{LruTable, TableLimits, MAX_AGENT_NAME_BYTES};
+use crate::tenant::handles::Handles;
 
 /// What the proxy learned about one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -240,7 +242,7 @@ struct Directory {
 impl Default for AgentDirectory {
     fn default() -> Self {
         Self::new(
-            crate::tenants::DEFAULT_TENANT,
+            crate::tenant::DEFAULT_TENANT,
             TableLimits::default(),
             Handles::default(),
         )

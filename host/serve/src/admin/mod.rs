@@ -1,7 +1,7 @@
 //! The admin API: install or hot-swap a tenant's policy, read a tenant's stats and forecasts,
 //! list tenants. Every route requires `Authorization: Bearer <token>`: the operator's
 //! (`--admin-token`) for every route, a tenant's (`--tenant-admin`) for that tenant's routes only
-//! ([`crate::admin_auth`]); without any token the API is disabled. The token is checked before a
+//! ([`crate::tenant::admin_auth`]); without any token the API is disabled. The token is checked before a
 //! byte of the body is read, and an upload is read under `--max-upload-bytes` (64 MiB by default).
 //!
 //! - `PUT /admin/tenants/{tenant}/policy[?fresh=true][&slot=NAME]` — body: a policy component
@@ -19,7 +19,7 @@
 //!   the policy fails to answer (it is contained like any failed call).
 //! - `GET /admin/tenants` (operator only) — tenants, their policies, agents (count and names) and
 //!   distinct sessions seen.
-//! - `POST /admin/reload` (operator only) — read the config file again ([`crate::reload`]): 200
+//! - `POST /admin/reload` (operator only) — read the config file again ([`crate::tenant::reload`]): 200
 //!   with the tenants and shares now in force, 400 naming what is wrong (nothing changed), 409
 //!   without `--config`.
 
@@ -34,12 +34,12 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::admin_auth::AdminTarget;
-use crate::error::ApiError;
-use crate::limits::{closing_connection, read_body};
-use crate::proxy::AppState;
-use crate::tenant_report;
-use crate::tenants::{validate_tenant_name, Tenant, KV_SLOT};
+use crate::front::error::ApiError;
+use crate::front::limits::{closing_connection, read_body};
+use crate::request::AppState;
+use crate::tenant::admin_auth::AdminTarget;
+use crate::tenant::report as tenant_report;
+use crate::tenant::{validate_tenant_name, Tenant, KV_SLOT};
 use agentrt_runtime::{PolicyError, RegistryError};
 
 pub fn routes() -> Router<Arc<AppState>> {
@@ -242,7 +242,7 @@ async fn reload(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
     if let Err(e) = authorize(&state, &headers, AdminTarget::AllTenants) {
         return e.into_response();
     }
-    let Some(reloaded) = crate::reload::reload_off_workers(state.clone()).await else {
+    let Some(reloaded) = crate::tenant::reload::reload_off_workers(state.clone()).await else {
         return ApiError::conflict("there is no config file to reload: start `agentrt serve` with --config FILE")
             .into_response();
     };

@@ -19,8 +19,8 @@ use tokio::sync::Semaphore;
 use agentrt_runtime::merge_side_effects;
 use agentrt_runtime::types::{Event, RequestArrival, RequestFinish, SideEffect, WarmPrefix};
 
-use crate::proxy::AppState;
-use crate::tenants::{Tenant, DEFAULT_TENANT, KV_SLOT};
+use crate::request::AppState;
+use crate::tenant::{Tenant, DEFAULT_TENANT, KV_SLOT};
 
 #[derive(Debug, Clone)]
 pub struct WarmupOptions {
@@ -180,7 +180,7 @@ impl Warmups {
         }
         // The blocks the agent's requests will look for are salted with its tenant's salt.
         if let Some(salt) = &anchor.cache_salt {
-            body[crate::cache_salt::FIELD] = json!(salt);
+            body[crate::tenant::cache_salt::FIELD] = json!(salt);
         }
         // With several replicas: where the router says the agent's next call will go.
         let base = match &state.replicas {
@@ -210,9 +210,11 @@ impl Warmups {
             .header("x-agentrt-warmup", "1")
             .body(body);
         // Under the first-byte timeout: a hanging upstream must not hold a warm-up slot forever.
-        let sent = crate::upstream::send(request, &base, &state.options.limits).await;
+        let sent = crate::engine::upstream::send(request, &base, &state.options.limits).await;
         let reply = match sent {
-            Ok(r) if r.status().is_success() => crate::upstream::read_reply(r, &state.options.limits).await.ok(),
+            Ok(r) if r.status().is_success() => {
+                crate::engine::upstream::read_reply(r, &state.options.limits).await.ok()
+            }
             _ => None,
         };
         let ok = reply.is_some();

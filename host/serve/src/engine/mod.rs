@@ -1,0 +1,7 @@
+//! The engine(s) behind the proxy: the upstream and its limits, the admission queue in front of
+//! it, several replicas behind a router, and who owns an engine block under cache shares.
+
+pub mod admission;
+pub mod engine_tenants;
+pub mod replicas;
+pub mod upstream;
