@@ -16,6 +16,7 @@ use agentrt_runtime::{
 
 use crate::front::limits::Limits;
 use crate::front::request_budget::RequestBudget;
+use crate::names::{parse_tenant_secret, TenantSecret, API_KEY, DEFAULT_TENANT, KV_SLOT, TENANT_ADMIN_TOKEN};
 use crate::policy::warmup::WarmupOptions;
 use crate::request::engine_fields::{ClientEngineFields, EngineField};
 use crate::request::{AppState, ServeOptions};
@@ -24,7 +25,7 @@ use crate::tenant::quotas::{Quotas, DEFAULT_CPU_MS_PER_S, DEFAULT_MAX_IN_FLIGHT,
 use crate::tenant::reload::initial_settings;
 use crate::tenant::settings::FlagSettings;
 use crate::tenant::worker::DEFAULT_QUEUE_JOBS;
-use crate::tenant::{parse_tenant_secret, TenantSecret, Tenants, API_KEY, DEFAULT_TENANT, KV_SLOT, TENANT_ADMIN_TOKEN};
+use crate::tenant::Tenants;
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -180,7 +181,7 @@ fn parse_share(text: &str) -> Result<(String, Share), String> {
     let (tenant, share) = text
         .rsplit_once('=')
         .ok_or_else(|| format!("expected TENANT=MIN_BLOCKS[:MAX_BLOCKS], got {text:?}"))?;
-    crate::tenant::validate_tenant_name(tenant)?;
+    crate::names::validate_tenant_name(tenant)?;
     Ok((tenant.to_string(), Share::parse(share)?))
 }
 
@@ -403,7 +404,7 @@ fn extra_slots(
         let (name, policy) = option
             .split_once('=')
             .with_context(|| format!("--slot {option:?}: expected NAME=COMPONENT"))?;
-        crate::tenant::validate_tenant_name(name).map_err(|e| anyhow::anyhow!("--slot {option:?}: the slot {e}"))?;
+        crate::names::validate_tenant_name(name).map_err(|e| anyhow::anyhow!("--slot {option:?}: the slot {e}"))?;
         anyhow::ensure!(
             name != KV_SLOT,
             "--slot {option:?}: `{KV_SLOT}` is the cache policy's slot; set it with --policy"

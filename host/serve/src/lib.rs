@@ -40,6 +40,7 @@ pub mod front;
 pub mod identity;
 pub mod mcp;
 pub mod metrics;
+pub mod names;
 pub mod policy;
 pub mod request;
 pub mod table;

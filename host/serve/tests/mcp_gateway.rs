@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use agentrt_serve::tenant::KV_SLOT;
+use agentrt_serve::names::KV_SLOT;
 use support::{chat, metrics_text, post_json, settle, Setup};
 
 fn python_scripts() -> PathBuf {

@@ -36,10 +36,11 @@ use serde_json::json;
 
 use crate::front::error::ApiError;
 use crate::front::limits::{closing_connection, read_body};
+use crate::names::{validate_tenant_name, KV_SLOT};
 use crate::request::AppState;
 use crate::tenant::admin_auth::AdminTarget;
 use crate::tenant::report as tenant_report;
-use crate::tenant::{validate_tenant_name, Tenant, KV_SLOT};
+use crate::tenant::Tenant;
 use agentrt_runtime::{PolicyError, RegistryError};
 
 pub fn routes() -> Router<Arc<AppState>> {

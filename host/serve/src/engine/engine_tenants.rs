@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use agentrt_runtime::{PolicyHandle, PolicyRegistry};
 
+use crate::names::KV_SLOT;
 use crate::tenant::handles::Handles;
-use crate::tenant::KV_SLOT;
 
 /// Agent owners from the shared handle source; policies from the registry's KV slots.
 pub struct EngineTenants {

@@ -241,11 +241,7 @@ struct Directory {
 
 impl Default for AgentDirectory {
     fn default() -> Self {
-        Self::new(
-            crate::tenant::DEFAULT_TENANT,
-            TableLimits::default(),
-            Handles::default(),
-        )
+        Self::new(crate::names::DEFAULT_TENANT, TableLimits::default(), Handles::default())
     }
 }
 

@@ -19,8 +19,9 @@ use tokio::sync::Semaphore;
 use agentrt_runtime::merge_side_effects;
 use agentrt_runtime::types::{Event, RequestArrival, RequestFinish, SideEffect, WarmPrefix};
 
+use crate::names::{DEFAULT_TENANT, KV_SLOT};
 use crate::request::AppState;
-use crate::tenant::{Tenant, DEFAULT_TENANT, KV_SLOT};
+use crate::tenant::Tenant;
 
 #[derive(Debug, Clone)]
 pub struct WarmupOptions {

@@ -36,8 +36,9 @@ use crate::tenant::cache_salt::CacheSalts;
 use crate::tenant::continuation::PromptShape;
 
 use crate::engine::upstream;
+use crate::names::ADMISSION_SLOT;
 use crate::policy::warmup::{WarmupOptions, Warmups};
-use crate::tenant::{Tenant, TenantPermit, Tenants, ADMISSION_SLOT};
+use crate::tenant::{Tenant, TenantPermit, Tenants};
 
 /// How the proxy runs.
 #[derive(Debug, Clone)]

@@ -14,7 +14,7 @@ use axum::http::HeaderMap;
 
 use crate::front::auth::{constant_time_eq, given_bearer};
 use crate::front::error::ApiError;
-use crate::tenant::DEFAULT_TENANT;
+use crate::names::DEFAULT_TENANT;
 
 /// What an admin request acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,7 +27,7 @@ use std::hash::{BuildHasher, Hasher};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::tenant::DEFAULT_TENANT;
+use crate::names::DEFAULT_TENANT;
 
 /// The request field vLLM salts block hashes with.
 pub const FIELD: &str = "cache_salt";

@@ -78,7 +78,7 @@ impl Reloader {
                  unauthenticated as tenant `{}`; give tenants api_keys, or put `unauthenticated = true` \
                  at the top of the file if that is what you want",
                 self.path.display(),
-                crate::tenant::DEFAULT_TENANT
+                crate::names::DEFAULT_TENANT
             ));
         }
         Ok(settings)

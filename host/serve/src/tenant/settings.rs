@@ -36,9 +36,9 @@ use serde::Deserialize;
 
 use agentrt_runtime::Share;
 
+use crate::names::{validate_tenant_name, DEFAULT_TENANT};
 use crate::tenant::admin_auth::AdminTokens;
 use crate::tenant::quotas::{Quotas, MAX_ADMISSION_WEIGHT};
-use crate::tenant::{validate_tenant_name, DEFAULT_TENANT};
 
 /// Every tenant's settings at one moment.
 #[derive(Debug, Clone, Default)]
