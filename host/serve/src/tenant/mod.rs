@@ -14,6 +14,7 @@
 //! requests the same way.
 
 pub mod admin_auth;
+pub mod agents;
 pub mod cache_salt;
 pub mod config_file;
 pub mod continuation;
@@ -37,9 +38,9 @@ use agentrt_runtime::{PolicyComponent, PolicyError, PolicyHandle, PolicyRegistry
 
 use crate::front::auth::bearer;
 use crate::front::error::ApiError;
-use crate::identity::AgentDirectory;
 use crate::names::{DEFAULT_TENANT, KV_SLOT};
 use crate::table::{LruTable, TableLimits};
+use crate::tenant::agents::AgentDirectory;
 use crate::tenant::continuation::Continuations;
 use crate::tenant::handles::Handles;
 use crate::tenant::quotas::{LiveQuotas, RateBudget};
