@@ -89,7 +89,7 @@ async fn a_base64_tenant_key_ending_in_equals_selects_its_tenant() {
     )
     .await;
     assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
-    let names: Vec<String> = p.state.tenants.list().iter().map(|t| t.name.clone()).collect();
+    let names: Vec<String> = p.app.tenants().list().iter().map(|t| t.name.clone()).collect();
     assert_eq!(names, ["team-a"]);
 }
 
@@ -172,10 +172,10 @@ async fn a_tenant_admin_token_is_refused_on_another_tenant_before_a_byte_of_the_
     }
     let (status, answer) = support::put_policy(&p, "beta", "lru", "ta", true).await;
     assert_eq!(status, 403, "{answer}");
-    let beta = p.state.tenants.get("beta").unwrap();
+    let beta = p.app.tenants().get("beta").unwrap();
     assert_eq!(beta.policy.metrics().swaps(), 0, "beta's policy was never touched");
     assert_eq!(
-        p.state.tenants.list().len(),
+        p.app.tenants().list().len(),
         1,
         "no tenant was started by a refused request (alpha neither)"
     );
@@ -205,7 +205,7 @@ async fn half_open_connections_are_capped_and_timed_out_and_healthz_still_answer
         let _ = stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: test\r\n").await;
         half_open.push(stream);
     }
-    let connections = &p.state.connections;
+    let connections = &p.app.connections();
     assert!(
         connections.open.load(Relaxed) <= 32,
         "never more than --max-connections open: {}",
@@ -267,7 +267,7 @@ async fn a_connection_that_never_finishes_its_headers_is_closed_after_the_timeou
         after >= timeout - Duration::from_millis(50),
         "closed too early: {after:?}"
     );
-    assert_eq!(p.state.connections.header_timeouts.load(Relaxed), 1);
+    assert_eq!(p.app.connections().header_timeouts.load(Relaxed), 1);
     // A client that finishes its request in time is served as before.
     assert_eq!(post_json(&p, &chat("s", "t", "tiny", false), &[]).await.status(), 200);
 }
@@ -441,7 +441,7 @@ async fn a_hanging_upstream_ends_the_request_with_a_504_naming_the_timeout() {
     );
 
     settle(&p).await; // no request is left open
-    assert_eq!(p.state.metrics.upstream_timeouts.load(Relaxed), 3);
+    assert_eq!(p.app.metrics().upstream_timeouts.load(Relaxed), 3);
     assert_eq!(post_json(&p, &chat("s", "t", "tiny", false), &[]).await.status(), 200);
 }
 

@@ -128,7 +128,7 @@ async fn a_session_flood_is_capped_per_tenant_and_idle_sessions_expire_freeing_t
     let answer = mcp.call(ALPHA, &fresh, "quick", json!({"tag": "again"})).await;
     assert_eq!(result_text(&answer.message()), json!("quick again"));
     // The owner table gives its memory back (the flood's map shrinks once it is mostly empty).
-    let mcp_gateway = p.state.mcp.get().expect("mounted");
+    let mcp_gateway = p.app.gateway().expect("mounted");
     assert!(mcp_gateway.sessions.len() <= 1);
 }
 
@@ -187,7 +187,7 @@ async fn a_flood_of_sessions_that_went_gives_its_memory_back() {
         after - start < 0.35 * (peak - start),
         "resident {start:.0} MiB → {peak:.0} MiB at the flood's end → {after:.0} MiB after it went"
     );
-    assert!(p.state.mcp.get().unwrap().sessions.capacity() <= 256);
+    assert!(p.app.gateway().unwrap().sessions.capacity() <= 256);
 }
 
 /// MCP calls held open against `--tenant-max-in-flight 4`. Before: 12 of 12 held at once (the

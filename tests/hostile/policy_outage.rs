@@ -36,7 +36,7 @@ async fn a_policy_failing_on_every_request_is_suspended_and_logged_once() {
     }
     settle(&p).await;
 
-    let tenant = p.state.tenants.get_or_start("default").unwrap();
+    let tenant = p.app.tenants().get_or_start("default").unwrap();
     let m = tenant.policy.metrics();
     assert!(m.circuit_open());
     assert_eq!(m.circuit_opens(), 1);

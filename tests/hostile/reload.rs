@@ -214,7 +214,7 @@ async fn the_sighup_log_never_repeats_a_secret() {
         .try_init();
     let (_dir, file) = config_file(TWO_TENANTS);
     let p = proxy_with_config(&file).await;
-    agentrt_serve::tenant::reload::reload_on_sighup(p.state.clone()).unwrap();
+    p.app.reload_on_sighup().unwrap();
     for malformed in MALFORMED {
         rewrite(&file, malformed);
         let refused_before = metric(
@@ -363,7 +363,7 @@ async fn revoking_a_key_ends_its_streams_and_requests_and_stops_its_tenant() {
         "{metrics}"
     );
     assert!(
-        p.state.tenants.registry().slots_of("beta").is_empty(),
+        p.app.tenants().registry().slots_of("beta").is_empty(),
         "beta's policy gave its instance back"
     );
 }

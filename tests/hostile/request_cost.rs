@@ -108,7 +108,7 @@ async fn an_agents_anchor_is_counted_at_what_the_table_holds() {
     let mut body = chat("You plan.", "Task", "tiny", false);
     body["tools"] = Value::Array(tools.clone());
     assert_eq!(call(&p, "/v1/chat/completions", "key-a", &body).await.0, 200);
-    let alpha = p.state.tenants.get("alpha").unwrap();
+    let alpha = p.app.tenants().get("alpha").unwrap();
     let (anchors, bytes) = alpha.agents.anchors();
     let text = serde_json::to_string(&json!([[{"role": "system", "content": "You plan."}], tools, null])).unwrap();
     assert_eq!(anchors, 1);
@@ -176,7 +176,7 @@ async fn a_tenants_backlog_does_not_make_another_tenant_wait_it_out() {
             tokio::spawn(async move { call_raw(&url, "/v1/chat/completions", "key-a", body).await.0 })
         })
         .collect();
-    let queue = p.state.admission.clone().unwrap();
+    let queue = p.app.admission().cloned().unwrap();
     while queue.depth().1 < 100 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -221,7 +221,7 @@ async fn waiting_bodies_are_bounded_per_tenant_and_in_all() {
         .to_string()
     };
     // Alpha's first call takes the place; three more of ~700 KiB wait: the third is over 2 MiB.
-    let queue = p.state.admission.clone().unwrap();
+    let queue = p.app.admission().cloned().unwrap();
     let mut calls = Vec::new();
     for i in 0..4 {
         let (url, body) = (p.url.clone(), body(i));

@@ -381,7 +381,7 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
         quantile(&mut bob, 0.99),
         quantile(&mut bob, 1.0),
     );
-    let alice = p.state.tenants.get_or_start("alice").unwrap();
+    let alice = p.app.tenants().get_or_start("alice").unwrap();
     let m = alice.policy.metrics();
     eprintln!(
         "soak {secs} s: bob {} requests, p50 {p50:?} p99 {p99:?} max {max:?}; alice {} attacks, {swaps} swaps, \
@@ -402,6 +402,6 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
     // policy's instance at 128 MiB; bodies and results are bounded before they are buffered.
     // Measured: 89 MB after 120 s (from 38 MB), flattening. Unbounded tables once held 985 MB.
     assert!(hwm < 256 << 20, "peak resident memory {} MB", hwm >> 20);
-    let bob_tenant = p.state.tenants.get_or_start("bob").unwrap();
+    let bob_tenant = p.app.tenants().get_or_start("bob").unwrap();
     assert_eq!(bob_tenant.policy.metrics().restarts(), 0, "bob's policy never failed");
 }

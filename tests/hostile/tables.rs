@@ -122,7 +122,7 @@ async fn a_put_whose_policy_does_not_start_creates_no_tenant() {
         "{message}"
     );
     assert_eq!(listing(&p).await, before, "no half-created tenant");
-    assert!(p.state.tenants.registry().get("gamma", "kv").is_none());
+    assert!(p.app.tenants().registry().get("gamma", "kv").is_none());
 
     // A component that does start creates the tenant with it, not with the default.
     let probe = std::fs::read(agentrt_tests::component_path("probe")).unwrap();
@@ -196,7 +196,7 @@ async fn client_filled_tables_stay_at_their_caps() {
         assert_eq!(post_json(&p, &body, &headers).await.status(), 200);
     }
     settle(&p).await;
-    let tenant = p.state.tenants.get_or_start("default").unwrap();
+    let tenant = p.app.tenants().get_or_start("default").unwrap();
     assert_eq!(tenant.agents.agents(), 5);
     assert_eq!(tenant.agents.live_sessions(), 6);
     assert_eq!(tenant.agents.anchors().0, 4);
@@ -218,7 +218,7 @@ async fn client_filled_tables_stay_at_their_caps() {
     // A session pushed out of the full table is reported ended, so the policy stops valuing its
     // blocks: 20 sessions through a table of 6 end 14. The policy was given every event: each
     // request's registration, arrival and finish, and the 14 ends.
-    assert_eq!(p.state.metrics.sessions_ended.load(Relaxed), 14);
+    assert_eq!(p.app.metrics().sessions_ended.load(Relaxed), 14);
     assert_eq!(tenant.worker.stats().observed(), 20 * 3 + 14);
     assert_eq!(tenant.worker.stats().dropped(), 0);
     let metrics = support::metrics_text(&p).await;

@@ -107,7 +107,7 @@ async fn a_slow_policy_delays_no_request_of_its_own_tenant_or_another() {
     );
     // Each of alice's requests costs her policy ≥ 30 ms (arrival and finish); eight clients ask
     // for far more policy time than one thread has, so her queue fills and drops.
-    let alice_tenant = p.state.tenants.get_or_start("alice").unwrap();
+    let alice_tenant = p.app.tenants().get_or_start("alice").unwrap();
     assert!(
         alice.len() as u64 * 30 > run.as_millis() as u64,
         "alice asked for more than her policy can do"
@@ -118,7 +118,7 @@ async fn a_slow_policy_delays_no_request_of_its_own_tenant_or_another() {
     assert!(bob_p99 < Duration::from_millis(100), "bob p99 {bob_p99:?}");
     assert!(alice_p99 < Duration::from_millis(150), "alice p99 {alice_p99:?}");
     // (Alice's queue takes seconds to drain; nothing here waits for it.)
-    let bob_tenant = p.state.tenants.get_or_start("bob").unwrap();
+    let bob_tenant = p.app.tenants().get_or_start("bob").unwrap();
     assert_eq!(bob_tenant.worker.stats().dropped(), 0, "bob's policy heard everything");
     assert!(alice_tenant.worker.stats().observed() > 0);
 }
@@ -129,7 +129,7 @@ async fn a_full_policy_queue_drops_and_counts_events_and_serves_every_request() 
     let mut alice = load(&p, ALICE, 8, Duration::from_secs(1)).await;
     let bob = load(&p, BOB, 1, Duration::from_millis(500)).await;
     settle(&p).await;
-    let alice_stats = p.state.tenants.get_or_start("alice").unwrap();
+    let alice_stats = p.app.tenants().get_or_start("alice").unwrap();
     let dropped = alice_stats.worker.stats().dropped();
     eprintln!(
         "alice: {} requests (p99 {:?}), {} events given to her policy, {dropped} dropped",
@@ -141,7 +141,7 @@ async fn a_full_policy_queue_drops_and_counts_events_and_serves_every_request() 
         dropped > 0,
         "a 16-job queue in front of a 15 ms-per-event policy overflows"
     );
-    let bob_stats = p.state.tenants.get_or_start("bob").unwrap();
+    let bob_stats = p.app.tenants().get_or_start("bob").unwrap();
     assert!(!bob.is_empty());
 
     let metrics = support::metrics_text(&p).await;
@@ -174,8 +174,8 @@ async fn a_policy_over_its_time_budget_is_throttled_and_only_its_own_tenant_noti
     let run = Duration::from_secs(2);
     let (_, bob_latencies) = tokio::join!(load(&p, ALICE, 4, run), load(&p, BOB, 1, run));
     settle(&p).await;
-    let alice = p.state.tenants.get_or_start("alice").unwrap();
-    let bob = p.state.tenants.get_or_start("bob").unwrap();
+    let alice = p.app.tenants().get_or_start("alice").unwrap();
+    let bob = p.app.tenants().get_or_start("bob").unwrap();
     let stats = alice.worker.stats();
     // 15 ms per event against 100 ms per second: about 7 events per second get through (plus the
     // one-second burst), the rest are throttled, never queued behind.
@@ -240,5 +240,5 @@ async fn a_tenant_at_its_in_flight_limit_gets_429_and_other_tenants_do_not() {
     // Their slots are free again.
     let again = post_json(&p, &chat("s", "t", "tiny", false), &[("authorization", &alice)]).await;
     assert_eq!(again.status(), 200);
-    assert_eq!(p.state.tenants.get_or_start("alice").unwrap().refused(), 1);
+    assert_eq!(p.app.tenants().get_or_start("alice").unwrap().refused(), 1);
 }

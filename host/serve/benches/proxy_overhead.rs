@@ -65,7 +65,7 @@ fn main() {
         .unwrap();
     runtime.block_on(async {
         let upstream = fast_upstream().await;
-        let (proxied, _state) = start_proxy(&upstream, HashMap::new(), Default::default(), &[]).await;
+        let (proxied, _app) = start_proxy(&upstream, HashMap::new(), Default::default(), &[]).await;
         // A second and a third policy slot: the same events to each, their `act`s merged.
         let (two_slots, _state2) =
             start_proxy(&upstream, HashMap::new(), Default::default(), &[("guard", "guard")]).await;

@@ -193,7 +193,7 @@ fn main() {
         let upstream = fast_upstream().await;
         let keys = TENANTS.iter().map(|(k, t)| (k.to_string(), t.to_string())).collect();
         let admin = AdminTokens::operator(Some(ADMIN_TOKEN.to_string()));
-        let (url, state) = start_proxy(&upstream, keys, admin, &[]).await;
+        let (url, app) = start_proxy(&upstream, keys, admin, &[]).await;
 
         let phase = Arc::new(AtomicU8::new(Phase::WarmUp as u8));
         let stop = Arc::new(AtomicBool::new(false));
@@ -274,7 +274,7 @@ fn main() {
                 ms(trip50)
             );
         }
-        let alpha = state.tenants.get("alpha").expect("alpha started");
+        let alpha = app.tenants().get("alpha").expect("alpha started");
         let slot = alpha.policy.metrics();
         println!(
             "\nalpha's slot: {} swaps, {} restarts, {} rollbacks, {} fallbacks",

@@ -10,20 +10,21 @@ use anyhow::Context;
 
 use agentrt_runtime::Share;
 use agentrt_runtime::{
-    BreakerConfig, ComponentLookup, EngineOptions, PolicyComponent, PolicyEngine, PolicyRegistry, SandboxLimits,
-    SlotConfig,
+    BreakerConfig, ComponentLookup, EngineOptions, PolicyEngine, PolicyRegistry, SandboxLimits, SlotConfig,
 };
 
+use crate::app::{App, AppConfig};
+use crate::engine::adapters::EngineConfig;
 use crate::front::limits::Limits;
 use crate::front::request_budget::RequestBudget;
-use crate::names::{parse_tenant_secret, TenantSecret, API_KEY, DEFAULT_TENANT, KV_SLOT, TENANT_ADMIN_TOKEN};
+use crate::names::{parse_tenant_secret, TenantSecret, API_KEY, DEFAULT_TENANT, TENANT_ADMIN_TOKEN};
 use crate::policy::warmup::WarmupOptions;
 use crate::request::engine_fields::{ClientEngineFields, EngineField};
-use crate::request::{AppState, ServeOptions};
 use crate::table::TableLimits;
 use crate::tenant::quotas::{Quotas, DEFAULT_CPU_MS_PER_S, DEFAULT_MAX_IN_FLIGHT, DEFAULT_WARMUP_TOKENS_PER_S};
 use crate::tenant::reload::initial_settings;
 use crate::tenant::settings::FlagSettings;
+use crate::tenant::slots::load_extra_slots;
 use crate::tenant::worker::DEFAULT_QUEUE_JOBS;
 use crate::tenant::Tenants;
 
@@ -383,51 +384,6 @@ fn secrets_by_tenant(raw: &[String], secret: TenantSecret) -> anyhow::Result<Has
     Ok(secrets)
 }
 
-/// The `--slot NAME=COMPONENT` options with their `--slot-config NAME:KEY=VALUE`, loaded, each
-/// with `base`'s limits.
-fn extra_slots(
-    slots: &[String],
-    configs: &[String],
-    base: &SlotConfig,
-    engine: &PolicyEngine,
-    components: &ComponentLookup,
-) -> anyhow::Result<Vec<(String, Arc<PolicyComponent>, SlotConfig)>> {
-    let mut init: HashMap<String, Vec<(String, String)>> = HashMap::new();
-    for option in configs {
-        let (slot, key, value) = agentrt_runtime::parse_slot_config(option).map_err(anyhow::Error::msg)?;
-        init.entry(slot.to_string())
-            .or_default()
-            .push((key.to_string(), value.to_string()));
-    }
-    let mut loaded: Vec<(String, Arc<PolicyComponent>, SlotConfig)> = Vec::new();
-    for option in slots {
-        let (name, policy) = option
-            .split_once('=')
-            .with_context(|| format!("--slot {option:?}: expected NAME=COMPONENT"))?;
-        crate::names::validate_tenant_name(name).map_err(|e| anyhow::anyhow!("--slot {option:?}: the slot {e}"))?;
-        anyhow::ensure!(
-            name != KV_SLOT,
-            "--slot {option:?}: `{KV_SLOT}` is the cache policy's slot; set it with --policy"
-        );
-        anyhow::ensure!(
-            loaded.iter().all(|(n, _, _)| n != name),
-            "--slot: slot `{name}` is given twice"
-        );
-        let source = components.resolve(policy)?;
-        tracing::info!(slot = name, policy, source = %source, "policy slot component");
-        let component = Arc::new(source.load(engine)?);
-        let config = SlotConfig {
-            init: init.remove(name).unwrap_or_default(),
-            ..base.clone()
-        };
-        loaded.push((name.to_string(), component, config));
-    }
-    if let Some(unknown) = init.keys().next() {
-        anyhow::bail!("--slot-config names slot `{unknown}`, which no --slot gives");
-    }
-    Ok(loaded)
-}
-
 /// Run the proxy until Ctrl-C / SIGTERM; `components` finds `--policy` by name.
 pub fn run(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -461,7 +417,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         );
     }
     let shares = settings.shares.clone();
-    let extra_slots = extra_slots(&args.slots, &args.slot_configs, &slot, &engine, components)?;
+    let extra_slots = load_extra_slots(&args.slots, &args.slot_configs, &slot, &engine, components)?;
     let mcp = args.mcp.options(
         |name| Ok(Arc::new(components.resolve(name)?.load(&engine)?)),
         &slot,
@@ -471,132 +427,53 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         .with_tables(args.tables.limits()?)
         .with_queue_jobs(args.tables.policy_queue_jobs)
         .with_extra_slots(extra_slots);
-    let options = ServeOptions {
-        upstream: args.upstream.clone(),
-        vllm_xargs: !args.no_vllm_xargs,
+    if let Some(options) = &mcp {
+        let servers: Vec<&str> = options.servers.iter().map(|s| s.name.as_str()).collect();
+        eprintln!("agentrt serve: MCP gateway at /mcp/{{{}}}", servers.join(","));
+    }
+    let config = AppConfig {
         upstream_api_key: args.upstream_api_key,
-        metrics_token: args.metrics_token,
-        cache_salt_secret: args.cache_salt_secret,
-        engine_priorities: args.engine_priorities,
-        client_engine_fields: ClientEngineFields::allowing(args.client_engine_fields.iter().copied()),
         limits,
+        vllm_xargs: !args.no_vllm_xargs,
+        engine_priorities: args.engine_priorities,
+        cache_salt_secret: args.cache_salt_secret,
+        client_engine_fields: ClientEngineFields::allowing(args.client_engine_fields.iter().copied()),
         warmup: WarmupOptions {
             max_concurrent: args.warmup_concurrency,
             per_second: args.warmup_rate,
             ..WarmupOptions::default()
         },
-    };
-    let mut state = AppState::new(options, tenants);
-    state.reloader = reloader;
-    state.replicas = crate::engine::replicas::ReplicaRouting::from_args(&args.replicas)?;
-    state.admission = args.admission.queue(state.replicas.is_some())?;
-
-    let replica_sockets = !args.replicas.eviction_sockets.is_empty();
-    anyhow::ensure!(
-        shares.is_empty() || args.eviction_socket.is_some() || replica_sockets,
-        "cache shares (--share, or share = … in --config) need --eviction-socket (or \
-         --replica-eviction-socket): shares act when vLLM's plugin asks which blocks to evict"
-    );
-    anyhow::ensure!(
-        !(args.eviction_socket.is_some() && replica_sockets),
-        "--eviction-socket serves one engine; with --replica-eviction-socket give each replica's plugin its own"
-    );
-    // The engine adapter feeds the engine tenant's policy: one vLLM, one eviction order — unless
-    // shares divide the cache, and each tenant's policy ranks its own blocks.
-    let engine_tenant = state
-        .tenants
-        .get_or_start(DEFAULT_TENANT)
-        .map_err(|e| anyhow::anyhow!(e.message))?;
-    let engine_options = agentrt_vllm::EvictionOptions {
-        agents: engine_tenant.agents.clone(),
-        ..agentrt_vllm::EvictionOptions::default()
-    };
-    let ranker: Arc<dyn agentrt_vllm::EngineRanker> = if shares.is_empty() {
-        engine_tenant.policy.clone()
-    } else {
-        let cache = Arc::new(agentrt_vllm::SharedCache::new(
-            Arc::new(state.tenants.engine_tenants()),
-            DEFAULT_TENANT,
+        metrics_token: args.metrics_token,
+        reloader,
+        admission: args.admission.queue(!args.replicas.replicas.is_empty())?,
+        replicas: args.replicas,
+        engine: EngineConfig {
+            eviction_socket: args.eviction_socket,
+            kv_events: args.kv_events,
+            kv_events_replay: args.kv_events_replay,
             shares,
-        ));
-        state.engine_cache = Some(cache.clone());
-        cache
+        },
+        mcp,
+        ..AppConfig::new(tenants, &args.upstream)
     };
-    if args.eviction_socket.is_some() || replica_sockets {
-        state.engine_pins = Some(engine_options.pins.clone());
-    }
-    let _eviction = match &args.eviction_socket {
-        Some(path) => {
-            let options = agentrt_vllm::EvictionOptions {
-                agents: engine_options.agents.clone(),
-                pins: engine_options.pins.clone(),
-            };
-            let service = agentrt_vllm::EvictionService::bind_with(path, ranker.clone(), options)
-                .with_context(|| format!("binding the eviction socket {}", path.display()))?;
-            tracing::info!(socket = %path.display(), "eviction service listening");
-            Some(service)
-        }
-        None => None,
-    };
-    // Several replicas: each one's plugin socket and KV events, into one policy view.
-    let _replica_engines = match &state.replicas {
-        Some(replicas) => Some(replicas.start_engines(&args.replicas, ranker.clone(), &engine_options)?),
-        None => None,
-    };
-    let _kv_events = match &args.kv_events {
-        Some(endpoint) => {
-            let mut config = agentrt_vllm::KvEventsConfig::for_vllm(endpoint, args.kv_events_replay.as_deref(), "kv");
-            if args.eviction_socket.is_some() {
-                // The plugin already reports every store, removal and clear, with agent tags;
-                // forwarding vLLM's events too would count each block twice. Keep the
-                // subscription for its counters (gaps, restarts).
-                config.forward = agentrt_vllm::Forward {
-                    stored: false,
-                    removed: false,
-                    cleared: false,
-                };
-            }
-            Some(agentrt_vllm::KvEventSubscriber::spawn(config, engine_tenant.policy.clone()).await?)
-        }
-        None => None,
-    };
+    let app = App::build(config).await?;
 
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
-    let state = Arc::new(state);
-    if let Some(options) = mcp {
-        let servers: Vec<&str> = options.servers.iter().map(|s| s.name.as_str()).collect();
-        eprintln!("agentrt serve: MCP gateway at /mcp/{{{}}}", servers.join(","));
-        crate::mcp::mount(&state, options);
-    }
     // Before saying we listen: SIGHUP's default action would end the process.
     #[cfg(unix)]
-    crate::tenant::reload::reload_on_sighup(state.clone()).context("installing the SIGHUP handler")?;
+    app.reload_on_sighup().context("installing the SIGHUP handler")?;
     eprintln!(
         "agentrt serve: listening on http://{} → {} (policy {})",
         listener.local_addr()?,
         args.upstream,
-        engine_tenant.policy.info().name
+        args.policy
     );
     if args.session_idle_ms > 0 {
-        let idle = std::time::Duration::from_millis(args.session_idle_ms);
-        let sweeper = state.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(
-                (idle / 4).clamp(std::time::Duration::from_millis(50), std::time::Duration::from_secs(5)),
-            );
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let ended = sweeper.end_idle_sessions(idle);
-                if ended > 0 {
-                    tracing::debug!(ended, "idle sessions reported ended");
-                }
-            }
-        });
+        app.end_idle_sessions_every(std::time::Duration::from_millis(args.session_idle_ms));
     }
-    crate::request::serve(listener, state, shutdown_signal()).await?;
+    app.serve(listener, shutdown_signal()).await?;
     Ok(())
 }
 

@@ -34,7 +34,9 @@
 //!   ones, and waiting on the upstream under the rest; [`auth`]: bearer tokens.
 
 pub mod admin;
+pub mod app;
 pub mod cli;
+pub mod clock;
 pub mod engine;
 pub mod front;
 pub mod identity;
@@ -42,10 +44,11 @@ pub mod mcp;
 pub mod metrics;
 pub mod names;
 pub mod policy;
+pub mod prometheus;
 pub mod request;
 pub mod table;
 pub mod tenant;
 
+pub use app::{App, AppConfig};
 pub use cli::{run, ServeArgs};
 pub use front::limits::Limits;
-pub use request::{router, AppState, ServeOptions};

@@ -7,37 +7,47 @@
 //! their latencies, as one sequence. Its requests count against the tenant's in-flight quota
 //! (`--tenant-max-in-flight`) beside its model calls.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 
-/// What [`mount`] takes, for callers that do not depend on `agentrt-mcp` themselves.
+/// What [`gateway`] takes, for callers that do not depend on `agentrt-mcp` themselves.
 pub use agentrt_mcp::GatewayOptions;
 use agentrt_mcp::{Gateway, InFlight, Refusal, Tenancy, TenantStream};
 use agentrt_runtime::types::Event;
 use agentrt_runtime::PolicyRegistry;
 
+use crate::clock::Clock;
 use crate::front::error::ApiError;
 use crate::identity::tenant_session;
-use crate::request::AppState;
-use crate::tenant::Tenant;
+use crate::prometheus::Report;
+use crate::tenant::{Tenant, Tenants};
 
-/// Create the gateway over `state`'s tenants and mount it: `proxy::router` then serves its routes.
-pub fn mount(state: &Arc<AppState>, options: GatewayOptions) -> Arc<Gateway> {
-    let tenancy = Arc::new(ProxyTenancy {
-        // Weak: the gateway lives in the state; a strong reference back would be a cycle.
-        state: Arc::downgrade(state),
-        registry: state.tenants.shared_registry(),
-    });
-    let gateway = Gateway::new(options, tenancy);
-    if state.mcp.set(gateway.clone()).is_err() {
-        tracing::warn!("the MCP gateway was mounted twice; the first one stays");
+/// The gateway over `tenants`, its events stamped by `clock`; `app` merges its routes.
+pub fn gateway(tenants: Arc<Tenants>, clock: Clock, options: GatewayOptions) -> Arc<Gateway> {
+    let registry = tenants.shared_registry();
+    Gateway::new(
+        options,
+        Arc::new(ProxyTenancy {
+            tenants,
+            clock,
+            registry,
+        }),
+    )
+}
+
+/// The gateway's series for `/metrics`.
+pub struct McpReport(pub Arc<Gateway>);
+
+impl Report for McpReport {
+    fn render(&self, out: &mut String) {
+        self.0.render_prometheus(out);
     }
-    state.mcp.get().expect("set above").clone()
 }
 
 struct ProxyTenancy {
-    state: Weak<AppState>,
+    tenants: Arc<Tenants>,
+    clock: Clock,
     registry: Arc<PolicyRegistry>,
 }
 
@@ -50,15 +60,11 @@ fn refusal(e: ApiError) -> Refusal {
 
 impl Tenancy for ProxyTenancy {
     fn tenant(&self, headers: &HeaderMap) -> Result<Arc<dyn TenantStream>, Refusal> {
-        let state = self.state.upgrade().ok_or_else(|| Refusal {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            message: "agentrt serve is shutting down".into(),
-        })?;
-        let name = state.tenants.name_for(headers).map_err(refusal)?;
-        let tenant = state.tenants.get_or_start(&name).map_err(refusal)?;
+        let name = self.tenants.name_for(headers).map_err(refusal)?;
+        let tenant = self.tenants.get_or_start(&name).map_err(refusal)?;
         Ok(Arc::new(ProxyTenant {
             tenant,
-            state: self.state.clone(),
+            clock: self.clock,
         }))
     }
 
@@ -69,7 +75,7 @@ impl Tenancy for ProxyTenancy {
 
 struct ProxyTenant {
     tenant: Arc<Tenant>,
-    state: Weak<AppState>,
+    clock: Clock,
 }
 
 impl TenantStream for ProxyTenant {
@@ -86,7 +92,7 @@ impl TenantStream for ProxyTenant {
     }
 
     fn now_us(&self) -> u64 {
-        self.state.upgrade().map_or(0, |s| s.now_us())
+        self.clock.now_us()
     }
 
     fn observe(&self, events: Vec<Event>) {

@@ -1,8 +1,55 @@
-//! The proxy's own counters, in the Prometheus text format next to every policy slot's.
+//! The proxy's own counters, and `/metrics`: the Prometheus text of a list of reports — the
+//! proxy's, the accept loop's, the tenants', the engine cache's, the replicas', the admission
+//! queue's, every policy slot's and the MCP gateway's, in that order.
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use crate::prometheus::{render_counters, Report};
+
+/// What the `/metrics` route needs: its token (none: open) and the reports, in order.
+#[derive(Clone)]
+pub struct MetricsState {
+    token: Option<Arc<str>>,
+    reports: Arc<[Arc<dyn Report>]>,
+}
+
+impl MetricsState {
+    /// `/metrics` under `token` (`--metrics-token`; `None` leaves it open — it names every
+    /// tenant), rendering `reports` in order.
+    pub fn new(token: Option<String>, reports: Vec<Arc<dyn Report>>) -> Self {
+        Self {
+            token: token.map(Into::into),
+            reports: reports.into(),
+        }
+    }
+}
+
+/// The `/metrics` route.
+pub fn routes<S: Clone + Send + Sync + 'static>(state: MetricsState) -> Router<S> {
+    Router::new().route("/metrics", get(metrics)).with_state(state)
+}
+
+async fn metrics(State(state): State<MetricsState>, headers: HeaderMap) -> Response {
+    if let Some(token) = &state.token {
+        if let Err(e) = crate::front::auth::require_bearer(&headers, token, "metrics token") {
+            return e.into_response();
+        }
+    }
+    let mut out = String::new();
+    for report in state.reports.iter() {
+        report.render(&mut out);
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
 
 /// Upper bounds (µs) of the proxy-overhead histogram: time from receiving a request to sending it
 /// upstream — what the proxy adds.
@@ -223,215 +270,5 @@ impl ProxyMetrics {
         let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
         let _ = writeln!(out, "{name}_sum {}", self.overhead_sum_us.load(Relaxed) as f64 / 1e6);
         let _ = writeln!(out, "{name}_count {count}");
-    }
-}
-
-/// Prometheus text for `(name, help, value)` counters.
-pub(crate) fn render_counters(out: &mut String, counters: &[(&str, &str, &AtomicU64)]) {
-    for (name, help, value) in counters {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-            value.load(Relaxed)
-        );
-    }
-}
-
-/// The accept loop's counters ([`crate::front::connections`]).
-#[derive(Default)]
-pub struct ConnectionMetrics {
-    pub open: AtomicU64,
-    pub accepted: AtomicU64,
-    pub refused: AtomicU64,
-    pub header_timeouts: AtomicU64,
-}
-
-impl ConnectionMetrics {
-    pub fn render(&self, out: &mut String) {
-        let counters = [
-            (
-                "agentrt_proxy_connections_accepted_total",
-                "Connections accepted.",
-                &self.accepted,
-            ),
-            (
-                "agentrt_proxy_connections_refused_total",
-                "Connections closed at once: --max-connections were open.",
-                &self.refused,
-            ),
-            (
-                "agentrt_proxy_header_timeouts_total",
-                "Connections closed for sending no complete request headers within --header-read-timeout-ms.",
-                &self.header_timeouts,
-            ),
-        ];
-        render_counters(out, &counters);
-        let _ = writeln!(
-            out,
-            "# HELP agentrt_proxy_connections_open Client connections open.\n# TYPE agentrt_proxy_connections_open gauge\nagentrt_proxy_connections_open {}",
-            self.open.load(Relaxed)
-        );
-    }
-}
-
-/// Each tenant's series: its policy worker ([`crate::tenant::worker`]: the queue and what it
-/// dropped) and the sizes of the tables its clients fill ([`crate::table`]).
-pub fn render_tenants(tenants: &[std::sync::Arc<crate::tenant::Tenant>], out: &mut String) {
-    type Read = fn(&crate::tenant::Tenant) -> u64;
-    let series: [(&str, &str, &str, Read); 17] = [
-        (
-            "agentrt_policy_queue_jobs",
-            "gauge",
-            "Policy calls waiting in the tenant's queue or running.",
-            |t| t.worker.stats().queued(),
-        ),
-        (
-            "agentrt_policy_events_observed_total",
-            "counter",
-            "Events the tenant's policy was given.",
-            |t| t.worker.stats().observed(),
-        ),
-        (
-            "agentrt_policy_events_dropped_total",
-            "counter",
-            "Events dropped because the tenant's policy queue was full (--policy-queue-jobs).",
-            |t| t.worker.stats().dropped(),
-        ),
-        (
-            "agentrt_policy_observe_failures_total",
-            "counter",
-            "observe calls the tenant's policy failed (requests continued).",
-            |t| t.worker.stats().failed(),
-        ),
-        (
-            "agentrt_policy_throttled_total",
-            "counter",
-            "Events dropped and act calls skipped because the tenant's policy spent its time budget (--policy-cpu-ms-per-s).",
-            |t| t.worker.stats().throttled(),
-        ),
-        (
-            "agentrt_tenant_in_flight",
-            "gauge",
-            "The tenant's requests in flight (--tenant-max-in-flight).",
-            |t| t.in_flight(),
-        ),
-        (
-            "agentrt_tenant_refused_total",
-            "counter",
-            "The tenant's requests refused with 429: over its max_in_flight quota.",
-            |t| t.refused(),
-        ),
-        (
-            "agentrt_tenant_max_in_flight",
-            "gauge",
-            "The tenant's in-flight quota now (0 = none; a reload may change it).",
-            |t| t.quotas.get().max_in_flight,
-        ),
-        (
-            "agentrt_tenant_warmup_tokens_total",
-            "counter",
-            "Prompt tokens of the tenant's warm-ups, as the upstream counted them (estimated when it did not say).",
-            |t| t.warmup_tokens(),
-        ),
-        (
-            "agentrt_tenant_warmup_tokens_per_second_quota",
-            "gauge",
-            "The tenant's warm-up quota in prompt tokens per second (0 = none).",
-            |t| t.quotas.get().warmup_tokens_per_s,
-        ),
-        (
-            "agentrt_tenant_warmups_throttled_total",
-            "counter",
-            "The tenant's warm-ups skipped because it had spent its warm-up tokens for the second.",
-            |t| t.warmups_throttled(),
-        ),
-        (
-            "agentrt_tenant_prompt_tokens_total",
-            "counter",
-            "Prompt tokens of the tenant's finished requests (as the upstream counted them).",
-            |t| t.prompt_tokens(),
-        ),
-        (
-            "agentrt_tenant_cached_tokens_total",
-            "counter",
-            "Of those, tokens the engine had cached: the tenant's prefix-cache hits.",
-            |t| t.cached_tokens(),
-        ),
-        (
-            "agentrt_tenant_agents",
-            "gauge",
-            "Agents the tenant's table holds (--max-agents).",
-            |t| t.agents.agents() as u64,
-        ),
-        (
-            "agentrt_tenant_live_sessions",
-            "gauge",
-            "Live sessions the tenant's table holds (--max-sessions).",
-            |t| t.agents.live_sessions() as u64,
-        ),
-        (
-            "agentrt_tenant_anchor_bytes",
-            "gauge",
-            "Bytes of anchors kept for the tenant's warm-ups (--max-anchor-mib).",
-            |t| t.agents.anchors().1 as u64,
-        ),
-        (
-            "agentrt_tenant_prompt_shapes",
-            "gauge",
-            "Prompt shapes the tenant's table holds (--max-shapes).",
-            |t| t.continuations.len() as u64,
-        ),
-    ];
-    for (name, kind, help, read) in series {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for tenant in tenants {
-            // Tenant names are letters, digits, `-`, `_` and `.`: nothing to escape.
-            let _ = writeln!(out, "{name}{{tenant=\"{}\"}} {}", tenant.name, read(tenant));
-        }
-    }
-}
-
-/// Each tenant's part of the engine's cache under `--share`: blocks held, its guarantee and
-/// limit, its blocks the engine evicted, and the evictions its requests caused.
-pub fn render_engine_cache(cache: &agentrt_vllm::SharedCache, out: &mut String) {
-    let tenants = cache.tenants();
-    type Read = fn(&agentrt_vllm::TenantCache, &agentrt_runtime::Share) -> u64;
-    let series: [(&str, &str, &str, Read); 5] = [
-        (
-            "agentrt_tenant_cache_blocks",
-            "gauge",
-            "Blocks the tenant holds in the engine's KV cache.",
-            |c, _| c.blocks,
-        ),
-        (
-            "agentrt_tenant_cache_guarantee_blocks",
-            "gauge",
-            "The tenant's guaranteed share of the cache (--share).",
-            |_, s| s.min_blocks,
-        ),
-        (
-            "agentrt_tenant_cache_limit_blocks",
-            "gauge",
-            "The tenant's limit (--share; 18446744073709551615 = none).",
-            |_, s| s.max_blocks,
-        ),
-        (
-            "agentrt_tenant_cache_evictions_total",
-            "counter",
-            "The tenant's blocks the engine evicted.",
-            |c, _| c.evicted,
-        ),
-        (
-            "agentrt_tenant_cache_evictions_caused_total",
-            "counter",
-            "Blocks (any tenant's) the engine evicted to make room for the tenant's requests.",
-            |c, _| c.caused,
-        ),
-    ];
-    for (name, kind, help, read) in series {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (tenant, figures, share) in &tenants {
-            let _ = writeln!(out, "{name}{{tenant=\"{tenant}\"}} {}", read(figures, share));
-        }
     }
 }

@@ -64,7 +64,7 @@ async fn a_tenant_admin_token_acts_on_its_own_tenant_only() {
             "{answer}"
         );
     }
-    let beta = p.state.tenants.get("beta").unwrap();
+    let beta = p.app.tenants().get("beta").unwrap();
     assert_eq!(
         (beta.policy.info().name.as_str(), beta.policy.metrics().swaps()),
         ("probe", 0),
@@ -73,7 +73,7 @@ async fn a_tenant_admin_token_acts_on_its_own_tenant_only() {
 
     let (status, answer) = put_policy(&p, "alpha", "lru", "ta", true).await;
     assert_eq!((status, answer["policy"].as_str()), (200, Some("lru")), "{answer}");
-    assert_eq!(p.state.tenants.get("alpha").unwrap().policy.info().name, "lru");
+    assert_eq!(p.app.tenants().get("alpha").unwrap().policy.info().name, "lru");
 
     // The operator's token still does everything.
     let (status, listing) = admin_get(&p, "/admin/tenants", "s3cret").await;
@@ -293,8 +293,8 @@ async fn hot_swaps_under_concurrent_load_fail_no_request_and_carry_the_learned_s
 
     settle(&p).await;
     let (alpha, beta) = (
-        p.state.tenants.get("alpha").unwrap(),
-        p.state.tenants.get("beta").unwrap(),
+        p.app.tenants().get("alpha").unwrap(),
+        p.app.tenants().get("beta").unwrap(),
     );
     assert_eq!(alpha.policy.metrics().swaps(), 3);
     assert_eq!(

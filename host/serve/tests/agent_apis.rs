@@ -65,7 +65,7 @@ async fn both_apis_are_forwarded_with_identity_and_their_usage_is_counted() {
     // Two agents (one system prompt each), and every call's usage, whole or streamed.
     let (_, tenants) = admin_get(&p, "/admin/tenants", "s3cret").await;
     assert_eq!(tenants["tenants"][0]["agents"], 2, "{tenants}");
-    let alpha = p.state.tenants.get("alpha").unwrap();
+    let alpha = p.app.tenants().get("alpha").unwrap();
     assert_eq!((alpha.prompt_tokens(), alpha.cached_tokens()), (4 * 20, 4 * 16));
 }
 

@@ -29,7 +29,7 @@ fn venv_python() -> Option<PathBuf> {
 
 /// The probe's count of events observed, from its snapshot.
 fn probe_events(p: &support::Proxy, tenant: &str) -> u64 {
-    let policy = p.state.tenants.registry().get(tenant, KV_SLOT).unwrap();
+    let policy = p.app.tenants().registry().get(tenant, KV_SLOT).unwrap();
     let mut probe = agentrt_sdk::testing::Harness::<agentrt_test_probe::Probe>::new([]).unwrap();
     probe.restore(&policy.snapshot().unwrap()).unwrap();
     probe.policy().events
@@ -119,14 +119,14 @@ async fn tool_calls_through_serve_reach_the_tenants_own_policy_and_metrics() {
         .await
         .contains("agentrt_mcp_tool_calls_total{tenant=\"alpha\",server=\"lookup\"} 4"));
     assert!(p
-        .state
-        .tenants
+        .app
+        .tenants()
         .registry()
         .get("alpha", agentrt_mcp::TOOLS_SLOT)
         .is_some());
     assert!(p
-        .state
-        .tenants
+        .app
+        .tenants()
         .registry()
         .get("beta", agentrt_mcp::TOOLS_SLOT)
         .is_none());

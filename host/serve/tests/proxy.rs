@@ -40,7 +40,7 @@ async fn forwards_with_agent_identity_and_tells_the_policy() {
 
     // The probe policy registered both agents (it forecasts one next agent per registered agent).
     settle(&p).await;
-    let tenant = p.state.tenants.get_or_start("default").unwrap();
+    let tenant = p.app.tenants().get_or_start("default").unwrap();
     assert_eq!(tenant.policy.predict(1).unwrap().len(), 2);
     assert!(
         tenant.policy.metrics().calls(agentrt_runtime::Primitive::Observe) >= 4,
@@ -65,7 +65,7 @@ async fn the_policy_hears_how_a_call_continues_its_agents_previous_prompt() {
     assert_eq!(post_json(&p, &turn2, &elsewhere).await.status(), 200);
     settle(&p).await;
 
-    let tenant = p.state.tenants.get_or_start("default").unwrap();
+    let tenant = p.app.tenants().get_or_start("default").unwrap();
     let mut probe = agentrt_sdk::testing::Harness::<agentrt_test_probe::Probe>::new([]).unwrap();
     probe.restore(&tenant.policy.snapshot().unwrap()).unwrap();
     assert_eq!(
@@ -146,7 +146,7 @@ async fn a_down_upstream_is_a_502_naming_it() {
     assert_eq!(response.status(), 502);
     let body: Value = response.json().await.unwrap();
     assert!(body["error"]["message"].as_str().unwrap().contains(&down), "{body}");
-    assert_eq!(p.state.metrics.upstream_errors.load(Relaxed), 1);
+    assert_eq!(p.app.metrics().upstream_errors.load(Relaxed), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,12 +175,12 @@ async fn a_client_leaving_mid_stream_is_noticed_and_nothing_is_retried() {
     let _first = stream.next().await.unwrap().unwrap();
     drop(stream);
     for _ in 0..100 {
-        if p.state.metrics.streams_cancelled.load(Relaxed) == 1 {
+        if p.app.metrics().streams_cancelled.load(Relaxed) == 1 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(p.state.metrics.streams_cancelled.load(Relaxed), 1);
+    assert_eq!(p.app.metrics().streams_cancelled.load(Relaxed), 1);
     settle(&p).await; // the cancelled request is reported ended, and no longer in flight
     assert_eq!(post_json(&p, &chat("s", "t", "tiny", false), &[]).await.status(), 200);
     assert_eq!(
@@ -197,7 +197,7 @@ async fn a_policy_that_traps_during_a_request_does_not_fail_it() {
     let response = post_json(&p, &chat("s", "t", "tiny", false), &trap).await;
     assert_eq!(response.status(), 200, "served despite the policy trapping");
     settle(&p).await;
-    let tenant = p.state.tenants.get_or_start("default").unwrap();
+    let tenant = p.app.tenants().get_or_start("default").unwrap();
     assert!(tenant.worker.stats().failed() >= 1, "the failed observe is counted");
     assert!(tenant.policy.metrics().errors("trap") >= 1);
     assert_eq!(post_json(&p, &chat("s2", "t", "tiny", false), &[]).await.status(), 200);
@@ -269,8 +269,8 @@ async fn tenants_are_isolated_by_api_key() {
     );
     assert_eq!(post_json(&p, &chat("x", "t", "tiny", false), &[]).await.status(), 401);
     settle(&p).await;
-    let alpha = p.state.tenants.get_or_start("alpha").unwrap();
-    let beta = p.state.tenants.get_or_start("beta").unwrap();
+    let alpha = p.app.tenants().get_or_start("alpha").unwrap();
+    let beta = p.app.tenants().get_or_start("beta").unwrap();
     assert_eq!(
         alpha.policy.predict(1).unwrap().len(),
         2,
@@ -309,7 +309,7 @@ async fn the_admin_api_is_authenticated_and_swaps_policies_safely() {
         .unwrap();
     assert_eq!(garbage.status(), 400);
     assert!(garbage.text().await.unwrap().contains("not a WebAssembly binary"));
-    let tenant = p.state.tenants.get_or_start("default").unwrap();
+    let tenant = p.app.tenants().get_or_start("default").unwrap();
     assert_eq!(
         tenant.policy.info().name,
         "cachesage",
@@ -389,13 +389,13 @@ async fn a_new_agents_anchor_is_counted_once_by_the_upstream() {
     assert_eq!(asked[0]["tools"], body["tools"]);
     assert_eq!(asked[0]["add_generation_prompt"], false);
     assert!(!asked[0].to_string().contains("Task 1"), "only the anchor is counted");
-    assert_eq!(p.state.metrics.anchors_tokenized.load(Relaxed), 1);
+    assert_eq!(p.app.metrics().anchors_tokenized.load(Relaxed), 1);
 
     // An upstream without /tokenize (the stub's `no-tokenize` model answers 404): the byte
     // estimate stays and the request goes through.
     let other = chat("You are the planner.", "Task 1", "no-tokenize", false);
     assert_eq!(post_json(&p, &other, &[]).await.status(), 200);
-    assert_eq!(p.state.metrics.anchors_estimated.load(Relaxed), 1);
+    assert_eq!(p.app.metrics().anchors_estimated.load(Relaxed), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -410,17 +410,17 @@ async fn idle_sessions_are_reported_ended_to_the_policy() {
             200
         );
     }
-    let tenant = p.state.tenants.get_or_start("default").unwrap();
+    let tenant = p.app.tenants().get_or_start("default").unwrap();
     assert_eq!(tenant.agents.live_sessions(), 2);
     // A response can reach the client a moment before its request-finish reaches the policy.
     settle(&p).await;
     assert_eq!(
-        p.state.end_idle_sessions(Duration::from_secs(3600)),
+        p.app.feed().end_idle_sessions(Duration::from_secs(3600)),
         0,
         "nothing is idle for an hour"
     );
     let observed = tenant.policy.metrics().calls(agentrt_runtime::Primitive::Observe);
-    assert_eq!(p.state.end_idle_sessions(Duration::ZERO), 2);
+    assert_eq!(p.app.feed().end_idle_sessions(Duration::ZERO), 2);
     settle(&p).await;
     assert_eq!(
         tenant.policy.metrics().calls(agentrt_runtime::Primitive::Observe),
@@ -428,6 +428,10 @@ async fn idle_sessions_are_reported_ended_to_the_policy() {
         "both session-end events went to the policy in one call"
     );
     assert_eq!(tenant.agents.live_sessions(), 0);
-    assert_eq!(p.state.metrics.sessions_ended.load(Relaxed), 2);
-    assert_eq!(p.state.end_idle_sessions(Duration::ZERO), 0, "each session ends once");
+    assert_eq!(p.app.metrics().sessions_ended.load(Relaxed), 2);
+    assert_eq!(
+        p.app.feed().end_idle_sessions(Duration::ZERO),
+        0,
+        "each session ends once"
+    );
 }

@@ -284,28 +284,11 @@ async fn an_anchor_evicted_from_a_replica_is_no_longer_hinted_there() {
             .collect(),
         ..ReplicaArgs::default()
     };
-    let (p, stubs) = two_replicas(args.clone()).await;
-    let mut args = args;
-    args.replicas = p
-        .state
-        .replicas
-        .as_ref()
-        .unwrap()
-        .replicas()
-        .all()
-        .iter()
-        .map(|r| format!("{}={}", r.name, r.url))
-        .collect();
-    let tenant = p.state.tenants.get_or_start("default").unwrap();
-    let options = agentrt_vllm::EvictionOptions {
-        agents: tenant.agents.clone(),
-        ..agentrt_vllm::EvictionOptions::default()
-    };
-    let routing = p.state.replicas.clone().unwrap();
-    let engines = routing.start_engines(&args, tenant.policy.clone(), &options).unwrap();
+    // The app starts each replica's eviction socket itself, ranked by the engine tenant's policy.
+    let (p, stubs) = two_replicas(args).await;
     let hinted = |text: &str| metric(text, "agentrt_router_hinted_total");
     let mut plugins = Vec::new();
-    for path in engines.sockets() {
+    for path in p.app.engine().replica_sockets() {
         plugins.push(Plugin::connect(path).await);
     }
     let (first, agent) = planner_call(&p, &stubs, "s1").await;
@@ -354,7 +337,7 @@ async fn an_ended_session_is_no_longer_hinted() {
     assert_eq!(hinted(&metrics_text(&p).await), 1.0);
     settle(&p).await;
     // The session is reported ended (idle); a new agent in it gets no hint from it.
-    assert!(p.state.end_idle_sessions(Duration::ZERO) >= 1);
+    assert!(p.app.feed().end_idle_sessions(Duration::ZERO) >= 1);
     assert_eq!(send(&p, "writer", "s1").await.status(), 200);
     assert_eq!(hinted(&metrics_text(&p).await), 1.0);
 }

@@ -166,19 +166,19 @@ async fn a_tenant_past_its_warmup_quota_is_throttled_and_the_other_tenant_is_not
     }
     settle(&p).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let lo = p.state.tenants.get("lo").unwrap();
-    let hi = p.state.tenants.get("hi").unwrap();
+    let lo = p.app.tenants().get("lo").unwrap();
+    let hi = p.app.tenants().get("hi").unwrap();
     eprintln!(
         "lo: {} warm-up tokens, {} throttled; hi: {} tokens, {} throttled",
-        lo.warmup_tokens(),
-        lo.warmups_throttled(),
-        hi.warmup_tokens(),
-        hi.warmups_throttled()
+        lo.warmups.tokens(),
+        lo.warmups.throttled(),
+        hi.warmups.tokens(),
+        hi.warmups.throttled()
     );
-    assert_eq!(lo.warmup_tokens(), 12, "one warm-up, paid at what the engine counted");
-    assert!(lo.warmups_throttled() >= 3, "lo's later warm-ups were skipped");
-    assert_eq!(hi.warmups_throttled(), 0, "hi's quota is its own");
-    assert!(hi.warmup_tokens() >= 3 * 12, "hi warmed up several anchors");
+    assert_eq!(lo.warmups.tokens(), 12, "one warm-up, paid at what the engine counted");
+    assert!(lo.warmups.throttled() >= 3, "lo's later warm-ups were skipped");
+    assert_eq!(hi.warmups.throttled(), 0, "hi's quota is its own");
+    assert!(hi.warmups.tokens() >= 3 * 12, "hi warmed up several anchors");
     let metrics = metrics_text(&p).await;
     assert_eq!(series(&metrics, "agentrt_tenant_warmup_tokens_total", "lo"), Some(12));
     assert_eq!(

@@ -11,11 +11,10 @@ use std::time::Duration;
 use agentrt_runtime::{
     ComponentLookup, ComponentSource, EmbeddedSet, EngineOptions, PolicyEngine, PolicyRegistry, SlotConfig,
 };
-use agentrt_serve::policy::warmup::WarmupOptions;
 use agentrt_serve::tenant::admin_auth::AdminTokens;
 use agentrt_serve::tenant::settings::TenantSettings;
 use agentrt_serve::tenant::Tenants;
-use agentrt_serve::{AppState, ServeOptions};
+use agentrt_serve::{App, AppConfig};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
@@ -57,7 +56,7 @@ pub async fn start_proxy(
     keys: HashMap<String, String>,
     admin_tokens: AdminTokens,
     extra_slots: &[(&str, &str)],
-) -> (String, Arc<AppState>) {
+) -> (String, App) {
     let settings = TenantSettings {
         keys,
         admin: admin_tokens,
@@ -80,27 +79,13 @@ pub async fn start_proxy(
         .collect();
     let tenants = Tenants::new(PolicyRegistry::new(engine), component, SlotConfig::new(""), settings)
         .with_extra_slots(extra_slots);
-    let options = ServeOptions {
-        upstream: upstream.to_string(),
-        vllm_xargs: true,
-        upstream_api_key: None,
-        metrics_token: None,
-        cache_salt_secret: None,
-        engine_priorities: false,
-        client_engine_fields: Default::default(),
-        warmup: WarmupOptions::default(),
-        limits: agentrt_serve::Limits::default(),
-    };
-    let state = Arc::new(AppState::new(options, tenants));
+    let app = App::build(AppConfig::new(tenants, upstream)).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     // Through the real accept loop, so the figures include what the front door's limits cost.
-    tokio::spawn(agentrt_serve::request::serve(
-        listener,
-        state.clone(),
-        std::future::pending(),
-    ));
-    (url, state)
+    let serving = app.clone();
+    tokio::spawn(async move { serving.serve(listener, std::future::pending()).await });
+    (url, app)
 }
 
 /// Request `i` of a planner → coder → tester workload: distinct anchors (~1.2 KB system

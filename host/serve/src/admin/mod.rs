@@ -37,27 +37,40 @@ use serde_json::json;
 use crate::front::error::ApiError;
 use crate::front::limits::{closing_connection, read_body};
 use crate::names::{validate_tenant_name, KV_SLOT};
-use crate::request::AppState;
 use crate::tenant::admin_auth::AdminTarget;
+use crate::tenant::reload::Reloads;
 use crate::tenant::report as tenant_report;
 use crate::tenant::Tenant;
+use crate::tenant::Tenants;
 use agentrt_runtime::{PolicyError, RegistryError};
 
-pub fn routes() -> Router<Arc<AppState>> {
+/// What the admin routes need: the tenants, the reloader of `--config` (when there is one), and
+/// the upload limit.
+#[derive(Clone)]
+pub struct AdminState {
+    pub tenants: Arc<Tenants>,
+    pub reloads: Option<Arc<Reloads>>,
+    /// `--max-upload-bytes`.
+    pub max_upload_bytes: usize,
+}
+
+/// The admin API's routes.
+pub fn routes<S: Clone + Send + Sync + 'static>(state: AdminState) -> Router<S> {
     Router::new()
         .route("/admin/tenants/{tenant}/policy", put(put_policy))
         .route("/admin/tenants/{tenant}/stats", get(tenant_stats))
         .route("/admin/tenants/{tenant}/predict", get(tenant_predict))
         .route("/admin/tenants", get(list_tenants))
         .route("/admin/reload", post(reload))
+        .with_state(state)
 }
 
-fn authorize(state: &AppState, headers: &HeaderMap, target: AdminTarget<'_>) -> Result<(), ApiError> {
+fn authorize(state: &AdminState, headers: &HeaderMap, target: AdminTarget<'_>) -> Result<(), ApiError> {
     state.tenants.settings().admin.authorize(headers, target).map(|_| ())
 }
 
 async fn put_policy(
-    State(state): State<Arc<AppState>>,
+    State(state): State<AdminState>,
     Path(tenant): Path<String>,
     Query(query): Query<SwapQuery>,
     headers: HeaderMap,
@@ -66,7 +79,7 @@ async fn put_policy(
     let checked = authorize(&state, &headers, AdminTarget::Tenant(&tenant))
         .and_then(|()| validate_tenant_name(&tenant).map_err(ApiError::bad_request));
     let read = match checked {
-        Ok(()) => read_body(body, state.options.limits.max_upload_bytes, "--max-upload-bytes").await,
+        Ok(()) => read_body(body, state.max_upload_bytes, "--max-upload-bytes").await,
         Err(e) => Err(e),
     };
     let body = match read {
@@ -166,7 +179,7 @@ struct SwapQuery {
 }
 
 /// The started tenant `name`, for one of its routes, once the caller may act on it.
-fn started_tenant(state: &AppState, headers: &HeaderMap, name: &str) -> Result<Arc<Tenant>, ApiError> {
+fn started_tenant(state: &AdminState, headers: &HeaderMap, name: &str) -> Result<Arc<Tenant>, ApiError> {
     authorize(state, headers, AdminTarget::Tenant(name))?;
     state.tenants.get(name).ok_or_else(|| {
         ApiError::not_found(format!(
@@ -175,7 +188,7 @@ fn started_tenant(state: &AppState, headers: &HeaderMap, name: &str) -> Result<A
     })
 }
 
-async fn tenant_stats(State(state): State<Arc<AppState>>, Path(tenant): Path<String>, headers: HeaderMap) -> Response {
+async fn tenant_stats(State(state): State<AdminState>, Path(tenant): Path<String>, headers: HeaderMap) -> Response {
     let tenant = match started_tenant(&state, &headers, &tenant) {
         Ok(tenant) => tenant,
         Err(e) => return e.into_response(),
@@ -188,7 +201,7 @@ async fn tenant_stats(State(state): State<Arc<AppState>>, Path(tenant): Path<Str
 }
 
 async fn tenant_predict(
-    State(state): State<Arc<AppState>>,
+    State(state): State<AdminState>,
     Path(tenant): Path<String>,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
@@ -214,7 +227,7 @@ async fn tenant_predict(
     }
 }
 
-async fn list_tenants(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+async fn list_tenants(State(state): State<AdminState>, headers: HeaderMap) -> Response {
     if let Err(e) = authorize(&state, &headers, AdminTarget::AllTenants) {
         return e.into_response();
     }
@@ -239,15 +252,15 @@ async fn list_tenants(State(state): State<Arc<AppState>>, headers: HeaderMap) ->
     Json(json!({ "tenants": tenants })).into_response()
 }
 
-async fn reload(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+async fn reload(State(state): State<AdminState>, headers: HeaderMap) -> Response {
     if let Err(e) = authorize(&state, &headers, AdminTarget::AllTenants) {
         return e.into_response();
     }
-    let Some(reloaded) = crate::tenant::reload::reload_off_workers(state.clone()).await else {
+    let Some(reloads) = &state.reloads else {
         return ApiError::conflict("there is no config file to reload: start `agentrt serve` with --config FILE")
             .into_response();
     };
-    match reloaded {
+    match reloads.reload_off_workers().await {
         Ok(done) => {
             tracing::info!(tenants = ?done.tenants, shares = ?done.shares, stopped = ?done.stopped, "settings reloaded (admin API)");
             Json(done).into_response()

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use crate::front::error::ApiError;
+use crate::prometheus::Report;
 
 /// The largest demotion the queue tells apart (larger ones wait as this one).
 const MAX_DEMOTION: u32 = 1_000_000;
@@ -378,9 +379,11 @@ impl AdmissionQueue {
             // Its receiver is gone: the next one.
         }
     }
+}
 
+impl Report for AdmissionQueue {
     /// The queue's series for `/metrics`.
-    pub fn render(&self, out: &mut String) {
+    fn render(&self, out: &mut String) {
         use std::fmt::Write;
         let (in_flight, waiting) = self.depth();
         let m = &self.metrics;

@@ -1,7 +1,8 @@
 //! The engine(s) behind the proxy: the upstream and its limits, the admission queue in front of
 //! it, several replicas behind a router, and who owns an engine block under cache shares.
 
+pub mod adapters;
 pub mod admission;
-pub mod engine_tenants;
 pub mod replicas;
+pub mod tokenize;
 pub mod upstream;

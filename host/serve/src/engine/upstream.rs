@@ -2,17 +2,85 @@
 //! size cap, so an upstream that hangs or floods ends the request with an error naming what ran
 //! out (and the flag that sets it) instead of holding the request, and its client, open forever.
 //!
-//! The connect timeout is the HTTP client's own (set where it is built, [`crate::AppState::new`]);
-//! the rest are here: response headers within the first-byte timeout, each later piece of the
-//! body within the idle timeout, a non-streamed reply within its size cap.
+//! The connect timeout is the HTTP client's own (set where it is built, [`Upstream::new`]); the
+//! rest are here: response headers within the first-byte timeout, each later piece of the body
+//! within the idle timeout, a non-streamed reply within its size cap.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
+use axum::http::header;
 use futures_util::{Stream, StreamExt};
 
 use crate::front::error::ApiError;
 use crate::front::limits::Limits;
+
+/// The upstream (vLLM): the HTTP client, its base URL, the API key agentrt sends it (clients'
+/// keys are agentrt's, never forwarded) and the limits every wait on it runs under. Cheap to clone.
+#[derive(Clone)]
+pub struct Upstream(Arc<Inner>);
+
+struct Inner {
+    client: reqwest::Client,
+    base: String,
+    api_key: Option<String>,
+    limits: Limits,
+}
+
+impl Upstream {
+    /// The upstream at `base` (e.g. `http://127.0.0.1:8000`), sent `api_key` as a bearer token.
+    pub fn new(base: &str, api_key: Option<String>, limits: Limits) -> Self {
+        let client = reqwest::Client::builder()
+            .connect_timeout(limits.upstream_connect_timeout)
+            .build()
+            .expect("a plain HTTP client builds");
+        Self(Arc::new(Inner {
+            client,
+            base: base.to_string(),
+            api_key,
+            limits,
+        }))
+    }
+
+    /// The base URL.
+    pub fn base(&self) -> &str {
+        &self.0.base
+    }
+
+    /// The limits the proxy runs under (the upstream's timeouts and reply cap among them).
+    pub fn limits(&self) -> &Limits {
+        &self.0.limits
+    }
+
+    /// A POST of JSON to `path` on the upstream.
+    pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.post_to(&self.0.base, path)
+    }
+
+    /// A POST of JSON to `path` on the server at `base` (one of several replicas).
+    pub fn post_to(&self, base: &str, path: &str) -> reqwest::RequestBuilder {
+        let builder = self
+            .0
+            .client
+            .post(format!("{}{path}", base.trim_end_matches('/')))
+            .header(header::CONTENT_TYPE, "application/json");
+        self.authorized(builder)
+    }
+
+    /// A GET of `path` on the upstream.
+    pub fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        let url = format!("{}{path}", self.0.base.trim_end_matches('/'));
+        self.authorized(self.0.client.get(url))
+    }
+
+    fn authorized(&self, builder: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.0.api_key {
+            Some(key) => builder.bearer_auth(key),
+            None => builder,
+        }
+    }
+}
 
 /// Send a request and wait for the upstream's response headers.
 pub async fn send(

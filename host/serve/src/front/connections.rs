@@ -9,7 +9,8 @@
 //!   [`Limits::header_read_timeout`] of being accepted, and of its previous response
 //!   (an idle keep-alive connection is closed after the same time); hyper closes it otherwise.
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
 use crate::front::limits::Limits;
-use crate::metrics::ConnectionMetrics;
+use crate::prometheus::Report;
 
 /// Serve `app` on `listener` under `limits` until `shutdown` resolves, then stop accepting, let
 /// requests in flight finish and return once every connection has closed.
@@ -90,4 +91,41 @@ pub async fn serve(
     // Every connection holds a slot until it ends: having them all back means all are closed.
     let _all = slots.acquire_many(limits.max_connections as u32).await;
     Ok(())
+}
+
+/// The accept loop's counters ([`crate::front::connections`]).
+#[derive(Default)]
+pub struct ConnectionMetrics {
+    pub open: AtomicU64,
+    pub accepted: AtomicU64,
+    pub refused: AtomicU64,
+    pub header_timeouts: AtomicU64,
+}
+
+impl Report for ConnectionMetrics {
+    fn render(&self, out: &mut String) {
+        let counters = [
+            (
+                "agentrt_proxy_connections_accepted_total",
+                "Connections accepted.",
+                &self.accepted,
+            ),
+            (
+                "agentrt_proxy_connections_refused_total",
+                "Connections closed at once: --max-connections were open.",
+                &self.refused,
+            ),
+            (
+                "agentrt_proxy_header_timeouts_total",
+                "Connections closed for sending no complete request headers within --header-read-timeout-ms.",
+                &self.header_timeouts,
+            ),
+        ];
+        crate::prometheus::render_counters(out, &counters);
+        let _ = writeln!(
+            out,
+            "# HELP agentrt_proxy_connections_open Client connections open.\n# TYPE agentrt_proxy_connections_open gauge\nagentrt_proxy_connections_open {}",
+            self.open.load(Relaxed)
+        );
+    }
 }

@@ -1,7 +1,6 @@
-//! Carrying out a policy's side effects, off the critical path.
+//! Warm-ups: a policy's `warm-prefix`, carried out off the critical path ([`crate::policy::effects`]).
 //!
-//! After each request arrives and finishes, a task asks the tenant's policy to `act()`. A
-//! `warm-prefix` becomes a real upstream request: the agent's recorded anchor (system/developer
+//! A `warm-prefix` becomes a real upstream request: the agent's recorded anchor (system/developer
 //! messages + tools) with a one-character user message and `max_tokens: 1`, marked as a warm-up
 //! (header `x-agentrt-warmup: 1`, `vllm_xargs.agentrt_warmup: true`) so that the engine adapter and
 //! the policy do not take it for user traffic. Warm-ups are bounded in concurrency and rate,
@@ -16,11 +15,13 @@ use std::time::Instant;
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
-use agentrt_runtime::merge_side_effects;
-use agentrt_runtime::types::{Event, RequestArrival, RequestFinish, SideEffect, WarmPrefix};
+use agentrt_runtime::types::{Event, RequestArrival, RequestFinish, WarmPrefix};
 
-use crate::names::{DEFAULT_TENANT, KV_SLOT};
-use crate::request::AppState;
+use crate::clock::Clock;
+use crate::engine::replicas::ReplicaRouting;
+use crate::engine::upstream::{self, Upstream};
+use crate::metrics::ProxyMetrics;
+use crate::policy::feed::PolicyFeed;
 use crate::tenant::Tenant;
 
 #[derive(Debug, Clone)]
@@ -49,74 +50,41 @@ pub struct Warmups {
     bucket: Mutex<(f64, Instant)>,
     /// (tenant, anchor hash) of warm-ups in flight.
     in_flight: Mutex<HashSet<(String, u64)>>,
+    upstream: Upstream,
+    /// Where a warm-up goes when there are several replicas.
+    replicas: Option<Arc<ReplicaRouting>>,
+    /// Warm-ups are requests the tenant's policies hear of too (marked as such).
+    feed: PolicyFeed,
+    clock: Clock,
+    metrics: Arc<ProxyMetrics>,
+    /// Tag warm-ups in `vllm_xargs` (off for upstreams other than vLLM).
+    vllm_xargs: bool,
+}
+
+/// What a warm-up needs besides its options: where it goes and whom it tells.
+pub struct WarmupDeps {
+    pub upstream: Upstream,
+    pub replicas: Option<Arc<ReplicaRouting>>,
+    pub feed: PolicyFeed,
+    pub clock: Clock,
+    pub metrics: Arc<ProxyMetrics>,
+    pub vllm_xargs: bool,
 }
 
 impl Warmups {
-    pub fn new(options: WarmupOptions) -> Self {
+    pub fn new(options: WarmupOptions, deps: WarmupDeps) -> Self {
         Self {
             slots: Arc::new(Semaphore::new(options.max_concurrent)),
             bucket: Mutex::new((options.max_concurrent as f64, Instant::now())),
             in_flight: Mutex::new(HashSet::new()),
             options,
+            upstream: deps.upstream,
+            replicas: deps.replicas,
+            feed: deps.feed,
+            clock: deps.clock,
+            metrics: deps.metrics,
+            vllm_xargs: deps.vllm_xargs,
         }
-    }
-
-    /// Ask each of the tenant's policy slots for side effects and carry out their merge
-    /// ([`merge_side_effects`]: `deny` wins, one warm-up per anchor), in the background. The calls
-    /// run on the slots' workers; a slot whose `act` is already pending answers this request with
-    /// that call, and nothing more is queued for it.
-    pub fn kick(&self, state: Arc<AppState>, tenant: Arc<Tenant>) {
-        let slots = std::iter::once((KV_SLOT, &tenant.worker))
-            .chain(tenant.extra_slots.iter().map(|s| (s.name.as_str(), &s.worker)));
-        let answers: Vec<_> = slots
-            .filter_map(|(slot, worker)| worker.act().map(|answer| (slot.to_string(), answer)))
-            .collect();
-        if answers.is_empty() {
-            return;
-        }
-        tokio::spawn(async move {
-            let mut per_slot = Vec::with_capacity(answers.len());
-            for (slot, answer) in answers {
-                match answer.await {
-                    // The worker is gone: the tenant's policy is shutting down.
-                    Err(_) => {}
-                    Ok(Ok(effects)) => per_slot.push(effects),
-                    Ok(Err(e)) => {
-                        state.metrics.policy_errors.fetch_add(1, Relaxed);
-                        // A suspended policy was reported once when its circuit opened.
-                        if !e.is_circuit_open() {
-                            tracing::warn!(tenant = %tenant.name, slot, error = %e, "policy act failed");
-                        }
-                    }
-                }
-            }
-            for effect in merge_side_effects(per_slot) {
-                match effect {
-                    SideEffect::SetPriority(p) => tenant.set_priority(p.session, p.priority),
-                    SideEffect::Deny(deny) => {
-                        tracing::info!(tenant = %tenant.name, session = deny.session, reason = %deny.reason, "session denied by policy");
-                        state.metrics.sessions_denied.fetch_add(1, Relaxed);
-                        tenant.deny(deny.session, deny.reason);
-                    }
-                    SideEffect::WarmPrefix(warm) => state.warmups.warm(&state, &tenant, warm).await,
-                    // Pins protect blocks inside the engine, whose eviction only the engine
-                    // tenant's policy ranks: the eviction service applies them.
-                    SideEffect::Pin(pin) if tenant.name == DEFAULT_TENANT => {
-                        if let Some(pins) = &state.engine_pins {
-                            pins.pin(&pin);
-                        }
-                    }
-                    SideEffect::Unpin(pin) if tenant.name == DEFAULT_TENANT => {
-                        if let Some(pins) = &state.engine_pins {
-                            pins.unpin(&pin);
-                        }
-                    }
-                    other => {
-                        tracing::debug!(tenant = %tenant.name, effect = ?other, "side effect not carried out by the proxy")
-                    }
-                }
-            }
-        });
     }
 
     fn take_token(&self) -> bool {
@@ -134,15 +102,16 @@ impl Warmups {
         }
     }
 
-    async fn warm(&self, state: &Arc<AppState>, tenant: &Arc<Tenant>, warm: WarmPrefix) {
+    /// Send one warm-up for `warm`'s anchor of `tenant`, unless something says not to now.
+    pub async fn warm(&self, tenant: &Arc<Tenant>, warm: WarmPrefix) {
         let skip = |why: &str| {
-            state.metrics.warmups_skipped.fetch_add(1, Relaxed);
+            self.metrics.warmups_skipped.fetch_add(1, Relaxed);
             tracing::debug!(tenant = %tenant.name, anchor = warm.anchor_hash, why, "warm-up skipped");
         };
         let Some((agent, anchor)) = tenant.agents.anchor(warm.anchor_hash) else {
             return skip("anchor never seen");
         };
-        if state.metrics.in_flight.load(Relaxed) >= self.options.busy_in_flight {
+        if self.metrics.in_flight.load(Relaxed) >= self.options.busy_in_flight {
             return skip("engine busy");
         }
         // The tenant's own quota first: a throttled tenant takes none of the shared capacity.
@@ -176,7 +145,7 @@ impl Warmups {
             anchor.tools.as_ref(),
             anchor.fields.as_ref(),
         );
-        if state.options.vllm_xargs {
+        if self.vllm_xargs {
             body["vllm_xargs"] = json!({"agentrt_agent": agent, "agentrt_session": 0, "agentrt_warmup": true});
         }
         // The blocks the agent's requests will look for are salted with its tenant's salt.
@@ -184,16 +153,16 @@ impl Warmups {
             body[crate::tenant::cache_salt::FIELD] = json!(salt);
         }
         // With several replicas: where the router says the agent's next call will go.
-        let base = match &state.replicas {
-            Some(replicas) => replicas.warm_target(state, agent, &body).await,
-            None => state.options.upstream.clone(),
+        let base = match &self.replicas {
+            Some(replicas) => replicas.warm_target(agent, &body).await,
+            None => self.upstream.base().to_string(),
         };
         let body = serde_json::to_vec(&body).expect("values serialize");
         // Paid up front at ~4 bytes per token (the JSON's punctuation makes it an overestimate),
         // then corrected to the prompt tokens the engine reports.
         let estimate = (body.len() / 4) as i64;
-        tenant.pay_warmup(estimate);
-        let request_id = u64::MAX - state.metrics.warmups_sent.load(Relaxed);
+        tenant.warmups.pay(estimate);
+        let request_id = u64::MAX - self.metrics.warmups_sent.load(Relaxed);
         let arrival = RequestArrival {
             request_id,
             agent,
@@ -202,20 +171,19 @@ impl Warmups {
             prompt_tokens: 0,
             continues: None,
             warmup: true,
-            at_us: state.now_us(),
+            at_us: self.clock.now_us(),
         };
-        state.tell_policy(tenant, vec![Event::RequestArrival(arrival)]);
-        state.metrics.warmups_sent.fetch_add(1, Relaxed);
-        let request = state
-            .upstream_request_to(&base, anchor.api.path())
+        self.feed.tell(tenant, vec![Event::RequestArrival(arrival)]);
+        self.metrics.warmups_sent.fetch_add(1, Relaxed);
+        let request = self
+            .upstream
+            .post_to(&base, anchor.api.path())
             .header("x-agentrt-warmup", "1")
             .body(body);
         // Under the first-byte timeout: a hanging upstream must not hold a warm-up slot forever.
-        let sent = crate::engine::upstream::send(request, &base, &state.options.limits).await;
-        let reply = match sent {
-            Ok(r) if r.status().is_success() => {
-                crate::engine::upstream::read_reply(r, &state.options.limits).await.ok()
-            }
+        let limits = self.upstream.limits();
+        let reply = match upstream::send(request, &base, limits).await {
+            Ok(r) if r.status().is_success() => upstream::read_reply(r, limits).await.ok(),
             _ => None,
         };
         let ok = reply.is_some();
@@ -224,11 +192,11 @@ impl Warmups {
             .and_then(|r| serde_json::from_slice::<Value>(r).ok())
             .and_then(|r| anchor.api.usage(&r));
         if let Some(tokens) = usage.and_then(|u| u.prompt_tokens) {
-            tenant.pay_warmup(i64::from(tokens) - estimate);
+            tenant.warmups.pay(i64::from(tokens) - estimate);
         }
         if !ok {
             // Never retried: a warm-up is a guess, and retries would compete with user traffic.
-            state.metrics.warmups_failed.fetch_add(1, Relaxed);
+            self.metrics.warmups_failed.fetch_add(1, Relaxed);
             tracing::debug!(tenant = %tenant.name, "warm-up failed upstream");
         }
         let finish = RequestFinish {
@@ -240,9 +208,9 @@ impl Warmups {
             output_tokens: 0,
             warmup: true,
             ok,
-            at_us: state.now_us(),
+            at_us: self.clock.now_us(),
         };
-        state.tell_policy(tenant, vec![Event::RequestFinish(finish)]);
+        self.feed.tell(tenant, vec![Event::RequestFinish(finish)]);
     }
 }
 

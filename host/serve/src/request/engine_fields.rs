@@ -12,7 +12,7 @@
 //! agentrt's alone, whatever the allow-list says.
 //!
 //! `previous_response_id` is not in this list: a tenant may continue its own stored responses,
-//! never another tenant's ([`crate::tenant::Tenant::owns_response`]).
+//! never another tenant's ([`crate::tenant::responses::StoredResponses::owns`]).
 
 use std::collections::BTreeSet;
 

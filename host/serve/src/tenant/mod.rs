@@ -15,14 +15,19 @@
 
 pub mod admin_auth;
 pub mod agents;
+pub mod authenticate;
 pub mod cache_salt;
 pub mod config_file;
 pub mod continuation;
 pub mod handles;
+pub mod metrics;
 pub mod quotas;
 pub mod reload;
 pub mod report;
+pub mod responses;
 pub mod settings;
+pub mod slots;
+pub mod verdicts;
 pub mod worker;
 
 use std::collections::HashMap;
@@ -39,31 +44,20 @@ use agentrt_runtime::{PolicyComponent, PolicyError, PolicyHandle, PolicyRegistry
 use crate::front::auth::bearer;
 use crate::front::error::ApiError;
 use crate::names::{DEFAULT_TENANT, KV_SLOT};
-use crate::table::{LruTable, TableLimits};
+use crate::table::TableLimits;
 use crate::tenant::agents::AgentDirectory;
 use crate::tenant::continuation::Continuations;
 use crate::tenant::handles::Handles;
-use crate::tenant::quotas::{LiveQuotas, RateBudget};
+use crate::tenant::quotas::{LiveQuotas, WarmupBudget};
+use crate::tenant::responses::StoredResponses;
 use crate::tenant::settings::TenantSettings;
+use crate::tenant::slots::ExtraSlot;
+use crate::tenant::verdicts::Verdicts;
 use crate::tenant::worker::{PolicyWorker, DEFAULT_QUEUE_JOBS};
 
-/// A policy slot of a tenant besides `kv` (`--slot NAME=COMPONENT`): the same events, its own
-/// instance, worker and limits, swappable alone.
-pub struct ExtraSlot {
-    pub name: String,
-    pub policy: Arc<PolicyHandle>,
-    pub worker: PolicyWorker,
-}
-
-/// Sessions a tenant's policies denied, and why. Bounded like the tenant's session table: a
-/// session pushed out may call again (its guard, which still remembers it, denies it again).
-struct Denials {
-    sessions: LruTable<u64, String>,
-    /// A `deny` of session 0: every session of the tenant.
-    whole_tenant: Option<String>,
-}
-
-/// One tenant's share of the proxy.
+/// One tenant's share of the proxy, by concern: its policies (the `kv` slot and the others, each
+/// behind its worker), what it knows of its clients (agents, prompt shapes, stored responses),
+/// what its policies decided (verdicts), and its quotas with what they count.
 pub struct Tenant {
     pub name: String,
     pub policy: Arc<PolicyHandle>,
@@ -71,21 +65,17 @@ pub struct Tenant {
     pub worker: PolicyWorker,
     /// Its other slots, in configured order (the side-effect merge order after `kv`).
     pub extra_slots: Vec<ExtraSlot>,
-    denials: Mutex<Denials>,
-    /// Each session's priority as the tenant's policies last set it (`set-priority`; 0 when
-    /// never set): higher is served earlier.
-    priorities: Mutex<LruTable<u64, i32>>,
     pub agents: Arc<AgentDirectory>,
     /// The last prompt shape of each (session, agent): whether a call carries its history forward.
     pub continuations: Continuations,
+    /// The Responses API's stored responses it may continue.
+    pub responses: StoredResponses,
+    /// Sessions its policies denied, and the priorities they set.
+    pub verdicts: Verdicts,
     /// Its quotas, as the last reload set them.
     pub quotas: Arc<LiveQuotas>,
-    /// Prompt tokens of warm-ups left this second (`warmup_tokens_per_s`).
-    warmup_budget: Mutex<RateBudget>,
-    /// Prompt tokens its warm-ups cost, as the engine counted them.
-    warmup_tokens: AtomicU64,
-    /// Warm-ups skipped for its warm-up quota.
-    warmups_throttled: AtomicU64,
+    /// Its warm-up quota at work.
+    pub warmups: WarmupBudget,
     /// Requests of this tenant between authentication and their end.
     in_flight: AtomicU64,
     /// Requests refused for `--tenant-max-in-flight`.
@@ -94,28 +84,11 @@ pub struct Tenant {
     /// cached (vLLM's `usage.prompt_tokens_details.cached_tokens`): its hit rate.
     prompt_tokens: AtomicU64,
     cached_tokens: AtomicU64,
-    /// Ids of the responses the engine gave this tenant's Responses calls: the only ones its
-    /// `previous_response_id` may name (the engine's store is one for every tenant).
-    responses: Mutex<LruTable<String, ()>>,
     /// One large body parsed at a time ([`crate::front::request_budget::HEAVY_BODY_BYTES`]).
     heavy_parse: tokio::sync::Semaphore,
 }
 
 impl Tenant {
-    /// Note that the engine answered one of this tenant's Responses calls with response `id`.
-    pub fn record_response(&self, id: &str) {
-        let mut responses = self.responses.lock().unwrap_or_else(|p| p.into_inner());
-        if !responses.contains(&id.to_string()) {
-            responses.insert(id.to_string(), (), id.len());
-        }
-    }
-
-    /// Whether response `id` is one of this tenant's (recorded, not yet forgotten).
-    pub fn owns_response(&self, id: &str) -> bool {
-        let mut responses = self.responses.lock().unwrap_or_else(|p| p.into_inner());
-        responses.get_mut(&id.to_string()).is_some()
-    }
-
     /// A turn to parse a large body: one at a time per tenant, so a tenant's heavy requests
     /// queue behind each other rather than taking every core from other tenants.
     pub async fn heavy_parse(&self) -> tokio::sync::SemaphorePermit<'_> {
@@ -149,41 +122,9 @@ impl Tenant {
         }
     }
 
-    /// Whether a warm-up may go upstream now under the tenant's `warmup_tokens_per_s`; counted
-    /// when not. The warm-up pays with [`Tenant::pay_warmup`].
+    /// Whether a warm-up may go upstream now under the tenant's `warmup_tokens_per_s`.
     pub fn may_warm_up(&self) -> bool {
-        let rate = self.quotas.get().warmup_tokens_per_s as f64;
-        let allowed = self
-            .warmup_budget
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .available(rate);
-        if !allowed {
-            self.warmups_throttled.fetch_add(1, Relaxed);
-        }
-        allowed
-    }
-
-    /// Pay for a warm-up's prompt tokens (an estimate before it is sent, then the difference
-    /// to what the engine counted: negative gives back).
-    pub fn pay_warmup(&self, tokens: i64) {
-        self.warmup_budget
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .spend(tokens as f64);
-        if tokens > 0 {
-            self.warmup_tokens.fetch_add(tokens as u64, Relaxed);
-        } else {
-            self.warmup_tokens.fetch_sub(tokens.unsigned_abs(), Relaxed);
-        }
-    }
-
-    pub fn warmup_tokens(&self) -> u64 {
-        self.warmup_tokens.load(Relaxed)
-    }
-
-    pub fn warmups_throttled(&self) -> u64 {
-        self.warmups_throttled.load(Relaxed)
+        self.warmups.may_warm_up(self.quotas.get().warmup_tokens_per_s)
     }
 
     /// Give `events` to every slot's worker (never waits; a full queue drops and counts).
@@ -192,44 +133,6 @@ impl Tenant {
             slot.worker.observe(events.clone());
         }
         self.worker.observe(events);
-    }
-
-    /// Refuse `session`'s further requests (session 0: every session of the tenant).
-    pub fn deny(&self, session: u64, reason: String) {
-        let mut denials = self.denials.lock().unwrap_or_else(|p| p.into_inner());
-        if session == 0 {
-            denials.whole_tenant.get_or_insert(reason);
-        } else if !denials.sessions.contains(&session) {
-            let bytes = reason.len();
-            denials.sessions.insert(session, reason, bytes);
-        }
-    }
-
-    /// Why `session`'s requests are refused, if a policy denied it (or the whole tenant).
-    pub fn denial(&self, session: u64) -> Option<String> {
-        let denials = self.denials.lock().unwrap_or_else(|p| p.into_inner());
-        denials
-            .whole_tenant
-            .clone()
-            .or_else(|| denials.sessions.peek(&session).cloned())
-    }
-
-    /// Set `session`'s priority (a policy's `set-priority`); 0 forgets it.
-    pub fn set_priority(&self, session: u64, priority: i32) {
-        let mut priorities = self.priorities.lock().unwrap_or_else(|p| p.into_inner());
-        if priority == 0 {
-            priorities.remove(&session);
-        } else if let Some(p) = priorities.get_mut(&session) {
-            *p = priority;
-        } else {
-            priorities.insert(session, priority, 0);
-        }
-    }
-
-    /// `session`'s priority (0 unless a policy set one).
-    pub fn priority(&self, session: u64) -> i32 {
-        let priorities = self.priorities.lock().unwrap_or_else(|p| p.into_inner());
-        priorities.peek(&session).copied().unwrap_or(0)
     }
 
     /// The policy of slot `name` (`kv` or an extra slot).
@@ -428,13 +331,9 @@ impl Tenants {
         self.registry.clone()
     }
 
-    /// Who owns which agent, and each tenant's policy: what the eviction service needs to let
-    /// each tenant's policy rank its own blocks under cache shares.
-    pub fn engine_tenants(&self) -> crate::engine::engine_tenants::EngineTenants {
-        crate::engine::engine_tenants::EngineTenants {
-            handles: self.handles.clone(),
-            registry: self.registry.clone(),
-        }
+    /// The source of agent handles, shared by every tenant (owners of the engine's blocks).
+    pub fn handles(&self) -> Handles {
+        self.handles.clone()
     }
 
     /// The name of the tenant a request belongs to, from its headers alone.
@@ -537,22 +436,16 @@ impl Tenants {
             policy,
             worker,
             extra_slots,
-            denials: Mutex::new(Denials {
-                sessions: LruTable::new(self.tables.max_sessions, usize::MAX),
-                whole_tenant: None,
-            }),
-            priorities: Mutex::new(LruTable::new(self.tables.max_sessions, usize::MAX)),
             agents: Arc::new(AgentDirectory::new(name, self.tables, self.handles.clone())),
             continuations: Continuations::new(&self.tables),
+            responses: StoredResponses::new(self.tables.max_sessions),
+            verdicts: Verdicts::new(self.tables.max_sessions),
             quotas: live_quotas,
-            warmup_budget: Mutex::new(RateBudget::new(quotas.warmup_tokens_per_s as f64)),
-            warmup_tokens: AtomicU64::new(0),
-            warmups_throttled: AtomicU64::new(0),
+            warmups: WarmupBudget::new(quotas.warmup_tokens_per_s),
             in_flight: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             prompt_tokens: AtomicU64::new(0),
             cached_tokens: AtomicU64::new(0),
-            responses: Mutex::new(LruTable::new(self.tables.max_sessions, usize::MAX)),
             heavy_parse: tokio::sync::Semaphore::new(1),
         });
         self.live
@@ -560,39 +453,6 @@ impl Tenants {
             .unwrap_or_else(|p| p.into_inner())
             .insert(name.to_string(), tenant.clone());
         Ok((tenant, true))
-    }
-
-    /// Start `tenant`'s extra slots; if one fails, none is left installed.
-    fn start_extra_slots(&self, tenant: &str, quotas: &Arc<LiveQuotas>) -> Result<Vec<ExtraSlot>, ApiError> {
-        let mut started: Vec<ExtraSlot> = Vec::new();
-        for (slot, component, config) in &self.extra_slots {
-            let installed = self
-                .registry
-                .install(tenant, slot, component.clone(), config.clone())
-                .map_err(|e| policy_did_not_start(tenant, &e));
-            let result = installed.and_then(|policy| {
-                PolicyWorker::spawn(tenant, policy.clone(), self.queue_jobs, quotas.clone())
-                    .map(|worker| ExtraSlot {
-                        name: slot.clone(),
-                        policy,
-                        worker,
-                    })
-                    .map_err(|e| {
-                        self.registry.remove(tenant, slot);
-                        ApiError::unavailable(format!("tenant {tenant}: no thread for its {slot} policy ({e})"))
-                    })
-            });
-            match result {
-                Ok(extra) => started.push(extra),
-                Err(e) => {
-                    for s in &started {
-                        self.registry.remove(tenant, &s.name);
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        Ok(started)
     }
 
     /// Tenants started so far.
@@ -612,7 +472,7 @@ impl Tenants {
 /// Why a tenant's policy did not start, said so that an operator can act: a full instance pool
 /// (every pre-allocated instance slot is in use: one per tenant, two during a swap) is 503 and
 /// names the pool; a component or configuration that does not start is 400.
-fn policy_did_not_start(name: &str, e: &RegistryError) -> ApiError {
+pub(crate) fn policy_did_not_start(name: &str, e: &RegistryError) -> ApiError {
     match e {
         RegistryError::Policy(PolicyError::PoolFull { .. }) => ApiError::unavailable(format!(
             "tenant {name}: no policy instance is free (the instance pool is full: every slot runs a tenant's \

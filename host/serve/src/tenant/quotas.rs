@@ -123,6 +123,65 @@ impl RateBudget {
     }
 }
 
+/// A tenant's warm-up quota at work: the prompt tokens it may still send this second
+/// (`warmup_tokens_per_s`), what its warm-ups cost as the engine counted them, and how many were
+/// skipped for the quota.
+#[derive(Debug)]
+pub struct WarmupBudget {
+    budget: std::sync::Mutex<RateBudget>,
+    tokens: AtomicU64,
+    throttled: AtomicU64,
+}
+
+impl WarmupBudget {
+    /// A full budget at `tokens_per_s`.
+    pub fn new(tokens_per_s: u64) -> Self {
+        Self {
+            budget: std::sync::Mutex::new(RateBudget::new(tokens_per_s as f64)),
+            tokens: AtomicU64::new(0),
+            throttled: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether a warm-up may go upstream now at `tokens_per_s`; counted when not. The warm-up
+    /// pays with [`Self::pay`].
+    pub fn may_warm_up(&self, tokens_per_s: u64) -> bool {
+        let allowed = self
+            .budget
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .available(tokens_per_s as f64);
+        if !allowed {
+            self.throttled.fetch_add(1, Relaxed);
+        }
+        allowed
+    }
+
+    /// Pay for a warm-up's prompt tokens (an estimate before it is sent, then the difference to
+    /// what the engine counted: negative gives back).
+    pub fn pay(&self, tokens: i64) {
+        self.budget
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .spend(tokens as f64);
+        if tokens > 0 {
+            self.tokens.fetch_add(tokens as u64, Relaxed);
+        } else {
+            self.tokens.fetch_sub(tokens.unsigned_abs(), Relaxed);
+        }
+    }
+
+    /// Prompt tokens the tenant's warm-ups cost so far.
+    pub fn tokens(&self) -> u64 {
+        self.tokens.load(Relaxed)
+    }
+
+    /// Warm-ups skipped for the quota so far.
+    pub fn throttled(&self) -> u64 {
+        self.throttled.load(Relaxed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

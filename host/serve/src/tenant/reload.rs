@@ -15,12 +15,14 @@
 //! tenant, so start with at least one share to change shares later.
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::request::AppState;
+use crate::metrics::ProxyMetrics;
 use crate::tenant::settings::{ConfigFile, FlagSettings, TenantSettings};
+use crate::tenant::Tenants;
 
 /// The config file and the flags it is merged with.
 #[derive(Debug)]
@@ -83,24 +85,65 @@ impl Reloader {
         }
         Ok(settings)
     }
+}
+
+/// Reloading in a running proxy: the file's reader, and what a reload changes — the tenants'
+/// settings and, under cache shares, the engine cache's shares.
+pub struct Reloads {
+    reloader: Reloader,
+    tenants: Arc<Tenants>,
+    cache: Option<Arc<agentrt_vllm::SharedCache>>,
+    metrics: Arc<ProxyMetrics>,
+}
+
+impl Reloads {
+    pub fn new(
+        reloader: Reloader,
+        tenants: Arc<Tenants>,
+        cache: Option<Arc<agentrt_vllm::SharedCache>>,
+        metrics: Arc<ProxyMetrics>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            reloader,
+            tenants,
+            cache,
+            metrics,
+        })
+    }
 
     /// Read, validate and install the settings; on error nothing changes. Blocking (see
-    /// [`Self::read`]); [`reload_off_workers`] runs it on a blocking thread.
-    pub fn reload(&self, state: &AppState) -> Result<Reloaded, String> {
-        let _one = self.one_at_a_time.lock().unwrap_or_else(|p| p.into_inner());
-        let installed = self.install(state);
+    /// [`Reloader::read`]); [`Self::reload_off_workers`] runs it on a blocking thread.
+    pub fn reload(&self) -> Result<Reloaded, String> {
+        let _one = self.reloader.one_at_a_time.lock().unwrap_or_else(|p| p.into_inner());
+        let installed = self.install();
         let counter = match installed {
-            Ok(_) => &state.metrics.reloads_applied,
-            Err(_) => &state.metrics.reloads_refused,
+            Ok(_) => &self.metrics.reloads_applied,
+            Err(_) => &self.metrics.reloads_refused,
         };
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        counter.fetch_add(1, Relaxed);
         installed
     }
 
-    fn install(&self, state: &AppState) -> Result<Reloaded, String> {
-        let settings = self.read()?;
-        check_shares(state, &settings)?;
-        if let Some(cache) = &state.engine_cache {
+    /// [`Self::reload`] on a blocking thread: reading may wait for a file being written, and a
+    /// slow disk must not hold an async worker.
+    pub async fn reload_off_workers(self: &Arc<Self>) -> Result<Reloaded, String> {
+        let reloads = self.clone();
+        tokio::task::spawn_blocking(move || reloads.reload())
+            .await
+            .unwrap_or_else(|e| Err(format!("the reload did not finish: {e}")))
+    }
+
+    fn install(&self) -> Result<Reloaded, String> {
+        let settings = self.reloader.read()?;
+        // Shares act only where the eviction service ranks by tenant.
+        if self.cache.is_none() && !settings.shares.is_empty() {
+            return Err(
+                "cache shares are set, but this proxy ranks the engine's cache with one policy: \
+                 shares need --eviction-socket and at least one share at start"
+                    .into(),
+            );
+        }
+        if let Some(cache) = &self.cache {
             cache.set_shares(settings.shares.clone());
         }
         let mut tenants: Vec<String> = settings.keys.values().cloned().collect();
@@ -109,7 +152,7 @@ impl Reloader {
         let mut shares: Vec<String> = settings.shares.keys().cloned().collect();
         shares.sort();
         let api_keys = settings.keys.len();
-        let stopped = state.tenants.replace_settings(settings);
+        let stopped = self.tenants.replace_settings(settings);
         Ok(Reloaded {
             tenants,
             api_keys,
@@ -119,42 +162,20 @@ impl Reloader {
     }
 }
 
-/// Shares act only where the eviction service ranks by tenant.
-pub fn check_shares(state: &AppState, settings: &TenantSettings) -> Result<(), String> {
-    if state.engine_cache.is_none() && !settings.shares.is_empty() {
-        return Err(
-            "cache shares are set, but this proxy ranks the engine's cache with one policy: \
-             shares need --eviction-socket and at least one share at start"
-                .into(),
-        );
-    }
-    Ok(())
-}
-
-/// Reload `state`'s config file on a blocking thread (reading may wait for a file being
-/// written, and a slow disk must not hold an async worker). `None` without `--config`.
-pub async fn reload_off_workers(state: Arc<AppState>) -> Option<Result<Reloaded, String>> {
-    state.reloader.as_ref()?;
-    let reloaded = tokio::task::spawn_blocking(move || {
-        let reloader = state.reloader.as_ref().expect("checked above");
-        reloader.reload(&state)
-    })
-    .await;
-    Some(reloaded.unwrap_or_else(|e| Err(format!("the reload did not finish: {e}"))))
-}
-
-/// Reload on every SIGHUP, for as long as the process runs.
+/// Reload on every SIGHUP, for as long as the process runs. Without `--config` (`reloads` is
+/// `None`) a SIGHUP is logged and changes nothing — and does not end the process, as its default
+/// action would.
 #[cfg(unix)]
-pub fn reload_on_sighup(state: Arc<AppState>) -> std::io::Result<()> {
+pub fn reload_on_sighup(reloads: Option<Arc<Reloads>>) -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hangups = signal(SignalKind::hangup())?;
     tokio::spawn(async move {
         while hangups.recv().await.is_some() {
-            let Some(reloaded) = reload_off_workers(state.clone()).await else {
+            let Some(reloads) = &reloads else {
                 tracing::warn!("SIGHUP: there is no --config file to reload");
                 continue;
             };
-            match reloaded {
+            match reloads.reload_off_workers().await {
                 Ok(done) => {
                     tracing::info!(tenants = ?done.tenants, shares = ?done.shares, stopped = ?done.stopped, "settings reloaded (SIGHUP)")
                 }

@@ -5,17 +5,15 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 use std::time::Duration;
 
 use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyRegistry, PoolingOptions, SlotConfig};
-use agentrt_serve::policy::warmup::WarmupOptions;
 use agentrt_serve::table::TableLimits;
 use agentrt_serve::tenant::quotas::Quotas;
 use agentrt_serve::tenant::reload::initial_settings;
 use agentrt_serve::tenant::settings::FlagSettings;
 use agentrt_serve::tenant::Tenants;
-use agentrt_serve::{AppState, Limits, ServeOptions};
+use agentrt_serve::{App, AppConfig, Limits};
 use serde_json::{json, Value};
 
 use crate::stub_upstream;
@@ -24,7 +22,7 @@ pub type McpOptions = Box<dyn FnOnce(&PolicyEngine) -> agentrt_serve::mcp::Gatew
 
 pub struct Proxy {
     pub url: String,
-    pub state: Arc<AppState>,
+    pub app: App,
     pub stub: stub_upstream::Stub,
     _cache: tempfile::TempDir,
 }
@@ -151,40 +149,31 @@ impl Setup {
             .with_extra_slots(extra_slots)
             .with_tables(self.tables)
             .with_queue_jobs(self.policy_queue_jobs);
-        let options = ServeOptions {
-            upstream: self.upstream.unwrap_or(stub_url),
-            vllm_xargs: true,
-            upstream_api_key: None,
+        let queued_bytes = self.queued_bytes;
+        let config = AppConfig {
             metrics_token: self.metrics_token,
             cache_salt_secret: Some("test-salt-key".into()),
             engine_priorities: self.engine_priorities,
             client_engine_fields: agentrt_serve::request::engine_fields::ClientEngineFields::allowing(
                 self.client_engine_fields.iter().copied(),
             ),
-            warmup: WarmupOptions::default(),
             limits: self.limits,
+            reloader,
+            replicas: self.replicas,
+            admission: self.admission.map(|(n, wait)| {
+                agentrt_serve::engine::admission::AdmissionQueue::with_queued_bytes(n, wait, queued_bytes)
+            }),
+            mcp,
+            ..AppConfig::new(tenants, &self.upstream.unwrap_or(stub_url))
         };
-        let mut state = AppState::new(options, tenants);
-        state.reloader = reloader;
-        state.replicas = agentrt_serve::engine::replicas::ReplicaRouting::from_args(&self.replicas).unwrap();
-        let queued_bytes = self.queued_bytes;
-        state.admission = self.admission.map(|(n, wait)| {
-            agentrt_serve::engine::admission::AdmissionQueue::with_queued_bytes(n, wait, queued_bytes)
-        });
-        let state = Arc::new(state);
-        if let Some(options) = mcp {
-            agentrt_serve::mcp::mount(&state, options);
-        }
+        let app = App::build(config).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(agentrt_serve::request::serve(
-            listener,
-            state.clone(),
-            std::future::pending(),
-        ));
+        let serving = app.clone();
+        tokio::spawn(async move { serving.serve(listener, std::future::pending()).await });
         Proxy {
             url,
-            state,
+            app,
             stub,
             _cache: cache,
         }
@@ -278,8 +267,8 @@ pub async fn admin_get(p: &Proxy, path: &str, token: &str) -> (u16, Value) {
 /// Wait until no request is in flight and every tenant's policy has been given every event.
 pub async fn settle(p: &Proxy) {
     for _ in 0..1000 {
-        let policies_idle = || p.state.tenants.list().iter().all(|t| t.worker.stats().queued() == 0);
-        if p.state.metrics.in_flight.load(Relaxed) == 0 && policies_idle() {
+        let policies_idle = || p.app.tenants().list().iter().all(|t| t.worker.stats().queued() == 0);
+        if p.app.metrics().in_flight.load(Relaxed) == 0 && policies_idle() {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -18,46 +18,18 @@ use agentrt_router::{
     SelectionClient, SessionSticky,
 };
 use anyhow::Context;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::request::AppState;
+use crate::engine::tokenize::Tokenizer;
 
-/// The flags of several replicas.
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct ReplicaArgs {
-    /// `NAME=URL` (repeatable): an upstream replica. With any, requests go to the replica the
-    /// router (or its fallback, session-sticky hashing) chooses; `--upstream` still answers
-    /// `/v1/models` and counts anchors' tokens.
-    #[arg(long = "replica", value_name = "NAME=URL")]
-    pub replicas: Vec<String>,
-    /// `NAME=ENDPOINT` (repeatable): where replica NAME publishes KV events (vLLM's
-    /// `--kv-events-config` endpoint); the router subscribes to it to see the replica's cache.
-    /// agentrt subscribes to it too and feeds the replica's block events to the policy (when the
-    /// publisher binds it: an `ipc://` or wildcard `tcp://*:` endpoint).
-    #[arg(id = "replica_kv_events", long = "replica-kv-events", value_name = "NAME=ENDPOINT")]
-    pub kv_events: Vec<String>,
-    /// `NAME=PATH` (repeatable): the Unix socket replica NAME's vLLM plugin connects to
-    /// (`AGENTRT_EVICTION_SOCKET` in that vLLM's env). Each replica's plugin gets a socket of its
-    /// own; one policy view spans them, in which each replica's blocks are its own.
-    #[arg(long = "replica-eviction-socket", value_name = "NAME=PATH")]
-    pub eviction_sockets: Vec<String>,
-    /// NVIDIA Dynamo's selection service (`python -m dynamo.select_service`), e.g.
-    /// http://127.0.0.1:8092. Without it: session-sticky hashing only.
-    #[arg(long)]
-    pub router: Option<String>,
-    /// The model name the replicas are registered under at the router.
-    #[arg(long, default_value = "default")]
-    pub router_model: String,
-    /// The replicas' KV block size (vLLM's `--block-size`): the router hashes prompts in blocks of it.
-    #[arg(long, default_value_t = 16)]
-    pub router_block_size: u32,
-    /// How long a request waits for the router before session-sticky hashing places it.
-    #[arg(long, default_value_t = 50)]
-    pub router_deadline_ms: u64,
-    /// After a router failure, how long requests skip it (and pay no deadline) before it is asked again.
-    #[arg(long, default_value_t = 2000)]
-    pub router_retry_ms: u64,
-}
+mod args;
+mod lease;
+mod metrics;
+mod route_input;
+
+pub use args::ReplicaArgs;
+pub use lease::Lease;
+pub use route_input::RouteInput;
 
 /// Counters of replica routing, for `/metrics`.
 #[derive(Default)]
@@ -83,12 +55,14 @@ pub struct ReplicaRouting {
     counts: Counts,
     /// Each replica's eviction service counters, once started ([`ReplicaRouting::start_engines`]).
     engine_metrics: Mutex<Vec<(String, Arc<agentrt_vllm::EvictionMetrics>)>>,
+    /// The replicas' `/tokenize`, for prompts' token ids.
+    tokenizer: Tokenizer,
 }
 
 impl ReplicaRouting {
     /// `None` without `--replica`. With `--router`, registers the replicas in the background
     /// (retrying while the router is down: until then, and whenever it fails, the fallback routes).
-    pub fn from_args(args: &ReplicaArgs) -> anyhow::Result<Option<Arc<Self>>> {
+    pub fn from_args(args: &ReplicaArgs, tokenizer: Tokenizer) -> anyhow::Result<Option<Arc<Self>>> {
         if args.replicas.is_empty() {
             anyhow::ensure!(
                 args.router.is_none() && args.kv_events.is_empty() && args.eviction_sockets.is_empty(),
@@ -106,7 +80,7 @@ impl ReplicaRouting {
         for endpoint in &args.kv_events {
             replicas.set_kv_events(endpoint).map_err(anyhow::Error::msg)?;
         }
-        eviction_sockets(&replicas, &args.eviction_sockets)?;
+        args::eviction_sockets(&replicas, &args.eviction_sockets)?;
         let deadline = Duration::from_millis(args.router_deadline_ms);
         let client = args.router.as_deref().map(|url| {
             // The deadline bounds what a request waits; the client's own timeout bounds the
@@ -140,6 +114,7 @@ impl ReplicaRouting {
             booking_prefix: format!("agentrt-{}-{:x}", std::process::id(), crate_start_nanos()),
             counts: Counts::default(),
             engine_metrics: Mutex::default(),
+            tokenizer,
         })))
     }
 
@@ -149,8 +124,8 @@ impl ReplicaRouting {
 
     /// Choose the replica for one request of `agent` and take a lease on it. `input` keeps the
     /// prompt's token ids, so a second placement ([`ReplicaRouting::retry`]) counts none again.
-    pub async fn place(self: &Arc<Self>, state: &AppState, agent: u32, input: &mut RouteInput) -> Lease {
-        let token_ids = self.tokens(state, input).await;
+    pub async fn place(self: &Arc<Self>, agent: u32, input: &mut RouteInput) -> Lease {
+        let token_ids = self.tokens(input).await;
         input.token_ids = Some(token_ids.clone());
         let request = RouteRequest {
             token_ids,
@@ -200,11 +175,11 @@ impl ReplicaRouting {
 
     /// `failed` refused the connection, so nothing of the request was sent: leave that replica
     /// out and place the request again (once: the caller does not retry a retry).
-    pub async fn retry(self: &Arc<Self>, state: &AppState, agent: u32, input: &mut RouteInput, failed: Lease) -> Lease {
+    pub async fn retry(self: &Arc<Self>, agent: u32, input: &mut RouteInput, failed: Lease) -> Lease {
         failed.failed();
         drop(failed);
         self.counts.retried.fetch_add(1, Relaxed);
-        self.place(state, agent, input).await
+        self.place(agent, input).await
     }
 
     /// Sessions ended (idle, or pushed out of their tenant's table): forget where they went.
@@ -226,7 +201,7 @@ impl ReplicaRouting {
         ranker: Arc<dyn agentrt_vllm::EngineRanker>,
         options: &agentrt_vllm::EvictionOptions,
     ) -> anyhow::Result<ReplicaEngines> {
-        let sockets = eviction_sockets(&self.replicas, &args.eviction_sockets)?;
+        let sockets = args::eviction_sockets(&self.replicas, &args.eviction_sockets)?;
         let mut engines = ReplicaEngines::default();
         for replica in self.replicas.all() {
             let view = Arc::new(
@@ -300,10 +275,10 @@ impl ReplicaRouting {
 
     /// Where a warm-up of `agent` with `body` (a chat completion) goes: where the router says
     /// the agent's next call would go. Recorded as the agent's anchor placement.
-    pub async fn warm_target(&self, state: &AppState, agent: u32, body: &Value) -> String {
+    pub async fn warm_target(&self, agent: u32, body: &Value) -> String {
         let input = RouteInput::chat(body);
         let request = RouteRequest {
-            token_ids: self.tokens(state, &input).await,
+            token_ids: self.tokens(&input).await,
             cache_salt: input.cache_salt,
             hints: self.hints(agent, None),
             ..Default::default()
@@ -377,7 +352,7 @@ impl ReplicaRouting {
     /// The prompt's token ids, counted by the first replica's `/tokenize` (every replica serves
     /// the same model, so any one counts alike). Empty when it cannot: the router then places
     /// the request by session alone.
-    async fn tokens(&self, state: &AppState, input: &RouteInput) -> Vec<u32> {
+    async fn tokens(&self, input: &RouteInput) -> Vec<u32> {
         if let Some(ids) = &input.token_ids {
             return ids.clone();
         }
@@ -385,142 +360,11 @@ impl ReplicaRouting {
             return Vec::new();
         };
         let base = &self.replicas.all()[0].url;
-        let request = state
-            .upstream_request_to(base, "/tokenize")
-            .timeout(TOKENIZE_TIMEOUT)
-            .body(serde_json::to_vec(tokenize).expect("values serialize"));
-        let counted = async {
-            let reply = request.send().await.ok()?;
-            if !reply.status().is_success() {
-                return None;
-            }
-            let answer: Value = serde_json::from_slice(&reply.bytes().await.ok()?).ok()?;
-            answer
-                .get("tokens")?
-                .as_array()?
-                .iter()
-                .map(|t| t.as_u64().and_then(|n| u32::try_from(n).ok()))
-                .collect::<Option<Vec<u32>>>()
-        }
-        .await;
-        counted.unwrap_or_else(|| {
+        self.tokenizer.token_ids(base, tokenize).await.unwrap_or_else(|| {
             self.counts.tokenize_failed.fetch_add(1, Relaxed);
             tracing::debug!(replica = %base, "no token ids from /tokenize; routing by session");
             Vec::new()
         })
-    }
-
-    /// Prometheus text of the routing counters and each replica's requests in flight.
-    pub fn render(&self, out: &mut String) {
-        use std::fmt::Write;
-        let c = &self.router.counters;
-        crate::metrics::render_counters(
-            out,
-            &[
-                (
-                    "agentrt_router_routed_total",
-                    "Requests placed by the router.",
-                    &c.by_router,
-                ),
-                (
-                    "agentrt_router_fallback_total",
-                    "Requests placed by session-sticky hashing (no router, or it failed or was slow).",
-                    &c.by_fallback,
-                ),
-                (
-                    "agentrt_router_errors_total",
-                    "Router calls that failed.",
-                    &c.router_errors,
-                ),
-                (
-                    "agentrt_router_deadlines_total",
-                    "Router calls past the deadline.",
-                    &c.router_deadlines,
-                ),
-                (
-                    "agentrt_router_lifecycle_errors_total",
-                    "Booking updates (prefill complete, release) the router did not take.",
-                    &c.lifecycle_errors,
-                ),
-                (
-                    "agentrt_router_hinted_total",
-                    "Placements given an affinity hint (the replica that last got the agent's anchor).",
-                    &self.counts.hinted,
-                ),
-                (
-                    "agentrt_router_tokenize_failed_total",
-                    "Requests routed without token ids (the replica's /tokenize did not answer).",
-                    &self.counts.tokenize_failed,
-                ),
-                (
-                    "agentrt_replica_failures_total",
-                    "Requests a replica failed (no connection or no answer in time); it is left out for 5 s.",
-                    &self.counts.replica_failures,
-                ),
-                (
-                    "agentrt_router_anchor_evictions_total",
-                    "Agents' anchors evicted from a replica (the block starting their prompt), as its plugin reported; that replica is no longer hinted for them.",
-                    &self.counts.anchor_evictions,
-                ),
-                (
-                    "agentrt_replica_retried_total",
-                    "Requests placed again because their replica refused the connection (nothing was sent).",
-                    &self.counts.retried,
-                ),
-                (
-                    "agentrt_router_warmups_placed_total",
-                    "Warm-ups sent where the router expects the agent's next call.",
-                    &self.counts.warmups_placed,
-                ),
-            ],
-        );
-        let _ = writeln!(
-            out,
-            "# HELP agentrt_replica_in_flight Requests in flight per replica.\n# TYPE agentrt_replica_in_flight gauge"
-        );
-        for replica in self.replicas.all() {
-            let _ = writeln!(
-                out,
-                "agentrt_replica_in_flight{{replica=\"{}\"}} {}",
-                replica.name,
-                self.in_flight[&replica.id].load(Relaxed)
-            );
-        }
-        let engines = self.engine_metrics.lock().unwrap_or_else(|p| p.into_inner());
-        if engines.is_empty() {
-            return;
-        }
-        let counts: Vec<(&str, agentrt_vllm::EvictionCounts)> =
-            engines.iter().map(|(name, m)| (name.as_str(), m.counts())).collect();
-        type Pick = fn(&agentrt_vllm::EvictionCounts) -> u64;
-        let series: [(&str, &str, Pick); 4] = [
-            (
-                "agentrt_replica_plugin_connections_total",
-                "Plugin connections each replica's eviction socket accepted.",
-                |c| c.connections,
-            ),
-            (
-                "agentrt_replica_block_events_total",
-                "Block events each replica's plugin reported.",
-                |c| c.block_events,
-            ),
-            (
-                "agentrt_replica_rank_requests_total",
-                "Eviction rankings each replica's plugin asked for.",
-                |c| c.rank_requests,
-            ),
-            (
-                "agentrt_replica_rank_fallbacks_total",
-                "Rankings answered in LRU order because the policy failed, per replica.",
-                |c| c.policy_fallbacks,
-            ),
-        ];
-        for (name, help, pick) in series {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (replica, c) in &counts {
-                let _ = writeln!(out, "{name}{{replica=\"{replica}\"}} {}", pick(c));
-            }
-        }
     }
 }
 
@@ -555,34 +399,8 @@ impl agentrt_vllm::AnchorEvents for ReplicaRouting {
     }
 }
 
-/// `--replica-eviction-socket NAME=PATH`s by replica name; every name a `--replica`, none twice.
-fn eviction_sockets<'a>(
-    replicas: &Replicas,
-    flags: &'a [String],
-) -> anyhow::Result<HashMap<&'a str, std::path::PathBuf>> {
-    let mut sockets = HashMap::new();
-    for flag in flags {
-        let (name, path) = flag
-            .split_once('=')
-            .filter(|(n, p)| !n.is_empty() && !p.is_empty())
-            .ok_or_else(|| anyhow::anyhow!("--replica-eviction-socket {flag:?}: expected NAME=PATH"))?;
-        anyhow::ensure!(
-            replicas.all().iter().any(|r| r.name == name),
-            "--replica-eviction-socket {flag:?}: no --replica is named {name:?}"
-        );
-        anyhow::ensure!(
-            sockets.insert(name, std::path::PathBuf::from(path)).is_none(),
-            "--replica-eviction-socket: replica {name:?} is given two sockets"
-        );
-    }
-    Ok(sockets)
-}
-
 /// How long a replica that failed a request is left out of routing.
 const REPLICA_DOWN: Duration = Duration::from_secs(5);
-
-/// How long a request waits for its token ids.
-const TOKENIZE_TIMEOUT: Duration = Duration::from_millis(500);
 
 async fn register_until_done(client: SelectionClient, block_size: u32) {
     let mut logged = false;
@@ -608,154 +426,13 @@ fn crate_start_nanos() -> u128 {
         .map_or(0, |d| d.as_nanos())
 }
 
-/// What routing needs of a request, taken from its body while the proxy parses it.
-#[derive(Debug, Clone, Default)]
-pub struct RouteInput {
-    /// The body for the replica's `/tokenize`.
-    tokenize: Option<Value>,
-    /// The prompt's token ids when the client sent them (`/v1/completions` with ids).
-    token_ids: Option<Vec<u32>>,
-    cache_salt: Option<String>,
-    max_tokens: Option<u32>,
-    /// The request's session (agentrt's tenant-scoped 64-bit id).
-    session: u64,
-}
-
-impl RouteInput {
-    /// From a chat completion's body: its messages and tools, rendered as the replica will.
-    pub fn chat(body: &Value) -> Self {
-        let mut tokenize = json!({
-            "model": body.get("model").cloned().unwrap_or(Value::Null),
-            "messages": body.get("messages").cloned().unwrap_or_else(|| json!([])),
-            "add_generation_prompt": body.get("add_generation_prompt").cloned().unwrap_or(json!(true)),
-        });
-        if let Some(tools) = body.get("tools") {
-            tokenize["tools"] = tools.clone();
-        }
-        Self {
-            tokenize: Some(tokenize),
-            ..Self::common(body)
-        }
-    }
-
-    /// From a completion's body: its prompt (text is tokenized; ids are used as they are).
-    pub fn completion(body: &Value) -> Self {
-        let prompt = body.get("prompt");
-        let ids = prompt.and_then(Value::as_array).and_then(|items| {
-            items
-                .iter()
-                .map(|t| t.as_u64().and_then(|n| u32::try_from(n).ok()))
-                .collect::<Option<Vec<u32>>>()
-        });
-        let tokenize = prompt
-            .filter(|p| p.is_string())
-            .map(|p| json!({"model": body.get("model").cloned().unwrap_or(Value::Null), "prompt": p}));
-        Self {
-            tokenize,
-            token_ids: ids,
-            ..Self::common(body)
-        }
-    }
-
-    fn common(body: &Value) -> Self {
-        Self {
-            cache_salt: body
-                .get(crate::tenant::cache_salt::FIELD)
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            max_tokens: body
-                .get("max_completion_tokens")
-                .or_else(|| body.get("max_tokens"))
-                .and_then(Value::as_u64)
-                .and_then(|n| u32::try_from(n).ok()),
-            ..Self::default()
-        }
-    }
-
-    /// From either route's body: a chat completion has `messages`.
-    pub fn of_body(body: &Value) -> Self {
-        if body.get("messages").is_some() {
-            Self::chat(body)
-        } else {
-            Self::completion(body)
-        }
-    }
-
-    pub fn with_session(mut self, session: u64) -> Self {
-        self.session = session;
-        self
-    }
-}
-
-/// A request's place on a replica: completes its booking when the replica starts answering,
-/// releases it (and the replica's in-flight count) when dropped.
-pub struct Lease {
-    routing: Arc<ReplicaRouting>,
-    route: Route,
-    url: String,
-    prefilled: bool,
-}
-
-impl Lease {
-    /// The replica's base URL.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
-    pub fn replica(&self) -> ReplicaId {
-        self.route.replica
-    }
-
-    /// The replica did not answer the request.
-    pub fn failed(&self) {
-        self.routing.replica_failed(self.route.replica);
-    }
-
-    /// The replica started answering: its prompt is processed.
-    pub fn prefill_complete(&mut self) {
-        if !self.prefilled {
-            self.prefilled = true;
-            self.routing.router.prefill_complete(&self.route);
-        }
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.routing.in_flight[&self.route.replica].fetch_sub(1, Relaxed);
-        self.routing.router.release(&self.route);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn route_input_takes_what_the_router_needs_from_a_chat_body() {
-        let body = json!({
-            "model": "tiny", "max_tokens": 12, "cache_salt": "s1",
-            "messages": [{"role": "system", "content": "planner"}, {"role": "user", "content": "hi"}],
-            "tools": [{"type": "function", "function": {"name": "f"}}]
-        });
-        let input = RouteInput::chat(&body).with_session(7);
-        let tokenize = input.tokenize.unwrap();
-        assert_eq!(tokenize["messages"], body["messages"]);
-        assert_eq!(tokenize["tools"], body["tools"]);
-        assert_eq!(tokenize["add_generation_prompt"], json!(true));
-        assert_eq!(input.max_tokens, Some(12));
-        assert_eq!(input.cache_salt.as_deref(), Some("s1"));
-        assert_eq!(input.session, 7);
-    }
-
-    #[test]
-    fn a_completion_with_token_ids_needs_no_tokenize() {
-        let input = RouteInput::completion(&json!({"model": "m", "prompt": [1, 2, 3], "max_completion_tokens": 5}));
-        assert_eq!(input.token_ids, Some(vec![1, 2, 3]));
-        assert!(input.tokenize.is_none());
-        assert_eq!(input.max_tokens, Some(5));
-        let text = RouteInput::completion(&json!({"model": "m", "prompt": "hello"}));
-        assert_eq!(text.tokenize.unwrap()["prompt"], json!("hello"));
+    fn tokenizer() -> Tokenizer {
+        let upstream = crate::engine::upstream::Upstream::new("http://127.0.0.1:9", None, Default::default());
+        Tokenizer::new(upstream)
     }
 
     #[test]
@@ -764,39 +441,22 @@ mod tests {
             router: Some("http://x".into()),
             ..Default::default()
         };
-        let error = ReplicaRouting::from_args(&lone_router).err().unwrap().to_string();
+        let error = ReplicaRouting::from_args(&lone_router, tokenizer())
+            .err()
+            .unwrap()
+            .to_string();
         assert!(error.contains("--replica NAME=URL"), "{error}");
         let bad = ReplicaArgs {
             replicas: vec!["a=ftp://x".into()],
             ..Default::default()
         };
-        assert!(ReplicaRouting::from_args(&bad)
+        assert!(ReplicaRouting::from_args(&bad, tokenizer())
             .err()
             .unwrap()
             .to_string()
             .contains("not an http"));
-        assert!(ReplicaRouting::from_args(&ReplicaArgs::default()).unwrap().is_none());
-    }
-
-    #[test]
-    fn each_eviction_socket_names_one_replica_once() {
-        let replicas = Replicas::new(vec![
-            Replica::parse("a=http://x").unwrap(),
-            Replica::parse("b=http://y").unwrap(),
-        ])
-        .unwrap();
-        let flags = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let ok = flags(&["a=/tmp/a.sock", "b=/tmp/b.sock"]);
-        let sockets = eviction_sockets(&replicas, &ok).unwrap();
-        assert_eq!(sockets["b"], std::path::PathBuf::from("/tmp/b.sock"));
-        let unknown = eviction_sockets(&replicas, &flags(&["c=/tmp/c.sock"]))
-            .unwrap_err()
-            .to_string();
-        assert!(unknown.contains("no --replica is named \"c\""), "{unknown}");
-        let twice = eviction_sockets(&replicas, &flags(&["a=/1", "a=/2"]))
-            .unwrap_err()
-            .to_string();
-        assert!(twice.contains("two sockets"), "{twice}");
-        assert!(eviction_sockets(&replicas, &flags(&["a"])).is_err());
+        assert!(ReplicaRouting::from_args(&ReplicaArgs::default(), tokenizer())
+            .unwrap()
+            .is_none());
     }
 }

@@ -1,0 +1,300 @@
+//! The composition root: the one place that sees every capability. [`App::build`] builds them
+//! in dependency order — the upstream, the replicas, the engine adapters, the policy feed and
+//! side effects, the gateway, the reloader — hands each only what it uses, and merges the
+//! routers, each finished with its own state. `agentrt serve` (`cli.rs`), the tests and the
+//! benches all assemble the proxy through it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+
+use crate::clock::Clock;
+use crate::engine::adapters::{EngineAdapters, EngineCacheReport, EngineConfig};
+use crate::engine::admission::AdmissionQueue;
+use crate::engine::replicas::{ReplicaArgs, ReplicaRouting};
+use crate::engine::tokenize::Tokenizer;
+use crate::engine::upstream::Upstream;
+use crate::front::connections::ConnectionMetrics;
+use crate::front::limits::Limits;
+use crate::metrics::{MetricsState, ProxyMetrics};
+use crate::policy::effects::Effects;
+use crate::policy::feed::PolicyFeed;
+use crate::policy::warmup::{WarmupDeps, WarmupOptions, Warmups};
+use crate::prometheus::Report;
+use crate::request::engine_fields::ClientEngineFields;
+use crate::request::{BodyOptions, ProxyState};
+use crate::tenant::cache_salt::CacheSalts;
+use crate::tenant::metrics::{RegistryReport, TenantsReport};
+use crate::tenant::reload::{Reloader, Reloads};
+use crate::tenant::Tenants;
+
+/// Everything the proxy is built from. [`AppConfig::new`] gives the defaults of `agentrt serve`
+/// without flags; `cli.rs` fills it from the flags.
+pub struct AppConfig {
+    /// The tenants, with their registry, default policy and settings (the caller loads the
+    /// components).
+    pub tenants: Tenants,
+    /// The upstream's base URL (`--upstream`) and the API key sent to it.
+    pub upstream: String,
+    pub upstream_api_key: Option<String>,
+    /// The front door's limits.
+    pub limits: Limits,
+    /// Add `vllm_xargs` and `cache_salt` (`--no-vllm-xargs` turns it off).
+    pub vllm_xargs: bool,
+    /// `--engine-priorities`.
+    pub engine_priorities: bool,
+    /// The key of the tenants' cache salts (`--cache-salt-secret`; random per process when `None`).
+    pub cache_salt_secret: Option<String>,
+    /// `--client-engine-field`.
+    pub client_engine_fields: ClientEngineFields,
+    pub warmup: WarmupOptions,
+    /// `--metrics-token`.
+    pub metrics_token: Option<String>,
+    /// Re-reads `--config` (on SIGHUP and `POST /admin/reload`).
+    pub reloader: Option<Reloader>,
+    /// Several replicas (`--replica`, `--router`, …).
+    pub replicas: ReplicaArgs,
+    /// The admission queue (`--upstream-max-in-flight`).
+    pub admission: Option<Arc<AdmissionQueue>>,
+    /// The engine adapters (eviction socket, KV events, shares).
+    pub engine: EngineConfig,
+    /// The MCP gateway (`--mcp-server`).
+    pub mcp: Option<crate::mcp::GatewayOptions>,
+}
+
+impl AppConfig {
+    /// `tenants` in front of `upstream`, everything else as `agentrt serve` has it without flags.
+    pub fn new(tenants: Tenants, upstream: &str) -> Self {
+        Self {
+            tenants,
+            upstream: upstream.to_string(),
+            upstream_api_key: None,
+            limits: Limits::default(),
+            vllm_xargs: true,
+            engine_priorities: false,
+            cache_salt_secret: None,
+            client_engine_fields: ClientEngineFields::default(),
+            warmup: WarmupOptions::default(),
+            metrics_token: None,
+            reloader: None,
+            replicas: ReplicaArgs::default(),
+            admission: None,
+            engine: EngineConfig::default(),
+            mcp: None,
+        }
+    }
+}
+
+/// The assembled proxy: its router, and the parts the binary, the tests and the benches look at.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct App(Arc<Parts>);
+
+struct Parts {
+    router: Router,
+    tenants: Arc<Tenants>,
+    metrics: Arc<ProxyMetrics>,
+    connections: Arc<ConnectionMetrics>,
+    feed: PolicyFeed,
+    replicas: Option<Arc<ReplicaRouting>>,
+    admission: Option<Arc<AdmissionQueue>>,
+    gateway: Option<Arc<agentrt_mcp::Gateway>>,
+    reloads: Option<Arc<Reloads>>,
+    engine: EngineAdapters,
+    limits: Limits,
+}
+
+/// The proxy's own series, with whether it serves unauthenticated now (the tenants' settings).
+struct ProxyReport {
+    metrics: Arc<ProxyMetrics>,
+    tenants: Arc<Tenants>,
+}
+
+impl Report for ProxyReport {
+    fn render(&self, out: &mut String) {
+        self.metrics.render(out, self.tenants.settings().keys.is_empty());
+    }
+}
+
+impl App {
+    /// Build every part from `config` and the router over them.
+    pub async fn build(config: AppConfig) -> anyhow::Result<Self> {
+        let clock = Clock::start();
+        let metrics = Arc::new(ProxyMetrics::default());
+        let connections = Arc::new(ConnectionMetrics::default());
+        let upstream = Upstream::new(&config.upstream, config.upstream_api_key, config.limits.clone());
+        let tenants = Arc::new(config.tenants);
+        let replicas = ReplicaRouting::from_args(&config.replicas, Tokenizer::new(upstream.clone()))?;
+        let engine = EngineAdapters::start(&config.engine, &tenants, replicas.as_ref(), &config.replicas).await?;
+        let feed = PolicyFeed::new(tenants.clone(), replicas.clone(), metrics.clone());
+        let warmups = Arc::new(Warmups::new(
+            config.warmup,
+            WarmupDeps {
+                upstream: upstream.clone(),
+                replicas: replicas.clone(),
+                feed: feed.clone(),
+                clock,
+                metrics: metrics.clone(),
+                vllm_xargs: config.vllm_xargs,
+            },
+        ));
+        let effects = Arc::new(Effects::new(warmups, engine.pins.clone(), metrics.clone()));
+        let gateway = config
+            .mcp
+            .map(|options| crate::mcp::gateway(tenants.clone(), clock, options));
+        let reloads = config
+            .reloader
+            .map(|reloader| Reloads::new(reloader, tenants.clone(), engine.cache.clone(), metrics.clone()));
+
+        let proxy = ProxyState {
+            tenants: tenants.clone(),
+            upstream: upstream.clone(),
+            tokenizer: Tokenizer::new(upstream),
+            body: Arc::new(BodyOptions {
+                vllm_xargs: config.vllm_xargs,
+                engine_priorities: config.engine_priorities,
+                cache_salts: CacheSalts::new(config.cache_salt_secret.as_deref()),
+                client_engine_fields: config.client_engine_fields,
+            }),
+            admission: config.admission.clone(),
+            replicas: replicas.clone(),
+            feed: feed.clone(),
+            effects,
+            metrics: metrics.clone(),
+            clock,
+            request_ids: Arc::new(std::sync::atomic::AtomicU64::new(1)),
+        };
+        let admin = crate::admin::AdminState {
+            tenants: tenants.clone(),
+            reloads: reloads.clone(),
+            max_upload_bytes: config.limits.max_upload_bytes,
+        };
+        // The order `/metrics` shows them in.
+        let mut reports: Vec<Arc<dyn Report>> = vec![
+            Arc::new(ProxyReport {
+                metrics: metrics.clone(),
+                tenants: tenants.clone(),
+            }),
+            connections.clone(),
+            Arc::new(TenantsReport(tenants.clone())),
+        ];
+        if let Some(cache) = &engine.cache {
+            reports.push(Arc::new(EngineCacheReport(cache.clone())));
+        }
+        if let Some(replicas) = &replicas {
+            reports.push(replicas.clone());
+        }
+        if let Some(queue) = &config.admission {
+            reports.push(queue.clone());
+        }
+        reports.push(Arc::new(RegistryReport(tenants.clone())));
+        if let Some(gateway) = &gateway {
+            reports.push(Arc::new(crate::mcp::McpReport(gateway.clone())));
+        }
+        let mut router = Router::new()
+            .merge(crate::request::routes(proxy))
+            .merge(crate::admin::routes(admin))
+            .merge(crate::metrics::routes(MetricsState::new(config.metrics_token, reports)))
+            .route("/healthz", get(|| async { "ok" }));
+        if let Some(gateway) = &gateway {
+            router = router.merge(agentrt_mcp::routes::router(gateway));
+        }
+        Ok(Self(Arc::new(Parts {
+            router,
+            tenants,
+            metrics,
+            connections,
+            feed,
+            replicas,
+            admission: config.admission,
+            gateway,
+            reloads,
+            engine,
+            limits: config.limits,
+        })))
+    }
+
+    /// Serve on `listener` through the accept loop (its connection cap and header timeout,
+    /// [`crate::front::connections`]) until `shutdown` completes.
+    pub async fn serve(
+        &self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> std::io::Result<()> {
+        let parts = &self.0;
+        crate::front::connections::serve(
+            listener,
+            parts.router.clone(),
+            &parts.limits,
+            parts.connections.clone(),
+            shutdown,
+        )
+        .await
+    }
+
+    /// Reload `--config` on every SIGHUP (a SIGHUP without one is logged and changes nothing).
+    #[cfg(unix)]
+    pub fn reload_on_sighup(&self) -> std::io::Result<()> {
+        crate::tenant::reload::reload_on_sighup(self.0.reloads.clone())
+    }
+
+    /// Report sessions silent for `idle` as ended, checking a few times per `idle`, for as long
+    /// as the process runs.
+    pub fn end_idle_sessions_every(&self, idle: Duration) {
+        let feed = self.0.feed.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval((idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(5)));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let ended = feed.end_idle_sessions(idle);
+                if ended > 0 {
+                    tracing::debug!(ended, "idle sessions reported ended");
+                }
+            }
+        });
+    }
+
+    /// The router, every capability's routes merged.
+    pub fn router(&self) -> Router {
+        self.0.router.clone()
+    }
+
+    pub fn tenants(&self) -> &Arc<Tenants> {
+        &self.0.tenants
+    }
+
+    pub fn metrics(&self) -> &Arc<ProxyMetrics> {
+        &self.0.metrics
+    }
+
+    /// The accept loop's counters.
+    pub fn connections(&self) -> &Arc<ConnectionMetrics> {
+        &self.0.connections
+    }
+
+    /// What tells policies (and ends idle sessions).
+    pub fn feed(&self) -> &PolicyFeed {
+        &self.0.feed
+    }
+
+    pub fn replicas(&self) -> Option<&Arc<ReplicaRouting>> {
+        self.0.replicas.as_ref()
+    }
+
+    pub fn admission(&self) -> Option<&Arc<AdmissionQueue>> {
+        self.0.admission.as_ref()
+    }
+
+    /// The MCP gateway, when `--mcp-server` gives one.
+    pub fn gateway(&self) -> Option<&Arc<agentrt_mcp::Gateway>> {
+        self.0.gateway.as_ref()
+    }
+
+    /// The engine adapters running.
+    pub fn engine(&self) -> &EngineAdapters {
+        &self.0.engine
+    }
+}

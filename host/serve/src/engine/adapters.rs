@@ -1,0 +1,221 @@
+//! The engine adapters `agentrt serve` runs beside the proxy: the vLLM plugin's eviction socket
+//! (`--eviction-socket`; several replicas' sockets through [`ReplicaRouting::start_engines`]),
+//! vLLM's KV events (`--kv-events`), and — under cache shares (`--share`) — the engine's cache
+//! divided among the tenants ([`agentrt_vllm::SharedCache`]), each tenant's policy ranking its
+//! own blocks. Without shares one policy ranks the whole engine: the engine tenant's (`default`).
+
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use agentrt_runtime::{PolicyHandle, PolicyRegistry, Share};
+
+use crate::engine::replicas::{ReplicaArgs, ReplicaEngines, ReplicaRouting};
+use crate::names::{DEFAULT_TENANT, KV_SLOT};
+use crate::prometheus::Report;
+use crate::tenant::handles::Handles;
+use crate::tenant::Tenants;
+
+/// Which engine adapters to run. The default runs none (what the proxy's tests use).
+#[derive(Debug, Clone, Default)]
+pub struct EngineConfig {
+    /// The vLLM plugin's Unix socket (`--eviction-socket`).
+    pub eviction_socket: Option<PathBuf>,
+    /// vLLM's KV-event publisher (`--kv-events`) and its replay endpoint.
+    pub kv_events: Option<String>,
+    pub kv_events_replay: Option<String>,
+    /// Cache shares by tenant (`--share`, or the config file's); empty: one policy ranks all.
+    pub shares: HashMap<String, Share>,
+}
+
+/// The running adapters; dropping them closes the sockets and subscriptions.
+pub struct EngineAdapters {
+    /// The engine's cache divided among tenants, under shares.
+    pub cache: Option<Arc<agentrt_vllm::SharedCache>>,
+    /// Where `pin`/`unpin` side effects go, when an eviction service runs.
+    pub pins: Option<Arc<agentrt_vllm::PinTable>>,
+    _eviction: Option<agentrt_vllm::EvictionService>,
+    _replica_engines: Option<ReplicaEngines>,
+    _kv_events: Option<agentrt_vllm::KvEventSubscriber>,
+}
+
+impl EngineAdapters {
+    /// Start what `config` asks for over `tenants` (the engine tenant, `default`, starts here
+    /// when any adapter runs: its policy is the engine-wide one), with several replicas' adapters
+    /// when `replicas` runs.
+    pub async fn start(
+        config: &EngineConfig,
+        tenants: &Arc<Tenants>,
+        replicas: Option<&Arc<ReplicaRouting>>,
+        replica_args: &ReplicaArgs,
+    ) -> anyhow::Result<Self> {
+        let replica_sockets = !replica_args.eviction_sockets.is_empty();
+        anyhow::ensure!(
+            config.shares.is_empty() || config.eviction_socket.is_some() || replica_sockets,
+            "cache shares (--share, or share = … in --config) need --eviction-socket (or \
+             --replica-eviction-socket): shares act when vLLM's plugin asks which blocks to evict"
+        );
+        anyhow::ensure!(
+            !(config.eviction_socket.is_some() && replica_sockets),
+            "--eviction-socket serves one engine; with --replica-eviction-socket give each replica's plugin its own"
+        );
+        let replica_events = replicas.is_some_and(|r| r.replicas().all().iter().any(|r| r.kv_events.is_some()));
+        if config.eviction_socket.is_none() && config.kv_events.is_none() && !replica_sockets && !replica_events {
+            // Nothing of the engine's reaches a policy: no engine tenant to start.
+            return Ok(Self {
+                cache: None,
+                pins: None,
+                _eviction: None,
+                _replica_engines: None,
+                _kv_events: None,
+            });
+        }
+        // The engine adapter feeds the engine tenant's policy: one vLLM, one eviction order —
+        // unless shares divide the cache, and each tenant's policy ranks its own blocks.
+        let engine_tenant = tenants
+            .get_or_start(DEFAULT_TENANT)
+            .map_err(|e| anyhow::anyhow!(e.message))?;
+        let options = agentrt_vllm::EvictionOptions {
+            agents: engine_tenant.agents.clone(),
+            ..agentrt_vllm::EvictionOptions::default()
+        };
+        let (ranker, cache): (Arc<dyn agentrt_vllm::EngineRanker>, _) = if config.shares.is_empty() {
+            (engine_tenant.policy.clone(), None)
+        } else {
+            let owners = EngineTenants {
+                handles: tenants.handles(),
+                registry: tenants.shared_registry(),
+            };
+            let cache = Arc::new(agentrt_vllm::SharedCache::new(
+                Arc::new(owners),
+                DEFAULT_TENANT,
+                config.shares.clone(),
+            ));
+            (cache.clone(), Some(cache))
+        };
+        let pins = (config.eviction_socket.is_some() || replica_sockets).then(|| options.pins.clone());
+        let eviction = match &config.eviction_socket {
+            Some(path) => {
+                let socket_options = agentrt_vllm::EvictionOptions {
+                    agents: options.agents.clone(),
+                    pins: options.pins.clone(),
+                };
+                let service = agentrt_vllm::EvictionService::bind_with(path, ranker.clone(), socket_options)
+                    .with_context(|| format!("binding the eviction socket {}", path.display()))?;
+                tracing::info!(socket = %path.display(), "eviction service listening");
+                Some(service)
+            }
+            None => None,
+        };
+        // Several replicas: each one's plugin socket and KV events, into one policy view.
+        let replica_engines = match replicas {
+            Some(replicas) => Some(replicas.start_engines(replica_args, ranker.clone(), &options)?),
+            None => None,
+        };
+        let kv_events = match &config.kv_events {
+            Some(endpoint) => {
+                let mut events =
+                    agentrt_vllm::KvEventsConfig::for_vllm(endpoint, config.kv_events_replay.as_deref(), "kv");
+                if config.eviction_socket.is_some() {
+                    // The plugin already reports every store, removal and clear, with agent tags;
+                    // forwarding vLLM's events too would count each block twice. Keep the
+                    // subscription for its counters (gaps, restarts).
+                    events.forward = agentrt_vllm::Forward {
+                        stored: false,
+                        removed: false,
+                        cleared: false,
+                    };
+                }
+                Some(agentrt_vllm::KvEventSubscriber::spawn(events, engine_tenant.policy.clone()).await?)
+            }
+            None => None,
+        };
+        Ok(Self {
+            cache,
+            pins,
+            _eviction: eviction,
+            _replica_engines: replica_engines,
+            _kv_events: kv_events,
+        })
+    }
+
+    /// Each replica's eviction socket's path, when several replicas' adapters run.
+    pub fn replica_sockets(&self) -> Vec<&std::path::Path> {
+        self._replica_engines.as_ref().map(|e| e.sockets()).unwrap_or_default()
+    }
+}
+
+/// The proxy's answer to the eviction service's question under cache shares: which tenant owns a
+/// block's agent (the shared handle source), and which policy ranks that tenant's blocks (the
+/// registry's KV slots).
+struct EngineTenants {
+    handles: Handles,
+    registry: Arc<PolicyRegistry>,
+}
+
+impl agentrt_vllm::TenantDirectory for EngineTenants {
+    fn tenant_of(&self, handle: u32) -> Option<Arc<str>> {
+        self.handles.owner(handle)
+    }
+
+    fn policy_of(&self, tenant: &str) -> Option<Arc<PolicyHandle>> {
+        self.registry.get(tenant, KV_SLOT)
+    }
+}
+
+/// The engine's cache under shares, for `/metrics`.
+pub struct EngineCacheReport(pub Arc<agentrt_vllm::SharedCache>);
+
+impl Report for EngineCacheReport {
+    fn render(&self, out: &mut String) {
+        render_engine_cache(&self.0, out);
+    }
+}
+
+/// Each tenant's part of the engine's cache under `--share`: blocks held, its guarantee and
+/// limit, its blocks the engine evicted, and the evictions its requests caused.
+fn render_engine_cache(cache: &agentrt_vllm::SharedCache, out: &mut String) {
+    let tenants = cache.tenants();
+    type Read = fn(&agentrt_vllm::TenantCache, &agentrt_runtime::Share) -> u64;
+    let series: [(&str, &str, &str, Read); 5] = [
+        (
+            "agentrt_tenant_cache_blocks",
+            "gauge",
+            "Blocks the tenant holds in the engine's KV cache.",
+            |c, _| c.blocks,
+        ),
+        (
+            "agentrt_tenant_cache_guarantee_blocks",
+            "gauge",
+            "The tenant's guaranteed share of the cache (--share).",
+            |_, s| s.min_blocks,
+        ),
+        (
+            "agentrt_tenant_cache_limit_blocks",
+            "gauge",
+            "The tenant's limit (--share; 18446744073709551615 = none).",
+            |_, s| s.max_blocks,
+        ),
+        (
+            "agentrt_tenant_cache_evictions_total",
+            "counter",
+            "The tenant's blocks the engine evicted.",
+            |c, _| c.evicted,
+        ),
+        (
+            "agentrt_tenant_cache_evictions_caused_total",
+            "counter",
+            "Blocks (any tenant's) the engine evicted to make room for the tenant's requests.",
+            |c, _| c.caused,
+        ),
+    ];
+    for (name, kind, help, read) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (tenant, figures, share) in &tenants {
+            let _ = writeln!(out, "{name}{{tenant=\"{tenant}\"}} {}", read(figures, share));
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! Telling a tenant's policies what happened: every slot of the tenant hears the same events (on
+//! their workers: this never waits), and sessions reported ended leave the replicas' hint table.
+//! Frameworks never say when a task is over, so a session silent for `--session-idle-ms` is
+//! reported ended here too.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentrt_runtime::types::Event;
+
+use crate::engine::replicas::ReplicaRouting;
+use crate::metrics::ProxyMetrics;
+use crate::tenant::{Tenant, Tenants};
+
+/// Where events go: the tenant's slots, and the replicas' session table. Cheap to clone.
+#[derive(Clone)]
+pub struct PolicyFeed {
+    tenants: Arc<Tenants>,
+    replicas: Option<Arc<ReplicaRouting>>,
+    metrics: Arc<ProxyMetrics>,
+}
+
+impl PolicyFeed {
+    pub fn new(tenants: Arc<Tenants>, replicas: Option<Arc<ReplicaRouting>>, metrics: Arc<ProxyMetrics>) -> Self {
+        Self {
+            tenants,
+            replicas,
+            metrics,
+        }
+    }
+
+    /// Queue `events` for every slot of `tenant`. Never waits: the tenant's workers make the
+    /// calls, and drop (and count) what their full queues cannot hold.
+    pub fn tell(&self, tenant: &Tenant, events: Vec<Event>) {
+        if let Some(replicas) = &self.replicas {
+            // An ended session's replica is no longer a hint (idle ends, and table overflow).
+            replicas.sessions_ended(events.iter().filter_map(|e| match e {
+                Event::SessionEnd(session) => Some(*session),
+                _ => None,
+            }));
+        }
+        tenant.observe(events);
+    }
+
+    /// Report the sessions with no request for `idle` as ended (`session-end`) to their tenant's
+    /// policies — CacheSage learns "the session ends here" from it and stops valuing the
+    /// session's blocks. Returns how many ended. `agentrt serve` calls it periodically.
+    pub fn end_idle_sessions(&self, idle: Duration) -> usize {
+        let now = Instant::now();
+        let mut ended = 0;
+        for tenant in self.tenants.list() {
+            let sessions = tenant.agents.expire_sessions(idle, now);
+            if sessions.is_empty() {
+                continue;
+            }
+            ended += sessions.len();
+            let events: Vec<Event> = sessions.into_iter().map(Event::SessionEnd).collect();
+            self.tell(&tenant, events);
+        }
+        self.metrics.sessions_ended.fetch_add(ended as u64, Relaxed);
+        ended
+    }
+}

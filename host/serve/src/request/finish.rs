@@ -1,0 +1,73 @@
+//! A request's end, reported to its tenant's policies exactly once — when the response completed,
+//! or as failed when the handler or the response stream is dropped first (the client went away) —
+//! and what it held given back: its places in the tenant's quota, on a replica and in the
+//! admission queue.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use agentrt_runtime::types::{Event, RequestFinish};
+
+use super::ProxyState;
+use crate::engine::admission::AdmissionPermit;
+use crate::engine::replicas::Lease;
+use crate::identity::agent_api::Usage;
+use crate::tenant::{Tenant, TenantPermit};
+
+/// Reports a request's end to its policy exactly once: when the response completed, or — if the
+/// handler or the response stream is dropped first (the client went away) — as failed.
+pub(super) struct FinishGuard {
+    pub state: ProxyState,
+    pub tenant: Arc<Tenant>,
+    /// The request counts against its tenant's in-flight limit until the guard goes (and ends
+    /// early if its key is revoked).
+    pub permit: TenantPermit,
+    /// Its place on a replica (several replicas), released when the guard goes.
+    pub lease: Option<Lease>,
+    /// Its place in `--upstream-max-in-flight`, given on when the guard goes.
+    pub admission: Option<AdmissionPermit>,
+    pub template: RequestFinish,
+    pub done: bool,
+}
+
+impl FinishGuard {
+    pub fn finish(mut self, ok: bool, usage: Option<Usage>) {
+        self.report(ok, usage);
+    }
+
+    fn report(&mut self, ok: bool, usage: Option<Usage>) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let mut finish = self.template;
+        finish.ok = ok;
+        finish.at_us = self.state.clock.now_us();
+        if let Some(usage) = usage {
+            if let Some(n) = usage.prompt_tokens {
+                finish.prompt_tokens = n;
+            }
+            finish.output_tokens = usage.output_tokens.unwrap_or(0);
+            finish.cached_tokens = usage.cached_tokens.unwrap_or(0);
+            self.tenant.record_usage(finish.prompt_tokens, finish.cached_tokens);
+        }
+        let mut events = vec![Event::RequestFinish(finish)];
+        // A long request keeps its session alive: idleness counts from the last answer too.
+        let ended = self.tenant.agents.record_session(finish.session).forgotten;
+        self.state.metrics.sessions_ended.fetch_add(ended.len() as u64, Relaxed);
+        events.extend(ended.into_iter().map(Event::SessionEnd));
+        self.state.feed.tell(&self.tenant, events);
+        // In flight until its end has reached the policy: a caller that sees 0 sees every finish.
+        self.state.metrics.in_flight.fetch_sub(1, Relaxed);
+        self.state.effects.carry_out(self.tenant.clone());
+    }
+}
+
+impl Drop for FinishGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            self.state.metrics.streams_cancelled.fetch_add(1, Relaxed);
+            self.report(false, None);
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! Sending a prepared call on: `request-arrival` to the tenant's policies, a place in the
+//! admission queue (`--upstream-max-in-flight`; the tenant's `admission` slot scores the request
+//! while it waits), a replica (several replicas: once more elsewhere if the first refuses the
+//! connection), the upstream, and the answer back — whole, or relayed as it streams.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use agentrt_runtime::types::{Event, Item, ItemKind, RequestArrival, RequestFinish};
+
+use super::finish::FinishGuard;
+use super::prepare::Prepared;
+use super::{failed, ProxyState};
+use crate::engine::admission::Applicant;
+use crate::engine::replicas::Lease;
+use crate::engine::upstream;
+use crate::front::error::ApiError;
+use crate::identity::agent_api::AgentApi;
+use crate::names::ADMISSION_SLOT;
+use crate::tenant::{Tenant, TenantPermit};
+
+/// `work`'s answer, unless the request's key is revoked first: then a 401 saying so.
+async fn unless_revoked<T>(
+    state: &ProxyState,
+    revoked: &CancellationToken,
+    work: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    tokio::select! {
+        biased;
+        () = revoked.cancelled() => Err(revoked_error(state)),
+        done = work => done,
+    }
+}
+
+/// The 401 of a request whose key was revoked while it was in flight, counted.
+pub(super) fn revoked_error(state: &ProxyState) -> ApiError {
+    state.refused("revoked", ApiError::unauthorized(crate::tenant::REVOKED))
+}
+
+/// A request that must wait for a place upstream, as its tenant's `admission` slot scores it (a
+/// `request` item; higher goes first among the tenant's own waiting requests), with its tenant's
+/// admission weight and the bytes of its body. Without the slot, or when it fails, every request
+/// of the tenant scores the same: arrival order.
+async fn applicant(tenant: &Arc<Tenant>, demotion: u32, waiting: Item, bytes: usize) -> Applicant {
+    let unscored = Applicant {
+        weight: tenant.quotas.get().admission_weight,
+        bytes,
+        ..Applicant::unscored(demotion, &tenant.name)
+    };
+    let Some(slot) = tenant.slot(ADMISSION_SLOT).cloned() else {
+        return unscored;
+    };
+    // A policy call, off the async workers; the request waits for a place anyway.
+    let scored = tokio::task::spawn_blocking(move || slot.score(&[waiting])).await;
+    let score = match scored {
+        Ok(Ok(scores)) => scores.first().copied().unwrap_or(0.0),
+        _ => 0.0,
+    };
+    Applicant { score, ..unscored }
+}
+
+pub(super) async fn forward(
+    state: ProxyState,
+    path: &str,
+    api: AgentApi,
+    prepared: Prepared,
+    permit: TenantPermit,
+    received: Instant,
+) -> Response {
+    let Prepared {
+        tenant,
+        body,
+        identity,
+        agent,
+        registration,
+        continues,
+        ended,
+        route,
+    } = prepared;
+    let request_id = state.request_ids.fetch_add(1, Relaxed);
+    state.metrics.sessions_ended.fetch_add(ended.len() as u64, Relaxed);
+    let mut events: Vec<Event> = ended.into_iter().map(Event::SessionEnd).collect();
+    events.extend(registration);
+    events.push(Event::RequestArrival(RequestArrival {
+        request_id,
+        agent,
+        session: identity.session,
+        anchor_hash: identity.anchor_hash,
+        prompt_tokens: identity.prompt_tokens,
+        continues,
+        warmup: false,
+        at_us: state.clock.now_us(),
+    }));
+    state.feed.tell(&tenant, events);
+    state.metrics.in_flight.fetch_add(1, Relaxed);
+    let mut guard = FinishGuard {
+        state: state.clone(),
+        tenant: tenant.clone(),
+        permit,
+        lease: None,
+        admission: None,
+        template: RequestFinish {
+            request_id,
+            agent,
+            session: identity.session,
+            prompt_tokens: identity.prompt_tokens,
+            cached_tokens: 0,
+            output_tokens: 0,
+            warmup: false,
+            ok: false,
+            at_us: 0,
+        },
+        done: false,
+    };
+    // The policy's next move does not wait for the upstream.
+    state.effects.carry_out(tenant.clone());
+    // A place upstream, least-demoted first (`--upstream-max-in-flight`); the wait is not the
+    // proxy's overhead.
+    let queued = Instant::now();
+    let revoked = guard.permit.revocation();
+    if let Some(queue) = &state.admission {
+        let admitted = match queue.try_admit() {
+            Some(place) => Ok(place),
+            None => {
+                let waiting = Item {
+                    kind: ItemKind::Request,
+                    key: request_id,
+                    agent,
+                    session: identity.session,
+                    last_access: request_id,
+                    tokens: identity.prompt_tokens,
+                    position: 0,
+                };
+                let demotion = tenant.verdicts.priority(identity.session).min(0).unsigned_abs();
+                let applicant = applicant(&tenant, demotion, waiting, body.len()).await;
+                unless_revoked(&state, &revoked, queue.admit(applicant)).await
+            }
+        };
+        match admitted {
+            Ok(place) => guard.admission = Some(place),
+            Err(e) => {
+                guard.finish(false, None);
+                return failed(&state, e.shaped(api.error_shape()));
+            }
+        }
+    }
+    let queue_wait = queued.elapsed();
+
+    let mut route = route;
+    let mut lease = match (&state.replicas, route.as_mut()) {
+        (Some(replicas), Some(input)) => Some(replicas.place(agent, input).await),
+        _ => None,
+    };
+    let body = Bytes::from(body);
+    state
+        .metrics
+        .observe_overhead(received.elapsed().saturating_sub(queue_wait));
+    let mut sent = send_unless_revoked(&state, &revoked, lease.as_ref(), path, &body).await;
+    // A replica that refused the connection got nothing: the request is placed once more.
+    if let (Err((_, true)), Some(replicas), Some(input)) = (&sent, &state.replicas, route.as_mut()) {
+        if let Some(refused) = lease.take_if(|_| replicas.replicas().len() > 1) {
+            lease = Some(replicas.retry(agent, input, refused).await);
+            sent = send_unless_revoked(&state, &revoked, lease.as_ref(), path, &body).await;
+        }
+    }
+    let reply = match sent.map_err(|(e, _)| e) {
+        Ok(response) => {
+            guard.lease = lease.map(|mut lease| {
+                lease.prefill_complete();
+                lease
+            });
+            response
+        }
+        Err(e) => {
+            state.upstream_failed(&e);
+            // A revoked key is no fault of the replica's.
+            let cut_by_revocation = e.status == StatusCode::UNAUTHORIZED;
+            if let (Some(lease), false) = (&lease, cut_by_revocation) {
+                lease.failed();
+            }
+            guard.finish(false, None);
+            return failed(&state, e.shaped(api.error_shape()));
+        }
+    };
+    let status = StatusCode::from_u16(reply.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let content_type = reply
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if !status.is_success() {
+        state.metrics.requests_failed.fetch_add(1, Relaxed);
+    }
+    let is_stream = content_type
+        .as_deref()
+        .is_some_and(|c| c.starts_with("text/event-stream"));
+    let mut response = if is_stream {
+        Response::new(Body::from_stream(super::relay::relay_stream(
+            reply,
+            guard,
+            status.is_success(),
+            api,
+        )))
+    } else {
+        match unless_revoked(&state, &revoked, upstream::read_reply(reply, state.upstream.limits())).await {
+            Ok(bytes) => {
+                let reply = serde_json::from_slice::<Value>(&bytes).ok();
+                let usage = reply.as_ref().and_then(|v| api.usage(v));
+                if let Some(id) = reply.as_ref().and_then(|v| api.response_id(v)) {
+                    tenant.responses.record(id);
+                }
+                guard.finish(status.is_success(), usage);
+                Response::new(Body::from(bytes))
+            }
+            Err(e) => {
+                state.upstream_failed(&e);
+                guard.finish(false, None);
+                return failed(&state, e.shaped(api.error_shape()));
+            }
+        }
+    };
+    *response.status_mut() = status;
+    if let Some(ct) = content_type.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        response.headers_mut().insert(header::CONTENT_TYPE, ct);
+    }
+    response
+}
+
+/// [`send_to`], unless the request's key is revoked first (a 401; nothing more is sent).
+async fn send_unless_revoked(
+    state: &ProxyState,
+    revoked: &CancellationToken,
+    lease: Option<&Lease>,
+    path: &str,
+    body: &Bytes,
+) -> Result<reqwest::Response, (ApiError, bool)> {
+    tokio::select! {
+        biased;
+        () = revoked.cancelled() => Err((revoked_error(state), false)),
+        sent = send_to(state, lease, path, body) => sent,
+    }
+}
+
+/// Send the request's `body` to its replica (`lease`), else the upstream; on failure, whether the
+/// connection was refused (nothing sent).
+async fn send_to(
+    state: &ProxyState,
+    lease: Option<&Lease>,
+    path: &str,
+    body: &Bytes,
+) -> Result<reqwest::Response, (ApiError, bool)> {
+    let base = lease.map_or(state.upstream.base(), |l| l.url());
+    let request = state.upstream.post_to(base, path).body(body.clone());
+    upstream::send_checked(request, base, state.upstream.limits()).await
+}

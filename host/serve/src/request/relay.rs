@@ -1,0 +1,83 @@
+//! Passing a streamed answer through chunk by chunk: usage noticed as it passes (the policy hears
+//! it at the end), the stream cut with an SSE error event when the upstream fails, falls silent or
+//! the request's key is revoked, and nothing pulled from the upstream for a client that left.
+
+use axum::body::Bytes;
+
+use super::finish::FinishGuard;
+use super::forward::revoked_error;
+use crate::engine::upstream;
+use crate::identity::agent_api::{AgentApi, Usage};
+
+/// Pass an SSE stream through chunk by chunk, noticing the usage chunk (when the client asked for
+/// one) and the end. If the upstream fails or falls silent (`--upstream-idle-timeout-ms`)
+/// mid-stream the client gets an SSE error event, so it never mistakes a cut stream for a
+/// complete one.
+pub(super) fn relay_stream(
+    reply: reqwest::Response,
+    guard: FinishGuard,
+    ok_status: bool,
+    api: AgentApi,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    let state = guard.state.clone();
+    let revoked = guard.permit.revocation();
+    let mut guard = Some(guard);
+    let mut usage: Option<Usage> = None;
+    let mut chunks = Box::pin(reply.bytes_stream());
+    async_stream(move |yield_| async move {
+        let limits = state.upstream.limits();
+        loop {
+            let next = tokio::select! {
+                biased;
+                // A revoked key's stream ends here, saying why; the upstream's rest is dropped.
+                () = revoked.cancelled() => Some(Err(revoked_error(&state))),
+                next = upstream::next_chunk(&mut chunks, limits, "mid-stream") => next,
+            };
+            let Some(chunk) = next else { break };
+            match chunk {
+                Ok(bytes) => {
+                    // Streams report usage in pieces (the Messages API: input first, output last).
+                    if let Some(u) = api.usage_in_chunk(&bytes) {
+                        usage = Some(usage.unwrap_or_default().updated(u));
+                    }
+                    if let (Some(id), Some(g)) = (api.response_id_in_chunk(&bytes), &guard) {
+                        g.tenant.responses.record(&id);
+                    }
+                    if !yield_(Ok(bytes)).await {
+                        return; // client gone: dropping the guard reports it
+                    }
+                }
+                Err(e) => {
+                    state.upstream_failed(&e);
+                    let e = e.shaped(api.error_shape());
+                    let _ = yield_(Ok(Bytes::from(format!("data: {}\n\n", e.body())))).await;
+                    if let Some(g) = guard.take() {
+                        g.finish(false, None);
+                    }
+                    return;
+                }
+            }
+        }
+        if let Some(g) = guard.take() {
+            g.finish(ok_status, usage);
+        }
+    })
+}
+
+/// A minimal generator-style stream over a channel: the producer future sends items and learns
+/// when the consumer is gone, so no upstream bytes are pulled for a client that left.
+fn async_stream<F, Fut>(producer: F) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>>
+where
+    F: FnOnce(Box<dyn Fn(Result<Bytes, std::io::Error>) -> SendFuture + Send>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
+    let send = Box::new(move |item| {
+        let tx = tx.clone();
+        Box::pin(async move { tx.send(item).await.is_ok() }) as SendFuture
+    });
+    tokio::spawn(producer(send));
+    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
+}
+
+type SendFuture = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
