@@ -14,6 +14,10 @@ use crate::memo::MemoLimits;
 use crate::memo_store::MemoBudget;
 use crate::upstream::UpstreamSpec;
 
+/// The `--mcp-*` flags of `agentrt serve`, as given; [`McpArgs::options`] checks them.
+// clap makes a doc comment on an `Args` struct the `about` of the command it is flattened into,
+// until that command's own doc replaces it: `agentrt serve`'s subcommand doc does (as for serve's
+// other flag groups), so `serve --help` is unchanged.
 #[derive(clap::Args, Debug, Clone)]
 pub struct McpArgs {
     /// An MCP server to front at `/mcp/NAME`: `NAME=http://HOST:PORT/PATH` (Streamable HTTP) or

@@ -31,15 +31,22 @@ pub struct AuthenticatedTenant(pub Arc<dyn TenantStream>);
 
 /// One request's caller.
 pub struct Caller {
+    /// The tenant the request authenticated as.
     pub tenant: Arc<dyn TenantStream>,
+    /// The agent's name, from the first source in the module doc that has one.
     pub agent_name: String,
+    /// The handle the proxy gave that name; 0 when the agent has not called the model yet.
     pub agent: u32,
+    /// The session's id in the tenant, as the proxy computes it for the same key.
     pub session: u64,
     /// Counted out of the tenant's in-flight requests when the caller is dropped.
     _in_flight: InFlight,
 }
 
 impl Caller {
+    /// The caller of the request `context` carries, holding one of its tenant's places in flight;
+    /// an [`OVER_QUOTA`] error when the tenant has none left (counted in `metrics`), an internal
+    /// error when the request did not come through the gateway's routes.
     pub fn of(context: &RequestContext<RoleServer>, metrics: &GatewayMetrics) -> Result<Self, McpError> {
         let parts = context
             .extensions

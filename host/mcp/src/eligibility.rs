@@ -19,7 +19,9 @@ use rmcp::model::Tool;
 /// The operator's allow and deny lists, as `SERVER/TOOL` names.
 #[derive(Clone, Debug, Default)]
 pub struct MemoRules {
+    /// `--mcp-memo-allow`: memoizable although their server does not mark them read-only.
     pub allow: BTreeSet<String>,
+    /// `--mcp-memo-deny`: never memoized; wins over everything.
     pub deny: BTreeSet<String>,
 }
 
@@ -37,6 +39,7 @@ pub enum Eligibility {
 }
 
 impl Eligibility {
+    /// True when the tool's results may be kept and served from memory.
     pub fn memoizable(self) -> bool {
         matches!(self, Self::ReadOnly | Self::OperatorAllowed)
     }

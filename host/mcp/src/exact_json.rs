@@ -20,8 +20,20 @@ use std::collections::HashSet;
 /// Why a body cannot be carried exactly.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Inexact {
-    DuplicateKey { at: String, key: String },
-    Number { at: String, literal: String },
+    /// An object names `key` more than once.
+    DuplicateKey {
+        /// The object's JSON Pointer; empty for the top level.
+        at: String,
+        /// The repeated key, decoded.
+        key: String,
+    },
+    /// A number `serde_json` would not carry exactly.
+    Number {
+        /// The number's JSON Pointer.
+        at: String,
+        /// The number as the client wrote it.
+        literal: String,
+    },
 }
 
 impl std::fmt::Display for Inexact {
@@ -68,6 +80,7 @@ pub struct Scanned<'a> {
     pub method: Option<String>,
     /// `id`, as written.
     pub id: Option<&'a str>,
+    /// The first thing found that would not reach the server as written; `None`: exact.
     pub inexact: Option<Inexact>,
 }
 

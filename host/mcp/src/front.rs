@@ -33,7 +33,9 @@ pub const TIMED_OUT: ErrorCode = ErrorCode(-32001);
 /// The MCP server agents see for one upstream server.
 #[derive(Clone)]
 pub struct ServerFront {
+    /// The gateway it belongs to.
     pub gateway: Arc<Gateway>,
+    /// The upstream server it forwards to.
     pub server: Arc<UpstreamSpec>,
 }
 

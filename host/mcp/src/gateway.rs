@@ -22,17 +22,22 @@ pub const TOOLS_SLOT: &str = "tools";
 /// The policy that decides each tenant's memo, and its configuration.
 #[derive(Clone)]
 pub struct MemoPolicy {
+    /// The tool-memo policy's component, started once per tenant.
     pub component: Arc<PolicyComponent>,
+    /// Its limits and `init` pairs (the label is set per tenant when it is installed).
     pub config: SlotConfig,
 }
 
 /// How the gateway runs.
 #[derive(Clone)]
 pub struct GatewayOptions {
+    /// The MCP servers fronted, each at `/mcp/NAME`; names are unique.
     pub servers: Vec<UpstreamSpec>,
+    /// Which tools the operator allows or denies for the memo, by name.
     pub rules: MemoRules,
     /// `None`: no memo; every call goes to its server (events are still reported).
     pub memo_policy: Option<MemoPolicy>,
+    /// Each tenant's memo budget, decision deadline and oldest servable result.
     pub memo_limits: MemoLimits,
     /// How long connecting to a server (the MCP handshake) may take.
     pub connect_timeout: Duration,
@@ -75,18 +80,25 @@ impl Default for GatewayOptions {
     }
 }
 
+/// The MCP gateway: one per server process, shared by every route and session.
 pub struct Gateway {
+    /// How it was configured.
     pub options: GatewayOptions,
+    /// The server it is mounted in: tenants, their streams and the policy registry.
     pub tenancy: Arc<dyn Tenancy>,
+    /// Each tenant's client sessions to the upstream servers.
     pub connections: Connections,
     /// Every agent session and who opened it.
     pub sessions: Arc<SessionTable>,
     /// Each tenant's memo; `None` when its policy did not start (calls then all go upstream).
     memos: Mutex<HashMap<String, Option<Arc<TenantMemo>>>>,
+    /// Its counters, rendered by [`Gateway::render_prometheus`].
     pub metrics: GatewayMetrics,
 }
 
 impl Gateway {
+    /// A gateway with no connections yet: each tenant's servers are connected, and its memo
+    /// policy started, on its first request.
     pub fn new(options: GatewayOptions, tenancy: Arc<dyn Tenancy>) -> Arc<Self> {
         Arc::new(Self {
             connections: Connections::new(options.connect_timeout, options.stdio_env.clone()),

@@ -19,6 +19,8 @@
 //! results), [`memo_worker`] (its policy's thread); [`result_type`] (results across protocol versions); [`gateway`] (shared state); [`metrics`];
 //! [`args`] (command-line options).
 
+#![warn(missing_docs)]
+
 pub mod args;
 pub mod caller;
 pub mod child_env;

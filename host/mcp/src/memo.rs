@@ -21,6 +21,7 @@ use crate::memo_worker::{MemoWorker, Scores};
 /// How the memo is run, the same for every tenant.
 #[derive(Clone, Copy, Debug)]
 pub struct MemoLimits {
+    /// How much each tenant's store may hold.
     pub budget: MemoBudget,
     /// How long a call waits for the policy's answer before going to the server.
     pub decision_timeout: Duration,
@@ -52,6 +53,7 @@ pub enum Miss {
 /// What happened to a fetched result offered to the memo.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Kept {
+    /// The offered result is in the store (the policy kept it and the budget did not evict it).
     pub stored: bool,
     /// Results dropped because the policy no longer values them.
     pub expired: usize,
@@ -61,6 +63,8 @@ pub struct Kept {
     pub no_answer: bool,
 }
 
+/// One tenant's store and tool-memo policy, and the two decisions ([`Self::lookup`],
+/// [`Self::offer`]).
 pub struct TenantMemo {
     store: Mutex<MemoStore>,
     worker: MemoWorker,
@@ -68,6 +72,7 @@ pub struct TenantMemo {
 }
 
 impl TenantMemo {
+    /// An empty store decided by `worker`'s policy under `limits`.
     pub fn new(worker: MemoWorker, limits: MemoLimits) -> Self {
         Self {
             store: Mutex::new(MemoStore::default()),
@@ -86,6 +91,7 @@ impl TenantMemo {
         (store.len(), store.bytes())
     }
 
+    /// The thread that runs the tenant's tool-memo policy.
     pub fn worker(&self) -> &MemoWorker {
         &self.worker
     }

@@ -16,7 +16,9 @@ use crate::keys::ResultKey;
 /// How much one tenant may keep.
 #[derive(Clone, Copy, Debug)]
 pub struct MemoBudget {
+    /// Results kept at most (`--mcp-memo-max-entries`).
     pub max_entries: usize,
+    /// Bytes of results (serialized JSON) kept at most (`--mcp-memo-max-bytes`).
     pub max_bytes: usize,
 }
 
@@ -32,7 +34,9 @@ impl Default for MemoBudget {
 /// One memoized result.
 #[derive(Clone, Debug)]
 pub struct Entry {
+    /// The tool and arguments it answers.
     pub key: ResultKey,
+    /// The server's answer, served as it came.
     pub result: CallToolResult,
     /// The agent whose call fetched it.
     pub agent: u32,
@@ -62,6 +66,7 @@ impl Entry {
     }
 }
 
+/// The entries of one tenant, by key, and their bytes together.
 #[derive(Debug, Default)]
 pub struct MemoStore {
     entries: HashMap<u64, Entry>,
@@ -93,14 +98,17 @@ impl MemoStore {
         false
     }
 
+    /// Entries held.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// True when nothing is held.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
+    /// The entries' sizes together ([`Entry::bytes`]).
     pub fn bytes(&self) -> usize {
         self.bytes
     }

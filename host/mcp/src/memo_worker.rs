@@ -42,8 +42,10 @@ pub struct MemoWorkerStats {
     pub failed: AtomicU64,
 }
 
+/// The queue into one tenant's policy thread; the thread ends when the worker is dropped.
 pub struct MemoWorker {
     jobs: SyncSender<Job>,
+    /// Its counters, shared with the thread.
     pub stats: Arc<MemoWorkerStats>,
 }
 

@@ -58,6 +58,7 @@ pub enum Refused {
 }
 
 impl Refused {
+    /// Every reason, in declaration order: the index of its counter and the order of its series.
     pub const ALL: [Refused; 6] = [
         Refused::Auth,
         Refused::UnknownSession,
@@ -80,6 +81,7 @@ impl Refused {
     }
 }
 
+/// The gateway's counters: per (tenant, server), and refusals by reason.
 #[derive(Debug, Default)]
 pub struct GatewayMetrics {
     servers: Mutex<BTreeMap<(String, String), Arc<ServerCounters>>>,
@@ -90,19 +92,24 @@ pub struct GatewayMetrics {
 /// What the session metrics show: (tenant, sessions open) for every tenant that opened one, and
 /// how many sessions ended so far.
 pub struct SessionCounts {
+    /// (tenant, sessions it has open now).
     pub open: Vec<(String, usize)>,
+    /// Sessions ended so far, every tenant's together (closed, failed or expired).
     pub closed: u64,
 }
 
 impl GatewayMetrics {
+    /// Count one request refused for `why`.
     pub fn refuse(&self, why: Refused) {
         self.refused[why as usize].fetch_add(1, Relaxed);
     }
 
+    /// Requests refused for `why` so far.
     pub fn refused(&self, why: Refused) -> u64 {
         self.refused[why as usize].load(Relaxed)
     }
 
+    /// The counters of `tenant`'s calls to `server`, created (at zero) on first use.
     pub fn of(&self, tenant: &str, server: &str) -> Arc<ServerCounters> {
         self.servers
             .lock()

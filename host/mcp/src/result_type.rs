@@ -16,6 +16,8 @@ use rmcp::model::{
 
 /// A forwarded result, with `resultType` said explicitly.
 pub trait ExplicitResultType {
+    /// The result with `resultType: "complete"` where the server left the field out; a value
+    /// the server gave is kept.
     fn with_explicit_result_type(self) -> Self;
 }
 

@@ -36,10 +36,14 @@ pub async fn with_reservation<F: Future>(reservation: Reservation, request: F) -
     RESERVATION.scope(RefCell::new(Some(reservation)), request).await
 }
 
+/// Why a session could not be created or reached.
 #[derive(Debug, thiserror::Error)]
 pub enum BoundSessionError {
+    /// rmcp's own session manager failed.
     #[error(transparent)]
     Local(#[from] LocalSessionManagerError),
+    /// rmcp asked for a session outside [`with_reservation`]: a request that did not pass the
+    /// session cap (a bug in the routes, refused rather than counted nowhere).
     #[error("agentrt MCP gateway: a session was to be created without a reserved place")]
     Unreserved,
 }

@@ -21,6 +21,7 @@ use sha2::{Digest, Sha256};
 /// Who a request is: its tenant, and the credential it authenticated with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner {
+    /// The tenant's name.
     pub tenant: Arc<str>,
     /// SHA-256 of the `Authorization` header's value (of nothing when it has none): two keys of one
     /// tenant are two owners, and the key itself is never kept.
@@ -28,6 +29,7 @@ pub struct Owner {
 }
 
 impl Owner {
+    /// The owner of a request of `tenant` carrying `headers`.
     pub fn of(tenant: &str, headers: &HeaderMap) -> Self {
         let header = headers
             .get(axum::http::header::AUTHORIZATION)
@@ -42,7 +44,9 @@ impl Owner {
 /// A tenant at its session cap.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionCapReached {
+    /// The tenant's sessions open, with the places reserved for sessions being opened.
     pub open: usize,
+    /// The cap (`--mcp-max-sessions`).
     pub limit: usize,
 }
 
@@ -67,6 +71,7 @@ pub struct SessionTable {
 const SHRINK_FLOOR: usize = 256;
 
 impl SessionTable {
+    /// An empty table, each tenant allowed `max_per_tenant` sessions at once.
     pub fn new(max_per_tenant: usize) -> Arc<Self> {
         Arc::new(Self {
             inner: Mutex::default(),
@@ -138,6 +143,7 @@ impl SessionTable {
         self.lock().owners.len()
     }
 
+    /// True when no session is open.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

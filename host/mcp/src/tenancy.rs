@@ -21,7 +21,9 @@ pub type InFlight = Box<dyn Send + Sync>;
 /// Why a request was refused before it reached an MCP handler.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
+    /// The HTTP status to answer with.
     pub status: StatusCode,
+    /// Why, for the caller to read.
     pub message: String,
 }
 
@@ -39,6 +41,7 @@ pub trait Tenancy: Send + Sync + 'static {
 
 /// One tenant, as the gateway sees it.
 pub trait TenantStream: Send + Sync {
+    /// The tenant's name: the label of its metrics and the first part of its slots' labels.
     fn name(&self) -> &str;
 
     /// The handle the proxy gave agent `name`, or 0 (unknown agent) when the agent has not called

@@ -31,6 +31,9 @@ use crate::upstream::Connection;
 /// The `_meta` key a memo hit is marked with.
 pub const MEMO_META_KEY: &str = "agentrt/memo";
 
+/// Answer one `tools/call` of `front`'s server: from the caller's tenant's memo when it keeps a
+/// result for exactly these arguments, else from the server under the call deadline; the call
+/// and its return are reported to the tenant's stream either way.
 pub async fn call(
     front: &ServerFront,
     request: CallToolRequestParams,

@@ -33,13 +33,20 @@ pub enum Transport {
     /// Streamable HTTP at this URL.
     Http(String),
     /// A child process speaking MCP on stdio.
-    Stdio { program: String, args: Vec<String> },
+    Stdio {
+        /// The program to run (the first word after `stdio:`).
+        program: String,
+        /// Its arguments, split on spaces (no shell).
+        args: Vec<String>,
+    },
 }
 
 /// One configured server.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UpstreamSpec {
+    /// The server's name, its route `/mcp/NAME` and its part of `SERVER/TOOL` names.
     pub name: String,
+    /// How to reach it.
     pub transport: Transport,
 }
 
@@ -152,10 +159,12 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// The session's client side, to send requests to the server.
     pub fn peer(&self) -> &Peer<RoleClient> {
         self.running.peer()
     }
 
+    /// True once the session or its transport closed: the next request makes a new one.
     pub fn is_closed(&self) -> bool {
         self.running.is_closed() || self.running.peer().is_transport_closed()
     }
@@ -198,12 +207,15 @@ type Slot = Arc<tokio::sync::Mutex<Option<Arc<Connection>>>>;
 /// Every tenant's sessions to every server, made on first use.
 pub struct Connections {
     slots: Mutex<HashMap<(String, String), Slot>>,
+    /// How long a connection (the MCP handshake) may take.
     pub connect_timeout: Duration,
     /// The environment of stdio servers.
     stdio_env: ChildEnv,
 }
 
 impl Connections {
+    /// No sessions yet; each is made on first use, within `connect_timeout`, a stdio server's
+    /// child process with `stdio_env`.
     pub fn new(connect_timeout: Duration, stdio_env: ChildEnv) -> Self {
         Self {
             slots: Mutex::default(),

@@ -16,11 +16,13 @@ use crate::sticky::SessionSticky;
 /// Who placed a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decider {
+    /// The router answered in time with an allowed replica.
     Router,
     /// The fallback, and why.
     Fallback(FallbackReason),
 }
 
+/// Why the fallback placed a request instead of the router.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FallbackReason {
     /// No router is configured.
@@ -36,30 +38,43 @@ pub enum FallbackReason {
 /// A placed request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Routed {
+    /// Where it goes, and the booking to complete and release (none from the fallback).
     pub route: Route,
+    /// Who chose.
     pub decided_by: Decider,
 }
 
-/// Counters for `/metrics`.
+/// Counters for `/metrics`. Each only grows.
 #[derive(Debug, Default)]
 pub struct RoutingCounters {
+    /// Requests the router placed ([`FallbackRouter::route`]; peeks are not counted).
     pub by_router: AtomicU64,
+    /// Requests the fallback placed, for any [`FallbackReason`].
     pub by_fallback: AtomicU64,
+    /// Routes and peeks the router answered with an error or a replica the request may not use.
     pub router_errors: AtomicU64,
+    /// Routes and peeks the router did not answer within the deadline.
     pub router_deadlines: AtomicU64,
+    /// Booking updates (prefill complete, release) the router did not take within four
+    /// deadlines.
     pub lifecycle_errors: AtomicU64,
 }
 
+/// A router asked under a deadline, with [`SessionSticky`] placing whatever it does not: what the
+/// proxy asks where a request goes.
 pub struct FallbackRouter {
     primary: Option<Arc<dyn Router>>,
     sticky: SessionSticky,
     deadline: Duration,
     retry_after: Duration,
     resting_until: Mutex<Option<Instant>>,
+    /// What it has done so far.
     pub counters: RoutingCounters,
 }
 
 impl FallbackRouter {
+    /// `primary` (none: every request goes to the fallback) asked under `deadline` per call, and
+    /// left alone for `retry_after` after it fails; `sticky` places the rest.
     pub fn new(
         primary: Option<Arc<dyn Router>>,
         sticky: SessionSticky,

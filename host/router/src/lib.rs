@@ -15,6 +15,8 @@
 //! - [`hints`]: agentrt's knowledge (which replica holds an agent's anchor, where its warm-up
 //!   went) turned into the router's hints.
 
+#![warn(missing_docs)]
+
 pub mod fallback;
 pub mod hints;
 pub mod replica;

@@ -29,7 +29,9 @@ impl ReplicaId {
 /// One upstream engine (a vLLM server).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replica {
+    /// The id the router knows it by, derived from [`Self::name`] ([`ReplicaId::of_name`]).
     pub id: ReplicaId,
+    /// The operator's name for it (`NAME` in `--replica NAME=URL`): letters, digits, `-`, `_`.
     pub name: String,
     /// Base URL of its OpenAI-compatible server, e.g. `http://10.0.0.7:8000`.
     pub url: String,
@@ -68,6 +70,8 @@ impl Replica {
 pub struct Replicas(Vec<Replica>);
 
 impl Replicas {
+    /// The replicas, in the order given; refused when there are none or a name or an id is
+    /// repeated.
     pub fn new(replicas: Vec<Replica>) -> Result<Self, String> {
         if replicas.is_empty() {
             return Err("no replicas: give at least one --replica NAME=URL".into());
@@ -96,26 +100,32 @@ impl Replicas {
         Ok(())
     }
 
+    /// Every replica, in the order given.
     pub fn all(&self) -> &[Replica] {
         &self.0
     }
 
+    /// The replica with router id `id`, if any.
     pub fn get(&self, id: ReplicaId) -> Option<&Replica> {
         self.0.iter().find(|r| r.id == id)
     }
 
+    /// The replica the operator named `name`, if any.
     pub fn by_name(&self, name: &str) -> Option<&Replica> {
         self.0.iter().find(|r| r.name == name)
     }
 
+    /// The replicas' router ids, in the order given.
     pub fn ids(&self) -> impl Iterator<Item = ReplicaId> + '_ {
         self.0.iter().map(|r| r.id)
     }
 
+    /// How many replicas there are (at least one, unless built by `Default`).
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// True only for `Replicas::default()`: [`Replicas::new`] refuses an empty list.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

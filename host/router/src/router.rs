@@ -24,6 +24,7 @@ pub struct RouteRequest {
     pub expected_output_tokens: Option<u32>,
     /// Unique id of the booking this request makes (the router's `selection_id`).
     pub booking_id: String,
+    /// Where agentrt would like the request to go, and where it may go.
     pub hints: Hints,
 }
 
@@ -40,6 +41,7 @@ pub struct Hints {
 /// Where a request goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
+    /// The replica chosen.
     pub replica: ReplicaId,
     /// The router's booking to complete and release; `None` when nothing was booked.
     pub booking: Option<String>,
@@ -64,25 +66,55 @@ pub trait Router: Send + Sync {
 /// Why a router did not answer. Each names what failed and where.
 #[derive(Debug, thiserror::Error)]
 pub enum RouterError {
+    /// The request did not reach the router, or its answer did not come back whole (connection
+    /// refused, reset, …).
     #[error("router at {url}: {route} could not be sent: {detail}")]
-    Unreachable { url: String, route: String, detail: String },
+    Unreachable {
+        /// The router's base URL.
+        url: String,
+        /// The call, as `METHOD /path`.
+        route: String,
+        /// The HTTP client's error with its causes.
+        detail: String,
+    },
+    /// The router took longer than the client's timeout.
     #[error("router at {url}: {route} did not answer within {after:?}")]
     Timeout {
+        /// The router's base URL.
         url: String,
+        /// The call, as `METHOD /path`.
         route: String,
+        /// The timeout that ran out.
         after: Duration,
     },
+    /// The router answered with an error status, or with an answer agentrt cannot use (a worker
+    /// that did not come up schedulable).
     #[error("router at {url}: {route} answered {status}: {message}")]
     Status {
+        /// The router's base URL.
         url: String,
+        /// The call, as `METHOD /path`.
         route: String,
+        /// The HTTP status; 0 when agentrt refused to send the call (what is missing is in
+        /// `message`).
         status: u16,
+        /// The router's `error` text, or what was wrong.
         message: String,
     },
+    /// The router answered 2xx with a body that does not parse as the expected answer.
     #[error("router at {url}: {route} answered something unreadable: {detail}")]
-    BadAnswer { url: String, route: String, detail: String },
+    BadAnswer {
+        /// The router's base URL.
+        url: String,
+        /// The call, as `METHOD /path`.
+        route: String,
+        /// The JSON parser's error.
+        detail: String,
+    },
+    /// The router named a worker id that is none of the configured replicas.
     #[error("router chose replica {0}, which agentrt does not know")]
     UnknownReplica(ReplicaId),
+    /// The request's allowed replicas ([`Hints::allowed`]) leave none to choose from.
     #[error("no replica is eligible for this request")]
     NoReplica,
 }

@@ -13,12 +13,14 @@ use crate::router::{Route, RouteRequest, Router, RouterError, RouterFuture};
 /// Tokens hashed in place of a session when a request has none.
 const PREFIX_TOKENS: usize = 64;
 
+/// Rendezvous hashing over a fixed set of replicas (the rule is in the module doc).
 #[derive(Debug, Clone)]
 pub struct SessionSticky {
     replicas: Vec<ReplicaId>,
 }
 
 impl SessionSticky {
+    /// Over every replica of `replicas`.
     pub fn new(replicas: &Replicas) -> Self {
         Self {
             replicas: replicas.ids().collect(),

@@ -27,6 +27,7 @@ pub fn dynamo_python() -> Result<PathBuf, String> {
 /// every interface (the service has no flag for that); tests talk to it on loopback only.
 pub struct SelectionService {
     child: Child,
+    /// Its base URL, `http://127.0.0.1:PORT`.
     pub url: String,
 }
 

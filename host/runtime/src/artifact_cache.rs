@@ -27,6 +27,8 @@ pub struct ArtifactCache {
 }
 
 impl ArtifactCache {
+    /// The cache in `dir` (created if missing) for artifacts `engine` compiles; an artifact another
+    /// configuration compiled is never read back.
     pub fn new(engine: &Engine, dir: PathBuf) -> std::io::Result<Self> {
         std::fs::create_dir_all(&dir)?;
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -37,6 +39,7 @@ impl ArtifactCache {
         })
     }
 
+    /// The folder the artifacts are written to.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

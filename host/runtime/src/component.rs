@@ -100,9 +100,11 @@ impl PolicyComponent {
     pub fn digest(&self) -> &str {
         &self.digest
     }
+    /// The component's size in bytes, as loaded (before compiling).
     pub fn size_bytes(&self) -> usize {
         self.size_bytes
     }
+    /// Whether this load compiled or read the artifact cache, and how long it took.
     pub fn load_stats(&self) -> LoadStats {
         self.load
     }
@@ -123,7 +125,9 @@ impl PolicyComponent {
 /// Imports and exports of a component, by interface, with each interface's function names.
 #[derive(Debug, Clone, Default)]
 pub struct WorldShape {
+    /// What the component imports: each interface (`agentrt:policy/host`) with its functions.
     pub imports: Vec<(String, Vec<String>)>,
+    /// What it exports, likewise (`agentrt:policy/guest` and its primitives).
     pub exports: Vec<(String, Vec<String>)>,
 }
 

@@ -31,7 +31,9 @@ pub use agentrt_layout::COMPONENTS_DIR_ENV;
 /// A component whose bytes are part of the binary.
 #[derive(Clone, Copy, Debug)]
 pub struct EmbeddedComponent {
+    /// The policy's name (`lru`), as a lookup is asked for it; not a file name.
     pub name: &'static str,
+    /// The component, as its `.wasm` file held it at build time.
     pub bytes: &'static [u8],
 }
 
@@ -39,7 +41,9 @@ pub struct EmbeddedComponent {
 /// component is missing, so that the message says where to build it).
 #[derive(Clone, Copy, Debug)]
 pub struct EmbeddedSet {
+    /// The embedded components; looked up by name, first match wins.
     pub components: &'static [EmbeddedComponent],
+    /// The folder the build read them from; empty when nothing is embedded.
     pub built_from: &'static str,
 }
 
@@ -62,7 +66,9 @@ impl EmbeddedSet {
 /// Where a component was found.
 #[derive(Clone, Debug)]
 pub enum ComponentSource {
+    /// A `.wasm` file, read when loaded.
     File(PathBuf),
+    /// A component built into the binary.
     Embedded(EmbeddedComponent),
 }
 
@@ -89,6 +95,7 @@ impl fmt::Display for ComponentSource {
 #[derive(Debug, thiserror::Error)]
 #[error("no policy component `{name}`; looked in:\n{searched}\n{hint}")]
 pub struct ComponentNotFound {
+    /// The name that was looked up.
     pub name: String,
     searched: String,
     hint: String,

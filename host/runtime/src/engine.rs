@@ -45,6 +45,7 @@ pub struct EngineOptions {
 /// else to show for it.
 #[derive(Clone)]
 pub struct SlowCompileNotice {
+    /// How long a compile runs before [`Self::notify`] is called.
     pub after: Duration,
     /// Called once, from another thread, with the component's name and size in bytes, while the
     /// compile still runs.
@@ -197,6 +198,10 @@ impl Drop for EngineInner {
 }
 
 impl PolicyEngine {
+    /// A wasmtime engine configured by `options`, with the host imports linked and, for
+    /// [`CpuBound::EpochDeadline`], the epoch ticker started (it stops when the last clone of the
+    /// engine is dropped). Fails when wasmtime refuses the configuration or the artifact cache's
+    /// folder cannot be created.
     pub fn new(options: EngineOptions) -> anyhow::Result<Self> {
         let mut config = Config::new();
         match options.cpu_bound {
@@ -289,14 +294,18 @@ impl PolicyEngine {
         )
     }
 
+    /// The underlying wasmtime engine, for reading a component's types
+    /// ([`PolicyComponent::world`]).
     pub fn wasmtime(&self) -> &Engine {
         &self.inner.engine
     }
 
+    /// The options the engine was built with.
     pub fn options(&self) -> &EngineOptions {
         &self.inner.options
     }
 
+    /// The on-disk cache of compiled components; `None` without [`EngineOptions::cache_dir`].
     pub fn artifact_cache(&self) -> Option<&ArtifactCache> {
         self.inner.cache.as_ref()
     }

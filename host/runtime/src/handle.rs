@@ -26,6 +26,7 @@ use crate::PolicyEngine;
 pub struct SlotConfig {
     /// Names the slot in logs, errors and metrics (e.g. `tenant-a/kv-cache`).
     pub label: String,
+    /// The sandbox each instance of the slot runs in: memory cap, CPU per call, log rate.
     pub limits: SandboxLimits,
     /// Passed to the policy's `init`.
     pub init: Vec<(String, String)>,
@@ -43,9 +44,13 @@ pub struct SlotConfig {
 /// [`CHECKPOINT_RETRY_MAX`]: a policy whose `snapshot` fails would otherwise lose its instance on
 /// every periodic checkpoint. Until then the journal keeps what a restart needs.
 pub const CHECKPOINT_RETRY_FIRST: Duration = Duration::from_secs(10);
+/// The longest pause between checkpoint attempts after repeated failures (see
+/// [`CHECKPOINT_RETRY_FIRST`]).
 pub const CHECKPOINT_RETRY_MAX: Duration = Duration::from_secs(600);
 
 impl SlotConfig {
+    /// The slot `label` with the default sandbox and breaker, no `init` pairs, a checkpoint at
+    /// most every second and a one-minute rollback window.
     pub fn new(label: impl Into<String>) -> Self {
         Self {
             label: label.into(),
@@ -57,11 +62,13 @@ impl SlotConfig {
         }
     }
 
+    /// The same slot with `pairs` as its `init` configuration (replacing any set before).
     pub fn with_init<'a>(mut self, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         self.init = pairs.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         self
     }
 
+    /// The same slot under `limits`.
     pub fn with_limits(mut self, limits: SandboxLimits) -> Self {
         self.limits = limits;
         self
@@ -84,7 +91,9 @@ pub struct SwapReport {
     pub state_bytes: usize,
     /// Time callers were held while the swap ran.
     pub paused: Duration,
+    /// The name of the component that ran before ([`PolicyComponent::name`]).
     pub from: String,
+    /// The name of the component that runs now.
     pub to: String,
 }
 
@@ -169,10 +178,12 @@ impl PolicyHandle {
         })
     }
 
+    /// The slot's label, as [`SlotConfig::label`] gave it.
     pub fn label(&self) -> &str {
         &self.label
     }
 
+    /// The slot's counters: calls and time per primitive, failures, fallbacks, swaps.
     pub fn metrics(&self) -> &PolicyMetrics {
         &self.metrics
     }
@@ -418,6 +429,8 @@ impl PolicyHandle {
         }
     }
 
+    /// What the policy expects within the next `horizon` steps (1 = the next step): which agent
+    /// runs next, which tool it calls, which session ends, each with a probability.
     pub fn predict(&self, horizon: u32) -> Result<Vec<Forecast>, PolicyError> {
         let _span = tracing::debug_span!("policy.predict", policy = %self.label, horizon).entered();
         self.call(&mut self.lock(), Primitive::Predict, 0, |i| i.predict(horizon))
@@ -430,6 +443,8 @@ impl PolicyHandle {
         self.call(&mut self.lock(), Primitive::Act, 0, |i| i.act())
     }
 
+    /// The policy's learned state, serialised, without making it the checkpoint (that is
+    /// [`Self::checkpoint`]): for copying state to another slot or inspecting it.
     pub fn snapshot(&self) -> Result<Vec<u8>, PolicyError> {
         let _span = tracing::debug_span!("policy.snapshot", policy = %self.label).entered();
         self.call(&mut self.lock(), Primitive::Snapshot, 0, |i| i.snapshot())

@@ -98,15 +98,19 @@ impl PolicyMetrics {
         self.memory_bytes.store(bytes as u64, Relaxed);
     }
 
+    /// Calls of `p` made, failed ones included (not those an open breaker refused).
     pub fn calls(&self, p: Primitive) -> u64 {
         self.calls[index(p)].load(Relaxed)
     }
+    /// Failed calls of one kind ([`PolicyError::kind`]); 0 for a kind that is not counted.
     pub fn errors(&self, kind: &str) -> u64 {
         ERROR_KINDS
             .iter()
             .position(|k| *k == kind)
             .map_or(0, |i| self.errors[i].load(Relaxed))
     }
+    /// Rankings answered in LRU order because the policy failed or was suspended
+    /// ([`crate::PolicyHandle::rank`]).
     pub fn fallbacks(&self) -> u64 {
         self.fallbacks.load(Relaxed)
     }
@@ -114,6 +118,7 @@ impl PolicyMetrics {
     pub fn restarts(&self) -> u64 {
         self.restarts.load(Relaxed)
     }
+    /// Hot swaps done (rollbacks not included).
     pub fn swaps(&self) -> u64 {
         self.swaps.load(Relaxed)
     }
@@ -137,6 +142,7 @@ impl PolicyMetrics {
     pub fn calls_skipped(&self) -> u64 {
         self.calls_skipped.load(Relaxed)
     }
+    /// True while the breaker is open or half-open (waiting on a trial call).
     pub fn circuit_open(&self) -> bool {
         self.circuit_open.load(Relaxed) != 0
     }
@@ -156,6 +162,7 @@ impl PolicyMetrics {
     pub fn memory_bytes(&self) -> u64 {
         self.memory_bytes.load(Relaxed)
     }
+    /// `host.log` lines dropped for going over the slot's rate limit.
     pub fn log_lines_dropped(&self) -> u64 {
         self.log_lines_dropped.load(Relaxed)
     }

@@ -34,6 +34,7 @@ pub struct PolicyRegistry {
 }
 
 impl PolicyRegistry {
+    /// An empty registry whose slots run on `engine`.
     pub fn new(engine: PolicyEngine) -> Self {
         Self {
             engine,
@@ -41,6 +42,7 @@ impl PolicyRegistry {
         }
     }
 
+    /// The engine every slot runs on; components installed here must be loaded by it.
     pub fn engine(&self) -> &PolicyEngine {
         &self.engine
     }
@@ -136,12 +138,26 @@ fn escape(label: &str) -> String {
     label.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
+/// Why an install or a swap did not happen; each names the slot.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
+    /// [`PolicyRegistry::install`] into a slot that already runs a policy.
     #[error("slot {tenant}/{slot} already runs a policy; swap it instead")]
-    SlotTaken { tenant: String, slot: String },
+    SlotTaken {
+        /// The tenant named.
+        tenant: String,
+        /// The slot named.
+        slot: String,
+    },
+    /// [`PolicyRegistry::swap`] of a slot nothing is installed in.
     #[error("no policy in slot {tenant}/{slot}")]
-    NoSuchSlot { tenant: String, slot: String },
+    NoSuchSlot {
+        /// The tenant named.
+        tenant: String,
+        /// The slot named.
+        slot: String,
+    },
+    /// The policy could not start in the slot (install) or take over from the old one (swap).
     #[error(transparent)]
     Policy(#[from] PolicyError),
 }

@@ -3,9 +3,10 @@
 //! A result crosses the boundary by *lifting*: the host reads the guest's `(pointer, length)` and
 //! copies the elements out of its linear memory. The memory cap bounds what a guest can build, but
 //! not what the host copies: 1,024 side effects may all point at the same 60 MiB string, which
-//! lifts as 60 GiB. [`BoundedList`] and [`BoundedString`] read the length first and refuse
-//! anything over their bound before a byte is copied ([`Oversize`], which the instance turns into
-//! `PolicyError::ResultTooLarge`); under it they lift exactly as `Vec<T>` and `String` do.
+//! lifts as 60 GiB. `BoundedList` and `BoundedString` (crate-internal) read the length first and
+//! refuse anything over their bound before a byte is copied (`Oversize`, which the instance turns
+//! into [`PolicyError::ResultTooLarge`](crate::PolicyError::ResultTooLarge)); under it they lift
+//! exactly as `Vec<T>` and `String` do.
 //!
 //! They implement wasmtime's `ComponentType`/`Lift` by delegating to `Vec<T>`/`String` (the
 //! `__internal` types are what wasmtime's own derive macros use).

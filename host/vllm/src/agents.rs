@@ -16,6 +16,8 @@ use crate::ranker::EngineRanker;
 
 /// Resolves an agent name to a handle, registering it with the policy if it is new.
 pub trait AgentResolver: Send + Sync {
+    /// The handle for `name`; a new name is announced to `policy` before its handle is returned.
+    /// Never 0 (0 is the unknown agent).
     fn resolve(&self, name: &str, policy: &dyn EngineRanker) -> u32;
 }
 
@@ -27,6 +29,8 @@ pub struct InternedAgents {
 }
 
 impl InternedAgents {
+    /// No names yet; the first new name gets handle `first` (1 when `first` is 0: 0 means
+    /// "unknown agent"), the next `first + 1`, and so on.
     pub fn new(first: u32) -> Self {
         Self {
             first: first.max(1),

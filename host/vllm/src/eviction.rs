@@ -1,7 +1,9 @@
 //! The eviction-ranking service: a Unix-socket server that the vLLM plugin asks, once per
 //! scheduler step at most, which cached blocks to evict first. It answers with
-//! [`PolicyHandle::rank`] and forwards the plugin's block tags and touches to the same policy with
-//! [`PolicyHandle::observe_blocks`], so one policy instance sees both.
+//! [`PolicyHandle::rank`](agentrt_runtime::PolicyHandle::rank) and forwards the plugin's block
+//! tags and touches to the same policy with
+//! [`PolicyHandle::observe_blocks`](agentrt_runtime::PolicyHandle::observe_blocks), so one policy
+//! instance sees both.
 //!
 //! The plugin holds the deadline (2 ms by default) and falls back to vLLM's own order when an
 //! answer is late, so this side never needs one: a slow policy costs hit rate, never a stalled
@@ -59,8 +61,9 @@ impl EvictionService {
         Self::bind_with(path, policy, EvictionOptions::default())
     }
 
-    /// As [`EvictionService::bind`]; `policy` is one policy ([`PolicyHandle`]) or several
-    /// tenants' under cache shares ([`crate::SharedCache`]).
+    /// As [`EvictionService::bind`]; `policy` is one policy
+    /// ([`PolicyHandle`](agentrt_runtime::PolicyHandle)) or several tenants' under cache shares
+    /// ([`crate::SharedCache`]).
     pub fn bind_with(
         path: impl AsRef<Path>,
         policy: Arc<dyn EngineRanker>,
@@ -107,14 +110,18 @@ impl EvictionService {
         true
     }
 
+    /// The socket the service listens on (removed when the service is dropped).
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The service's counters now.
     pub fn counts(&self) -> EvictionCounts {
         self.metrics.counts()
     }
 
+    /// The live counters, shared: whoever holds them (a `/metrics` page) reads them without
+    /// holding the service.
     pub fn metrics(&self) -> Arc<EvictionMetrics> {
         self.metrics.clone()
     }

@@ -27,6 +27,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod agents;
 mod blocking;
 pub mod eviction;

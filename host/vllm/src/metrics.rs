@@ -34,10 +34,13 @@ pub struct EvictionCounts {
     pub frames: u64,
     /// Frames that could not be decoded (skipped) or broke the framing (connection closed).
     pub malformed: u64,
+    /// AGENT frames accepted (agent names defined under a wire id).
     pub agents_defined: u64,
     /// Block events forwarded to the policy.
     pub block_events: u64,
+    /// RANK frames received.
     pub rank_requests: u64,
+    /// Candidates in those RANKs, all together.
     pub rank_items: u64,
     /// RANKs answered in LRU order because the policy failed.
     pub policy_fallbacks: u64,
@@ -46,6 +49,7 @@ pub struct EvictionCounts {
 }
 
 impl EvictionMetrics {
+    /// Every counter, read now (each on its own: see the module doc).
     pub fn counts(&self) -> EvictionCounts {
         EvictionCounts {
             connections: get(&self.connections),
@@ -105,6 +109,7 @@ pub struct KvEventCounts {
 }
 
 impl KvEventMetrics {
+    /// Every counter, read now (each on its own: see the module doc).
     pub fn counts(&self) -> KvEventCounts {
         KvEventCounts {
             batches: get(&self.batches),

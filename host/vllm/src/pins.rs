@@ -39,11 +39,14 @@ impl PinTable {
         tracing::debug!(agent = pin.agent, session = pin.session, ttl_ms = pin.ttl_ms, "pinned");
     }
 
+    /// Lift the pin on `pin.agent` in `pin.session` (the same session value it was pinned with:
+    /// unpinning one session does not lift an all-sessions pin). Its `ttl_ms` is ignored.
     pub fn unpin(&self, pin: &Pin) {
         self.lock()
             .retain(|p| !(p.agent == pin.agent && p.session == pin.session));
     }
 
+    /// True when no pin is held (expired pins still count until the next ranking drops them).
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }

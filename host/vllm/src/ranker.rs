@@ -96,6 +96,9 @@ pub struct TenantCache {
 }
 
 impl SharedCache {
+    /// Tenants' policies found through `directory`, dividing the cache by `shares` (a tenant
+    /// without an entry gets [`Share::NONE`]: no guarantee, no limit); blocks of agents no tenant
+    /// named belong to `default_tenant`.
     pub fn new(directory: Arc<dyn TenantDirectory>, default_tenant: &str, shares: HashMap<String, Share>) -> Self {
         Self {
             directory,

@@ -98,6 +98,7 @@ impl ReplicaView {
         self
     }
 
+    /// The replica's router id, the one its salt is derived from.
     pub fn replica(&self) -> u64 {
         self.replica
     }

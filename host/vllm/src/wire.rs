@@ -53,11 +53,19 @@ pub const DEFINED_AGENT_BIT: u32 = 1 << 31;
 /// Bytes per RANK item.
 pub const ITEM_BYTES: usize = 40;
 
+// Frame kinds, as in the table above: plugin → host below 0x80, host → plugin answers with the
+// high bit set.
+/// HELLO: the plugin's protocol version and vLLM version, first on a connection.
 pub const KIND_HELLO: u8 = 0x01;
+/// AGENT: defines a wire agent id for an agent name, for the rest of the connection.
 pub const KIND_AGENT: u8 = 0x02;
+/// BLOCKS: packed block events (tags, touches, removals).
 pub const KIND_BLOCKS: u8 = 0x03;
+/// RANK: candidates to order for eviction; the only frame that gets an answer.
 pub const KIND_RANK: u8 = 0x04;
+/// HELLO_OK: the host accepts the plugin's protocol.
 pub const KIND_HELLO_OK: u8 = 0x81;
+/// RANKED: the answer to a RANK.
 pub const KIND_RANKED: u8 = 0x84;
 
 /// RANKED flag: the policy failed and the order is LRU's.
@@ -66,31 +74,48 @@ pub const FLAG_FALLBACK: u8 = 1;
 /// One candidate in a RANK frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WireItem {
+    /// The block's hash, as its BLOCKS events name it.
     pub block_hash: u64,
+    /// The session the block was last used by (an integer id, or a [`session_hash`]); 0: none.
     pub session: u64,
+    /// The engine's logical clock at the block's last use; larger is more recent.
     pub last_access: u64,
+    /// The agent that owns the block, as a wire agent id; 0: unknown.
     pub wire_agent: u32,
+    /// Tokens the block holds.
     pub tokens: u32,
+    /// The offset of the block's first token in its prompt.
     pub position: u32,
 }
 
 /// A decoded plugin → host message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
+    /// HELLO: first on a connection.
     Hello {
+        /// The plugin's [`PROTOCOL_VERSION`].
         protocol: u16,
+        /// vLLM's version string, for logs.
         vllm_version: String,
     },
+    /// AGENT: `wire_agent` names `name` from now on.
     Agent {
+        /// The id, with [`DEFINED_AGENT_BIT`] set.
         wire_agent: u32,
+        /// The agent's name, as the request's `vllm_xargs.agentrt_agent` gave it.
         name: String,
     },
     /// Packed block events (3 words each), agent fields still wire ids.
     Blocks(Vec<u64>),
+    /// RANK: order `items` for eviction.
     Rank {
+        /// Echoed in the RANKED answer, so a plugin that stopped waiting can drop it.
         request_id: u32,
+        /// How many indices the plugin needs (it gets `min(want, items.len())`).
         want: u32,
+        /// RANKs the plugin gave up waiting for since its previous RANK.
         missed: u32,
+        /// The candidates.
         items: Vec<WireItem>,
     },
 }
@@ -98,12 +123,18 @@ pub enum Request {
 /// A decoded host → plugin message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
+    /// HELLO_OK: the host speaks the plugin's protocol.
     HelloOk {
+        /// The host's [`PROTOCOL_VERSION`].
         protocol: u16,
     },
+    /// RANKED: the answer to the RANK of the same `request_id`.
     Ranked {
+        /// The RANK's `request_id`.
         request_id: u32,
+        /// The policy failed (or is suspended) and the order is LRU's ([`FLAG_FALLBACK`]).
         fallback: bool,
+        /// Indices into the RANK's items, the block to evict first first.
         evict_first: Vec<u32>,
     },
 }
@@ -112,7 +143,9 @@ pub enum Reply {
 /// the frame and carries on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WireError {
+    /// The frame's kind byte.
     pub kind: u8,
+    /// What was wrong with its body, e.g. `truncated at want: need 4 bytes, 1 left`.
     pub what: String,
 }
 

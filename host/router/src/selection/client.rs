@@ -39,6 +39,7 @@ impl SelectionClient {
         }
     }
 
+    /// The service's base URL, without a trailing `/`.
     pub fn url(&self) -> &str {
         &self.url
     }

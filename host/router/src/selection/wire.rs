@@ -15,16 +15,20 @@ use serde::{Deserialize, Serialize};
 /// `POST /workers`.
 #[derive(Debug, Clone, Serialize)]
 pub struct WorkerRequest<'a> {
+    /// The replica's [`ReplicaId`](crate::ReplicaId).
     pub worker_id: u64,
+    /// The partition the worker serves; selections name the same one.
     pub model_name: &'a str,
     /// Where requests go (the service only reports it back).
     pub endpoint: &'a str,
     /// The replica's KV-event publisher (ZMQ); required for the worker to be schedulable.
     pub kv_events_endpoint: &'a str,
+    /// The publisher's replay socket, for the service to fill gaps in the event stream.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay_endpoint: Option<&'a str>,
     /// Must equal the engine's block size: the service hashes prompts into blocks of it.
     pub block_size: u32,
+    /// The engine's KV-cache capacity in blocks, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub total_kv_blocks: Option<u64>,
 }
@@ -32,9 +36,11 @@ pub struct WorkerRequest<'a> {
 /// A worker's record, as `POST /workers` answers.
 #[derive(Debug, Clone, Deserialize)]
 pub struct WorkerRecord {
+    /// The id it was registered under.
     pub worker_id: u64,
     /// `incomplete`, `schedulable`, `draining`, `unschedulable`.
     pub lifecycle: String,
+    /// Why it is not schedulable (e.g. a missing field); empty when it is.
     #[serde(default)]
     pub not_schedulable_reasons: Vec<String>,
 }
@@ -42,32 +48,44 @@ pub struct WorkerRecord {
 /// `session_context` of a selection.
 #[derive(Debug, Clone, Serialize)]
 pub struct SessionContext<'a> {
+    /// The request's session, as [`RouteRequest::session`](crate::RouteRequest::session).
     pub session_id: &'a str,
 }
 
 /// `affinity_target`: prefer this worker (any data-parallel rank) while it is eligible.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct AffinityTarget {
+    /// The worker to prefer.
     pub worker_id: u64,
 }
 
 /// The body of `POST /select` and `POST /select_and_reserve` (the latter ignores `advisory`).
 #[derive(Debug, Clone, Serialize)]
 pub struct SelectRequest<'a> {
+    /// The partition to choose among (the workers registered under it).
     pub model_name: &'a str,
+    /// The booking's id, for `/select_and_reserve`
+    /// ([`RouteRequest::booking_id`](crate::RouteRequest::booking_id)).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub selection_id: Option<&'a str>,
+    /// The prompt's token ids, which the service hashes into blocks.
     pub token_ids: &'a [u32],
+    /// The prompt's `cache_salt`, which the engine's block hashes start from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_salt: Option<&'a str>,
+    /// The answer length expected, counted in the worker's load.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expected_output_tokens: Option<u32>,
+    /// The request's session.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_context: Option<SessionContext<'a>>,
+    /// The worker to prefer ([`Hints::affinity`](crate::Hints::affinity)).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub affinity_target: Option<AffinityTarget>,
+    /// The only workers to choose from ([`Hints::allowed`](crate::Hints::allowed)).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allowed_worker_ids: Option<Vec<u64>>,
+    /// Ask without queue admission: where the request would go (a peek).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub advisory: bool,
 }
@@ -75,37 +93,51 @@ pub struct SelectRequest<'a> {
 /// How much of the prompt the chosen worker holds, in tokens.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Overlap {
+    /// Prompt tokens the chosen worker has cached, from the start of the prompt.
     pub longest_matched: u32,
 }
 
 /// The answer of `/select` and `/select_and_reserve`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct SelectResponse {
+    /// The chosen worker.
     pub worker_id: u64,
+    /// The request's `selection_id`, echoed.
     #[serde(default)]
     pub selection_id: Option<String>,
+    /// How much of the prompt the chosen worker holds.
     pub overlap: Overlap,
 }
 
 /// `POST /overlap_scores`: how many of the prompt's blocks each worker holds.
 #[derive(Debug, Clone, Serialize)]
 pub struct OverlapRequest<'a> {
+    /// The partition whose workers to compare.
     pub model_name: &'a str,
+    /// The prompt's token ids.
     pub token_ids: &'a [u32],
+    /// The prompt's `cache_salt`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_salt: Option<&'a str>,
 }
 
+/// One worker's part of an [`OverlapResponse`].
 #[derive(Debug, Clone, Deserialize)]
 pub struct WorkerOverlap {
+    /// The worker.
     pub worker_id: u64,
+    /// Blocks of the prompt it holds in device (GPU) memory.
     pub device_blocks: usize,
 }
 
+/// The answer of `POST /overlap_scores`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct OverlapResponse {
+    /// Tokens per block the prompt was hashed in.
     pub block_size: u32,
+    /// Blocks in the prompt.
     pub num_blocks: usize,
+    /// Each worker's overlap.
     pub workers: Vec<WorkerOverlap>,
 }
 
@@ -119,6 +151,7 @@ impl OverlapResponse {
 /// Every error the service sends.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ErrorBody {
+    /// The service's message.
     pub error: String,
 }
 

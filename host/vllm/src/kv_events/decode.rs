@@ -17,29 +17,44 @@ use rmpv::Value;
 /// A decoded batch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventBatch {
+    /// When the engine published the batch: seconds since the Unix epoch, on the engine's clock.
     pub ts: f64,
+    /// The batch's events, in the order the engine emitted them.
     pub events: Vec<KvEvent>,
+    /// The data-parallel rank of the engine that published it; `None` when left out.
     pub data_parallel_rank: Option<i64>,
 }
 
 /// One KV-cache event. Only the fields agentrt uses are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KvEvent {
+    /// Full blocks entered the prefix cache: one run of a prompt, in order.
     BlockStored {
+        /// The run's blocks, each reduced to 64 bits (see the module doc).
         block_hashes: Vec<u64>,
+        /// The block before the run in its prompt; `None` when the run starts the prompt.
         parent_block_hash: Option<u64>,
+        /// Tokens per block.
         block_size: u32,
         /// Number of token ids carried (the ids themselves are not kept).
         tokens: u32,
+        /// The cache tier (`GPU`, `CPU`, …); `None` means the GPU ([`KvEvent::is_gpu`]).
         medium: Option<String>,
+        /// The KV-cache group (one per attention type in a hybrid model); `None` when left out.
         group_idx: Option<i64>,
+        /// The session id of the request that stored the run, when it gave one.
         session_id: Option<String>,
     },
+    /// Blocks left the cache (evicted, or moved out of this tier).
     BlockRemoved {
+        /// The blocks, reduced as in [`KvEvent::BlockStored`].
         block_hashes: Vec<u64>,
+        /// The cache tier; `None` means the GPU.
         medium: Option<String>,
+        /// The KV-cache group; `None` when left out.
         group_idx: Option<i64>,
     },
+    /// The engine dropped its whole prefix cache (a reset).
     AllBlocksCleared,
     /// An event type this version does not know; skipped.
     Unknown(String),
@@ -60,7 +75,9 @@ impl KvEvent {
 /// A batch that could not be decoded, with where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeError {
+    /// Where in the batch, e.g. `events[2].block_hashes[0]`.
     pub path: String,
+    /// What was found there instead of what was expected.
     pub what: String,
 }
 

@@ -8,6 +8,8 @@ use super::decode::KvEvent;
 /// Takes packed block events. Implemented by [`PolicyHandle`]; `agentrt serve` can implement it to
 /// fan events out to several policy slots.
 pub trait BlockSink: Send + Sync + 'static {
+    /// Take `packed` (whole events, [`agentrt_runtime::packed`]'s layout); the error is a message
+    /// for the log and the `policy_errors` counter, not a reason to stop subscribing.
     fn observe_blocks(&self, packed: &[u64]) -> Result<(), String>;
 }
 
@@ -22,8 +24,11 @@ impl BlockSink for PolicyHandle {
 /// telling the policy twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Forward {
+    /// Forward `BlockStored`.
     pub stored: bool,
+    /// Forward `BlockRemoved`.
     pub removed: bool,
+    /// Forward `AllBlocksCleared`.
     pub cleared: bool,
 }
 

@@ -25,7 +25,9 @@ use crate::metrics::{add, KvEventCounts, KvEventMetrics};
 /// Whether the subscriber binds its endpoint or connects to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SocketMode {
+    /// Bind the endpoint: vLLM's publisher connects to it.
     Bind,
+    /// Connect to the endpoint: vLLM's publisher bound it.
     Connect,
 }
 
@@ -34,6 +36,7 @@ pub enum SocketMode {
 pub struct KvEventsConfig {
     /// The subscriber's endpoint (see [`KvEventsConfig::for_vllm`] to derive it from vLLM's).
     pub endpoint: String,
+    /// Whether to bind [`Self::endpoint`] or connect to it: the opposite of what vLLM does.
     pub mode: SocketMode,
     /// vLLM's replay endpoint (`replay_endpoint` in `--kv-events-config`), always connected to;
     /// `None` disables gap filling (gaps are then counted as lost).
@@ -42,6 +45,7 @@ pub struct KvEventsConfig {
     pub topic: String,
     /// How long one replay may take before the gap is given up as lost.
     pub replay_timeout: Duration,
+    /// Which event kinds reach the sink.
     pub forward: Forward,
 }
 
@@ -119,10 +123,12 @@ impl KvEventSubscriber {
         })
     }
 
+    /// The subscriber's counters now.
     pub fn counts(&self) -> KvEventCounts {
         self.metrics.counts()
     }
 
+    /// The live counters, shared: a `/metrics` page reads them without holding the subscriber.
     pub fn metrics(&self) -> Arc<KvEventMetrics> {
         self.metrics.clone()
     }
