@@ -174,7 +174,7 @@ pub struct RunArgs {
     /// blocks, and the tenant furthest past its limit, else above its guarantee, gives up the
     /// next victim (tenants not named: no guarantee, no limit). `--json` has per-tenant figures
     /// either way.
-    #[arg(long = "share", value_name = "TENANT=MIN[:MAX]", value_parser = parse_share)]
+    #[arg(long = "share", value_name = "TENANT=MIN[:MAX]", value_parser = agentrt_runtime::parse_tenant_share)]
     pub shares: Vec<(String, Share)>,
     /// Replicas, each with --capacity-blocks of cache and its own instance of the policy, behind
     /// --router (docs/replicas.md).
@@ -246,16 +246,6 @@ impl SlotArgs {
         cfg.engine_priorities = self.engine_priorities;
         Ok(())
     }
-}
-
-fn parse_share(text: &str) -> Result<(String, Share), String> {
-    let (tenant, share) = text
-        .split_once('=')
-        .ok_or_else(|| format!("expected TENANT=MIN_BLOCKS[:MAX_BLOCKS], got {text:?}"))?;
-    if tenant.is_empty() {
-        return Err("the tenant name is empty".into());
-    }
-    Ok((tenant.to_string(), Share::parse(share)?))
 }
 
 #[derive(Args, Debug)]

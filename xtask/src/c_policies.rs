@@ -15,7 +15,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
-use crate::components::encode_component;
+use crate::component_encoding::encode_component;
 use crate::policy_sources::{build_each, discover, is_current, name, OptionalLanguage, PolicyToBuild};
 use crate::workspace::Workspace;
 use crate::{run, toolchains, wit_bindings};

@@ -21,7 +21,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::components::encode_module;
+use crate::component_encoding::encode_module;
 use crate::policy_sources::{build_each, discover, is_current, OptionalLanguage, PolicyToBuild};
 use crate::workspace::Workspace;
 use crate::{run, toolchains, wit_bindings};

@@ -21,6 +21,7 @@
 //! in principle — and it is half the size (docs/background.md §9: 28 KB vs 56 KB for the same policy).
 
 mod c_policies;
+mod component_encoding;
 mod components;
 mod go_policies;
 mod js_policies;

@@ -1,7 +1,9 @@
-//! A policy's forecasts and side effects in words, for people reading a command's output: the
-//! demo prints these rather than the types' `Debug` form.
+//! A policy's forecasts, side effects and failures in words, for people reading a command's
+//! output: the demo and the conformance kit print these rather than the types' `Debug` form.
 
 use agentrt_runtime::types::{Forecast, ForecastKind, SideEffect};
+use agentrt_runtime::PolicyError;
+use std::time::Duration;
 
 /// How an agent handle reads to a person (its name, or `agent N` when unknown).
 pub type AgentName<'a> = &'a dyn Fn(u32) -> String;
@@ -55,6 +57,54 @@ pub fn side_effect(effect: &SideEffect, agent: AgentName<'_>) -> String {
         SideEffect::SetPriority(p) => format!("set session {}'s priority to {}", p.session, p.priority),
         SideEffect::Deny(d) if d.session == 0 => format!("refuse every session of the tenant: {}", d.reason),
         SideEffect::Deny(d) => format!("refuse session {}'s further requests: {}", d.session, d.reason),
+    }
+}
+
+/// A policy failure in a few words: what the export did, and the gist of the guest's message (a
+/// trap's wasm backtrace is for a debugger, not for this line).
+pub fn error(error: &PolicyError) -> String {
+    let first_line = |m: &str| {
+        let line = m.lines().next().unwrap_or_default().trim();
+        match line.char_indices().nth(160) {
+            Some((cut, _)) => format!("{}…", &line[..cut]),
+            None => line.to_string(),
+        }
+    };
+    // A trap reads "error while executing at wasm backtrace:\n  0: …\n  9: …: wasm trap: …".
+    let trap_cause = |m: &str| match m.rfind("wasm trap: ") {
+        Some(at) => first_line(&m[at..]),
+        None => first_line(m),
+    };
+    match error {
+        PolicyError::Trap { primitive, message, .. } => format!("{primitive} trapped: {}", trap_cause(message)),
+        PolicyError::DeadlineExceeded {
+            primitive, deadline, ..
+        } => {
+            format!("{primitive} ran past its {} deadline", millis(*deadline))
+        }
+        PolicyError::FuelExhausted { primitive, .. } => format!("{primitive} used up its fuel"),
+        PolicyError::OutOfMemory {
+            primitive, cap_bytes, ..
+        } => {
+            format!("{primitive} hit the memory cap of {} MiB", cap_bytes >> 20)
+        }
+        PolicyError::Rejected { primitive, message, .. } => {
+            format!("{primitive} returned an error: {}", first_line(message))
+        }
+        PolicyError::BadOutput { primitive, message, .. } => {
+            format!("{primitive} broke the contract: {}", first_line(message))
+        }
+        other => first_line(&other.to_string()),
+    }
+}
+
+/// A duration in milliseconds, as a person reads it: whole above 100 ms, one decimal below.
+pub fn millis(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1e3;
+    if ms >= 100.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{ms:.1} ms")
     }
 }
 

@@ -36,6 +36,7 @@ pub mod memory;
 pub mod metrics;
 pub mod result_type;
 pub mod routes;
+pub mod server_front;
 pub mod session_manager;
 pub mod sessions;
 pub mod tenancy;

@@ -20,12 +20,12 @@ use agentrt_runtime::types::{Event, ToolCall, ToolReturn};
 
 use crate::caller::Caller;
 use crate::eligibility::Eligibility;
-use crate::front::ServerFront;
 use crate::keys::{tool_hash, ResultKey};
 use crate::memo::{Miss, TenantMemo};
 use crate::memo_store::Entry;
 use crate::metrics::ServerCounters;
 use crate::result_type::ExplicitResultType;
+use crate::server_front::ServerFront;
 use crate::upstream::Connection;
 
 /// The `_meta` key a memo hit is marked with.

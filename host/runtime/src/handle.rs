@@ -144,7 +144,8 @@ impl PolicyHandle {
         let metrics = PolicyMetrics::default();
         let log = Arc::new(PolicyLog::new(
             label.clone(),
-            &config.limits,
+            config.limits.log_lines_per_second,
+            config.limits.log_burst,
             metrics.log_lines_dropped_counter(),
         ));
         let mut instance = PolicyInstance::start(

@@ -56,9 +56,9 @@ pub use component_lookup::{ComponentLookup, ComponentNotFound, ComponentSource, 
 pub use engine::{CpuBound, EngineOptions, PolicyEngine, PoolingOptions, SlowCompileNotice};
 pub use error::{LoadError, PolicyError, Primitive};
 pub use handle::{keep_order, lru_order, PolicyHandle, Ranking, SlotConfig, SwapReport};
-pub use registry::{parse_slot_config, PolicyRegistry, RegistryError};
+pub use registry::{parse_slot_config, validate_tenant_name, PolicyRegistry, RegistryError, MAX_TENANT_NAME};
 pub use sandbox::{SandboxLimits, DEFAULT_MEMORY_BYTES};
-pub use shares::{Share, Usage};
+pub use shares::{parse_tenant_share, Share, Usage};
 pub use side_effects::merge_side_effects;
 
 /// The WIT types as the host sees them.

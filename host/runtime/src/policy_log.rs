@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use crate::sandbox::SandboxLimits;
 use crate::types::LogLevel;
 
 /// Longest message kept, in bytes of its escaped form.
@@ -41,14 +40,14 @@ struct Bucket {
 }
 
 impl PolicyLog {
-    pub(crate) fn new(label: Arc<str>, limits: &SandboxLimits, dropped: Arc<AtomicU64>) -> Self {
-        let capacity = f64::from(limits.log_burst.max(1));
+    pub(crate) fn new(label: Arc<str>, lines_per_second: u32, burst: u32, dropped: Arc<AtomicU64>) -> Self {
+        let capacity = f64::from(burst.max(1));
         Self {
             label,
             bucket: Mutex::new(Bucket {
                 tokens: capacity,
                 capacity,
-                per_second: f64::from(limits.log_lines_per_second),
+                per_second: f64::from(lines_per_second),
                 refilled: Instant::now(),
                 dropped_unreported: 0,
             }),
@@ -130,6 +129,7 @@ pub fn sanitize(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::SandboxLimits;
 
     fn log(per_second: u32, burst: u32) -> PolicyLog {
         let limits = SandboxLimits {
@@ -137,7 +137,12 @@ mod tests {
             log_burst: burst,
             ..SandboxLimits::default()
         };
-        PolicyLog::new(Arc::from("t/kv"), &limits, Arc::default())
+        PolicyLog::new(
+            Arc::from("t/kv"),
+            limits.log_lines_per_second,
+            limits.log_burst,
+            Arc::default(),
+        )
     }
 
     #[test]

@@ -13,8 +13,30 @@ use crate::handle::{PolicyHandle, SlotConfig, SwapReport};
 use crate::metrics::prometheus_header;
 use crate::PolicyEngine;
 
-/// A tenant's name.
+/// A tenant's name ([`validate_tenant_name`] says which names are tenants').
 pub type TenantId = String;
+
+/// The longest tenant name: names become registry slots (`NAME/kv`) and metric labels.
+pub const MAX_TENANT_NAME: usize = 64;
+
+/// A tenant name is 1–64 ASCII letters, digits, `-`, `_` or `.`.
+pub fn validate_tenant_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the tenant name is empty".into());
+    }
+    if name.len() > MAX_TENANT_NAME {
+        return Err(format!("the tenant name is longer than {MAX_TENANT_NAME} characters"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(format!(
+            "the tenant name {name:?} contains {c:?}; use letters, digits, `-`, `_` or `.`"
+        ));
+    }
+    Ok(())
+}
 /// A policy slot within a tenant (e.g. `kv-cache`, `admission`).
 pub type SlotName = String;
 

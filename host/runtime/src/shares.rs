@@ -55,6 +55,16 @@ impl Share {
     }
 }
 
+/// One `--share TENANT=MIN_BLOCKS[:MAX_BLOCKS]` flag (`serve` and `sim` both take it). It splits
+/// at the *last* `=`, as the tenant flags do, and the tenant must be a valid tenant name.
+pub fn parse_tenant_share(text: &str) -> Result<(String, Share), String> {
+    let (tenant, share) = text
+        .rsplit_once('=')
+        .ok_or_else(|| format!("expected TENANT=MIN_BLOCKS[:MAX_BLOCKS], got {text:?}"))?;
+    crate::registry::validate_tenant_name(tenant)?;
+    Ok((tenant.to_string(), Share::parse(share)?))
+}
+
 impl Default for Share {
     fn default() -> Self {
         Share::NONE
@@ -92,6 +102,24 @@ fn pressure((share, usage): &(Share, Usage)) -> (u64, i128, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_share_flag_splits_at_the_last_equals_and_checks_the_tenant_name() {
+        assert_eq!(
+            parse_tenant_share("team-a=4096:8192"),
+            Ok((
+                "team-a".to_string(),
+                Share {
+                    min_blocks: 4096,
+                    max_blocks: 8192
+                }
+            ))
+        );
+        assert_eq!(parse_tenant_share("b=10").unwrap().1.max_blocks, u64::MAX);
+        assert!(parse_tenant_share("no-equals").unwrap_err().contains("TENANT=MIN"));
+        assert!(parse_tenant_share("a/b=1").unwrap_err().contains("'/'"));
+        assert!(parse_tenant_share("a=9:3").unwrap_err().contains("below the guarantee"));
+    }
 
     fn usage(cached: u64, evictable: u64) -> Usage {
         Usage { cached, evictable }

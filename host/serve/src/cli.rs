@@ -131,7 +131,7 @@ pub struct ServeArgs {
     /// — a guarantee and a limit, in blocks. With any share, each tenant's own policy ranks its
     /// own blocks, and when vLLM must evict, the victim comes from the tenant furthest past its
     /// limit, else above its guarantee (docs/multi-tenant.md). Needs `--eviction-socket`.
-    #[arg(long = "share", value_name = "TENANT=MIN[:MAX]", value_parser = parse_share)]
+    #[arg(long = "share", value_name = "TENANT=MIN[:MAX]", value_parser = agentrt_runtime::parse_tenant_share)]
     pub shares: Vec<(String, Share)>,
     /// A TOML file of tenants — API keys, admin tokens, shares, quotas (docs/multi-tenant.md) —
     /// added to the flags'. Read at start and again on SIGHUP or `POST /admin/reload`; a file
@@ -176,14 +176,6 @@ impl QuotaArgs {
             admission_weight: 1,
         }
     }
-}
-
-fn parse_share(text: &str) -> Result<(String, Share), String> {
-    let (tenant, share) = text
-        .rsplit_once('=')
-        .ok_or_else(|| format!("expected TENANT=MIN_BLOCKS[:MAX_BLOCKS], got {text:?}"))?;
-    crate::names::validate_tenant_name(tenant)?;
-    Ok((tenant.to_string(), Share::parse(share)?))
 }
 
 /// What the proxy keeps per tenant (docs/security.md); defaults are [`TableLimits::default`] and
@@ -520,24 +512,6 @@ mod tests {
         // clap checks the whole command here (two flags with one id, e.g. from a flattened group).
         use clap::CommandFactory;
         Serve::command().debug_assert();
-    }
-
-    #[test]
-    fn shares_parse_per_tenant_and_refuse_what_is_not_one() {
-        assert_eq!(
-            parse_share("team-a=4096:8192"),
-            Ok((
-                "team-a".to_string(),
-                Share {
-                    min_blocks: 4096,
-                    max_blocks: 8192
-                }
-            ))
-        );
-        assert_eq!(parse_share("b=10").unwrap().1.max_blocks, u64::MAX);
-        assert!(parse_share("no-equals").unwrap_err().contains("TENANT=MIN"));
-        assert!(parse_share("a/b=1").unwrap_err().contains("'/'"));
-        assert!(parse_share("a=9:3").unwrap_err().contains("below the guarantee"));
     }
 
     #[test]

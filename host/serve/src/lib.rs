@@ -1,37 +1,32 @@
 //! # agentrt-serve — the OpenAI-compatible front of the runtime layer
 //!
 //! Frameworks talk to `agentrt serve` as if it were vLLM; it forwards to vLLM (any
-//! OpenAI-compatible server works for pass-through) and, on the way, gives each tenant's policy
-//! the framework's view of the traffic:
+//! OpenAI-compatible server works for pass-through) and, on the way, gives each tenant's policies
+//! the framework's view of the traffic. The folders are the steps a request walks, in order:
 //!
-//! - [`identity`]: who is calling — the agent (`x-agent-id`, the `user` field, or the content hash
-//!   of system prompt + tools: the *anchor*) and the session (`x-session-id`, `session_id`, or the
-//!   first user message) — interned into handles and announced once per policy;
-//! - [`proxy`]: `/v1/chat/completions`, `/v1/responses` (OpenAI Responses API), `/v1/messages`
-//!   (Anthropic Messages API), `/v1/completions`, `/v1/models`, streaming passed through chunk by
-//!   chunk, upstream errors returned as they came, request events to the policy; [`agent_api`]:
-//!   what differs between the three agent APIs (anchor, usage, streamed usage, warm-up body);
-//! - [`policy_worker`]: each tenant's policy calls on a thread of its own behind a bounded
-//!   queue — a request never waits on a policy, and a slow one delays only its own tenant;
-//! - [`tenant_settings`], [`quotas`], [`reload`]: what the operator sets per tenant (keys,
-//!   admin tokens, cache shares, quotas) from flags and a TOML file, each tenant's quotas as its
-//!   checks read them, and replacing the settings without a restart;
-//! - [`cache_salt`]: every named tenant's requests carry a salt of its own, so tenants never
-//!   share prefix-cache blocks (nor learn through timing what another tenant sent);
-//! - [`warmup`]: the policy's `act()` side effects, off the critical path — a warm-up is a real
-//!   upstream request carrying only the anchor and a minimal user message;
-//! - [`admin`]: authenticated policy management (install, hot swap) per tenant, and each
-//!   tenant's stats and forecasts ([`tenant_report`]); [`admin_auth`]: which admin token may act
-//!   on which tenant (the operator's on all, a tenant's on its own);
-//! - [`admission`]: at most `--upstream-max-in-flight` requests upstream, the rest waiting in
-//!   the proxy least-demoted session first (the slots' `set-priority`), for engines without
-//!   priority scheduling;
-//! - [`metrics`]: Prometheus counters for the proxy and every policy slot;
-//! - [`replicas`]: several upstream replicas behind a KV-aware router (Dynamo's selection
-//!   service, session-sticky hashing when it fails), fed agentrt's hints (`agentrt-router`);
-//! - [`limits`], [`connections`], [`upstream`]: the front door's limits (connections, header
-//!   and upstream timeouts, body and reply sizes), the accept loop that enforces the connection
-//!   ones, and waiting on the upstream under the rest; [`auth`]: bearer tokens.
+//! 1. [`front`] — the front door, which knows no tenant and no policy: the accept loop
+//!    (connection cap, header timeout), the limits, bearer tokens, the proxy's own errors and what
+//!    one request may cost to read.
+//! 2. [`tenant`] — whose request it is, from its headers alone ([`tenant::authenticate`]: key →
+//!    tenant → a place in its in-flight quota, before a byte of the body is read), and that
+//!    tenant's share of the proxy: its settings and their reload, quotas, cache salt, agents and
+//!    sessions, policy slots and their workers, verdicts, stored responses.
+//! 3. [`identity`] — who is calling, read from the request alone: the agent (header, `user`, or
+//!    the anchor's hash) and the session, whatever the API ([`identity::agent_api`]).
+//! 4. [`policy`] — telling the tenant's policies ([`policy::feed`]) and carrying out what they
+//!    answer ([`policy::effects`], [`policy::warmup`]), off the critical path.
+//! 5. [`engine`] — the engine(s) behind the proxy: the admission queue, several replicas behind a
+//!    router, the upstream under its timeouts, `/tokenize`, and the engine adapters (the vLLM
+//!    plugin's eviction socket, KV events, cache shares).
+//! 6. [`request`] — one agent call, step by step: prepare (parse once, check, identify, salt,
+//!    amend), forward (policies told, admission, replica, upstream), relay, finish.
+//! 7. [`admin`] — the admin API on its own state; [`mcp`] — the MCP gateway over the tenants;
+//!    [`metrics`] — `/metrics` over a list of reports ([`prometheus::Report`]).
+//!
+//! [`app`] is the composition root ([`App::build`]: the one place that sees every capability,
+//! used by the binary, the tests and the benches); [`cli`] turns `agentrt serve`'s flags into an
+//! [`AppConfig`]. [`names`], [`clock`], [`table`] and [`prometheus`] are leaves every layer may
+//! use. `tests/layers.rs` keeps the order: a module may use only the layers before it.
 
 pub mod admin;
 pub mod app;

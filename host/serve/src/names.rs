@@ -1,7 +1,10 @@
 //! The names everything in the proxy agrees on: the unauthenticated tenant's, the policy slots'
 //! with a meaning of their own, and the rules for tenant names and for the `SECRET=TENANT` flags.
-//! A leaf: it uses nothing else of the crate, so tenants, settings, identity and the admin API can
+//! The rule for tenant names is the registry's ([`agentrt_runtime::validate_tenant_name`]: names
+//! become slots and metric labels), re-exported here. A leaf: it uses nothing else of the crate, so tenants, settings, identity and the admin API can
 //! all use it without using each other.
+
+pub use agentrt_runtime::validate_tenant_name;
 
 /// The registry slot every tenant's KV-cache policy runs in.
 pub const KV_SLOT: &str = "kv";
@@ -10,9 +13,6 @@ pub const KV_SLOT: &str = "kv";
 pub const ADMISSION_SLOT: &str = "admission";
 /// The tenant of unauthenticated serving (no API key in force), and the engine-wide policy's.
 pub const DEFAULT_TENANT: &str = "default";
-
-/// The longest tenant name: names become registry slots (`NAME/kv`) and metric labels.
-const MAX_TENANT_NAME: usize = 64;
 
 /// A secret that a command-line option gives to a tenant (`SECRET=TENANT`), named as that
 /// option's errors name it.
@@ -51,25 +51,6 @@ pub fn parse_tenant_secret(raw: &str, secret: TenantSecret) -> Result<(String, S
     }
     validate_tenant_name(name).map_err(|e| format!("{expected}: {e}"))?;
     Ok((key.to_string(), name.to_string()))
-}
-
-/// A tenant name is 1–64 ASCII letters, digits, `-`, `_` or `.`.
-pub fn validate_tenant_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("the tenant name is empty".into());
-    }
-    if name.len() > MAX_TENANT_NAME {
-        return Err(format!("the tenant name is longer than {MAX_TENANT_NAME} characters"));
-    }
-    if let Some(c) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
-    {
-        return Err(format!(
-            "the tenant name {name:?} contains {c:?}; use letters, digits, `-`, `_` or `.`"
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

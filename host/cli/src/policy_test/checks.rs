@@ -6,7 +6,7 @@ use agentrt_runtime::types::{Item, SideEffect};
 use agentrt_runtime::PolicyError;
 
 use super::inputs::{self, TYPICAL_BATCH, UNKNOWN_AGENTS};
-use super::report::{describe, millis, Check, Line, Problem};
+use super::report::{Check, Line, Problem};
 use super::slot::{CallError, Host, Slot};
 
 /// Every property, in order. `huge` is the size of the huge batch.
@@ -42,7 +42,7 @@ fn fed(host: &Host) -> Result<Slot<'_>, Problem> {
 fn feed(slot: &Slot<'_>) -> Result<(), Problem> {
     let needs = |e: CallError| {
         Problem::Skip(match e {
-            CallError::Policy(e) => format!("not run: needs observed events ({})", describe(&e)),
+            CallError::Policy(e) => format!("not run: needs observed events ({})", crate::describe::error(&e)),
             CallError::FailedBefore { export, how } => {
                 format!("not run: needs observed events; {export} failed above ({how})")
             }
@@ -55,7 +55,7 @@ fn feed(slot: &Slot<'_>) -> Result<(), Problem> {
 
 fn fresh(host: &Host) -> Result<Slot<'_>, Problem> {
     host.fresh()
-        .map_err(|e| Problem::Fail(format!("does not start: {}", describe(&e))))
+        .map_err(|e| Problem::Fail(format!("does not start: {}", crate::describe::error(&e))))
 }
 
 /// Start an instance with the kit's configuration plus `extra` (replacing a key it has).
@@ -80,7 +80,10 @@ fn init_unknown_key(host: &Host) -> Check {
             "{UNKNOWN_KEY}=1: refused ({}), but the contract asks that the message name the key",
             one_line(&message)
         )),
-        Err(e) => Err(Problem::Fail(format!("{UNKNOWN_KEY}=1: {}", describe(&e)))),
+        Err(e) => Err(Problem::Fail(format!(
+            "{UNKNOWN_KEY}=1: {}",
+            crate::describe::error(&e)
+        ))),
     }
 }
 
@@ -99,7 +102,7 @@ fn init_junk_values(host: &Host) -> Check {
     match start_with(host, junk) {
         Ok(()) => Ok(format!("{what}: ignored")),
         Err(PolicyError::Rejected { message, .. }) => Ok(format!("{what}: refused ({})", one_line(&message))),
-        Err(e) => Err(Problem::Fail(format!("{what}: {}", describe(&e)))),
+        Err(e) => Err(Problem::Fail(format!("{what}: {}", crate::describe::error(&e)))),
     }
 }
 
@@ -174,13 +177,18 @@ fn score_huge(host: &Host, huge: usize) -> Check {
     let items = inputs::items(huge);
     let started = std::time::Instant::now();
     let scores = slot.score(&items).map_err(|e| match e {
-        CallError::Policy(e @ PolicyError::DeadlineExceeded { .. }) => {
-            Problem::Fail(format!("{}: a ranking this large would fall back to LRU", describe(&e)))
-        }
+        CallError::Policy(e @ PolicyError::DeadlineExceeded { .. }) => Problem::Fail(format!(
+            "{}: a ranking this large would fall back to LRU",
+            crate::describe::error(&e)
+        )),
         other => Problem::from(other),
     })?;
     expect_count(&scores, &items)?;
-    Ok(format!("{} scores in {}", scores.len(), millis(started.elapsed())))
+    Ok(format!(
+        "{} scores in {}",
+        scores.len(),
+        crate::describe::millis(started.elapsed())
+    ))
 }
 
 /// Where two lists of scores first differ, bit for bit (NaN equals NaN of the same bits).
@@ -353,7 +361,7 @@ fn corrupted_restore(host: &Host) -> Check {
             }
         }
         let scores = slot.score(&probe).map_err(|e| match e {
-            CallError::Policy(e) => Problem::Fail(format!("after {what}: no answer ({})", describe(&e))),
+            CallError::Policy(e) => Problem::Fail(format!("after {what}: no answer ({})", crate::describe::error(&e))),
             before => Problem::from(before),
         })?;
         expect_count(&scores, &probe)?;

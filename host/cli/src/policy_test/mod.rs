@@ -82,7 +82,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
             } else {
                 "compiled"
             },
-            report::millis(stats.elapsed)
+            crate::describe::millis(stats.elapsed)
         )),
     ));
     match host.fresh() {
@@ -101,7 +101,10 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
         Err(e) => {
             lines.push(Line::checked(
                 "init: the given config",
-                Err(Problem::Fail(format!("{}: nothing else can run", report::describe(&e)))),
+                Err(Problem::Fail(format!(
+                    "{}: nothing else can run",
+                    crate::describe::error(&e)
+                ))),
             ));
             return finish(&file, lines);
         }

@@ -1,11 +1,9 @@
 //! The kit's output: one line per property — `pass`, `FAIL`, `skip` (not run, because what it
-//! needs failed above) or `info` (a measurement) — with a short reason; and the words for a
-//! policy's failures, short enough for one line.
+//! needs failed above) or `info` (a measurement) — with a short reason (a policy's failures in
+//! the words of [`crate::describe::error`]).
 
 use std::fmt;
 use std::time::Duration;
-
-use agentrt_runtime::PolicyError;
 
 use super::slot::{CallError, Measures};
 
@@ -38,7 +36,7 @@ pub type Check = Result<String, Problem>;
 impl From<CallError> for Problem {
     fn from(error: CallError) -> Self {
         match error {
-            CallError::Policy(e) => Problem::Fail(describe(&e)),
+            CallError::Policy(e) => Problem::Fail(crate::describe::error(&e)),
             CallError::FailedBefore { export, how } => Problem::Skip(format!("not run: {export} failed above ({how})")),
             CallError::Hung(export) => Problem::Skip(format!("not run: {export} ran past its deadline above")),
         }
@@ -83,44 +81,6 @@ impl fmt::Display for Line {
     }
 }
 
-/// A policy failure in a few words: what the export did, and the gist of the guest's message (a
-/// trap's wasm backtrace is for a debugger, not for this line).
-pub fn describe(error: &PolicyError) -> String {
-    let first_line = |m: &str| {
-        let line = m.lines().next().unwrap_or_default().trim();
-        match line.char_indices().nth(160) {
-            Some((cut, _)) => format!("{}…", &line[..cut]),
-            None => line.to_string(),
-        }
-    };
-    // A trap reads "error while executing at wasm backtrace:\n  0: …\n  9: …: wasm trap: …".
-    let trap_cause = |m: &str| match m.rfind("wasm trap: ") {
-        Some(at) => first_line(&m[at..]),
-        None => first_line(m),
-    };
-    match error {
-        PolicyError::Trap { primitive, message, .. } => format!("{primitive} trapped: {}", trap_cause(message)),
-        PolicyError::DeadlineExceeded {
-            primitive, deadline, ..
-        } => {
-            format!("{primitive} ran past its {} deadline", millis(*deadline))
-        }
-        PolicyError::FuelExhausted { primitive, .. } => format!("{primitive} used up its fuel"),
-        PolicyError::OutOfMemory {
-            primitive, cap_bytes, ..
-        } => {
-            format!("{primitive} hit the memory cap of {} MiB", cap_bytes >> 20)
-        }
-        PolicyError::Rejected { primitive, message, .. } => {
-            format!("{primitive} returned an error: {}", first_line(message))
-        }
-        PolicyError::BadOutput { primitive, message, .. } => {
-            format!("{primitive} broke the contract: {}", first_line(message))
-        }
-        other => first_line(&other.to_string()),
-    }
-}
-
 /// A size in bytes for people: `42 KB`, `18.5 MB`.
 pub fn size(bytes: usize) -> String {
     if bytes < 1_000_000 {
@@ -130,19 +90,10 @@ pub fn size(bytes: usize) -> String {
     }
 }
 
-pub fn millis(d: Duration) -> String {
-    let ms = d.as_secs_f64() * 1e3;
-    if ms >= 100.0 {
-        format!("{ms:.0} ms")
-    } else {
-        format!("{ms:.1} ms")
-    }
-}
-
 fn micros(d: Duration) -> String {
     let us = d.as_secs_f64() * 1e6;
     if us >= 10_000.0 {
-        millis(d)
+        crate::describe::millis(d)
     } else {
         format!("{us:.0} µs")
     }
@@ -190,6 +141,7 @@ pub fn measure_lines(m: &Measures, memory_cap: usize) -> Vec<Line> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agentrt_runtime::PolicyError;
 
     #[test]
     fn a_trap_is_told_in_one_line_and_a_skip_names_what_hung() {
@@ -201,7 +153,7 @@ mod tests {
                 .into(),
         };
         assert_eq!(
-            describe(&trap),
+            crate::describe::error(&trap),
             "observe trapped: wasm trap: wasm `unreachable` instruction executed"
         );
         let line = Line::checked("observe: a stream", Err(Problem::from(CallError::Policy(trap))));

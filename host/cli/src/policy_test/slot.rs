@@ -16,7 +16,6 @@ use agentrt_runtime::{
 };
 
 use super::inputs::TYPICAL_BATCH;
-use super::report::describe;
 
 /// The seed every engine of the kit gives its first instance, so that instances of different
 /// engines draw the same `random-seed` (see [`Host::twins`]).
@@ -166,7 +165,7 @@ impl Slot<'_> {
                 }
                 // A huge batch may fail where ordinary ones do not: that is its own property's.
                 if items <= TYPICAL_BATCH {
-                    self.host.failed.borrow_mut().insert(export, describe(e));
+                    self.host.failed.borrow_mut().insert(export, crate::describe::error(e));
                     if matches!(e, PolicyError::DeadlineExceeded { .. }) {
                         self.host.hung.borrow_mut().push(export);
                     }

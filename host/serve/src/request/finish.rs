@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use agentrt_runtime::types::{Event, RequestFinish};
 
-use super::ProxyState;
+use super::state::ProxyState;
 use crate::engine::admission::AdmissionPermit;
 use crate::engine::replicas::Lease;
 use crate::identity::agent_api::Usage;

@@ -17,7 +17,7 @@ use agentrt_runtime::types::{Event, Item, ItemKind, RequestArrival, RequestFinis
 
 use super::finish::FinishGuard;
 use super::prepare::Prepared;
-use super::{failed, ProxyState};
+use super::state::{failed, revoked_error, unless_revoked, ProxyState};
 use crate::engine::admission::Applicant;
 use crate::engine::replicas::Lease;
 use crate::engine::upstream;
@@ -25,24 +25,6 @@ use crate::front::error::ApiError;
 use crate::identity::agent_api::AgentApi;
 use crate::names::ADMISSION_SLOT;
 use crate::tenant::{Tenant, TenantPermit};
-
-/// `work`'s answer, unless the request's key is revoked first: then a 401 saying so.
-async fn unless_revoked<T>(
-    state: &ProxyState,
-    revoked: &CancellationToken,
-    work: impl std::future::Future<Output = Result<T, ApiError>>,
-) -> Result<T, ApiError> {
-    tokio::select! {
-        biased;
-        () = revoked.cancelled() => Err(revoked_error(state)),
-        done = work => done,
-    }
-}
-
-/// The 401 of a request whose key was revoked while it was in flight, counted.
-pub(super) fn revoked_error(state: &ProxyState) -> ApiError {
-    state.refused("revoked", ApiError::unauthorized(crate::tenant::REVOKED))
-}
 
 /// A request that must wait for a place upstream, as its tenant's `admission` slot scores it (a
 /// `request` item; higher goes first among the tenant's own waiting requests), with its tenant's

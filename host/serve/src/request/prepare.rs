@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use agentrt_runtime::types::{Continuation, Event};
 
 use super::sampling_fields;
-use super::ProxyState;
+use super::state::ProxyState;
 use crate::engine::replicas::RouteInput;
 use crate::front::error::ApiError;
 use crate::identity::agent_api::AgentApi;

@@ -5,7 +5,7 @@
 use axum::body::Bytes;
 
 use super::finish::FinishGuard;
-use super::forward::revoked_error;
+use super::state::revoked_error;
 use crate::engine::upstream;
 use crate::identity::agent_api::{AgentApi, Usage};
 

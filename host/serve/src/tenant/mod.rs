@@ -455,6 +455,39 @@ impl Tenants {
         Ok((tenant, true))
     }
 
+    /// Start `tenant`'s extra slots; if one fails, none is left installed.
+    fn start_extra_slots(&self, tenant: &str, quotas: &Arc<LiveQuotas>) -> Result<Vec<ExtraSlot>, ApiError> {
+        let mut started: Vec<ExtraSlot> = Vec::new();
+        for (slot, component, config) in &self.extra_slots {
+            let installed = self
+                .registry
+                .install(tenant, slot, component.clone(), config.clone())
+                .map_err(|e| policy_did_not_start(tenant, &e));
+            let result = installed.and_then(|policy| {
+                PolicyWorker::spawn(tenant, policy.clone(), self.queue_jobs, quotas.clone())
+                    .map(|worker| ExtraSlot {
+                        name: slot.clone(),
+                        policy,
+                        worker,
+                    })
+                    .map_err(|e| {
+                        self.registry.remove(tenant, slot);
+                        ApiError::unavailable(format!("tenant {tenant}: no thread for its {slot} policy ({e})"))
+                    })
+            });
+            match result {
+                Ok(extra) => started.push(extra),
+                Err(e) => {
+                    for s in &started {
+                        self.registry.remove(tenant, &s.name);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(started)
+    }
+
     /// Tenants started so far.
     pub fn list(&self) -> Vec<Arc<Tenant>> {
         let mut all: Vec<_> = self
@@ -472,7 +505,7 @@ impl Tenants {
 /// Why a tenant's policy did not start, said so that an operator can act: a full instance pool
 /// (every pre-allocated instance slot is in use: one per tenant, two during a swap) is 503 and
 /// names the pool; a component or configuration that does not start is 400.
-pub(crate) fn policy_did_not_start(name: &str, e: &RegistryError) -> ApiError {
+fn policy_did_not_start(name: &str, e: &RegistryError) -> ApiError {
     match e {
         RegistryError::Policy(PolicyError::PoolFull { .. }) => ApiError::unavailable(format!(
             "tenant {name}: no policy instance is free (the instance pool is full: every slot runs a tenant's \

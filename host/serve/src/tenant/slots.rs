@@ -9,11 +9,8 @@ use anyhow::Context;
 
 use agentrt_runtime::{ComponentLookup, PolicyComponent, PolicyEngine, PolicyHandle, SlotConfig};
 
-use crate::front::error::ApiError;
 use crate::names::{validate_tenant_name, KV_SLOT};
-use crate::tenant::quotas::LiveQuotas;
 use crate::tenant::worker::PolicyWorker;
-use crate::tenant::{policy_did_not_start, Tenants};
 
 /// A policy slot of a tenant besides `kv` (`--slot NAME=COMPONENT`): the same events, its own
 /// instance, worker and limits, swappable alone.
@@ -21,41 +18,6 @@ pub struct ExtraSlot {
     pub name: String,
     pub policy: Arc<PolicyHandle>,
     pub worker: PolicyWorker,
-}
-
-impl Tenants {
-    /// Start `tenant`'s extra slots; if one fails, none is left installed.
-    pub(super) fn start_extra_slots(&self, tenant: &str, quotas: &Arc<LiveQuotas>) -> Result<Vec<ExtraSlot>, ApiError> {
-        let mut started: Vec<ExtraSlot> = Vec::new();
-        for (slot, component, config) in &self.extra_slots {
-            let installed = self
-                .registry
-                .install(tenant, slot, component.clone(), config.clone())
-                .map_err(|e| policy_did_not_start(tenant, &e));
-            let result = installed.and_then(|policy| {
-                PolicyWorker::spawn(tenant, policy.clone(), self.queue_jobs, quotas.clone())
-                    .map(|worker| ExtraSlot {
-                        name: slot.clone(),
-                        policy,
-                        worker,
-                    })
-                    .map_err(|e| {
-                        self.registry.remove(tenant, slot);
-                        ApiError::unavailable(format!("tenant {tenant}: no thread for its {slot} policy ({e})"))
-                    })
-            });
-            match result {
-                Ok(extra) => started.push(extra),
-                Err(e) => {
-                    for s in &started {
-                        self.registry.remove(tenant, &s.name);
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        Ok(started)
-    }
 }
 
 /// The `--slot NAME=COMPONENT` options with their `--slot-config NAME:KEY=VALUE`, loaded, each

@@ -1,0 +1,355 @@
+//! The layering the code promises, read from the source: no circle of modules in any crate of
+//! the workspace, and in `host/serve` no module that uses a layer above its own.
+//!
+//! A module's edges are the other modules of its crate it names — in `use` items and in paths
+//! (`crate::a::b::X`, `super::X`, `self::a::X`), the `#[cfg(test)]` part of a file and comments left out. A path
+//! names the longest module prefix that exists (`crate::tenant::quotas::Quotas` → `tenant::quotas`);
+//! the crate root, a facade of re-exports, is left out.
+//! A folder's `mod.rs` may use its parts; a part that used `mod.rs` back would be a circle, so
+//! what the parts share lives in a part of its own.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The workspace's root (this crate is `tests/`).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Each workspace member's `src` folder, from the root `Cargo.toml`.
+fn crates() -> Vec<PathBuf> {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let members = manifest.split("members = [").nth(1).unwrap().split(']').next().unwrap();
+    members
+        .split(',')
+        .map(|m| m.trim().trim_matches('"'))
+        .filter(|m| !m.is_empty())
+        .map(|m| root().join(m).join("src"))
+        .filter(|src| src.is_dir())
+        .collect()
+}
+
+/// Module path (`""` for the crate root) → the file's code without comments and tests.
+fn modules(src: &Path) -> BTreeMap<String, String> {
+    let mut found = BTreeMap::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let relative = path.strip_prefix(src).unwrap().with_extension("");
+            let mut parts: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+            if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+                parts.pop();
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            found.insert(parts.join("::"), code_of(&text));
+        }
+    }
+    found
+}
+
+/// `text` without its `#[cfg(test)]` part and without comment lines.
+fn code_of(text: &str) -> String {
+    let code = text.split("\n#[cfg(test)]").next().unwrap_or_default();
+    code.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The paths `code` names below `prefix` (`crate::` or `super::`), groups (`prefix{a, b::{c}}`)
+/// expanded.
+fn paths_after(code: &str, prefix: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find(prefix) {
+        // A preceding identifier character means another path (`my_crate::`), not ours.
+        let before = rest[..at].chars().next_back();
+        rest = &rest[at + prefix.len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        expand("", rest, &mut paths);
+    }
+    paths
+}
+
+/// The module path at the start of `text` (lower-case segments: modules, not types) after
+/// `base`, each item of a `{…}` group followed.
+fn expand(base: &str, text: &str, out: &mut Vec<String>) {
+    let mut path = base.to_string();
+    let mut rest = text;
+    loop {
+        if let Some(group) = rest.strip_prefix('{') {
+            let end = matching_brace(group);
+            for item in split_top_level(&group[..end]) {
+                expand(&path, item.trim(), out);
+            }
+            return;
+        }
+        let ident: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        if ident.is_empty() || ident.chars().next().is_some_and(|c| c.is_uppercase()) || ident == "self" {
+            out.push(path);
+            return;
+        }
+        path = if path.is_empty() {
+            ident.clone()
+        } else {
+            format!("{path}::{ident}")
+        };
+        match rest[ident.len()..].strip_prefix("::") {
+            Some(next) => rest = next,
+            None => {
+                out.push(path);
+                return;
+            }
+        }
+    }
+}
+
+/// The index of the `}` closing a group whose `{` came just before `text`.
+fn matching_brace(text: &str) -> usize {
+    let mut depth = 0;
+    for (i, c) in text.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => return i,
+            '}' => depth -= 1,
+            _ => {}
+        }
+    }
+    text.len()
+}
+
+/// A group's items, split at the commas outside nested groups.
+fn split_top_level(group: &str) -> Vec<&str> {
+    let (mut items, mut depth, mut start) = (Vec::new(), 0, 0);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&group[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&group[start..]);
+    items
+}
+
+/// The longest module of `known` that `path` starts with.
+fn resolve(path: &str, known: &BTreeMap<String, String>) -> Option<String> {
+    let segments: Vec<&str> = path.split("::").collect();
+    (1..=segments.len())
+        .rev()
+        .map(|n| segments[..n].join("::"))
+        .find(|candidate| known.contains_key(candidate))
+}
+
+/// Module → the modules of its crate it uses.
+fn edges(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let known = modules(src);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, code) in &known {
+        let parent = module.rsplit_once("::").map_or("", |(p, _)| p);
+        let mut used: Vec<String> = paths_after(code, "crate::");
+        used.extend(
+            paths_after(code, "super::")
+                .into_iter()
+                .map(|p| match (parent, p.as_str()) {
+                    // `super::X`, X an item of the parent: the parent itself.
+                    (parent, "") => parent.to_string(),
+                    ("", p) => p.to_string(),
+                    (parent, p) => format!("{parent}::{p}"),
+                }),
+        );
+        used.extend(
+            paths_after(code, "self::")
+                .into_iter()
+                .filter(|p| !p.is_empty())
+                .map(|p| if module.is_empty() { p } else { format!("{module}::{p}") }),
+        );
+        let targets = graph.entry(module.clone()).or_default();
+        for path in used {
+            // The crate root is a facade of re-exports: a path through it names the item's own
+            // module, which the re-export already points at.
+            if path.is_empty() {
+                continue;
+            }
+            if let Some(target) = resolve(&path, &known).filter(|t| t != module && !t.is_empty()) {
+                targets.insert(target);
+            }
+        }
+    }
+    graph
+}
+
+/// Every circle (a strongly connected set of more than one module), as sorted lists.
+fn circles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    // Tarjan's algorithm, iterative enough for a few hundred modules.
+    struct State<'a> {
+        graph: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        found: Vec<Vec<String>>,
+    }
+    fn visit<'a>(s: &mut State<'a>, v: &'a str) {
+        let n = s.index.len();
+        s.index.insert(v, n);
+        s.low.insert(v, n);
+        s.stack.push(v);
+        s.on_stack.insert(v);
+        for w in s.graph.get(v).into_iter().flatten() {
+            let w = w.as_str();
+            if !s.index.contains_key(w) {
+                visit(s, w);
+                let low = s.low[v].min(s.low[w]);
+                s.low.insert(v, low);
+            } else if s.on_stack.contains(w) {
+                let low = s.low[v].min(s.index[w]);
+                s.low.insert(v, low);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut component = Vec::new();
+            while let Some(w) = s.stack.pop() {
+                s.on_stack.remove(w);
+                component.push(w.to_string());
+                if w == v {
+                    break;
+                }
+            }
+            if component.len() > 1 {
+                component.sort();
+                s.found.push(component);
+            }
+        }
+    }
+    let mut state = State {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for v in graph.keys() {
+        if !state.index.contains_key(v.as_str()) {
+            visit(&mut state, v);
+        }
+    }
+    state.found
+}
+
+/// Circles that exist and are being taken apart (a ratchet: a new circle fails the test, and so
+/// does one of these once it is gone, so the list only shrinks). sim/'s wait for its split into
+/// `setting`/`options`/`experiments` (the experiments import `cli`'s constants back) and for
+/// `PolicySpec` to leave `harness` (which `scheduler` uses back).
+const KNOWN_CIRCLES: &[&str] = &[
+    "sim/src: harness ↔ scheduler",
+    "sim/src: cli ↔ fleet_sweep ↔ noisy_neighbour ↔ session_flood",
+];
+
+#[test]
+fn no_crate_has_a_circle_of_modules() {
+    let mut all = Vec::new();
+    for src in crates() {
+        for circle in circles(&edges(&src)) {
+            all.push(format!(
+                "{}: {}",
+                src.strip_prefix(root()).unwrap().display(),
+                circle.join(" ↔ ")
+            ));
+        }
+    }
+    let new: Vec<&str> = all
+        .iter()
+        .map(String::as_str)
+        .filter(|c| !KNOWN_CIRCLES.contains(c))
+        .collect();
+    assert!(new.is_empty(), "circles of modules:\n{}", new.join("\n"));
+    let gone: Vec<&str> = KNOWN_CIRCLES
+        .iter()
+        .copied()
+        .filter(|c| !all.iter().any(|a| a == c))
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "circles no longer there (take them off KNOWN_CIRCLES): {gone:?}"
+    );
+}
+
+/// host/serve's layers, lowest first: a module may use its own layer's modules and those below.
+const SERVE_LAYERS: &[&[&str]] = &[
+    &["names", "clock", "table", "prometheus"],
+    &["front"],
+    &["metrics"],
+    &["identity"],
+    &["tenant"],
+    &["engine"],
+    &["policy"],
+    &["request"],
+    &["admin", "mcp"],
+    &["app"],
+    &["cli"],
+    &[""],
+];
+
+fn layer_of(module: &str) -> usize {
+    let top = module.split("::").next().unwrap_or_default();
+    SERVE_LAYERS
+        .iter()
+        .position(|layer| layer.contains(&top))
+        .unwrap_or_else(|| panic!("host/serve module `{module}` is in no layer of SERVE_LAYERS"))
+}
+
+#[test]
+fn host_serve_uses_no_layer_above_a_modules_own() {
+    let graph = edges(&root().join("host/serve/src"));
+    let mut upward = Vec::new();
+    for (module, targets) in &graph {
+        for target in targets {
+            let (from, to) = (layer_of(module), layer_of(target));
+            // Within a layer only parts of different top-level modules may not meet (admin ↔ mcp).
+            let across = from == to && module.split("::").next() != target.split("::").next();
+            if to > from || across {
+                upward.push(format!("{module} uses {target}"));
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "uses of a layer above (or beside) a module's own:\n{}",
+        upward.join("\n")
+    );
+}
+
+#[test]
+fn the_reader_resolves_paths_groups_and_super() {
+    let code = "use crate::{tenant::{Tenant, agents::X}, names::KV_SLOT};\nfn f() { crate::engine::upstream::send(); super::sibling::g(); }";
+    let mut found = paths_after(code, "crate::");
+    found.sort();
+    assert_eq!(found, ["engine::upstream::send", "names", "tenant", "tenant::agents"]);
+    assert_eq!(
+        paths_after("use super::{ProxyState, sibling::f};", "super::"),
+        ["", "sibling::f"]
+    );
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("a".to_string(), ["b".to_string()].into()),
+        ("b".to_string(), ["a".to_string()].into()),
+        ("c".to_string(), ["a".to_string()].into()),
+    ]
+    .into();
+    assert_eq!(circles(&graph), vec![vec!["a".to_string(), "b".to_string()]]);
+}
