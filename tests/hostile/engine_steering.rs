@@ -9,29 +9,13 @@ mod stub_upstream;
 mod support;
 
 use serde_json::{json, Value};
-use support::{chat, metrics_text, post, Proxy, Setup};
+use support::{call_as, chat, metrics_text, two_tenants, Proxy, Setup};
 
 use agentrt_serve::request::engine_fields::EngineField;
 
-fn two_tenants() -> Setup {
-    Setup {
-        keys: [("key-a", "alpha"), ("key-b", "beta")]
-            .map(|(k, t)| (k.to_string(), t.to_string()))
-            .into(),
-        ..Setup::new("lru")
-    }
-}
-
 /// `body` to `path` as the holder of `key`: the status and the JSON answer.
 async fn call(p: &Proxy, path: &str, key: &str, body: &Value) -> (u16, Value) {
-    let response = post(
-        &format!("{}{path}", p.url),
-        body.to_string(),
-        &[("authorization", &format!("Bearer {key}"))],
-    )
-    .await;
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
+    call_as(&p.url, path, key, body.to_string()).await
 }
 
 fn with(mut body: Value, field: &str, value: Value) -> Value {
@@ -43,7 +27,7 @@ fn with(mut body: Value, field: &str, value: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engine_control_fields_from_a_client_are_refused_and_never_reach_the_engine() {
-    let p = two_tenants().start().await;
+    let p = two_tenants("lru").start().await;
     let base = chat("You plan.", "Task", "tiny", false);
     for (field, value) in [
         ("priority", json!(-100)),
@@ -82,7 +66,7 @@ async fn engine_control_fields_from_a_client_are_refused_and_never_reach_the_eng
 async fn an_operator_may_allow_a_field_by_name() {
     let p = Setup {
         client_engine_fields: vec![EngineField::Priority],
-        ..two_tenants()
+        ..two_tenants("lru")
     }
     .start()
     .await;
@@ -99,7 +83,7 @@ async fn an_operator_may_allow_a_field_by_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_continues_its_own_stored_responses_never_another_tenants() {
-    let p = two_tenants().start().await;
+    let p = two_tenants("lru").start().await;
     let first = json!({"model": "tiny", "input": "Plan the trip.", "store": true});
     let (status, answer) = call(&p, "/v1/responses", "key-a", &first).await;
     assert_eq!(status, 200, "{answer}");
@@ -143,7 +127,7 @@ fn a_keyed_tenant_cannot_be_named_like_the_unauthenticated_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_keyed_tenant_is_salted_and_a_clients_salt_never_goes_upstream_verbatim() {
-    let p = two_tenants().start().await;
+    let p = two_tenants("lru").start().await;
     let body = with(
         chat("You plan.", "Task", "tiny", false),
         "cache_salt",
@@ -162,7 +146,7 @@ async fn every_keyed_tenant_is_salted_and_a_clients_salt_never_goes_upstream_ver
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn numbers_the_engine_would_refuse_are_refused_in_each_apis_error_shape() {
-    let p = two_tenants().start().await;
+    let p = two_tenants("lru").start().await;
     let chat_body = chat("You plan.", "Task", "tiny", false);
     for value in [
         json!(-1),

@@ -11,32 +11,12 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{chat, metrics_text, post, Proxy, Setup};
+use support::{call_as, chat, metrics_text, two_tenants, Proxy, Setup};
 
 use agentrt_serve::engine::admission::QueuedBytes;
 
-fn two_tenants() -> Setup {
-    Setup {
-        keys: [("key-a", "alpha"), ("key-b", "beta")]
-            .map(|(k, t)| (k.to_string(), t.to_string()))
-            .into(),
-        ..Setup::new("lru")
-    }
-}
-
-async fn call_raw(url: &str, path: &str, key: &str, body: String) -> (u16, Value) {
-    let response = post(
-        &format!("{url}{path}"),
-        body,
-        &[("authorization", &format!("Bearer {key}"))],
-    )
-    .await;
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
-}
-
 async fn call(p: &Proxy, path: &str, key: &str, body: &Value) -> (u16, Value) {
-    call_raw(&p.url, path, key, body.to_string()).await
+    call_as(&p.url, path, key, body.to_string()).await
 }
 
 /// The process's peak resident memory so far (Linux `VmHWM`), in bytes.
@@ -54,14 +34,14 @@ fn peak_rss() -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn floods_of_items_and_tools_are_refused_before_they_cost_memory() {
-    let p = two_tenants().start().await;
+    let p = two_tenants("lru").start().await;
     let before = peak_rss();
     // 15 MiB of empty Responses input items: 5.2 M of them. Two at once.
     let items = 15 * (1 << 20) / 3;
     let flood = format!(r#"{{"model":"tiny","input":[{}{{}}]}}"#, "{},".repeat(items - 1));
     let (a, b) = tokio::join!(
-        call_raw(&p.url, "/v1/responses", "key-a", flood.clone()),
-        call_raw(&p.url, "/v1/responses", "key-a", flood.clone()),
+        call_as(&p.url, "/v1/responses", "key-a", flood.clone()),
+        call_as(&p.url, "/v1/responses", "key-a", flood.clone()),
     );
     drop(flood);
     for (status, answer) in [a, b] {
@@ -101,7 +81,7 @@ async fn floods_of_items_and_tools_are_refused_before_they_cost_memory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agents_anchor_is_counted_at_what_the_table_holds() {
-    let p = two_tenants().start().await;
+    let p = two_tenants("lru").start().await;
     let tools: Vec<Value> = (0..1_000)
         .map(|i| json!({"type": "function", "function": {"name": format!("tool_{i}"), "parameters": {"type": "object"}}}))
         .collect();
@@ -126,13 +106,13 @@ fn alpha_salt_len(p: &Proxy) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_tenants_heavy_requests_do_not_stall_another_tenant() {
-    let p = two_tenants().start().await;
+    let p = two_tenants("lru").start().await;
     // Alpha: six 12 MiB prompts at once (a long document pasted in), parsed off the async workers.
     let huge = chat(&"x".repeat(12 << 20), "Summarize.", "tiny", false).to_string();
     let heavy: Vec<_> = (0..6)
         .map(|_| {
             let (url, body) = (p.url.clone(), huge.clone());
-            tokio::spawn(async move { call_raw(&url, "/v1/chat/completions", "key-a", body).await.0 })
+            tokio::spawn(async move { call_as(&url, "/v1/chat/completions", "key-a", body).await.0 })
         })
         .collect();
     let mut slowest = Duration::ZERO;
@@ -164,7 +144,7 @@ async fn one_tenants_heavy_requests_do_not_stall_another_tenant() {
 async fn a_tenants_backlog_does_not_make_another_tenant_wait_it_out() {
     let p = Setup {
         admission: Some((1, Duration::from_secs(5))),
-        ..two_tenants()
+        ..two_tenants("lru")
     }
     .start()
     .await;
@@ -173,7 +153,7 @@ async fn a_tenants_backlog_does_not_make_another_tenant_wait_it_out() {
         .map(|i| {
             let url = p.url.clone();
             let body = chat("You plan.", &format!("task {i}"), "slow-30", false).to_string();
-            tokio::spawn(async move { call_raw(&url, "/v1/chat/completions", "key-a", body).await.0 })
+            tokio::spawn(async move { call_as(&url, "/v1/chat/completions", "key-a", body).await.0 })
         })
         .collect();
     let queue = p.app.admission().cloned().unwrap();
@@ -204,7 +184,7 @@ async fn waiting_bodies_are_bounded_per_tenant_and_in_all() {
             total: 3 << 20,
             per_tenant: 2 << 20,
         },
-        ..two_tenants()
+        ..two_tenants("lru")
     }
     .start()
     .await;
@@ -226,7 +206,7 @@ async fn waiting_bodies_are_bounded_per_tenant_and_in_all() {
     for i in 0..4 {
         let (url, body) = (p.url.clone(), body(i));
         calls.push(tokio::spawn(async move {
-            call_raw(&url, "/v1/chat/completions", "key-a", body).await
+            call_as(&url, "/v1/chat/completions", "key-a", body).await
         }));
         let settled = (1, i.min(2));
         let deadline = Instant::now() + Duration::from_secs(5);

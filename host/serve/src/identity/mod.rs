@@ -174,10 +174,11 @@ fn check_agent_name(name: &str) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn chat(system: &str, user: &str) -> Value {
+    /// A chat request of `system` and one `user` message, with one tool (other modules' tests use it too).
+    pub(crate) fn chat(system: &str, user: &str) -> Value {
         json!({"model": "m", "messages": [
             {"role": "system", "content": system},
             {"role": "user", "content": user},

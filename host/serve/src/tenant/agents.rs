@@ -273,14 +273,7 @@ mod tests {
     use axum::http::HeaderMap;
 
     use crate::identity::identify_chat;
-
-    fn chat(system: &str, user: &str) -> Value {
-        json!({"model": "m", "messages": [
-            {"role": "system", "content": system},
-            {"role": "user", "content": user},
-            {"role": "assistant", "content": "…"},
-        ], "tools": [{"type": "function", "function": {"name": "calc"}}]})
-    }
+    use crate::identity::tests::chat;
 
     #[test]
     fn the_directory_interns_once_and_bounds_anchors() {

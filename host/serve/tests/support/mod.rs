@@ -190,6 +190,29 @@ pub async fn proxy_with(policy: &'static str, keys: &[(&str, &str)], upstream: O
     .await
 }
 
+/// Tenants alpha (`key-a`) and beta (`key-b`) on `policy`.
+pub fn two_tenants(policy: &'static str) -> Setup {
+    Setup {
+        keys: [("key-a", "alpha"), ("key-b", "beta")]
+            .map(|(k, t)| (k.to_string(), t.to_string()))
+            .into(),
+        ..Setup::new(policy)
+    }
+}
+
+/// `body` (any text) posted to `path` of the proxy at `url` as the holder of `key`: the status and
+/// the JSON answer (`null` when it is not JSON).
+pub async fn call_as(url: &str, path: &str, key: &str, body: String) -> (u16, Value) {
+    let response = post(
+        &format!("{url}{path}"),
+        body,
+        &[("authorization", &format!("Bearer {key}"))],
+    )
+    .await;
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
 pub async fn proxy(policy: &'static str) -> Proxy {
     Setup::new(policy).start().await
 }
