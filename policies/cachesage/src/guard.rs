@@ -17,7 +17,8 @@
 //! Each settles one block of *advantage* (the model's hits minus LRU's), decayed so that it
 //! describes about the last few cache turnovers. The guard follows LRU — exact LRU scores — once
 //! the model's advantage falls below `−margin × (recent block accesses)`, and the model again once
-//! it is positive: in LRU mode the model is still scored, so it comes back when it would have won.
+//! it is above `+margin ×` the same: in LRU mode the model is still scored, so it comes back when
+//! it would have won.
 //! Both experts agree wherever the model knows nothing, so a model that learned nothing costs
 //! nothing; a model that is wrong loses at most the margin plus what it lost before the evidence
 //! came in (a block's reuse distance: it cannot be faster than the misses it is judged by).
@@ -65,7 +66,8 @@ const ORDER_PREFIX: usize = 8192;
 const MAX_GHOSTS: usize = 262_144;
 /// Fewest ghost entries per list: a small cache still remembers a few rankings' disagreements.
 const MIN_GHOSTS: usize = 16_384;
-/// The advantage and the access count decay by 1/(turnovers × cache blocks) per access.
+/// The advantage and the access count decay by 1/(turnovers × cache blocks) per eviction: the
+/// evidence describes the last few turnovers of the cache, however many blocks a request reads.
 const TURNOVERS: f64 = 4.0;
 
 /// The guard's settings (`init` keys `guard` and `guard-margin`).
@@ -235,10 +237,12 @@ impl Guard {
     }
 
     fn decide(&mut self) {
-        let limit = self.params.margin * self.accesses;
+        // Hysteresis as wide as the margin both ways: one session's blocks settling at once
+        // does not flip the ranking back and forth.
+        let limit = (self.params.margin * self.accesses).max(1.0);
         let next = match self.mode {
-            Expert::Model if self.advantage < -limit.max(1.0) => Expert::Lru,
-            Expert::Lru if self.advantage > 0.0 => Expert::Model,
+            Expert::Model if self.advantage < -limit => Expert::Lru,
+            Expert::Lru if self.advantage > limit => Expert::Model,
             m => m,
         };
         if next != self.mode {
@@ -266,10 +270,14 @@ impl Guard {
     }
 
     fn access(&mut self) {
+        self.accesses += 1.0;
+    }
+
+    fn decay(&mut self) {
         let horizon = TURNOVERS * self.total_blocks.max(1024) as f64;
         let keep = 1.0 - 1.0 / horizon;
         self.advantage *= keep;
-        self.accesses = self.accesses * keep + 1.0;
+        self.accesses *= keep;
     }
 
     pub fn observe_block(&mut self, block: &BlockEvent) {
@@ -309,7 +317,10 @@ impl Guard {
                     self.settle(g.model_active);
                 }
             }
-            BlockOp::Removed => self.evicted(h),
+            BlockOp::Removed => {
+                self.decay();
+                self.evicted(h);
+            }
             BlockOp::AllCleared => {
                 self.ranking = None;
                 self.would_have_kept.clear();
@@ -459,13 +470,19 @@ mod tests {
         for &v in &victims {
             g.observe_block(&block(BlockOp::Removed, v));
         }
-        for i in 0..8 {
-            let h = base + i;
-            match (victims.contains(&h), model_right) {
-                (true, false) => g.observe_block(&block(BlockOp::Stored, h)), // a miss
-                (false, true) if i < 2 => g.observe_block(&block(BlockOp::Touched, h)), // a hit
-                _ => {}
-            }
+        // The model is right when the old blocks are asked for, wrong when the new ones are.
+        let asked: [u64; 2] = if model_right {
+            [base, base + 1]
+        } else {
+            [base + 6, base + 7]
+        };
+        for h in asked {
+            let op = if victims.contains(&h) {
+                BlockOp::Stored
+            } else {
+                BlockOp::Touched
+            };
+            g.observe_block(&block(op, h));
         }
         scores
     }
@@ -486,6 +503,14 @@ mod tests {
         let items: Vec<Item> = (0..4).map(|i| item(5000 + i, 5000 + i)).collect();
         let scores = g.choose(&items, vec![9.0, 1.0, 5.0, 0.0]);
         assert_eq!(scores, agentrt_sdk::recency_scores(&items));
+        // Still scored while LRU ranks: once the traffic proves it right, the model is back.
+        let mut back = 0;
+        while g.mode() == Expert::Lru {
+            round(&mut g, 10_000 + 100 * back, true);
+            back += 1;
+            assert!(back < 10, "never given back to a model that keeps winning");
+        }
+        assert_eq!(g.stats().switches_to_model, 1);
     }
 
     #[test]
