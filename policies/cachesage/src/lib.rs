@@ -24,6 +24,7 @@ pub mod anchor;
 pub mod classic;
 pub mod guard;
 pub mod scaled;
+pub mod shadow;
 
 use agentrt_sdk::{info, BlockEvent, Config, Event, Forecast, Item, Policy, PolicyInfo, SideEffect};
 

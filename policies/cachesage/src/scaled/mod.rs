@@ -379,16 +379,18 @@ impl Scaled {
                     // Its request is here (perhaps queued, its prefix hit not yet taken).
                     return keeps * 1000.0 / MIN_LEAD_MS;
                 }
-                if s.in_flight == 0
+                let stale = s.in_flight == 0
+                    && s.agent == item.agent
                     && self
                         .clock
                         .stamp_at(s.arrived_us)
-                        .is_some_and(|at| item.last_access < at)
-                {
-                    // Freed before the session's latest call arrived: not part of that call (an
-                    // earlier answer, the unfinished end of an earlier prompt, a history the call
-                    // dropped), so not what the next call carries forward — what it is worth is
-                    // what its recency says.
+                        .is_some_and(|at| item.last_access < at);
+                if stale {
+                    // The block's agent made the session's latest call, and the block was freed
+                    // before that call arrived: not part of it (an earlier answer, the unfinished
+                    // end of an earlier prompt, a history the call dropped), so not what the
+                    // agent's next call carries forward — what it is worth is what its recency
+                    // says. (Another agent's blocks wait for that agent's turn.)
                     return self.recency_rate(item);
                 }
                 let rates = by_session
