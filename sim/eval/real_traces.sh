@@ -29,6 +29,9 @@ for t in mc-conv mc-conv-chained mc-syn; do
 done
 # Saturated: the recorded rate on one engine.
 units+=("mc-conv-chained 0.15 recorded" "mc-conv 0.15 recorded")
+# The figures issue 22 reported for chained Mooncake turns (arrivals ×4 at 5 %, the recorded rate
+# at 15 %), with serve's session ends and with the oracle's, as the simulator then told policies.
+units+=("mc-conv-chained 0.05 arrivals4" "mc-conv-chained 0.05 arrivals4-oracle" "mc-conv-chained 0.15 recorded-oracle")
 
 run_unit() {
     local trace="$1" f="$2" load="$3"
@@ -36,6 +39,9 @@ run_unit() {
     case "$load" in
         util50) flags=(--target-utilisation 0.5) ;;
         users8 | recorded) flags=() ;;
+        arrivals4) flags=(--arrival-scale 4) ;;
+        arrivals4-oracle) flags=(--arrival-scale 4 --session-ends oracle) ;;
+        recorded-oracle) flags=(--session-ends oracle) ;;
     esac
     "$bin" sim run --trace "$out/$trace.jsonl" --capacity-fraction "$f" "${flags[@]}" \
         --policies "$policies" --json "$out/$trace-$f-$load.json" >"$out/$trace-$f-$load.txt" 2>&1
