@@ -39,6 +39,8 @@ pub struct SimArgs {
 pub enum SimCommand {
     /// Generate a workload trace (JSON Lines).
     Gen(GenArgs),
+    /// Convert a public trace (kv-cache-tester, Mooncake, Bailian) to the trace format.
+    Import(crate::import::ImportArgs),
     /// Replay one trace under every policy and report.
     Run(RunArgs),
     /// All six workloads at the headline setting plus a capacity sweep: table, JSON, plots.
@@ -115,9 +117,18 @@ pub struct ReplayOptions {
     pub components: Option<PathBuf>,
     #[command(flatten)]
     pub limits: PolicyLimitArgs,
+    #[command(flatten)]
+    pub session_ends: crate::conditions::SessionEndArgs,
 }
 
 impl ReplayOptions {
+    /// The engine settings of a replay of `blocks` blocks under these options.
+    pub fn config(&self, blocks: usize) -> anyhow::Result<SimConfig> {
+        let mut cfg = SimConfig::new(blocks);
+        cfg.session_ends = self.session_ends.rule()?;
+        Ok(cfg)
+    }
+
     /// Where components are found: `--components` (and the built-in baseline) when given, else
     /// `default`.
     pub(crate) fn components(&self, default: &ComponentLookup) -> ComponentLookup {
@@ -151,8 +162,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub trace: PathBuf,
     /// Cache size in blocks (vLLM's num_gpu_blocks; default: the headline H100 setting).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "capacity_fraction")]
     pub capacity_blocks: Option<usize>,
+    /// Cache size as a fraction of the trace's distinct prompt blocks (e.g. 0.05).
+    #[arg(long)]
+    pub capacity_fraction: Option<f64>,
+    #[command(flatten)]
+    pub load: crate::conditions::LoadArgs,
     /// Comma-separated policies (lru, ttl, cachesage, cachesage-evict, belady, lru-native, or a
     /// component name); a Wasm one may carry `init` settings as `:key=value`, e.g.
     /// `cachesage:w=8,cachesage:k=2` compares two variants in one run.
@@ -273,6 +289,7 @@ pub struct TableArgs {
 pub fn run(args: SimArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     match args.command {
         SimCommand::Gen(a) => gen(a),
+        SimCommand::Import(a) => crate::import::run(a),
         SimCommand::Run(a) => run_trace(a, components),
         SimCommand::Table(a) => run_table(a, components),
         SimCommand::FleetSweep(a) => crate::fleet_sweep::run(a, components),
@@ -319,8 +336,14 @@ pub(crate) fn progress(total: u64) -> ProgressBar {
 fn run_trace(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     let trace = Trace::load(&a.trace)?;
     let prepared = PreparedTrace::new(&trace, BLOCK_SIZE, a.replay.hide_agents);
-    let blocks = a.capacity_blocks.unwrap_or_else(headline_blocks);
-    let mut cfg = SimConfig::new(blocks);
+    let blocks = match a.capacity_fraction {
+        Some(f) => crate::conditions::capacity_of(&prepared, f)?,
+        None => a.capacity_blocks.unwrap_or_else(headline_blocks),
+    };
+    let mut cfg = a.replay.config(blocks)?;
+    let load = a.load.settle(&prepared, &mut cfg, |scale, u| {
+        eprintln!("  arrival scale {scale:.3}: LRU utilisation {:.0} %", u * 100.0)
+    })?;
     if !a.shares.is_empty() {
         cfg.shares = Some(a.shares.clone());
     }
@@ -380,12 +403,14 @@ fn run_trace(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let summaries = summarize(&results);
     println!(
-        "{}: {} sessions, {} requests, cache {} blocks × {} tokens{}",
+        "{}: {} sessions, {} requests, cache {} blocks × {} tokens, {}, session ends {}{}",
         a.trace.display(),
         prepared.sessions.len(),
         prepared.requests.len(),
         blocks,
         BLOCK_SIZE,
+        load.describe(),
+        cfg.session_ends.name(),
         if a.replicas > 1 {
             format!(
                 " on each of {} replicas behind the {} router",
@@ -418,6 +443,10 @@ fn run_trace(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     }
     if let Some(path) = &a.json {
         let mut json = run_json(&a.trace.display().to_string(), blocks, BLOCK_SIZE, &summaries);
+        json["time_scale"] = serde_json::json!(load.time_scale);
+        json["arrival_scale"] = serde_json::json!(load.arrival_scale);
+        json["lru_utilisation_target_probe"] = serde_json::json!(load.lru_utilisation);
+        json["session_ends"] = serde_json::json!(cfg.session_ends.name());
         if a.replicas > 1 {
             json["replicas"] = serde_json::json!(a.replicas);
             json["router"] = serde_json::json!(a.router.name());
@@ -490,7 +519,7 @@ fn run_table(a: TableArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     let bar = progress((units.len() * policies.len()) as u64);
     let mut results: Vec<UnitResult> = crate::parallel::run_units(a.jobs, units, |unit| {
         let trace = &traces[unit.workload];
-        let cfg = SimConfig::new(unit.blocks);
+        let cfg = a.replay.config(unit.blocks)?;
         let name = workloads[unit.workload].name();
         let runs = run_all(&host, trace, &cfg, &policies, a.replay.rerank(), false, |r| {
             bar.set_message(format!("{name} @ {} blocks: {}", unit.blocks, r.policy));
@@ -626,6 +655,7 @@ fn write_table_outputs(
         "quick": a.quick,
         "hide_agents": a.replay.hide_agents,
         "rerank_ms": a.replay.rerank_ms,
+        "session_ends": a.replay.config(1)?.session_ends.name(),
         "block_size": BLOCK_SIZE,
         "headline_capacity_blocks": headline,
         "gpu_memory": memory,

@@ -12,7 +12,6 @@ use crate::cli::{headline_blocks, progress, ReplayOptions, BLOCK_SIZE};
 use crate::harness::{run_all, PolicySpec};
 use crate::prepare::PreparedTrace;
 use crate::report::{run_json, summarize, PolicySummary};
-use crate::scheduler::SimConfig;
 use crate::workloads::fleet::FleetParams;
 use crate::workloads::{generate, Workload};
 
@@ -104,7 +103,7 @@ pub fn run(a: FleetSweepArgs, components: &ComponentLookup) -> anyhow::Result<()
         let runs = run_all(
             &host,
             &p.trace,
-            &SimConfig::new(blocks),
+            &a.replay.config(blocks)?,
             &policies,
             a.replay.rerank(),
             false,

@@ -83,6 +83,8 @@ pub fn default_policies() -> Vec<PolicySpec> {
     [
         "lru",
         "ttl",
+        "arc",
+        "session-retain",
         "cachesage",
         "cachesage-evict",
         "cachesage-classic",

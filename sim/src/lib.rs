@@ -7,15 +7,17 @@
 //!
 //! Module map: [`trace`] (the JSONL format) → [`prepare`] (token ids, block hashes, agents) →
 //! [`scheduler`] (vLLM's scheduler over [`kv`] and [`prefix_cache`], timed by [`latency`]) with a
-//! policy from [`policies`] (held to [`policy_limits`]); [`workloads`] generate traces; [`harness`]
+//! policy from [`policies`] (held to [`policy_limits`]); [`workloads`] generate traces and [`import`] converts public ones; [`harness`]
 //! runs every policy and [`report`] / [`plot`] present the results; [`audit`] says which evictions
 //! a later request regretted; [`cli`] is `agentrt sim`.
 
 pub mod arbiter;
 pub mod audit;
 pub mod cli;
+pub mod conditions;
 pub mod fleet_sweep;
 pub mod harness;
+pub mod import;
 pub mod kv;
 pub mod latency;
 pub mod noisy_neighbour;

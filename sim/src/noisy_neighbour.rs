@@ -26,7 +26,6 @@ use crate::cli::{headline_blocks, progress, ReplayOptions, BLOCK_SIZE};
 use crate::harness::{run_all, PolicySpec};
 use crate::prepare::PreparedTrace;
 use crate::report::{summarize, PolicySummary, TenantSummary};
-use crate::scheduler::SimConfig;
 use crate::trace::{Segment, Trace, TraceRequest};
 use crate::workloads::{generate, Workload};
 
@@ -111,6 +110,7 @@ pub fn with_flood(agents: &Trace, tokens_per_s: f64, span_s: f64, prompt_tokens:
             after_ms: i as f64 / rate * 1000.0,
             prompt: vec![Segment::new(format!("flood-{i}/document"), prompt_tokens)],
             output_tokens,
+            tool_call: false,
         });
     }
     trace
@@ -138,7 +138,7 @@ pub fn run(a: NoisyNeighbourArgs, components: &ComponentLookup) -> anyhow::Resul
     let alone_runs = run_all(
         &host,
         &alone,
-        &SimConfig::new(guarantee),
+        &a.replay.config(guarantee)?,
         &policies,
         a.replay.rerank(),
         false,
@@ -172,7 +172,7 @@ pub fn run(a: NoisyNeighbourArgs, components: &ComponentLookup) -> anyhow::Resul
     let results: Vec<UnitResult> = crate::parallel::run_units(a.jobs, (0..units.len()).collect(), |i| {
         let unit = &units[i];
         let trace = &traces[unit.level.expect("flood units have a level")];
-        let mut cfg = SimConfig::new(cache);
+        let mut cfg = a.replay.config(cache)?;
         if unit.shares {
             cfg.shares = Some(vec![(
                 AGENTS.to_string(),

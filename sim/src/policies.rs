@@ -256,6 +256,30 @@ pub enum Rerank {
 /// Fraction of the last ranking's candidates that must have churned before a timed refresh.
 const CHURN_FRACTION: f64 = 0.01;
 
+/// Which cached free blocks a ranking scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RankWindow {
+    /// Every cached free block: the cost of a ranking grows with the cache (and a cache of
+    /// millions of blocks exceeds a policy's memory cap and the host's bound on scores).
+    Full,
+    /// The blocks the last ranking kept (at most `retained`), and the `fresh` oldest others at
+    /// the evict-first end of vLLM's free queue. A ranking costs at most `retained + fresh`
+    /// items whatever the cache's size; with scores that are recency it is LRU exactly (the
+    /// oldest blocks are always among the candidates), and a policy can keep up to `retained`
+    /// blocks against recency.
+    Window { fresh: usize, retained: usize },
+}
+
+impl RankWindow {
+    /// The default window: 8,192 fresh candidates and up to 32,768 kept ones, so a ranking
+    /// scores at most 40,960 items — more than the headline H100 cache's 28,323 blocks, which it
+    /// ranks whole.
+    pub const DEFAULT: RankWindow = RankWindow::Window {
+        fresh: 8192,
+        retained: 32_768,
+    };
+}
+
 /// A policy component run through the real host.
 pub struct WasmPolicy {
     name: String,
@@ -279,6 +303,12 @@ pub struct WasmPolicy {
     pub effects_seen: [u64; 7],
     /// The blocks this policy ranks, when it serves one tenant of several; `None` = all.
     owns: Option<BlockFilter>,
+    window: RankWindow,
+    /// Blocks the last ranking scored and kept (window ranking), with their epochs.
+    retained: Vec<(BlockId, u32)>,
+    /// `marks[block] == mark`: the block is in `retained` (a generation counter, not cleared).
+    marks: Vec<u32>,
+    mark: u32,
 }
 
 /// Which blocks a tenant's policy may see and rank.
@@ -322,7 +352,17 @@ impl WasmPolicy {
             stats: PolicyStats::default(),
             effects_seen: [0; 7],
             owns: None,
+            window: RankWindow::DEFAULT,
+            retained: Vec::new(),
+            marks: Vec::new(),
+            mark: 0,
         })
+    }
+
+    /// Rank every cached free block, or a window of them (default: [`RankWindow::DEFAULT`]).
+    pub fn with_window(mut self, window: RankWindow) -> Self {
+        self.window = window;
+        self
     }
 
     /// Rank only the blocks `owns` accepts (one tenant's, under cache shares).
@@ -383,27 +423,65 @@ impl WasmPolicy {
         self.flush_blocks();
     }
 
-    fn rank(&mut self, pool: &BlockPool) {
-        self.flush();
+    fn push_item(&mut self, pool: &BlockPool, id: BlockId) {
+        let b = pool.block(id);
+        self.items.push(Item {
+            kind: ItemKind::KvBlock,
+            key: b.hash,
+            agent: b.agent,
+            session: b.session,
+            last_access: b.stamp,
+            tokens: self.block_size,
+            position: b.position,
+        });
+        self.victims.push((id, b.epoch));
+    }
+
+    /// The candidates of a ranking, into `items` and `victims` (same order).
+    fn gather(&mut self, pool: &BlockPool) {
         self.items.clear();
         self.victims.clear();
-        self.cursor = 0;
-        for id in pool.cached_free_blocks() {
-            let b = pool.block(id);
-            if self.owns.as_ref().is_some_and(|owns| !owns(b)) {
-                continue;
+        let owned = |owns: &Option<BlockFilter>, b: &Block| owns.as_ref().is_none_or(|owns| owns(b));
+        match self.window {
+            RankWindow::Full => {
+                for id in pool.cached_free_blocks() {
+                    if owned(&self.owns, pool.block(id)) {
+                        self.push_item(pool, id);
+                    }
+                }
             }
-            self.items.push(Item {
-                kind: ItemKind::KvBlock,
-                key: b.hash,
-                agent: b.agent,
-                session: b.session,
-                last_access: b.stamp,
-                tokens: self.block_size,
-                position: b.position,
-            });
-            self.victims.push((id, b.epoch));
+            RankWindow::Window { fresh, .. } => {
+                if self.marks.len() < pool.num_blocks() {
+                    self.marks.resize(pool.num_blocks(), 0);
+                }
+                self.mark = self.mark.wrapping_add(1).max(1);
+                let retained = std::mem::take(&mut self.retained);
+                for &(id, epoch) in &retained {
+                    let b = pool.block(id);
+                    if b.in_free && b.hash != 0 && b.epoch == epoch {
+                        self.marks[id as usize] = self.mark;
+                        self.push_item(pool, id);
+                    }
+                }
+                let mut taken = 0;
+                for id in pool.cached_free_blocks() {
+                    if taken == fresh {
+                        break;
+                    }
+                    if self.marks[id as usize] == self.mark || !owned(&self.owns, pool.block(id)) {
+                        continue;
+                    }
+                    self.push_item(pool, id);
+                    taken += 1;
+                }
+            }
         }
+    }
+
+    fn rank(&mut self, pool: &BlockPool) {
+        self.flush();
+        self.cursor = 0;
+        self.gather(pool);
         let t = Instant::now();
         // The host's ranking rule (`agentrt_runtime::keep_order`: score descending, then
         // last_access descending, non-finite scores last), but only its evict-first end is
@@ -427,11 +505,21 @@ impl WasmPolicy {
                 .then_with(|| items[*a].last_access.cmp(&items[*b].last_access))
         };
         let mut order: Vec<usize> = (0..self.items.len()).collect();
+        let mut kept: Vec<usize> = Vec::new();
         if order.len() > RANK_PREFIX {
             order.select_nth_unstable_by(RANK_PREFIX, evict_first);
-            order.truncate(RANK_PREFIX);
+            kept = order.split_off(RANK_PREFIX);
         }
         order.sort_unstable_by(evict_first);
+        if let RankWindow::Window { retained, .. } = self.window {
+            // The best `retained` of the rest are scored again next time, whatever their age.
+            if kept.len() > retained {
+                let keep_first = |a: &usize, b: &usize| evict_first(b, a);
+                kept.select_nth_unstable_by(retained, keep_first);
+                kept.truncate(retained);
+            }
+            self.retained = kept.iter().map(|&i| self.victims[i]).collect();
+        }
         self.stats.score_ns += t.elapsed().as_nanos() as u64;
         self.stats.score_calls += 1;
         self.stats.score_items += self.items.len() as u64;

@@ -69,6 +69,8 @@ pub struct PreparedRequest {
     /// How the prompt continues this agent's previous prompt in the session (`None` for the
     /// agent's first call there): what the proxy reports as `request-arrival.continues`.
     pub continues: Option<Continuation>,
+    /// The answer ended in a tool call (the trace's `tool_call`).
+    pub tool_call: bool,
 }
 
 /// One session: its requests in file order.
@@ -202,6 +204,7 @@ impl PreparedTrace {
                 output_tokens: r.output_tokens,
                 output_ids: None,
                 continues: None,
+                tool_call: r.tool_call,
             });
         }
         for session in &sessions {
@@ -273,6 +276,7 @@ mod tests {
             after_ms: 0.0,
             prompt: segs.iter().map(|(s, n)| Segment::new(*s, *n)).collect(),
             output_tokens: 4,
+            tool_call: false,
         }
     }
 

@@ -44,7 +44,7 @@ pub fn replay(
         .enumerate()
         .map(|(s, session)| {
             let first = &trace.requests[session.requests[0] as usize];
-            Reverse(((first.after_us * 1000.0) as u64, s as u32, 0))
+            Reverse((cfg.start_ns(first.after_us), s as u32, 0))
         })
         .collect();
     loop {
@@ -106,8 +106,9 @@ fn place(model: &mut RouterModel, engines: &[Sim], trace: &PreparedTrace, s: u32
 }
 
 /// One result from the replicas': sums of counts, each trace request's latencies from the
-/// replica that served it, the longest makespan.
+/// replica that served it, the longest makespan, the mean busy time.
 fn merge(results: Vec<RunResult>) -> RunResult {
+    let replicas = results.len() as f64;
     let mut it = results.into_iter();
     let mut total = it.next().expect("at least one replica");
     for r in it {
@@ -125,6 +126,8 @@ fn merge(results: Vec<RunResult>) -> RunResult {
             }
         }
         total.makespan_us = total.makespan_us.max(r.makespan_us);
+        total.busy_us += r.busy_us;
+        total.sessions_ended += r.sessions_ended;
         total.steps += r.steps;
         total.preemptions += r.preemptions;
         total.evictions += r.evictions;
@@ -141,6 +144,8 @@ fn merge(results: Vec<RunResult>) -> RunResult {
         }
         total.admission_order.extend(r.admission_order);
     }
+    // Utilisation is per engine: the replicas' mean busy time.
+    total.busy_us /= replicas;
     total
 }
 

@@ -26,6 +26,10 @@ pub struct PolicySummary {
     /// Generated tokens per second of simulated time (trace requests).
     pub throughput_tok_s: f64,
     pub makespan_s: f64,
+    /// Fraction of the makespan the engine spent running steps (per engine, with replicas).
+    pub utilisation: f64,
+    /// `session-end` events the policy heard.
+    pub sessions_ended: u64,
     /// Prompt tokens warm-ups computed (uncached prefill spent on prefetching).
     pub warmup_tokens: u64,
     pub warmups: u64,
@@ -138,6 +142,12 @@ pub fn summarize(results: &[RunResult]) -> Vec<(String, PolicySummary)> {
                     0.0
                 },
                 makespan_s: r.makespan_us / 1e6,
+                utilisation: if r.makespan_us > 0.0 {
+                    (r.busy_us / r.makespan_us).min(1.0)
+                } else {
+                    0.0
+                },
+                sessions_ended: r.sessions_ended,
                 warmup_tokens: r.warmup_tokens,
                 warmups: r.warmups,
                 warmups_skipped: r.warmups_skipped,
@@ -219,19 +229,20 @@ fn gap(s: &PolicySummary) -> String {
 }
 
 /// Header of the Markdown table [`markdown_rows`] fills (docs/results.md, `table.md`).
-pub const MARKDOWN_HEADER: &str = "| workload | policy | hit % | Δ pp vs LRU | gap closed | TTFT mean ms | TTFT p99 ms | turn ms | out tok/s | warm-up tok | state B | observe µs/ev | score µs/item |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+pub const MARKDOWN_HEADER: &str = "| workload | policy | hit % | Δ pp vs LRU | gap closed | TTFT mean ms | TTFT p99 ms | util % | turn ms | out tok/s | warm-up tok | state B | observe µs/ev | score µs/item |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
 
 /// One Markdown row per policy of one workload's results.
 pub fn markdown_rows(workload: &str, summaries: &[(String, PolicySummary)]) -> String {
     let mut out = String::new();
     for (name, s) in summaries {
         out.push_str(&format!(
-            "| {workload} | {name} | {:.1} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {:.3} | {:.3} |\n",
+            "| {workload} | {name} | {:.1} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {:.3} | {:.3} |\n",
             s.hit_rate * 100.0,
             opt(s.delta_pp_vs_lru, 1),
             gap(s),
             s.ttft_ms_mean,
             s.ttft_ms_p99,
+            s.utilisation * 100.0,
             s.turn_ms_mean,
             s.throughput_tok_s,
             s.warmup_tokens,
@@ -270,13 +281,14 @@ pub fn tenant_table(summaries: &[(String, PolicySummary)]) -> String {
 pub fn table(summaries: &[(String, PolicySummary)]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "{:<16} {:>7} {:>8} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>13} {:>8} {:>6} {:>8}\n",
+        "{:<16} {:>7} {:>8} {:>6} {:>10} {:>10} {:>6} {:>10} {:>10} {:>10} {:>9} {:>9} {:>13} {:>8} {:>6} {:>8}\n",
         "policy",
         "hit %",
         "Δ pp",
         "gap",
         "TTFT ms",
         "TTFT p99",
+        "util",
         "turn ms",
         "out tok/s",
         "warm tok",
@@ -289,13 +301,14 @@ pub fn table(summaries: &[(String, PolicySummary)]) -> String {
     ));
     for (name, s) in summaries {
         out.push_str(&format!(
-            "{:<16} {:>7.1} {:>8} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>10.0} {:>10} {:>9} {:>9.3} {:>13.3} {:>8} {:>6} {:>8}\n",
+            "{:<16} {:>7.1} {:>8} {:>6} {:>10.1} {:>10.1} {:>5.0}% {:>10.1} {:>10.0} {:>10} {:>9} {:>9.3} {:>13.3} {:>8} {:>6} {:>8}\n",
             name,
             s.hit_rate * 100.0,
             opt(s.delta_pp_vs_lru, 1),
             gap(s),
             s.ttft_ms_mean,
             s.ttft_ms_p99,
+            s.utilisation * 100.0,
             s.turn_ms_mean,
             s.throughput_tok_s,
             s.warmup_tokens,

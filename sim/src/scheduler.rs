@@ -24,7 +24,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io::Write;
 use std::time::Instant;
 
-use agentrt_runtime::types::{AgentRegistered, EngineLoad, Event, RequestArrival, RequestFinish, SideEffect};
+use agentrt_runtime::types::{AgentRegistered, EngineLoad, Event, RequestArrival, RequestFinish, SideEffect, ToolCall};
 
 use crate::audit::EvictionAudit;
 use crate::kv::{KvManager, SeqKv};
@@ -59,6 +59,46 @@ pub struct SimConfig {
     /// (`sim run --engine-priorities`, as `serve --engine-priorities` in front of a vLLM started
     /// with `--scheduling-policy priority`). Off: FCFS, and `set-priority` is counted, not used.
     pub engine_priorities: bool,
+    /// When the policy hears that a session ended (`session-end`).
+    pub session_ends: SessionEnds,
+    /// Every `after_ms` of the trace times this (`sim run --time-scale`): > 1 stretches arrivals
+    /// and waits, lowering the load; < 1 compresses them.
+    pub time_scale: f64,
+    /// Sessions' start times (their first request's `after_ms`) times this as well
+    /// (`--arrival-scale`, `--target-utilisation`): more or fewer sessions at once, each with the
+    /// trace's own waits between its calls.
+    pub arrival_scale: f64,
+}
+
+/// When a replay tells the policy that a session ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SessionEnds {
+    /// What `agentrt serve` can know: a session with no request arriving or finishing for this
+    /// long (`--session-idle-ms`, the same default) is reported ended; its next request, if any,
+    /// starts it again. The default.
+    Idle { ms: f64 },
+    /// Knowledge of the future, no serving host has it: right after the session's last request.
+    Oracle,
+}
+
+/// `agentrt serve --session-idle-ms`'s default.
+pub const DEFAULT_SESSION_IDLE_MS: f64 = 60_000.0;
+
+impl SessionEnds {
+    pub fn name(&self) -> String {
+        match self {
+            SessionEnds::Idle { ms } => format!("idle {:.0} s (as serve infers them)", ms / 1000.0),
+            SessionEnds::Oracle => "oracle (the trace's last request)".to_string(),
+        }
+    }
+}
+
+impl Default for SessionEnds {
+    fn default() -> Self {
+        SessionEnds::Idle {
+            ms: DEFAULT_SESSION_IDLE_MS,
+        }
+    }
 }
 
 impl SimConfig {
@@ -72,7 +112,21 @@ impl SimConfig {
             shares: None,
             slots: Vec::new(),
             engine_priorities: false,
+            session_ends: SessionEnds::default(),
+            time_scale: 1.0,
+            arrival_scale: 1.0,
         }
+    }
+
+    /// A trace's `after_us` between two calls of a session as replay time (ns), under
+    /// [`Self::time_scale`].
+    pub fn after_ns(&self, after_us: f64) -> u64 {
+        (after_us * self.time_scale * 1000.0) as u64
+    }
+
+    /// A session's start (its first request's `after_us`) as replay time (ns), under both scales.
+    pub fn start_ns(&self, after_us: f64) -> u64 {
+        (after_us * self.time_scale * self.arrival_scale * 1000.0) as u64
     }
 }
 
@@ -93,6 +147,10 @@ pub struct RunResult {
     pub finish_us: Vec<f64>,
     /// Time from the first arrival to the last finish (µs).
     pub makespan_us: f64,
+    /// Time the engine spent running steps (µs): utilisation = busy / makespan.
+    pub busy_us: f64,
+    /// `session-end` events the policy was told.
+    pub sessions_ended: u64,
     pub steps: u64,
     pub preemptions: u64,
     pub evictions: u64,
@@ -215,6 +273,10 @@ pub struct Sim<'a> {
     /// Each session's priority as the proxy would send it (session id → vLLM priority), from the
     /// slots' `set-priority`; absent = 0.
     session_priority: HashMap<u64, i32>,
+    /// Idle session ends: each session's last arrival or finish (ns; `None` = not live), and the
+    /// deadlines (last activity + idle time, session), some stale.
+    last_activity: Vec<Option<u64>>,
+    idle_deadlines: BinaryHeap<Reverse<(u64, u32)>>,
 }
 
 fn us(ns: u64) -> u64 {
@@ -227,7 +289,7 @@ impl<'a> Sim<'a> {
         let mut pending = BinaryHeap::new();
         for (s, session) in trace.sessions.iter().enumerate() {
             let first = &trace.requests[session.requests[0] as usize];
-            pending.push(Reverse(((first.after_us * 1000.0) as u64, s as u32)));
+            pending.push(Reverse((cfg.start_ns(first.after_us), s as u32)));
         }
         let result = RunResult {
             policy: policy.name().to_string(),
@@ -263,6 +325,8 @@ impl<'a> Sim<'a> {
             ops: None,
             warmed: Vec::new(),
             session_priority: HashMap::new(),
+            last_activity: vec![None; trace.sessions.len()],
+            idle_deadlines: BinaryHeap::new(),
         }
     }
 
@@ -283,19 +347,67 @@ impl<'a> Sim<'a> {
         let started = Instant::now();
         self.register_agents();
         loop {
+            self.end_idle_sessions();
             self.issue_due();
             if self.waiting.is_empty() && self.running.is_empty() {
-                match self.pending.peek() {
-                    Some(Reverse((t, _))) => {
-                        self.now_ns = self.now_ns.max(*t);
-                        continue;
-                    }
-                    None => break,
+                // Nothing runs: time moves to the next arrival, or to a session going idle
+                // before it (the policy hears of it then).
+                let arrival = self.pending.peek().map(|Reverse((t, _))| *t);
+                let idle = self.next_idle_deadline();
+                match (arrival, idle) {
+                    (Some(t), Some(d)) => self.now_ns = self.now_ns.max(t.min(d)),
+                    (Some(t), None) => self.now_ns = self.now_ns.max(t),
+                    (None, _) => break,
                 }
+                continue;
             }
             self.advance()?;
         }
         self.finish_run(started)
+    }
+
+    /// A request of session `s` arrived or finished now: it is live, and ends (idle rule) if
+    /// nothing more of it arrives or finishes within the idle time.
+    fn session_active(&mut self, s: u32) {
+        if let SessionEnds::Idle { ms } = self.cfg.session_ends {
+            self.last_activity[s as usize] = Some(self.now_ns);
+            let deadline = self.now_ns + (ms * 1e6) as u64;
+            self.idle_deadlines.push(Reverse((deadline, s)));
+        }
+    }
+
+    fn idle_ns(&self) -> u64 {
+        match self.cfg.session_ends {
+            SessionEnds::Idle { ms } => (ms * 1e6) as u64,
+            SessionEnds::Oracle => u64::MAX,
+        }
+    }
+
+    /// The earliest deadline that still holds (stale ones dropped).
+    fn next_idle_deadline(&mut self) -> Option<u64> {
+        let idle = self.idle_ns();
+        while let Some(&Reverse((d, s))) = self.idle_deadlines.peek() {
+            if self.last_activity[s as usize].is_some_and(|t| t.saturating_add(idle) == d) {
+                return Some(d);
+            }
+            self.idle_deadlines.pop();
+        }
+        None
+    }
+
+    /// Tell the policy of every session silent for the idle time by now, as `serve` does.
+    fn end_idle_sessions(&mut self) {
+        while let Some(d) = self.next_idle_deadline() {
+            if d > self.now_ns {
+                break;
+            }
+            let Some(Reverse((_, s))) = self.idle_deadlines.pop() else {
+                break;
+            };
+            self.last_activity[s as usize] = None;
+            self.result.sessions_ended += 1;
+            self.policy.event(Event::SessionEnd(self.trace.sessions[s as usize].id));
+        }
     }
 
     fn register_agents(&mut self) {
@@ -312,6 +424,7 @@ impl<'a> Sim<'a> {
     /// One scheduler step, then the policy's side effects.
     fn advance(&mut self) -> anyhow::Result<()> {
         self.step()?;
+        self.end_idle_sessions();
         if self.result.steps.is_multiple_of(self.cfg.state_sample_steps) {
             self.policy.sample_state();
         }
@@ -382,6 +495,9 @@ impl<'a> Sim<'a> {
             }
         }
         self.first_arrival_ns.get_or_insert(req.arrival_ns);
+        if let Some(s) = req.session {
+            self.session_active(s);
+        }
         let warmup = matches!(req.origin, Origin::Warmup(_));
         self.policy.event(Event::RequestArrival(RequestArrival {
             request_id: id as u64,
@@ -561,6 +677,7 @@ impl<'a> Sim<'a> {
         }
         let dt = self.cfg.latency.step_seconds(&work);
         self.now_ns += (dt * 1e9).round() as u64;
+        self.result.busy_us += dt * 1e6;
         self.result.steps += 1;
         self.op(serde_json::json!({"op": "step"}));
         self.after_step(&scheduled);
@@ -639,6 +756,18 @@ impl<'a> Sim<'a> {
         let req = &mut self.reqs[r];
         self.kv.free(&mut req.kv, &mut *self.policy);
         let warmup = matches!(req.origin, Origin::Warmup(_));
+        if let Origin::Trace(uid) = req.origin {
+            if self.trace.requests[uid as usize].tool_call {
+                // The answer asks for a tool: the proxy sees it as the answer completes.
+                self.policy.event(Event::ToolCall(ToolCall {
+                    session: req.kv.session,
+                    agent: req.agent,
+                    tool: 0,
+                    args_hash: 0,
+                    at_us: us(now),
+                }));
+            }
+        }
         self.policy.event(Event::RequestFinish(RequestFinish {
             request_id: r as u64,
             agent: req.agent,
@@ -665,6 +794,7 @@ impl<'a> Sim<'a> {
                 tenant.turn_us_sum += (now - arrival) as f64 / 1000.0;
                 self.result.output_tokens += u64::from(req.generated);
                 let s = req.session.expect("trace requests belong to sessions");
+                self.session_active(s);
                 self.next_request(s, now);
             }
         }
@@ -676,10 +806,14 @@ impl<'a> Sim<'a> {
         let next = self.next_in_session[s as usize] as usize;
         match session.requests.get(next) {
             Some(&uid) => {
-                let after = (self.trace.requests[uid as usize].after_us * 1000.0) as u64;
+                let after = self.cfg.after_ns(self.trace.requests[uid as usize].after_us);
                 self.pending.push(Reverse((now + after, s)));
             }
-            None => self.policy.event(Event::SessionEnd(session.id)),
+            None if self.cfg.session_ends == SessionEnds::Oracle => {
+                self.result.sessions_ended += 1;
+                self.policy.event(Event::SessionEnd(session.id));
+            }
+            None => {}
         }
     }
 
@@ -807,6 +941,7 @@ impl<'a> Sim<'a> {
             self.now_ns = self.now_ns.max(at_ns);
         }
         self.pending.push(Reverse((at_ns, s)));
+        self.end_idle_sessions();
         self.issue_due();
     }
 

@@ -21,7 +21,7 @@ use agentrt_runtime::ComponentLookup;
 use crate::cli::{ReplayOptions, BLOCK_SIZE};
 use crate::harness::{run_one, PolicySpec};
 use crate::prepare::PreparedTrace;
-use crate::scheduler::{RunResult, SimConfig};
+use crate::scheduler::RunResult;
 use crate::trace::{Segment, Trace, TraceRequest};
 
 const FLOOD: &str = "flood";
@@ -84,6 +84,7 @@ pub fn flood_trace(a: &SessionFloodArgs) -> Trace {
                     Segment::new(format!("{FLOOD}/{c}/{i}/document"), a.flood_prompt_tokens - 8),
                 ],
                 output_tokens: a.flood_output_tokens,
+                tool_call: false,
             });
         }
     }
@@ -103,6 +104,7 @@ pub fn flood_trace(a: &SessionFloodArgs) -> Trace {
                 Segment::new(format!("{LIGHT}/{i}/question"), a.light_prompt_tokens - 8),
             ],
             output_tokens: a.light_output_tokens,
+            tool_call: false,
         });
     }
     Trace { requests }
@@ -207,7 +209,7 @@ pub fn run(a: SessionFloodArgs, components: &ComponentLookup) -> anyhow::Result<
         ("no slot (priority 0: arrival order)", Vec::new()),
         ("fair-share slot + priorities", slots),
     ] {
-        let mut cfg = SimConfig::new(a.capacity_blocks);
+        let mut cfg = a.replay.config(a.capacity_blocks)?;
         cfg.max_num_seqs = a.max_num_seqs;
         cfg.max_batched_tokens = a.max_batched_tokens;
         cfg.engine_priorities = true;

@@ -10,6 +10,10 @@
 //!   request of the same session completed (the first: `after_ms` after the trace starts).
 //! - A segment's token ids are a function of its `seg` name and its length ([`crate::tokens`]).
 //! - An agent's *anchor* is the leading run of `sys/*` and `tools/*` segments of its prompt.
+//! - An optional `"tool_call": true` says the call's answer ended in a tool call (the model's
+//!   output asks for a tool: OpenAI's `finish_reason: "tool_calls"`, Anthropic's `stop_reason:
+//!   "tool_use"`), so the agent's next call comes when the tool returns. The replay tells the
+//!   policy (`tool-call`) when the answer is complete; absent = false.
 //! - An optional `"tenant"` names who sent the request when one engine serves several tenants
 //!   (absent: `default`). Agents and sessions are the tenant's own: `planner` in two tenants is two
 //!   agents. Each named tenant's blocks are salted (vLLM's `cache_salt`), so tenants never share
@@ -61,6 +65,9 @@ pub struct TraceRequest {
     pub after_ms: f64,
     pub prompt: Vec<Segment>,
     pub output_tokens: u32,
+    /// The answer ended in a tool call (see the module doc); `false` is not written.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tool_call: bool,
 }
 
 impl TraceRequest {
@@ -196,6 +203,12 @@ impl LineParser {
             prompt.push(Segment { seg: name, tokens });
         }
         let output_tokens = self.positive_u32(self.field(obj, "output_tokens")?, "output_tokens")?;
+        let tool_call = match obj.get("tool_call") {
+            None => false,
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| self.err("tool_call", format!("expected true or false, got {}", describe(v))))?,
+        };
         Ok(TraceRequest {
             tenant,
             session,
@@ -203,6 +216,7 @@ impl LineParser {
             after_ms,
             prompt,
             output_tokens,
+            tool_call,
         })
     }
 }

@@ -141,6 +141,7 @@ impl SessionBuilder {
             after_ms: self.wait_ms,
             prompt,
             output_tokens: answer.tokens,
+            tool_call: false,
         });
         // Framework overhead between consecutive calls of a session.
         self.wait_ms = 20.0;

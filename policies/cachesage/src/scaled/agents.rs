@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use super::gaps::GapHistogram;
 use crate::anchor::Residency;
 
 /// Successors kept per agent. Pipelines and loops of real agent teams branch little (a worker
@@ -18,6 +19,9 @@ const ROW_HALVING: u32 = 64;
 
 /// Observations of repeat calls needed before continuity is trusted.
 const CONTINUITY_MIN: u16 = 4;
+
+/// A repeat call that carries this share of its previous prompt counts as extending it.
+const NEAR_EXTENDS: f32 = 0.95;
 
 /// One learned edge `agent → next`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -48,12 +52,16 @@ pub struct AgentStats {
     pub successors: [Successor; SUCCESSORS],
     /// Sessions that ended after this agent's call.
     pub ends: u16,
-    /// Repeat calls in a session seen, how many extended the previous prompt, and the mean number
-    /// of tokens the others still shared with it.
+    /// Repeat calls in a session seen, how many extended the previous prompt, and the mean share
+    /// of the previous prompt the others still carried (0–1: a share, not a count of tokens,
+    /// since a session's context grows call by call).
     pub repeats: u16,
     pub extends: u16,
     pub shared_mean: f32,
-    // Not in snapshots: relearned from block events and act calls.
+    // Not in snapshots: relearned from block events, calls and act calls.
+    /// Gaps between a call's finish and the session's next call of any agent, after an answer
+    /// (`[0]`) and after a tool call (`[1]`).
+    pub gaps: [GapHistogram; 2],
     pub residency: Residency,
     pub warmed_at_us: u64,
 }
@@ -175,11 +183,15 @@ impl AgentStats {
 
     pub fn learn_continuation(&mut self, shared_tokens: u32, previous_tokens: u32) {
         self.repeats = self.repeats.saturating_add(1);
-        if shared_tokens >= previous_tokens {
+        // Carrying all but the last few percent is carrying the history forward (the previous
+        // prompt's unfinished last block, a trimmed tool result): counted with the calls that
+        // extend it, so that one compaction in ten does not mark every context's end as dead.
+        if shared_tokens as f32 >= NEAR_EXTENDS * previous_tokens as f32 {
             self.extends = self.extends.saturating_add(1);
         } else {
             let n = f32::from((self.repeats - self.extends).max(1));
-            self.shared_mean += (shared_tokens as f32 - self.shared_mean) / n;
+            let share = shared_tokens as f32 / previous_tokens.max(1) as f32;
+            self.shared_mean += (share - self.shared_mean) / n;
         }
         if self.repeats == u16::MAX {
             self.repeats /= 2;
@@ -188,13 +200,13 @@ impl AgentStats {
     }
 
     /// The chance that this agent's next call in a session carries forward the block at
-    /// `position` of its previous prompt.
-    pub fn keeps(&self, position: u32, tokens: u32) -> f32 {
+    /// `position` of its previous prompt, of `prompt_tokens` tokens.
+    pub fn keeps(&self, position: u32, tokens: u32, prompt_tokens: u32) -> f32 {
         if self.repeats < CONTINUITY_MIN {
             return 1.0;
         }
         let extends = f32::from(self.extends) / f32::from(self.repeats);
-        let shared = (position + tokens) as f32 <= self.shared_mean;
+        let shared = (position + tokens) as f32 <= self.shared_mean * prompt_tokens as f32;
         extends + (1.0 - extends) * if shared { 1.0 } else { 0.0 }
     }
 
@@ -326,12 +338,15 @@ mod tests {
     #[test]
     fn continuity_says_which_blocks_a_repeat_call_keeps() {
         let mut a = AgentStats::new(1);
-        assert_eq!(a.keeps(5000, 16), 1.0, "untrusted until seen");
+        assert_eq!(a.keeps(5000, 16, 6000), 1.0, "untrusted until seen");
         for _ in 0..4 {
             a.learn_continuation(300, 1000);
         }
-        assert_eq!(a.keeps(0, 16), 1.0);
-        assert_eq!(a.keeps(512, 16), 0.0);
+        assert_eq!(a.keeps(0, 16, 1000), 1.0);
+        assert_eq!(a.keeps(512, 16, 1000), 0.0);
+        // A share, not a count: in a context grown to 10,000 tokens, 30 % of it is kept.
+        assert_eq!(a.keeps(2_800, 16, 10_000), 1.0);
+        assert_eq!(a.keeps(3_200, 16, 10_000), 0.0);
     }
 
     #[test]

@@ -30,6 +30,25 @@ impl StampClock {
         self.pairs.push_back((stamp, now_us));
     }
 
+    /// The stamp the engine had reached at host time `t_us`: interpolated between rankings;
+    /// `None` before the first ranking or before the oldest pair kept.
+    pub fn stamp_at(&self, t_us: u64) -> Option<u64> {
+        let &(_, first_t) = self.pairs.front()?;
+        if t_us < first_t {
+            return None;
+        }
+        let i = self.pairs.partition_point(|&(_, t)| t < t_us);
+        let Some(&(s1, t1)) = self.pairs.get(i) else {
+            return self.pairs.back().map(|&(s, _)| s);
+        };
+        if i == 0 || t1 == t_us {
+            return Some(s1);
+        }
+        let (s0, t0) = self.pairs[i - 1];
+        let f = (t_us - t0) as f64 / (t1 - t0).max(1) as f64;
+        Some(s0 + ((s1 - s0) as f64 * f) as u64)
+    }
+
     /// Host time (µs) at which `stamp` was taken: interpolated, or the oldest time known.
     pub fn time_of(&self, stamp: u64) -> Option<u64> {
         let &(first_s, first_t) = self.pairs.front()?;
@@ -60,5 +79,8 @@ mod tests {
         assert_eq!(c.time_of(150), Some(2_000));
         assert_eq!(c.time_of(10), Some(1_000));
         assert_eq!(c.time_of(500), Some(3_000));
+        assert_eq!(c.stamp_at(2_000), Some(150));
+        assert_eq!(c.stamp_at(500), None, "before anything recorded");
+        assert_eq!(c.stamp_at(9_000), Some(200));
     }
 }

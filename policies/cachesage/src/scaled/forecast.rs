@@ -3,6 +3,7 @@
 //! calls plus the calls' own service times).
 
 use super::agents::AgentTable;
+use super::gaps::GapHistogram;
 use super::sessions::LiveSession;
 
 /// Paths less likely than this are not followed further: they add little and cost a walk.
@@ -29,6 +30,54 @@ pub fn handover_ms(agents: &AgentTable, s: &LiveSession, now_us: u64) -> f32 {
         (service - running).max(0.0)
     } else {
         -(now_us.saturating_sub(s.finished_us) as f32 / 1000.0)
+    }
+}
+
+/// Every call reachable within `k` steps from where session `s` is now. A waiting session's next
+/// call is timed by the distribution of its agent's gaps in its state (after a tool call, or
+/// after an answer) — the agent's own once it has enough of them, else `pooled`, else the mean
+/// gap — given how long it has waited: each path is weighted by the chance a session that waited
+/// this long comes back at all, and expected the mean remaining wait from now. `pooled` = `None`:
+/// mean gaps only (the first version of the model).
+pub fn walk_session(
+    agents: &AgentTable,
+    pooled: Option<&[GapHistogram; 2]>,
+    prior: f32,
+    k: u32,
+    s: &LiveSession,
+    now_us: u64,
+    visit: &mut impl FnMut(Predicted),
+) {
+    let Some(agent) = agents.get(s.agent) else { return };
+    let state = usize::from(s.tool_wait);
+    let gaps = pooled.and_then(|pooled| [&agent.gaps[state], &pooled[state]].into_iter().find(|h| h.trusted()));
+    let (Some(gaps), 0) = (gaps, s.in_flight) else {
+        let start = handover_ms(agents, s, now_us);
+        walk(agents, prior, k, s.agent, start, visit);
+        return;
+    };
+    let waited = now_us.saturating_sub(s.finished_us) as f32 / 1000.0;
+    // P(back | waited w) = q·S(w) / (q·S(w) + 1 − q), q = P(a next call) after this agent.
+    let survival = gaps.survival(waited);
+    let q: f32 = agent.next(prior).map(|(_, p, _)| p).sum();
+    let back = if q > 0.0 {
+        survival / (q * survival + 1.0 - q)
+    } else {
+        0.0
+    };
+    let ms = gaps.remaining_ms(waited, MIN_LEAD_MS);
+    for (next, p, _) in agent.next(prior) {
+        let p = p * back;
+        visit(Predicted {
+            agent: next,
+            p,
+            ms,
+            steps: 1,
+        });
+        if k > 1 && p >= MIN_PATH_P {
+            let service = agents.get(next).map_or(0.0, |a| a.service_ms);
+            step(agents, prior, k, next, p, ms + service, 2, visit);
+        }
     }
 }
 
@@ -68,6 +117,39 @@ fn step(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scaled::sessions::LiveSession;
+
+    #[test]
+    fn a_session_waiting_past_its_tool_waits_fades_instead_of_becoming_imminent() {
+        let mut t = AgentTable::new(8);
+        let a = t.entry(1).0;
+        for _ in 0..20 {
+            a.learn_successor(1, 2_000.0);
+            a.gaps[1].record(2_000.0);
+        }
+        let s = LiveSession {
+            id: 9,
+            agent: 1,
+            arrived_us: 0,
+            finished_us: 1_000_000,
+            in_flight: 0,
+            tool_wait: true,
+            prompt_tokens: 0,
+        };
+        let rate = |waited_ms: u64| {
+            let mut r = 0.0;
+            let now = 1_000_000 + waited_ms * 1000;
+            walk_session(&t, Some(&Default::default()), 1.0, 1, &s, now, &mut |p| r += p.p / p.ms);
+            r
+        };
+        let (fresh, late) = (rate(100), rate(30_000));
+        assert!(fresh > 0.0);
+        assert!(late < fresh / 100.0, "waited 15× its tool waits: {late} vs {fresh}");
+        // The mean-gap walk would call it imminent.
+        let mut old = 0.0;
+        walk(&t, 1.0, 1, 1, -30_000.0, &mut |p| old += p.p / p.ms);
+        assert!(old > fresh, "{old}");
+    }
 
     #[test]
     fn a_pipeline_is_walked_with_probabilities_and_times() {

@@ -30,6 +30,7 @@ pub mod agents;
 pub mod clock;
 pub mod forecast;
 pub mod frontier;
+pub mod gaps;
 pub mod params;
 pub mod sessions;
 mod snapshot;
@@ -42,10 +43,11 @@ use agentrt_sdk::{RequestArrival, RequestFinish, SideEffect, WarmPrefix};
 use crate::anchor::BlockSize;
 use agents::{AgentStats, AgentTable};
 use clock::StampClock;
-use forecast::{handover_ms, walk, Predicted, MIN_LEAD_MS};
+use forecast::{handover_ms, walk_session, Predicted, MIN_LEAD_MS};
 use frontier::Frontier;
+use gaps::GapHistogram;
 pub use params::Params;
-use sessions::Sessions;
+use sessions::{EndedSessions, LiveSession, Sessions};
 
 /// Anchor rates are recomputed at most this often (µs of host time) unless a request arrived.
 const RATES_REFRESH_US: u64 = 50_000;
@@ -78,6 +80,14 @@ pub struct Scaled {
     warmup_tokens: f32,
     /// What the next evictions are worth, from the latest ranking.
     frontier: Frontier,
+    /// Every agent's gaps pooled (after an answer, after a tool call): what an agent with few
+    /// gaps of its own is timed by.
+    gaps: [GapHistogram; 2],
+    /// Sessions reported ended, and how many of the ends reported were followed by another call
+    /// of the session (with `serve`, an end is silence: some come back).
+    ended: EndedSessions,
+    ends_reported: u32,
+    ends_returned: u32,
 }
 
 impl Default for Scaled {
@@ -88,6 +98,7 @@ impl Default for Scaled {
 
 impl Scaled {
     pub fn with_params(params: Params) -> Self {
+        let max_ended = params.max_sessions;
         Self {
             agents: AgentTable::new(params.max_agents),
             sessions: Sessions::new(params.max_sessions),
@@ -101,6 +112,10 @@ impl Scaled {
             rates_stale: true,
             warmup_tokens: 0.0,
             frontier: Frontier::default(),
+            gaps: Default::default(),
+            ended: EndedSessions::new(max_ended),
+            ends_reported: 0,
+            ends_returned: 0,
         }
     }
 
@@ -135,6 +150,7 @@ impl Scaled {
                 agent.anchor_tokens = a.anchor_tokens;
                 if let Some(d) = dropped {
                     self.sessions.forget_agent(d);
+                    self.ended.forget_agent(d);
                 }
             }
             // Warm-ups are the policy's own doing: learning them would teach it its own guesses.
@@ -145,7 +161,14 @@ impl Scaled {
                     if let Some(a) = self.agents.get_mut(s.agent) {
                         a.learn_end();
                     }
+                    self.ends_reported = self.ends_reported.saturating_add(1);
+                    self.ended.insert(s, self.now_us);
                     self.rates_stale = true;
+                }
+            }
+            Event::ToolCall(call) => {
+                if let Some(s) = self.sessions.get_mut(call.session) {
+                    s.tool_wait = true;
                 }
             }
             Event::EngineLoad(load) => {
@@ -174,23 +197,59 @@ impl Scaled {
         }
         if let Some(d) = dropped {
             self.sessions.forget_agent(d);
+            self.ended.forget_agent(d);
         }
-        if let Some(prev) = self.sessions.arrive(r.session, r.agent, r.at_us) {
+        // A session reported ended that calls again was only silent: its end is taken back.
+        let returned = self.ended.take(r.session);
+        if let Some(back) = returned {
+            self.ends_returned = self.ends_returned.saturating_add(1);
+            if let Some(a) = self.agents.get_mut(back.agent) {
+                a.ends = a.ends.saturating_sub(1);
+            }
+        }
+        let before = self.sessions.arrive(r.session, r.agent, r.at_us);
+        if let Some(s) = self.sessions.get_mut(r.session) {
+            s.prompt_tokens = r.prompt_tokens;
+        }
+        if let Some(prev) = before.or(returned) {
             let gap_ms = if prev.in_flight == 0 {
                 r.at_us.saturating_sub(prev.finished_us) as f32 / 1000.0
             } else {
                 0.0
             };
+            if prev.in_flight == 0 {
+                self.gaps[usize::from(prev.tool_wait)].record(gap_ms);
+            }
             if let Some(a) = self.agents.get_mut(prev.agent) {
                 a.learn_successor(r.agent, gap_ms);
+                if prev.in_flight == 0 {
+                    a.gaps[usize::from(prev.tool_wait)].record(gap_ms);
+                }
             }
         }
         self.rates_stale = true;
     }
 
+    /// P(a session reported ended calls again): the ends taken back over the ends reported, with
+    /// one end of prior weight (0 until a session has come back).
+    fn p_back(&self) -> f32 {
+        if !self.params.ended_sessions {
+            return 0.0;
+        }
+        self.ends_returned as f32 / (self.ends_reported as f32 + 1.0)
+    }
+
+    /// The pooled gap histograms, or `None` when the model times sessions by mean gaps.
+    fn pooled_gaps(&self) -> Option<&[GapHistogram; 2]> {
+        self.params.gap_histograms.then_some(&self.gaps)
+    }
+
     fn learn_finish(&mut self, r: &RequestFinish) {
         self.now_us = self.now_us.max(r.at_us);
         let Some(s) = self.sessions.get(r.session).copied() else {
+            // Reported ended while its call ran (silence is measured from the last arrival or
+            // finish): the call is over now.
+            self.ended.finish(r.session, r.at_us);
             return;
         };
         if s.agent == r.agent {
@@ -226,17 +285,27 @@ impl Scaled {
             return;
         }
         self.anchor_rates.clear();
+        let pooled = self.params.gap_histograms.then_some(&self.gaps);
+        let p_back = self.p_back();
         let (agents, rates, now) = (&self.agents, &mut self.anchor_rates, self.now_us);
-        for s in self.sessions.iter() {
-            let start = handover_ms(agents, s, now);
-            walk(
+        // Live sessions, and ended ones as likely to come back as ended ones have: an anchor is
+        // the prefix of every session's content, so it is worth at least what any of them is.
+        let ended = self.ended.iter().filter(|_| p_back > 0.0).map(|s| (s, p_back));
+        for (s, weight) in self.sessions.iter().map(|s| (s, 1.0)).chain(ended) {
+            if s.in_flight > 0 && weight == 1.0 {
+                // Its call is here (perhaps queued): its anchor is as imminent as its history —
+                // the history is no use without the prefix.
+                *rates.entry(s.agent).or_default() += 1000.0 / MIN_LEAD_MS;
+            }
+            walk_session(
                 agents,
+                pooled,
                 self.params.prior,
                 self.params.k,
-                s.agent,
-                start,
+                s,
+                now,
                 &mut |p: Predicted| {
-                    *rates.entry(p.agent).or_default() += 1000.0 * p.p / p.ms;
+                    *rates.entry(p.agent).or_default() += weight * 1000.0 * p.p / p.ms;
                 },
             );
         }
@@ -248,20 +317,19 @@ impl Scaled {
         self.anchor_rates.get(&agent.handle).copied().unwrap_or(0.0) + agent.new_session_rate(self.now_us)
     }
 
-    /// Expected uses per second of each agent by one session: its paths, summed per agent.
-    fn session_rates(&self, session: u64) -> Vec<(u32, f32)> {
-        let Some(s) = self.sessions.get(session) else {
-            return Vec::new();
-        };
+    /// Expected uses per second of each agent by one session (`weight` × its paths, summed per
+    /// agent).
+    fn session_rates(&self, s: &LiveSession, weight: f32) -> Vec<(u32, f32)> {
         let mut out: Vec<(u32, f32)> = Vec::new();
-        let start = handover_ms(&self.agents, s, self.now_us);
-        walk(
+        walk_session(
             &self.agents,
+            self.pooled_gaps(),
             self.params.prior,
             self.params.k,
-            s.agent,
-            start,
+            s,
+            self.now_us,
             &mut |p: Predicted| {
+                let p = Predicted { p: p.p * weight, ..p };
                 let rate = 1000.0 * p.p / p.ms;
                 match out.iter_mut().find(|(a, _)| *a == p.agent) {
                     Some((_, r)) => *r += rate,
@@ -280,6 +348,7 @@ impl Scaled {
             self.clock.record(newest, self.now_us);
         }
         self.refresh_rates();
+        let p_back = self.p_back();
         let mut by_session: HashMap<u64, Vec<(u32, f32)>> = HashMap::new();
         let scores: Vec<f32> = items
             .iter()
@@ -297,18 +366,36 @@ impl Scaled {
                     // counts: its own recency estimates that share.
                     return self.anchor_rate(agent).min(self.recency_rate(item));
                 }
-                let Some(s) = self.sessions.get(item.session) else {
+                let (s, weight) = match (self.sessions.get(item.session), self.ended.get(item.session)) {
+                    (Some(s), _) => (s, 1.0),
+                    // Reported ended: dead, unless ends have been taken back before — then as
+                    // likely to come back as ended sessions have been.
+                    (None, Some(s)) if p_back > 0.0 => (s, p_back),
                     // An ended (or untracked) session's own content is dead.
-                    return 0.0;
+                    _ => return 0.0,
                 };
-                let keeps = agent.keeps(item.position, item.tokens);
-                if s.in_flight > 0 && s.agent == item.agent {
+                let keeps = agent.keeps(item.position, item.tokens, s.prompt_tokens);
+                if weight == 1.0 && s.in_flight > 0 && s.agent == item.agent {
                     // Its request is here (perhaps queued, its prefix hit not yet taken).
                     return keeps * 1000.0 / MIN_LEAD_MS;
                 }
+                let stale = s.in_flight == 0
+                    && s.agent == item.agent
+                    && self
+                        .clock
+                        .stamp_at(s.arrived_us)
+                        .is_some_and(|at| item.last_access < at);
+                if stale {
+                    // The block's agent made the session's latest call, and the block was freed
+                    // before that call arrived: not part of it (an earlier answer, the unfinished
+                    // end of an earlier prompt, a history the call dropped), so not what the
+                    // agent's next call carries forward — what it is worth is what its recency
+                    // says. (Another agent's blocks wait for that agent's turn.)
+                    return self.recency_rate(item);
+                }
                 let rates = by_session
                     .entry(item.session)
-                    .or_insert_with(|| self.session_rates(item.session));
+                    .or_insert_with(|| self.session_rates(s, weight));
                 rates
                     .iter()
                     .find(|(a, _)| *a == item.agent)

@@ -14,6 +14,8 @@ pub const KEYS: &[&str] = &[
     "warmup-cooldown-ms",
     "warmup-max-queue",
     "warmup-budget",
+    "gap-model",
+    "ended-sessions",
 ];
 
 /// Upper bound of `max-agents`: the snapshot budget grows ~100 bytes per agent, so 65,536 agents
@@ -42,6 +44,12 @@ pub struct Params {
     /// Warm-ups may prefill at most this fraction of the prompt tokens user requests bring: a
     /// warm-up's prefill is capacity taken from them, and its blocks push others out.
     pub warmup_budget: f32,
+    /// Time a waiting session's next call by the distribution of its agent's gaps in its state
+    /// (`true`, default), or by the mean gap minus the time waited (`false`: the first version).
+    pub gap_histograms: bool,
+    /// Value the content of sessions reported ended by how often ended sessions came back
+    /// (`true`, default), or as dead (`false`: the first version).
+    pub ended_sessions: bool,
 }
 
 impl Default for Params {
@@ -56,6 +64,8 @@ impl Default for Params {
             warmup_cooldown_ms: 2_000,
             warmup_max_queue: 0,
             warmup_budget: 0.05,
+            gap_histograms: true,
+            ended_sessions: true,
         }
     }
 }
@@ -74,6 +84,12 @@ impl Params {
             warmup_cooldown_ms: config.parse_or("warmup-cooldown-ms", d.warmup_cooldown_ms)?,
             warmup_max_queue: config.parse_or("warmup-max-queue", d.warmup_max_queue)?,
             warmup_budget: config.parse_or("warmup-budget", d.warmup_budget)?,
+            gap_histograms: match config.get("gap-model").unwrap_or("histogram") {
+                "histogram" => true,
+                "mean" => false,
+                other => return Err(format!("config key `gap-model`: {other:?} is not histogram or mean")),
+            },
+            ended_sessions: config.parse_or("ended-sessions", d.ended_sessions)?,
         };
         let check = |name: &str, ok: bool, what: &str| {
             if ok {

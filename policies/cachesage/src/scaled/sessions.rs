@@ -13,6 +13,11 @@ pub struct LiveSession {
     pub finished_us: u64,
     /// Requests arrived and not finished (a call may be queued, its prefix hit not yet taken).
     pub in_flight: u16,
+    /// The latest call's answer asked for a tool (`tool-call`): the session waits on the tool, not
+    /// on a user.
+    pub tool_wait: bool,
+    /// Prompt tokens of the latest call (what a next call may carry forward).
+    pub prompt_tokens: u32,
 }
 
 impl LiveSession {
@@ -58,9 +63,15 @@ impl Sessions {
                 arrived_us: at_us,
                 finished_us: 0,
                 in_flight: in_flight.saturating_add(1),
+                tool_wait: false,
+                prompt_tokens: 0,
             },
         );
         before
+    }
+
+    pub fn get_mut(&mut self, id: u64) -> Option<&mut LiveSession> {
+        self.live.get_mut(&id)
     }
 
     /// A request of session `id` finished. Returns the session after.
@@ -99,6 +110,76 @@ impl Sessions {
     }
 }
 
+/// Sessions the host reported ended, most recent kept: with `agentrt serve` an end is inferred
+/// from silence, and some come back. At most `capacity`; the oldest end is forgotten first.
+#[derive(Debug, Clone, Default)]
+pub struct EndedSessions {
+    ended: HashMap<u64, (LiveSession, u64)>,
+    order: std::collections::VecDeque<(u64, u64)>,
+    capacity: usize,
+}
+
+impl EndedSessions {
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            ..Self::default()
+        }
+    }
+
+    /// `s` was reported ended at `at_us`.
+    pub fn insert(&mut self, s: LiveSession, at_us: u64) {
+        self.ended.insert(s.id, (s, at_us));
+        self.order.push_back((s.id, at_us));
+        while self.ended.len() > self.capacity {
+            let Some((id, at)) = self.order.pop_front() else { break };
+            if self.ended.get(&id).is_some_and(|e| e.1 == at) {
+                self.ended.remove(&id);
+            }
+        }
+        if self.order.len() > 2 * self.capacity.max(self.ended.len()) {
+            let ended = &self.ended;
+            self.order.retain(|(id, at)| ended.get(id).is_some_and(|e| e.1 == *at));
+        }
+    }
+
+    /// The ended session `id` as it was, if it is remembered.
+    pub fn get(&self, id: u64) -> Option<&LiveSession> {
+        self.ended.get(&id).map(|(s, _)| s)
+    }
+
+    /// A call of the ended session `id` finished.
+    pub fn finish(&mut self, id: u64, at_us: u64) {
+        if let Some((s, _)) = self.ended.get_mut(&id) {
+            s.in_flight = s.in_flight.saturating_sub(1);
+            if s.in_flight == 0 {
+                s.finished_us = at_us.max(s.arrived_us);
+            }
+        }
+    }
+
+    /// Take `id` out: it came back.
+    pub fn take(&mut self, id: u64) -> Option<LiveSession> {
+        self.ended.remove(&id).map(|(s, _)| s)
+    }
+
+    pub fn forget_agent(&mut self, agent: u32) {
+        self.ended.retain(|_, (s, _)| s.agent != agent);
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &LiveSession> {
+        self.ended.values().map(|(s, _)| s)
+    }
+
+    pub fn len(&self) -> usize {
+        self.ended.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ended.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +192,20 @@ mod tests {
         assert_eq!(s.finish(7, 300).unwrap().finished_us, 0, "one request still in flight");
         let done = s.finish(7, 400).unwrap();
         assert_eq!((done.agent, done.in_flight, done.finished_us), (2, 0, 400));
+    }
+
+    #[test]
+    fn ended_sessions_are_remembered_up_to_a_bound_and_taken_back() {
+        let mut s = Sessions::new(4);
+        let mut ended = EndedSessions::new(2);
+        for id in 1..=3 {
+            s.arrive(id, 1, id * 10);
+            ended.insert(s.remove(id).unwrap(), id * 100);
+        }
+        assert!(ended.get(1).is_none(), "the oldest end is forgotten");
+        assert_eq!(ended.take(2).map(|x| x.arrived_us), Some(20));
+        assert!(ended.get(2).is_none());
+        assert_eq!(ended.len(), 1);
     }
 
     #[test]

@@ -11,11 +11,13 @@ use super::{Params, Scaled};
 
 /// Not the classic model's tag: the two models' states are not interchangeable.
 const MAGIC: [u8; 4] = *b"CSGS";
-const VERSION: u16 = 1;
+/// 2: continuity as a share of the previous prompt, and each session's prompt size. Version 1
+/// (continuity in tokens) is read with continuity relearned.
+const VERSION: u16 = 2;
 const BASE_BUDGET: usize = 20 * 1024;
 const PER_AGENT_BUDGET: usize = 100;
 const AGENTS_IN_BASE: usize = 32;
-const SESSION_BYTES: usize = 8 + 4 + 4 + 4 + 2;
+const SESSION_BYTES: usize = 8 + 4 + 4 + 4 + 2 + 4;
 /// `finished` of a session whose call is still running.
 const RUNNING: u32 = u32::MAX;
 
@@ -60,7 +62,8 @@ pub fn write(m: &Scaled) -> Vec<u8> {
             .u32(s.agent)
             .u32(ms_before(m.now_us, s.arrived_us))
             .u32(finished)
-            .u16(s.in_flight);
+            .u16(s.in_flight)
+            .u32(s.prompt_tokens);
     }
     w.finish()
 }
@@ -73,9 +76,9 @@ pub fn read(state: &[u8], params: Params) -> Result<Scaled, String> {
             e
         }
     })?;
-    if version != VERSION {
+    if version != VERSION && version != 1 {
         return Err(format!(
-            "snapshot format {version} is not known (this build reads {VERSION})"
+            "snapshot format {version} is not known (this build reads 1 and {VERSION})"
         ));
     }
     let mut m = Scaled::with_params(params);
@@ -110,6 +113,10 @@ pub fn read(state: &[u8], params: Params) -> Result<Scaled, String> {
         a.repeats = r.u16()?;
         a.extends = r.u16()?;
         a.shared_mean = r.f32()?;
+        if version == 1 {
+            // Continuity was counted in tokens: relearned.
+            (a.repeats, a.extends, a.shared_mean) = (0, 0, 0.0);
+        }
         m.agents.insert(a);
     }
     let sessions = r.u32()? as usize;
@@ -119,6 +126,7 @@ pub fn read(state: &[u8], params: Params) -> Result<Scaled, String> {
         let arrived = r.u32()?;
         let finished = r.u32()?;
         let in_flight = r.u16()?;
+        let prompt_tokens = if version == 1 { 0 } else { r.u32()? };
         let at = |ms: u32| m.now_us.saturating_sub(u64::from(ms) * 1000);
         if m.sessions.len() < m.params.max_sessions {
             m.sessions.insert(LiveSession {
@@ -127,6 +135,8 @@ pub fn read(state: &[u8], params: Params) -> Result<Scaled, String> {
                 arrived_us: at(arrived),
                 finished_us: if finished == RUNNING { 0 } else { at(finished) },
                 in_flight,
+                tool_wait: false,
+                prompt_tokens,
             });
         }
     }
