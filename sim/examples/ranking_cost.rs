@@ -12,9 +12,9 @@
 use std::time::Instant;
 
 use agentrt_runtime::{ComponentLookup, EmbeddedSet};
+use agentrt_sim::block_pool::{BlockPool, PoolObserver};
 use agentrt_sim::harness::PolicyHost;
 use agentrt_sim::policies::{RankWindow, Rerank, SimPolicy, WasmPolicy};
-use agentrt_sim::prefix_cache::{BlockPool, PoolObserver};
 use agentrt_sim::tokens::mix64;
 
 /// Evictions measured per setting (after one ranking's worth of warm-up).

@@ -14,8 +14,8 @@
 use agentrt_runtime::shares::{victim_tenant, Share, Usage};
 use agentrt_runtime::types::{BlockOp, Event, SideEffect};
 
+use crate::block_pool::{Block, BlockId, BlockPool, FastMap, PoolObserver};
 use crate::policies::{PolicyStats, SimPolicy};
-use crate::prefix_cache::{Block, BlockId, BlockPool, FastMap, PoolObserver};
 use crate::prepare::PreparedTrace;
 
 /// Which tenant owns what: agents by handle, sessions by id, trace requests by uid.

@@ -13,8 +13,8 @@ use std::io::Write;
 use agentrt_runtime::types::{BlockOp, Event, SideEffect};
 use serde::Serialize;
 
+use crate::block_pool::{Block, BlockId, BlockPool, FastMap, PoolObserver};
 use crate::policies::{PolicyStats, SimPolicy};
-use crate::prefix_cache::{Block, BlockId, BlockPool, FastMap, PoolObserver};
 use crate::prepare::PreparedTrace;
 
 /// What an evicted block held (the same classes CacheSage scores differently).

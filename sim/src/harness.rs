@@ -15,68 +15,10 @@ use agentrt_runtime::Share;
 
 use crate::arbiter::{Ownership, TenantArbiter};
 use crate::audit::Audited;
-use crate::policies::{Belady, NativeLru, Rerank, SimPolicy, Slotted, WasmPolicy};
+use crate::policies::{Belady, NativeLru, PolicySpec, Rerank, SimPolicy, Slotted, WasmPolicy};
 use crate::policy_limits::ReplayLimits;
 use crate::prepare::PreparedTrace;
 use crate::scheduler::{RunResult, Sim, SimConfig};
-
-/// A policy to run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PolicySpec {
-    /// vLLM's LRU in the simulator, no Wasm.
-    NativeLru,
-    /// Bélády's offline optimum (needs an LRU run first).
-    Belady,
-    /// A component by name (found by the [`ComponentLookup`]) or path (ending in `.wasm`), with
-    /// `init` configuration.
-    Wasm {
-        name: String,
-        component: String,
-        init: Vec<(String, String)>,
-    },
-}
-
-impl PolicySpec {
-    pub fn name(&self) -> &str {
-        match self {
-            PolicySpec::NativeLru => "lru-native",
-            PolicySpec::Belady => "belady",
-            PolicySpec::Wasm { name, .. } => name,
-        }
-    }
-
-    fn wasm(name: &str, component: &str, init: &[(&str, &str)]) -> Self {
-        PolicySpec::Wasm {
-            name: name.to_string(),
-            component: component.to_string(),
-            init: init.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        }
-    }
-
-    /// Parse a name: `lru`, `ttl`, `cachesage`, `cachesage-evict` (no warm-ups),
-    /// `cachesage-classic` (the published model), `belady`, `lru-native`, or any
-    /// component name the lookup finds — a Wasm one optionally followed by its `init`
-    /// configuration as `:key=value` pairs (`cachesage:w=8:k=2`), so that variants of one component
-    /// can be compared in one run.
-    pub fn parse(name: &str) -> Self {
-        let mut parts = name.split(':');
-        let stem = parts.next().unwrap_or_default();
-        let extra: Vec<(&str, &str)> = parts.filter_map(|kv| kv.split_once('=')).collect();
-        match stem {
-            "lru-native" => PolicySpec::NativeLru,
-            "belady" => PolicySpec::Belady,
-            "cachesage-evict" => {
-                let init: Vec<_> = [("prefetch", "false")].into_iter().chain(extra).collect();
-                Self::wasm(name, "cachesage", &init)
-            }
-            "cachesage-classic" => {
-                let init: Vec<_> = [("model", "classic")].into_iter().chain(extra).collect();
-                Self::wasm(name, "cachesage", &init)
-            }
-            other => Self::wasm(name, other, &extra),
-        }
-    }
-}
 
 /// The policies of the evaluation, in report order.
 pub fn default_policies() -> Vec<PolicySpec> {

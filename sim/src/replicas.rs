@@ -162,12 +162,12 @@ pub fn run_all(
     host: &crate::harness::PolicyHost,
     trace: &PreparedTrace,
     cfg: &SimConfig,
-    policies: &[crate::harness::PolicySpec],
+    policies: &[crate::policies::PolicySpec],
     rerank: crate::policies::Rerank,
     setup: ReplicaSetup,
     mut done: impl FnMut(&RunResult),
 ) -> anyhow::Result<Vec<RunResult>> {
-    use crate::harness::PolicySpec;
+    use crate::policies::PolicySpec;
     let mut results = Vec::new();
     for policy in policies {
         let mut instances: Vec<Box<dyn SimPolicy>> = Vec::new();

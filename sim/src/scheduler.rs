@@ -27,7 +27,7 @@ use std::time::Instant;
 use agentrt_runtime::types::{AgentRegistered, EngineLoad, Event, RequestArrival, RequestFinish, SideEffect, ToolCall};
 
 use crate::audit::EvictionAudit;
-use crate::kv::{KvManager, SeqKv};
+use crate::kv_cache_manager::{KvCacheManager, SeqKv};
 use crate::latency::{LatencyModel, StepWork};
 use crate::policies::{PolicyStats, SimPolicy};
 use crate::prepare::{prompt_tokens, PreparedTrace};
@@ -54,7 +54,7 @@ pub struct SimConfig {
     /// Policy slots beside the cache policy (`sim run --slot NAME=COMPONENT`), in slot order: they
     /// hear every request event and answer through side effects only (merged as `serve` merges
     /// them); the cache policy stays the one that ranks blocks.
-    pub slots: Vec<(String, crate::harness::PolicySpec)>,
+    pub slots: Vec<(String, crate::policies::PolicySpec)>,
     /// vLLM's priority scheduling, with the slots' `set-priority` demotions as request priorities
     /// (`sim run --engine-priorities`, as `serve --engine-priorities` in front of a vLLM started
     /// with `--scheduling-policy priority`). Off: FCFS, and `set-priority` is counted, not used.
@@ -253,7 +253,7 @@ pub struct OpLog<'a> {
 pub struct Sim<'a> {
     cfg: SimConfig,
     trace: &'a PreparedTrace,
-    kv: KvManager,
+    kv: KvCacheManager,
     policy: &'a mut dyn SimPolicy,
     now_ns: u64,
     reqs: Vec<Req>,
@@ -285,7 +285,7 @@ fn us(ns: u64) -> u64 {
 
 impl<'a> Sim<'a> {
     pub fn new(cfg: SimConfig, trace: &'a PreparedTrace, policy: &'a mut dyn SimPolicy) -> Self {
-        let kv = KvManager::new(cfg.num_blocks, trace.block_size);
+        let kv = KvCacheManager::new(cfg.num_blocks, trace.block_size);
         let mut pending = BinaryHeap::new();
         for (s, session) in trace.sessions.iter().enumerate() {
             let first = &trace.requests[session.requests[0] as usize];
@@ -989,7 +989,7 @@ impl<'a> Sim<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::prefix_cache::PoolObserver;
+    use crate::block_pool::PoolObserver;
     use agentrt_runtime::types::SetPriority;
 
     /// A policy that demotes one session from its first `act` on (the part of fair-share this

@@ -2,11 +2,12 @@
 //! beside the cache policy (`sim session-flood`'s setup, with fewer flood documents).
 
 use agentrt_runtime::{ComponentLookup, EmbeddedSet};
-use agentrt_sim::cli::SlotArgs;
-use agentrt_sim::harness::{run_one, PolicyHost, PolicySpec};
+use agentrt_sim::experiments::session_flood::{figures, flood_trace, prepare, SessionFloodArgs};
+use agentrt_sim::harness::{run_one, PolicyHost};
+use agentrt_sim::options::SlotArgs;
+use agentrt_sim::policies::PolicySpec;
 use agentrt_sim::policies::Rerank;
 use agentrt_sim::scheduler::SimConfig;
-use agentrt_sim::session_flood::{figures, flood_trace, prepare, SessionFloodArgs};
 use clap::Parser;
 
 #[derive(Parser)]

@@ -2,7 +2,8 @@
 //! (`<target>/components/*.wasm`, built by `cargo xtask build-policies`).
 
 use agentrt_runtime::{ComponentLookup, EmbeddedSet};
-use agentrt_sim::harness::{run_all, run_one, PolicyHost, PolicySpec};
+use agentrt_sim::harness::{run_all, run_one, PolicyHost};
+use agentrt_sim::policies::PolicySpec;
 use agentrt_sim::policies::Rerank;
 use agentrt_sim::prepare::PreparedTrace;
 use agentrt_sim::scheduler::{RunResult, SimConfig};

@@ -5,8 +5,8 @@
 
 use agentrt_policy_cachesage::shadow::{ShadowLru, Shadowed};
 use agentrt_runtime::types::{BlockOp, Event};
+use agentrt_sim::block_pool::{Block, PoolObserver};
 use agentrt_sim::policies::SimPolicy;
-use agentrt_sim::prefix_cache::{Block, PoolObserver};
 use agentrt_sim::prepare::PreparedTrace;
 use agentrt_sim::scheduler::{Sim, SimConfig};
 use agentrt_sim::workloads::{generate, Workload};

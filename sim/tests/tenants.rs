@@ -2,8 +2,9 @@
 //! through the real host and the real policy components.
 
 use agentrt_runtime::{ComponentLookup, EmbeddedSet, Share};
-use agentrt_sim::harness::{run_all, PolicyHost, PolicySpec};
-use agentrt_sim::noisy_neighbour::with_flood;
+use agentrt_sim::experiments::noisy_neighbour::with_flood;
+use agentrt_sim::harness::{run_all, PolicyHost};
+use agentrt_sim::policies::PolicySpec;
 use agentrt_sim::policies::Rerank;
 use agentrt_sim::prepare::PreparedTrace;
 use agentrt_sim::scheduler::{RunResult, SimConfig};

@@ -47,7 +47,7 @@ enum Command {
     /// Run the built-in policies on a short synthetic multi-agent trace.
     Demo(demo::DemoArgs),
     /// The vLLM-faithful prefix-cache simulator: generate workloads, replay traces, run the table.
-    Sim(agentrt_sim::cli::SimArgs),
+    Sim(Box<agentrt_sim::cli::SimArgs>),
     /// The OpenAI-compatible proxy: agent identity, request events and warm-ups in front of vLLM.
     // Boxed: its flags make it several times larger than the other commands.
     Serve(Box<agentrt_serve::ServeArgs>),
@@ -90,7 +90,7 @@ fn main() -> std::process::ExitCode {
             command: PolicyCommand::Test(args),
         } => policy_test::run(args),
         Command::Demo(args) => demo::run(args, &components),
-        Command::Sim(args) => agentrt_sim::cli::run(args, &components),
+        Command::Sim(args) => agentrt_sim::cli::run(*args, &components),
         Command::Serve(args) => agentrt_serve::run(*args, &components),
     };
     match result {

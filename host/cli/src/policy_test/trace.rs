@@ -12,13 +12,14 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use agentrt_runtime::ComponentLookup;
-use agentrt_sim::cli::{BLOCK_SIZE, DEFAULT_RERANK_MS};
-use agentrt_sim::harness::{run_all, PolicyHost, PolicySpec};
+use agentrt_sim::harness::{run_all, PolicyHost};
+use agentrt_sim::policies::PolicySpec;
 use agentrt_sim::policies::Rerank;
 use agentrt_sim::policy_limits::ReplayLimits;
 use agentrt_sim::prepare::PreparedTrace;
 use agentrt_sim::report::{failure_notes, summarize, PolicySummary};
 use agentrt_sim::scheduler::SimConfig;
+use agentrt_sim::setting::{BLOCK_SIZE, DEFAULT_RERANK_MS};
 use agentrt_sim::trace::Trace;
 use agentrt_sim::workloads::{generate, Workload};
 use anyhow::Context;

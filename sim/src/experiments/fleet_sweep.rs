@@ -8,10 +8,12 @@ use agentrt_runtime::ComponentLookup;
 use anyhow::Context;
 use clap::Args;
 
-use crate::cli::{headline_blocks, progress, ReplayOptions, BLOCK_SIZE};
-use crate::harness::{run_all, PolicySpec};
+use crate::harness::run_all;
+use crate::options::{progress, ReplayOptions};
+use crate::policies::PolicySpec;
 use crate::prepare::PreparedTrace;
 use crate::report::{run_json, summarize, PolicySummary};
+use crate::setting::{headline_blocks, BLOCK_SIZE};
 use crate::workloads::fleet::FleetParams;
 use crate::workloads::{generate, Workload};
 

@@ -22,10 +22,12 @@ use clap::Args;
 
 use agentrt_runtime::{ComponentLookup, Share};
 
-use crate::cli::{headline_blocks, progress, ReplayOptions, BLOCK_SIZE};
-use crate::harness::{run_all, PolicySpec};
+use crate::harness::run_all;
+use crate::options::{progress, ReplayOptions};
+use crate::policies::PolicySpec;
 use crate::prepare::PreparedTrace;
 use crate::report::{summarize, PolicySummary, TenantSummary};
+use crate::setting::{headline_blocks, BLOCK_SIZE};
 use crate::trace::{Segment, Trace, TraceRequest};
 use crate::workloads::{generate, Workload};
 

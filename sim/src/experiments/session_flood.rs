@@ -18,10 +18,12 @@ use clap::Args;
 
 use agentrt_runtime::ComponentLookup;
 
-use crate::cli::{ReplayOptions, BLOCK_SIZE};
-use crate::harness::{run_one, PolicySpec};
+use crate::harness::run_one;
+use crate::options::ReplayOptions;
+use crate::policies::PolicySpec;
 use crate::prepare::PreparedTrace;
 use crate::scheduler::RunResult;
+use crate::setting::BLOCK_SIZE;
 use crate::trace::{Segment, Trace, TraceRequest};
 
 const FLOOD: &str = "flood";
@@ -198,7 +200,7 @@ pub fn run(a: SessionFloodArgs, components: &ComponentLookup) -> anyhow::Result<
     let prepared = prepare(&trace);
     let host = a.replay.host(components)?;
     let policy = PolicySpec::parse(&a.policy);
-    let slots = crate::cli::SlotArgs {
+    let slots = crate::options::SlotArgs {
         slots: vec![a.slot.clone()],
         slot_configs: Vec::new(),
         engine_priorities: true,

@@ -11,7 +11,7 @@
 //!   generated tokens), up to `min(computed + new, num_tokens)`;
 //! - `free` releases a request's blocks tail-first.
 
-use crate::prefix_cache::{BlockId, BlockPool, PoolObserver};
+use crate::block_pool::{BlockId, BlockPool, PoolObserver};
 use crate::tokens::block_hash;
 
 /// One request's KV state (vLLM's `req_to_blocks`, `num_cached_block`, `block_hashes`).
@@ -59,12 +59,12 @@ fn cdiv(a: usize, b: usize) -> usize {
 }
 
 /// The KV cache manager.
-pub struct KvManager {
+pub struct KvCacheManager {
     pub pool: BlockPool,
     pub block_size: usize,
 }
 
-impl KvManager {
+impl KvCacheManager {
     pub fn new(num_blocks: usize, block_size: usize) -> Self {
         Self {
             pool: BlockPool::new(num_blocks),
@@ -158,7 +158,7 @@ impl KvManager {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::prefix_cache::VllmLru;
+    use crate::block_pool::VllmLru;
     use crate::tokens::block_hashes;
 
     fn seq(tokens: &[u32], bs: usize) -> SeqKv {
@@ -170,7 +170,7 @@ mod tests {
 
     #[test]
     fn a_fully_cached_prompt_still_recomputes_its_last_block() {
-        let mut kv = KvManager::new(16, 4);
+        let mut kv = KvCacheManager::new(16, 4);
         let tokens: Vec<u32> = (0..8).collect();
         let mut a = seq(&tokens, 4);
         assert!(kv.allocate_slots(&mut a, 8, &[], true, &mut VllmLru));
@@ -186,7 +186,7 @@ mod tests {
 
     #[test]
     fn output_tokens_complete_and_cache_blocks() {
-        let mut kv = KvManager::new(16, 4);
+        let mut kv = KvCacheManager::new(16, 4);
         let mut a = seq(&[1, 2, 3, 4, 5, 6], 4);
         assert!(kv.allocate_slots(&mut a, 6, &[], true, &mut VllmLru));
         a.num_computed_tokens = 6;
@@ -205,7 +205,7 @@ mod tests {
 
     #[test]
     fn admission_needs_room_for_the_whole_sequence_and_for_free_hit_blocks() {
-        let mut kv = KvManager::new(5, 4); // 4 usable blocks
+        let mut kv = KvCacheManager::new(5, 4); // 4 usable blocks
         let mut a = seq(&(0..12).collect::<Vec<_>>(), 4);
         assert!(kv.allocate_slots(&mut a, 12, &[], true, &mut VllmLru));
         kv.free(&mut a, &mut VllmLru);

@@ -1,0 +1,203 @@
+//! `agentrt sim run`: one trace under every policy — a table, per-tenant figures, optionally
+//! JSON, an eviction log with where each policy's misses came from, or vLLM block-pool
+//! operations for sim/fidelity/.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use agentrt_runtime::{ComponentLookup, Share};
+use anyhow::Context;
+use clap::Args;
+
+use crate::audit::EvictionAudit;
+use crate::harness::{default_policies, run_all};
+use crate::options::{progress, ReplayOptions, SlotArgs};
+use crate::policies::PolicySpec;
+use crate::prepare::PreparedTrace;
+use crate::report::{regret_table, run_json, summarize, table};
+use crate::scheduler::{OpLog, Sim};
+use crate::setting::{headline_blocks, BLOCK_SIZE};
+use crate::trace::Trace;
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[arg(long)]
+    pub trace: PathBuf,
+    /// Cache size in blocks (vLLM's num_gpu_blocks; default: the headline H100 setting).
+    #[arg(long, conflicts_with = "capacity_fraction")]
+    pub capacity_blocks: Option<usize>,
+    /// Cache size as a fraction of the trace's distinct prompt blocks (e.g. 0.05).
+    #[arg(long)]
+    pub capacity_fraction: Option<f64>,
+    #[command(flatten)]
+    pub load: crate::conditions::LoadArgs,
+    /// Comma-separated policies (lru, ttl, cachesage, cachesage-evict, belady, lru-native, or a
+    /// component name); a Wasm one may carry `init` settings as `:key=value`, e.g.
+    /// `cachesage:w=8,cachesage:k=2` compares two variants in one run.
+    #[arg(long, value_delimiter = ',')]
+    pub policies: Option<Vec<String>>,
+    /// Write every figure as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Record every eviction of every policy here (JSON Lines: policy, time, agent, session, kind
+    /// of content, and when a later request asked for it again) and print where each policy's
+    /// misses come from; `--json` then carries each policy's `regret` figures too.
+    #[arg(long)]
+    pub eviction_log: Option<PathBuf>,
+    /// Replay under native LRU and write the block-pool operations for sim/fidelity/ here.
+    #[arg(long)]
+    pub op_log: Option<PathBuf>,
+    /// `TENANT=MIN_BLOCKS[:MAX_BLOCKS]` (repeatable): the tenant's cache share — a guarantee and
+    /// a limit. With any share, each tenant runs its own instance of each policy over its own
+    /// blocks, and the tenant furthest past its limit, else above its guarantee, gives up the
+    /// next victim (tenants not named: no guarantee, no limit). `--json` has per-tenant figures
+    /// either way.
+    #[arg(long = "share", value_name = "TENANT=MIN[:MAX]", value_parser = agentrt_runtime::parse_tenant_share)]
+    pub shares: Vec<(String, Share)>,
+    /// Replicas, each with --capacity-blocks of cache and its own instance of the policy, behind
+    /// --router (docs/replicas.md).
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
+    /// The router in front of several replicas: round-robin, session (sticky hashing), kv
+    /// (Dynamo's KV-aware cost), agentrt (kv plus agentrt's anchor hint).
+    #[arg(long, value_enum, default_value = "kv")]
+    pub router: crate::router_model::RouterKind,
+    #[command(flatten)]
+    pub slots: SlotArgs,
+    #[command(flatten)]
+    pub replay: ReplayOptions,
+}
+
+/// Replay `a.trace` under every policy of `a` and report.
+pub fn run(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
+    let trace = Trace::load(&a.trace)?;
+    let prepared = PreparedTrace::new(&trace, BLOCK_SIZE, a.replay.hide_agents);
+    let blocks = match a.capacity_fraction {
+        Some(f) => crate::conditions::capacity_of(&prepared, f)?,
+        None => a.capacity_blocks.unwrap_or_else(headline_blocks),
+    };
+    let mut cfg = a.replay.config(blocks)?;
+    let load = a.load.settle(&prepared, &mut cfg, |scale, u| {
+        eprintln!("  arrival scale {scale:.3}: LRU utilisation {:.0} %", u * 100.0)
+    })?;
+    if !a.shares.is_empty() {
+        cfg.shares = Some(a.shares.clone());
+    }
+    a.slots.apply(&mut cfg)?;
+    anyhow::ensure!(
+        a.replicas <= 1 || cfg.slots.is_empty(),
+        "--slot is not modelled with several replicas yet"
+    );
+    if let Some(path) = &a.op_log {
+        let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let mut lru = crate::policies::NativeLru;
+        let ops = OpLog {
+            trace: &trace,
+            out: Box::new(std::io::BufWriter::new(file)),
+        };
+        let result = Sim::new(cfg.clone(), &prepared, &mut lru).with_op_log(ops).run()?;
+        println!(
+            "lru-native: {} hit tokens of {} ({:.2}%), op log → {}",
+            result.hit_tokens,
+            result.prompt_tokens,
+            result.hit_rate() * 100.0,
+            path.display()
+        );
+        if a.policies.is_none() && a.json.is_none() {
+            return Ok(());
+        }
+    }
+    let policies: Vec<PolicySpec> = match &a.policies {
+        Some(names) => names.iter().map(|n| PolicySpec::parse(n)).collect(),
+        None => default_policies(),
+    };
+    let host = a.replay.host(components)?;
+    host.preload(&policies)?;
+    let bar = progress(policies.len() as u64);
+    let audit = a.eviction_log.is_some();
+    let step = |r: &crate::scheduler::RunResult| {
+        bar.set_message(format!("{} done", r.policy));
+        bar.inc(1);
+    };
+    let results = if a.replicas > 1 {
+        let rerank = a.replay.rerank();
+        crate::replicas::run_all(
+            &host,
+            &prepared,
+            &cfg,
+            &policies,
+            rerank,
+            crate::replicas::ReplicaSetup {
+                replicas: a.replicas,
+                router: a.router,
+            },
+            step,
+        )?
+    } else {
+        run_all(&host, &prepared, &cfg, &policies, a.replay.rerank(), audit, step)?
+    };
+    bar.finish_and_clear();
+    let summaries = summarize(&results);
+    println!(
+        "{}: {} sessions, {} requests, cache {} blocks × {} tokens, {}, session ends {}{}",
+        a.trace.display(),
+        prepared.sessions.len(),
+        prepared.requests.len(),
+        blocks,
+        BLOCK_SIZE,
+        load.describe(),
+        cfg.session_ends.name(),
+        if a.replicas > 1 {
+            format!(
+                " on each of {} replicas behind the {} router",
+                a.replicas,
+                a.router.name()
+            )
+        } else {
+            String::new()
+        }
+    );
+    print!("{}", table(&summaries));
+    print!("{}", crate::report::tenant_table(&summaries));
+    if cfg.engine_priorities {
+        println!(
+            "\npriority scheduling (--engine-priorities), slots: {}",
+            a.slots.slots.join(", ")
+        );
+        for (name, s) in &summaries {
+            println!(
+                "  {name}: {} set-priority carried out, {} requests arrived demoted",
+                s.priorities_set, s.demoted_requests
+            );
+        }
+    }
+    if let Some(path) = &a.eviction_log {
+        let audits: Vec<&EvictionAudit> = results.iter().filter_map(|r| r.audit.as_ref()).collect();
+        write_eviction_log(path, &prepared, &audits)?;
+        print!("\n{}", regret_table(&prepared, &audits));
+        println!("every eviction → {}", path.display());
+    }
+    if let Some(path) = &a.json {
+        let mut json = run_json(&a.trace.display().to_string(), blocks, BLOCK_SIZE, &summaries);
+        json["time_scale"] = serde_json::json!(load.time_scale);
+        json["arrival_scale"] = serde_json::json!(load.arrival_scale);
+        json["lru_utilisation_target_probe"] = serde_json::json!(load.lru_utilisation);
+        json["session_ends"] = serde_json::json!(cfg.session_ends.name());
+        if a.replicas > 1 {
+            json["replicas"] = serde_json::json!(a.replicas);
+            json["router"] = serde_json::json!(a.router.name());
+        }
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn write_eviction_log(path: &Path, trace: &PreparedTrace, audits: &[&EvictionAudit]) -> anyhow::Result<()> {
+    let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    for audit in audits {
+        audit.write_jsonl(trace, &mut out)?;
+    }
+    out.flush().with_context(|| format!("writing {}", path.display()))
+}

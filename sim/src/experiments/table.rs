@@ -1,0 +1,265 @@
+//! `agentrt sim table`: the six workloads at the headline setting and a capacity sweep under
+//! every default policy — the terminal table, results.json, table.md and the plots.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use agentrt_runtime::ComponentLookup;
+use anyhow::Context;
+use clap::Args;
+
+use crate::harness::{default_policies, run_all};
+use crate::latency::{GpuMemory, LatencyModel};
+use crate::options::{progress, ReplayOptions};
+use crate::policies::PolicySpec;
+use crate::prepare::PreparedTrace;
+use crate::report::{markdown_rows, run_json, summarize, table, PolicySummary, MARKDOWN_HEADER};
+use crate::scheduler::SimConfig;
+use crate::setting::{headline_blocks, BLOCK_SIZE};
+use crate::workloads::{generate, GenParams, Workload};
+
+#[derive(Args, Debug)]
+pub struct TableArgs {
+    /// The short version (1/8 of the sessions, concurrency and cache; two capacities).
+    #[arg(long)]
+    pub quick: bool,
+    /// Workloads to run (default: all six).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub workloads: Option<Vec<Workload>>,
+    /// Capacity sweep as fractions of the headline cache.
+    #[arg(long, value_delimiter = ',')]
+    pub sweep: Option<Vec<f64>>,
+    /// Parallel replays (one per core).
+    #[arg(long, default_value_t = 2)]
+    pub jobs: usize,
+    /// Where results.json, the SVG plots and table.md go.
+    #[arg(long, default_value = "target/sim-table")]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub replay: ReplayOptions,
+}
+
+/// The summaries of one (workload index, capacity, is-headline) unit.
+type UnitResult = (usize, usize, bool, Vec<(String, PolicySummary)>);
+
+/// One (workload, capacity) replay unit of the table.
+struct Unit {
+    workload: usize,
+    blocks: usize,
+    headline: bool,
+}
+
+/// Run the table of `a`: every workload at the headline cache and at each sweep capacity.
+pub fn run(a: TableArgs, components: &ComponentLookup) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let workloads = a.workloads.clone().unwrap_or_else(|| Workload::ALL.to_vec());
+    let scale = if a.quick { 8 } else { 1 };
+    let headline = headline_blocks() / scale;
+    let sweep = a
+        .sweep
+        .clone()
+        .unwrap_or_else(|| if a.quick { vec![0.5, 2.0] } else { vec![0.25, 0.5] });
+    let policies = default_policies();
+    let host = a.replay.host(components)?;
+    host.preload(&policies)?;
+
+    let mut params_used = Vec::new();
+    let mut traces = Vec::new();
+    for w in &workloads {
+        let mut p = w.headline();
+        p.sessions /= scale;
+        p.concurrency /= scale as f64;
+        let trace = generate(*w, &p);
+        traces.push(PreparedTrace::new(&trace, BLOCK_SIZE, a.replay.hide_agents));
+        params_used.push(p);
+    }
+    let mut units = Vec::new();
+    for wi in 0..workloads.len() {
+        units.push(Unit {
+            workload: wi,
+            blocks: headline,
+            headline: true,
+        });
+        for f in &sweep {
+            units.push(Unit {
+                workload: wi,
+                blocks: ((headline as f64) * f).round() as usize,
+                headline: false,
+            });
+        }
+    }
+    // Largest first, so the two workers finish together.
+    units.sort_by_key(|u| std::cmp::Reverse(traces[u.workload].prompt_tokens() as usize * u.blocks.max(1)));
+    let bar = progress((units.len() * policies.len()) as u64);
+    let mut results: Vec<UnitResult> = crate::parallel::run_units(a.jobs, units, |unit| {
+        let trace = &traces[unit.workload];
+        let cfg = a.replay.config(unit.blocks)?;
+        let name = workloads[unit.workload].name();
+        let runs = run_all(&host, trace, &cfg, &policies, a.replay.rerank(), false, |r| {
+            bar.set_message(format!("{name} @ {} blocks: {}", unit.blocks, r.policy));
+            bar.inc(1);
+        })
+        .with_context(|| format!("{name} @ {} blocks", unit.blocks))?;
+        Ok((unit.workload, unit.blocks, unit.headline, summarize(&runs)))
+    })?;
+    bar.finish_and_clear();
+    results.sort_by_key(|(w, b, _, _)| (*w, *b));
+    let wall = started.elapsed().as_secs_f64();
+    write_table_outputs(
+        &a,
+        &workloads,
+        &params_used,
+        &traces,
+        &results,
+        &policies,
+        headline,
+        wall,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_table_outputs(
+    a: &TableArgs,
+    workloads: &[Workload],
+    params: &[GenParams],
+    traces: &[PreparedTrace],
+    results: &[UnitResult],
+    policies: &[PolicySpec],
+    headline: usize,
+    wall: f64,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let names: Vec<String> = policies.iter().map(|p| p.name().to_string()).collect();
+    let wnames: Vec<String> = workloads.iter().map(|w| w.name().to_string()).collect();
+    let mut md = String::new();
+    let mut json_workloads = serde_json::Map::new();
+    let mut bars = Vec::new();
+    let mut caps = Vec::new();
+    let mut series = Vec::new();
+    md.push_str(MARKDOWN_HEADER);
+    for (wi, w) in workloads.iter().enumerate() {
+        let mine: Vec<_> = results.iter().filter(|r| r.0 == wi).collect();
+        let head = mine
+            .iter()
+            .find(|r| r.2)
+            .map(|r| &r.3)
+            .context("headline run missing")?;
+        println!(
+            "\n== {} — {} sessions, {} requests, {:.1} M prompt tokens; cache {} blocks ({} k tokens)",
+            w.name(),
+            traces[wi].sessions.len(),
+            traces[wi].requests.len(),
+            traces[wi].prompt_tokens() as f64 / 1e6,
+            headline,
+            headline * BLOCK_SIZE / 1000
+        );
+        print!("{}", table(head));
+        md.push_str(&markdown_rows(w.name(), head));
+        bars.push(
+            names
+                .iter()
+                .map(|n| head.iter().find(|(p, _)| p == n).map_or(0.0, |(_, s)| s.hit_rate))
+                .collect(),
+        );
+        let points: Vec<_> = mine.iter().map(|r| (r.1, &r.3)).collect();
+        caps.push(points.iter().map(|(b, _)| *b).collect());
+        series.push(
+            names
+                .iter()
+                .map(|n| {
+                    points
+                        .iter()
+                        .map(|(_, s)| s.iter().find(|(p, _)| p == n).map_or(0.0, |(_, x)| x.hit_rate))
+                        .collect()
+                })
+                .collect(),
+        );
+        let sweep: Vec<_> = mine.iter().map(|r| run_json(w.name(), r.1, BLOCK_SIZE, &r.3)).collect();
+        json_workloads.insert(
+            w.name().to_string(),
+            serde_json::json!({
+                "generator": params[wi],
+                "sessions": traces[wi].sessions.len(),
+                "requests": traces[wi].requests.len(),
+                "prompt_tokens": traces[wi].prompt_tokens(),
+                "headline": run_json(w.name(), headline, BLOCK_SIZE, head),
+                "sweep": sweep,
+            }),
+        );
+    }
+    // The targets, over the sweep.
+    let mut verdict = String::from("\nCacheSage vs the targets (all capacities of each workload):\n");
+    for (wi, w) in workloads.iter().enumerate() {
+        let mine: Vec<_> = results.iter().filter(|r| r.0 == wi).collect();
+        let get = |r: &Vec<(String, PolicySummary)>, n: &str| r.iter().find(|(p, _)| p == n).map(|(_, s)| s.clone());
+        let gaps: Vec<f64> = mine
+            .iter()
+            .filter_map(|r| get(&r.3, "cachesage").and_then(|s| s.gap_closed))
+            .collect();
+        let worst = mine
+            .iter()
+            .filter_map(|r| get(&r.3, "cachesage").and_then(|s| s.delta_pp_vs_lru))
+            .fold(f64::INFINITY, f64::min);
+        let head = mine
+            .iter()
+            .find(|r| r.2)
+            .and_then(|r| get(&r.3, "cachesage"))
+            .and_then(|s| s.delta_pp_vs_lru);
+        verdict.push_str(&format!(
+            "  {:<10} headline Δ {:>6} pp   mean gap closed {:>5}   worst Δ {:>6} pp\n",
+            w.name(),
+            head.map_or("–".into(), |d| format!("{d:+.1}")),
+            if gaps.is_empty() {
+                "–".into()
+            } else {
+                format!("{:.0}%", gaps.iter().sum::<f64>() / gaps.len() as f64 * 100.0)
+            },
+            if worst.is_finite() {
+                format!("{worst:+.1}")
+            } else {
+                "–".into()
+            },
+        ));
+    }
+    print!("{verdict}");
+    println!("\n{} replays in {:.1} s", results.len() * policies.len(), wall);
+
+    let memory = GpuMemory::h100_80gb_llama31_8b();
+    let json = serde_json::json!({
+        "quick": a.quick,
+        "hide_agents": a.replay.hide_agents,
+        "rerank_ms": a.replay.rerank_ms,
+        "session_ends": a.replay.config(1)?.session_ends.name(),
+        "block_size": BLOCK_SIZE,
+        "headline_capacity_blocks": headline,
+        "gpu_memory": memory,
+        "kv_tokens": memory.kv_tokens(),
+        "latency_model": LatencyModel::default(),
+        "engine": {"max_num_seqs": SimConfig::new(1).max_num_seqs, "max_batched_tokens": SimConfig::new(1).max_batched_tokens},
+        "wall_s": wall,
+        "workloads": json_workloads,
+    });
+    let json_path = a.out.join("results.json");
+    std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
+    std::fs::write(
+        a.out.join("table.md"),
+        format!("{md}{}", verdict.replace("\n  ", "\n    ")),
+    )?;
+    let title = format!("Token hit rate at the headline cache ({} blocks)", headline);
+    let plots = [
+        ("hit-rate", crate::plot::hit_rate_bars(&title, &wnames, &names, &bars)),
+        (
+            "capacity",
+            crate::plot::capacity_lines("Token hit rate against cache capacity", &wnames, &names, &caps, &series),
+        ),
+    ];
+    for (stem, svg) in &plots {
+        std::fs::write(a.out.join(format!("{stem}.svg")), svg)?;
+        crate::png::write_png(svg, &a.out.join(format!("{stem}.png")))?;
+    }
+    println!(
+        "results → {} (results.json, table.md, hit-rate.svg/.png, capacity.svg/.png)",
+        a.out.display()
+    );
+    Ok(())
+}
