@@ -104,7 +104,9 @@ impl Arc {
         self.most_resident = self.most_resident.max(self.counts[0] + self.counts[1]);
     }
 
-    /// Drop the oldest ghosts while there are more than `c`, or more entries than allowed.
+    /// Drop the oldest ghosts while there are more than `c`, or more entries than allowed; then
+    /// drop stale pairs once they outnumber the live ghosts, so the queue stays within twice the
+    /// ghosts even when the same blocks keep going ghost → T2 → ghost (each turn queues a pair).
     fn trim(&mut self) {
         let c = self.c() as usize;
         while self.counts[2] + self.counts[3] > c || self.entries.len() > self.max_entries {
@@ -117,6 +119,15 @@ impl Arc {
                     self.entries.remove(&hash);
                 }
             }
+        }
+        let live = self.counts[2] + self.counts[3];
+        if self.ghosts.len() > 2 * live + 64 {
+            let entries = &self.entries;
+            self.ghosts.retain(|(hash, stamp)| {
+                entries
+                    .get(hash)
+                    .is_some_and(|e| matches!(e.list, List::B1 | List::B2) && e.ghosted == *stamp)
+            });
         }
     }
 
@@ -313,5 +324,20 @@ mod tests {
         let a = arc.policy();
         assert!(a.counts[2] + a.counts[3] <= 3, "{:?}", a.counts);
         assert_eq!(a.entries.len(), a.counts.iter().sum::<usize>());
+    }
+
+    #[test]
+    fn blocks_cycling_through_a_ghost_list_keep_the_queue_bounded() {
+        let mut arc = Harness::<Arc>::new([]).unwrap();
+        arc.observe(&[load(1000)]);
+        // Each turn: evicted (a ghost), stored again (a ghost hit → T2), evicted (a ghost again).
+        for _ in 0..10_000 {
+            for h in 1..=4 {
+                arc.observe_blocks(&[ev(BlockOp::Stored, h), ev(BlockOp::Removed, h)]);
+            }
+        }
+        let a = arc.policy();
+        assert_eq!(a.counts[2] + a.counts[3], 4);
+        assert!(a.ghosts.len() <= 2 * 4 + 64 + 1, "queue of {} pairs", a.ghosts.len());
     }
 }
