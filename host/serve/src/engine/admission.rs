@@ -206,6 +206,8 @@ impl Inner {
 impl AdmissionQueue {
     /// A queue letting `max_in_flight` requests (at least 1) upstream at once, where a request
     /// waits at most `max_wait`, holding the default [`QueuedBytes`] of waiting bodies.
+    /// (The flags and the test harness use [`Self::with_queued_bytes`]; this module's tests use
+    /// this one.)
     pub fn new(max_in_flight: usize, max_wait: Duration) -> Arc<Self> {
         Self::with_queued_bytes(max_in_flight, max_wait, QueuedBytes::default())
     }
