@@ -105,7 +105,7 @@ impl ApiError {
             shape: ErrorShape::OpenAi,
         }
     }
-    /// 401: no bearer token, or one that names no tenant (or a revoked one).
+    /// 401: the bearer token (API key, admin or metrics token) is missing, unknown or revoked.
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self {
             status: StatusCode::UNAUTHORIZED,

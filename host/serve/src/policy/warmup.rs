@@ -83,7 +83,8 @@ pub struct WarmupDeps {
 }
 
 impl Warmups {
-    /// No warm-up in flight yet, the bucket full (`max_concurrent` tokens).
+    /// Warm-ups under `options`, sent and told of through `deps`; the rate's bucket starts full
+    /// (`max_concurrent` tokens).
     pub fn new(options: WarmupOptions, deps: WarmupDeps) -> Self {
         Self {
             slots: Arc::new(Semaphore::new(options.max_concurrent)),

@@ -62,14 +62,15 @@ pub struct Tenant {
     /// The tenant's name, as `--tenant KEY=NAME` (or the config file) gives it; `default` when
     /// serving without keys. Also the namespace of its slots in the registry.
     pub name: String,
-    /// Its policy in the `kv` slot: the one that sees the engine's cache and answers its
-    /// eviction and routing calls.
+    /// Its KV-cache policy, in the `kv` slot. The engine tenant's (`default`) also ranks the
+    /// engine's blocks for eviction, as does every tenant's under cache shares.
     pub policy: Arc<PolicyHandle>,
     /// The thread that makes the request path's calls to `policy`: a request never waits on it.
     pub worker: PolicyWorker,
     /// Its other slots, in configured order (the side-effect merge order after `kv`).
     pub extra_slots: Vec<ExtraSlot>,
-    /// Its agents (their handles, sessions and anchors), shared with the tasks that warm them up.
+    /// Its agents (their handles, sessions and anchors); the engine tenant's is shared with the
+    /// eviction service, which resolves the agent names vLLM's plugin sends through it.
     pub agents: Arc<AgentDirectory>,
     /// The last prompt shape of each (session, agent): whether a call carries its history forward.
     pub continuations: Continuations,

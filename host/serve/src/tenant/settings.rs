@@ -204,7 +204,8 @@ pub struct ConfigFile {
     /// The file gives no API keys on purpose: every request is the unauthenticated `default`.
     #[serde(default)]
     pub unauthenticated: bool,
-    /// `[defaults]`: the quotas of every tenant without its own, over the quota flags.
+    /// `[defaults]`: every tenant's quotas, replacing the quota flags'; a tenant's own section
+    /// overrides any of them.
     #[serde(default)]
     pub defaults: QuotaSection,
     /// `[tenants.NAME]`: each tenant's keys, admin tokens, share and quotas, by name.
