@@ -36,8 +36,10 @@ pub struct AppConfig {
     /// The tenants, with their registry, default policy and settings (the caller loads the
     /// components).
     pub tenants: Tenants,
-    /// The upstream's base URL (`--upstream`) and the API key sent to it.
+    /// The upstream's base URL (`--upstream`).
     pub upstream: String,
+    /// The API key agentrt sends the upstream as its bearer token; clients' keys are never
+    /// forwarded.
     pub upstream_api_key: Option<String>,
     /// The front door's limits.
     pub limits: Limits,
@@ -49,6 +51,7 @@ pub struct AppConfig {
     pub cache_salt_secret: Option<String>,
     /// `--client-engine-field`.
     pub client_engine_fields: ClientEngineFields,
+    /// How many warm-ups go upstream, and how fast (`--warmup-concurrency`, `--warmup-rate`).
     pub warmup: WarmupOptions,
     /// `--metrics-token`.
     pub metrics_token: Option<String>,
@@ -262,10 +265,12 @@ impl App {
         self.0.router.clone()
     }
 
+    /// The tenants: their settings, and those started so far.
     pub fn tenants(&self) -> &Arc<Tenants> {
         &self.0.tenants
     }
 
+    /// The proxy's own counters.
     pub fn metrics(&self) -> &Arc<ProxyMetrics> {
         &self.0.metrics
     }
@@ -280,10 +285,12 @@ impl App {
         &self.0.feed
     }
 
+    /// The replica routing, when `--replica` gives several upstreams.
     pub fn replicas(&self) -> Option<&Arc<ReplicaRouting>> {
         self.0.replicas.as_ref()
     }
 
+    /// The admission queue, when `--upstream-max-in-flight` sets one.
     pub fn admission(&self) -> Option<&Arc<AdmissionQueue>> {
         self.0.admission.as_ref()
     }

@@ -28,6 +28,7 @@ use crate::tenant::slots::load_extra_slots;
 use crate::tenant::worker::DEFAULT_QUEUE_JOBS;
 use crate::tenant::Tenants;
 
+/// The flags of `agentrt serve`; [`run`] starts the proxy they describe.
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
     /// The upstream OpenAI-compatible server (vLLM), e.g. http://127.0.0.1:8000.
@@ -36,6 +37,7 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// Several upstream replicas behind a router (`--replica`, `--router`, …).
     #[command(flatten)]
     pub replicas: crate::engine::replicas::ReplicaArgs,
     /// Each tenant's policy: a component name (`cachesage`, `lru`, `ttl`; found in
@@ -114,14 +116,19 @@ pub struct ServeArgs {
     /// such fields act on the engine for every tenant (docs/security.md).
     #[arg(long = "client-engine-field", value_name = "FIELD", value_parser = EngineField::parse)]
     pub client_engine_fields: Vec<EngineField>,
+    /// The admission queue in front of the upstream (`--upstream-max-in-flight`, …).
     #[command(flatten)]
     pub admission: crate::engine::admission::AdmissionArgs,
+    /// The front door's limits: connections, timeouts, bytes, request cost.
     #[command(flatten)]
     pub limits: LimitArgs,
+    /// Every policy slot's memory and time limits.
     #[command(flatten)]
     pub policy_limits: PolicyLimitArgs,
+    /// The sizes of each tenant's tables and policy queue.
     #[command(flatten)]
     pub tables: TableArgs,
+    /// Every tenant's quotas, unless `--config` gives its own.
     #[command(flatten)]
     pub quotas: QuotaArgs,
     /// The MCP gateway at `/mcp/SERVER` (docs/mcp.md).
@@ -167,6 +174,7 @@ pub struct QuotaArgs {
 }
 
 impl QuotaArgs {
+    /// The quotas the flags give, each tenant's admission weight 1.
     pub fn quotas(&self) -> Quotas {
         Quotas {
             max_in_flight: self.tenant_max_in_flight,
@@ -207,6 +215,7 @@ pub struct TableArgs {
 }
 
 impl TableArgs {
+    /// The table limits the flags give; an error names a count flag set to 0.
     pub fn limits(&self) -> anyhow::Result<TableLimits> {
         for (flag, value) in [
             ("--max-agents", self.max_agents),
@@ -318,6 +327,8 @@ pub struct LimitArgs {
 }
 
 impl LimitArgs {
+    /// The front door's limits the flags give; an error names a flag set to 0 that needs at
+    /// least 1.
     pub fn limits(&self) -> anyhow::Result<Limits> {
         anyhow::ensure!(self.max_connections > 0, "--max-connections must be at least 1");
         anyhow::ensure!(

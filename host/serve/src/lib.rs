@@ -28,6 +28,8 @@
 //! [`AppConfig`]. [`names`], [`clock`], [`table`] and [`prometheus`] are leaves every layer may
 //! use. `tests/layers.rs` keeps the order: a module may use only the layers before it.
 
+#![warn(missing_docs)]
+
 pub mod admin;
 pub mod app;
 pub mod cli;

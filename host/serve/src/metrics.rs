@@ -88,6 +88,7 @@ impl Refusals {
         self.0[i].fetch_add(1, Relaxed);
     }
 
+    /// Refusals counted for `reason` so far; 0 for a reason not in [`REFUSAL_REASONS`].
     pub fn get(&self, reason: &str) -> u64 {
         REFUSAL_REASONS
             .iter()
@@ -107,23 +108,36 @@ impl Refusals {
     }
 }
 
+/// The proxy's own counters, shown on `/metrics` as `agentrt_proxy_*`.
 #[derive(Default)]
 pub struct ProxyMetrics {
     /// Requests refused by reason ([`REFUSAL_REASONS`]).
     pub refused: Refusals,
-    /// Reloads of `--config` installed, and refused (nothing changed).
+    /// Reloads of `--config` (SIGHUP or `POST /admin/reload`) installed.
     pub reloads_applied: AtomicU64,
+    /// Reloads of `--config` refused: the file did not parse or validate, nothing changed.
     pub reloads_refused: AtomicU64,
 
+    /// Agent-call and completion requests received.
     pub requests: AtomicU64,
+    /// Requests answered with an error status.
     pub requests_failed: AtomicU64,
+    /// Upstream unreachable or failed mid-response.
     pub upstream_errors: AtomicU64,
+    /// Upstream failures that were a connect, first-byte or idle timeout (also counted in
+    /// `upstream_errors`).
     pub upstream_timeouts: AtomicU64,
+    /// Requests refused as malformed.
     pub bad_requests: AtomicU64,
+    /// Streams the client left before the end.
     pub streams_cancelled: AtomicU64,
+    /// Requests being served now (a gauge): told to the policies as arrived, not yet finished.
     pub in_flight: AtomicU64,
+    /// Warm-up requests sent upstream.
     pub warmups_sent: AtomicU64,
+    /// Warm-ups dropped before going upstream (engine busy, rate or quota, unknown anchor).
     pub warmups_skipped: AtomicU64,
+    /// Warm-ups the upstream failed (never retried).
     pub warmups_failed: AtomicU64,
     /// Sessions (or whole tenants: session 0) a policy's `deny` refused from then on.
     pub sessions_denied: AtomicU64,
@@ -131,9 +145,14 @@ pub struct ProxyMetrics {
     pub denied_requests: AtomicU64,
     /// Requests sent with the public cache salt: their anchor is marked public.
     pub public_anchor_requests: AtomicU64,
+    /// Policy `act` calls that failed (their side effects were skipped).
     pub policy_errors: AtomicU64,
+    /// New agents whose anchor size the upstream's `/tokenize` counted in tokens.
     pub anchors_tokenized: AtomicU64,
+    /// New agents whose anchor size is a byte estimate (the upstream did not count it).
     pub anchors_estimated: AtomicU64,
+    /// Sessions reported ended to their policy: silent for `--session-idle-ms`, or forgotten
+    /// from a full session table (`--max-sessions`).
     pub sessions_ended: AtomicU64,
     overhead_buckets: [AtomicU64; OVERHEAD_BUCKETS_US.len()],
     overhead_count: AtomicU64,
@@ -141,6 +160,8 @@ pub struct ProxyMetrics {
 }
 
 impl ProxyMetrics {
+    /// Add `d` to the overhead histogram (`agentrt_proxy_overhead_seconds`): the time from a
+    /// request's body being read to its sending upstream, less its wait in the admission queue.
     pub fn observe_overhead(&self, d: Duration) {
         let us = d.as_micros() as u64;
         for (i, bound) in OVERHEAD_BUCKETS_US.iter().enumerate() {

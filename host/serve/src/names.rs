@@ -18,8 +18,11 @@ pub const DEFAULT_TENANT: &str = "default";
 /// option's errors name it.
 #[derive(Debug, Clone, Copy)]
 pub struct TenantSecret {
+    /// The option, e.g. `--tenant`: errors start with it.
     pub flag: &'static str,
+    /// What stands for the secret in the option's syntax, e.g. `API_KEY` in `API_KEY=TENANT`.
     pub placeholder: &'static str,
+    /// What the secret is called in a sentence, e.g. `API key`.
     pub noun: &'static str,
 }
 

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// A part of the proxy with series for `/metrics`: it writes them, `# HELP` and `# TYPE` lines
 /// included. The route renders a list of reports, in order.
 pub trait Report: Send + Sync {
+    /// Append this part's series to `out`, in the Prometheus text format.
     fn render(&self, out: &mut String);
 }
 

@@ -57,6 +57,7 @@ impl<K: Hash + Eq + Clone, V> LruTable<K, V> {
         self.map.get(key).map(|s| &s.value)
     }
 
+    /// Whether `key` has an entry; its recency is left alone.
     pub fn contains(&self, key: &K) -> bool {
         self.map.contains_key(key)
     }
@@ -90,6 +91,7 @@ impl<K: Hash + Eq + Clone, V> LruTable<K, V> {
         evicted
     }
 
+    /// Take `key`'s entry out, giving its bytes back; `None` if there was none.
     pub fn remove(&mut self, key: &K) -> Option<V> {
         let slot = self.map.remove(key)?;
         self.order.remove(&slot.used);
@@ -115,14 +117,17 @@ impl<K: Hash + Eq + Clone, V> LruTable<K, V> {
         keys
     }
 
+    /// Every entry, in no particular order (not by recency); recency is left alone.
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.map.iter().map(|(k, s)| (k, &s.value))
     }
 
+    /// Entries held.
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
+    /// Whether no entry is held.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }

@@ -48,7 +48,10 @@ use agentrt_runtime::{PolicyError, RegistryError};
 /// the upload limit.
 #[derive(Clone)]
 pub struct AdminState {
+    /// Every tenant, whose policies, stats and forecasts the routes act on; its settings hold
+    /// the admin tokens.
     pub tenants: Arc<Tenants>,
+    /// What `POST /admin/reload` runs; `None` without `--config` (the route answers 409).
     pub reloads: Option<Arc<Reloads>>,
     /// `--max-upload-bytes`.
     pub max_upload_bytes: usize,

@@ -24,8 +24,9 @@ use crate::tenant::Tenants;
 pub struct EngineConfig {
     /// The vLLM plugin's Unix socket (`--eviction-socket`).
     pub eviction_socket: Option<PathBuf>,
-    /// vLLM's KV-event publisher (`--kv-events`) and its replay endpoint.
+    /// vLLM's KV-event publisher (`--kv-events`).
     pub kv_events: Option<String>,
+    /// vLLM's KV-event replay endpoint, for filling sequence gaps (`--kv-events-replay`).
     pub kv_events_replay: Option<String>,
     /// Cache shares by tenant (`--share`, or the config file's); empty: one policy ranks all.
     pub shares: HashMap<String, Share>,

@@ -43,8 +43,9 @@ const MAX_DEMOTION: u32 = 1_000_000;
 /// What `/metrics` shows of the queue.
 #[derive(Debug, Default)]
 pub struct AdmissionMetrics {
-    /// Requests that had to wait, and the sum of their waits (µs).
+    /// Requests that had to wait for a place.
     pub waited: AtomicU64,
+    /// The sum of those requests' waits, in microseconds.
     pub wait_us_sum: AtomicU64,
     /// Requests refused after waiting `--upstream-max-wait-ms`.
     pub timeouts: AtomicU64,
@@ -94,10 +95,17 @@ struct Waiter {
 /// a slot), the tenant's admission weight and the bytes its body holds while it waits.
 #[derive(Debug, Clone)]
 pub struct Applicant {
+    /// How far below 0 its session's `set-priority` put it (0: not demoted); higher waits
+    /// behind its tenant's lower ones (any above 1,000,000 waits as 1,000,000).
     pub demotion: u32,
+    /// The tenant whose line it waits in.
     pub tenant: Arc<str>,
+    /// The tenant's `admission` slot's score for it: higher goes first among the tenant's
+    /// requests of the same demotion.
     pub score: f32,
+    /// The tenant's `admission_weight`: its share of freed places against other tenants'.
     pub weight: u32,
+    /// Bytes of its body, counted against [`QueuedBytes`] while it waits.
     pub bytes: usize,
 }
 
@@ -117,7 +125,9 @@ impl Applicant {
 /// Bytes of waiting bodies the queue holds, in all and per tenant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueuedBytes {
+    /// Bytes of every tenant's waiting bodies together (`--upstream-max-queued-mib`).
     pub total: usize,
+    /// Bytes of one tenant's waiting bodies (`--upstream-max-queued-mib-per-tenant`).
     pub per_tenant: usize,
 }
 
@@ -136,6 +146,7 @@ pub struct AdmissionQueue {
     max_wait: Duration,
     max_queued: QueuedBytes,
     inner: Mutex<Inner>,
+    /// What the queue has done so far, for `/metrics`.
     pub metrics: AdmissionMetrics,
 }
 
@@ -193,6 +204,10 @@ impl Inner {
 }
 
 impl AdmissionQueue {
+    /// A queue letting `max_in_flight` requests (at least 1) upstream at once, where a request
+    /// waits at most `max_wait`, holding the default [`QueuedBytes`] of waiting bodies.
+    /// (The flags and the test harness use [`Self::with_queued_bytes`]; this module's tests use
+    /// this one.)
     pub fn new(max_in_flight: usize, max_wait: Duration) -> Arc<Self> {
         Self::with_queued_bytes(max_in_flight, max_wait, QueuedBytes::default())
     }

@@ -19,6 +19,7 @@ pub struct Tokenizer {
 }
 
 impl Tokenizer {
+    /// A tokenizer asking `upstream` (or, for token ids, a replica) under [`TOKENIZE_TIMEOUT`].
     pub fn new(upstream: Upstream) -> Self {
         Self { upstream }
     }

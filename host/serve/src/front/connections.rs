@@ -96,9 +96,14 @@ pub async fn serve(
 /// The accept loop's counters ([`crate::front::connections`]).
 #[derive(Default)]
 pub struct ConnectionMetrics {
+    /// Client connections open now (a gauge: up on accept, down when the connection ends).
     pub open: AtomicU64,
+    /// Connections accepted and served since start.
     pub accepted: AtomicU64,
+    /// Connections closed at once because [`Limits::max_connections`] were already open.
     pub refused: AtomicU64,
+    /// Connections hyper closed for sending no complete request headers within
+    /// [`Limits::header_read_timeout`].
     pub header_timeouts: AtomicU64,
 }
 

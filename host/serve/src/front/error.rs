@@ -10,8 +10,12 @@ use serde_json::json;
 /// An error response: status, OpenAI error `type`, and a message that says what and where.
 #[derive(Debug)]
 pub struct ApiError {
+    /// The HTTP status the response carries.
     pub status: StatusCode,
+    /// OpenAI's error `type` (e.g. `invalid_request_error`); the Anthropic shape maps it onto
+    /// that API's own types.
     pub kind: &'static str,
+    /// What went wrong and where, for a person; never a secret.
     pub message: String,
     /// The request field the error is about (OpenAI's `param`), when there is one.
     pub param: Option<&'static str>,
@@ -22,6 +26,7 @@ pub struct ApiError {
 /// The error bodies clients' SDKs understand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ErrorShape {
+    /// OpenAI's `{"error": {"message", "type", "param", "code"}}`, on every route but Messages.
     #[default]
     OpenAi,
     /// The Anthropic Messages API's.
@@ -29,6 +34,7 @@ pub enum ErrorShape {
 }
 
 impl ApiError {
+    /// 400: the request itself is wrong (a field, its JSON); the message says which.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self {
             status: StatusCode::BAD_REQUEST,
@@ -38,6 +44,7 @@ impl ApiError {
             shape: ErrorShape::OpenAi,
         }
     }
+    /// 502: the upstream failed (unreachable, an unreadable or oversized reply), not the client.
     pub fn upstream(message: impl Into<String>) -> Self {
         Self {
             status: StatusCode::BAD_GATEWAY,
@@ -98,6 +105,7 @@ impl ApiError {
             shape: ErrorShape::OpenAi,
         }
     }
+    /// 401: the bearer token (API key, admin or metrics token) is missing, unknown or revoked.
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self {
             status: StatusCode::UNAUTHORIZED,
@@ -107,6 +115,7 @@ impl ApiError {
             shape: ErrorShape::OpenAi,
         }
     }
+    /// 404: what the request names (a stored response, a policy slot, a tenant) does not exist.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self {
             status: StatusCode::NOT_FOUND,
@@ -116,6 +125,8 @@ impl ApiError {
             shape: ErrorShape::OpenAi,
         }
     }
+    /// 409: the request cannot be carried out in the server's present state (e.g. a reload with
+    /// no config file to reload).
     pub fn conflict(message: impl Into<String>) -> Self {
         Self {
             status: StatusCode::CONFLICT,
@@ -125,6 +136,8 @@ impl ApiError {
             shape: ErrorShape::OpenAi,
         }
     }
+    /// 403: the caller may not do this: the admin API is disabled, an admin token acts on another
+    /// tenant, or one of the tenant's policies denied the session.
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self {
             status: StatusCode::FORBIDDEN,
@@ -147,6 +160,7 @@ impl ApiError {
         self
     }
 
+    /// The JSON body in this error's [`ErrorShape`]; `code` (OpenAI shape) is the HTTP status.
     pub fn body(&self) -> serde_json::Value {
         match self.shape {
             ErrorShape::OpenAi => json!({ "error": {

@@ -11,6 +11,8 @@ use futures_util::StreamExt;
 
 use crate::front::error::ApiError;
 
+/// How much of the proxy one client or upstream may take; [`Limits::default`] holds the flags'
+/// defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Connections open at once (`--max-connections`); beyond it new ones are closed at once.

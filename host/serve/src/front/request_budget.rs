@@ -22,8 +22,13 @@ pub const HEAVY_BODY_BYTES: usize = 1 << 20;
 /// The per-request bounds (`--max-json-elements`, `--max-request-items`, `--max-request-tools`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestBudget {
+    /// JSON elements (objects, arrays and values) one request body may hold; more get 413
+    /// before the body is parsed (`--max-json-elements`).
     pub max_json_elements: usize,
+    /// Messages (or Responses input items) one request may hold; more get 400
+    /// (`--max-request-items`).
     pub max_items: usize,
+    /// Tools one request may define; more get 400 (`--max-request-tools`).
     pub max_tools: usize,
 }
 
@@ -44,7 +49,10 @@ impl Default for RequestBudget {
 /// Why a request was over its budget: the message, and the reason `/metrics` counts it under.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OverBudget {
+    /// The bound that was passed (`json_elements`, `request_items` or `request_tools`): the
+    /// label the refusal is counted under in `/metrics`.
     pub reason: &'static str,
+    /// For the client: what was over, the bound, and the flag that sets it.
     pub message: String,
 }
 

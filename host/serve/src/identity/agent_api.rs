@@ -14,16 +14,24 @@ use serde_json::{json, Map, Value};
 /// One of the APIs the proxy serves with agent identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AgentApi {
+    /// OpenAI chat completions, `/v1/chat/completions`.
     ChatCompletions,
+    /// The OpenAI Responses API, `/v1/responses`.
     Responses,
+    /// The Anthropic Messages API, `/v1/messages`.
     Messages,
 }
 
 /// What a request's usage says, in one vocabulary.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
+    /// Every prompt token, cached or not (`prompt_tokens`, `input_tokens`; for Messages its
+    /// `input_tokens` plus the cache's read and written tokens).
     pub prompt_tokens: Option<u32>,
+    /// The prompt tokens the engine found in its prefix cache (`cached_tokens`,
+    /// `cache_read_input_tokens`).
     pub cached_tokens: Option<u32>,
+    /// Tokens generated (`completion_tokens`, `output_tokens`).
     pub output_tokens: Option<u32>,
 }
 

@@ -22,11 +22,19 @@ use crate::table::MAX_AGENT_NAME_BYTES;
 /// What the proxy learned about one request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Identity {
+    /// The agent: `x-agent-id`, else the body's `user`, else `anchor-<hash>` (`completions` for
+    /// a plain completion); at most [`MAX_AGENT_NAME_BYTES`].
     pub agent_name: String,
+    /// [`stable_hash`] of the anchor (leading system/developer messages and tools); 0 for a
+    /// plain completion, which has none.
     pub anchor_hash: u64,
     /// Rough size of the anchor in tokens (bytes / 4).
     pub anchor_tokens: u32,
+    /// The session as the client names it: `x-session-id`, else the body's `session_id`, else
+    /// `task-<hash>` of the first user message (`prompt-<hash>` of a completion's prompt).
     pub session_key: String,
+    /// The session id policies and the engine's block tags see: [`stable_hash`] of
+    /// `session_key`, mixed with the tenant's name once [`Identity::scope_to_tenant`] ran.
     pub session: u64,
     /// Rough prompt size in tokens (bytes / 4): the upstream's usage gives the exact figure later.
     pub prompt_tokens: u32,
@@ -35,8 +43,11 @@ pub struct Identity {
 /// The part of a chat request that identifies its agent: leading system/developer messages + tools.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Anchor {
+    /// The leading system/developer messages, in the chat view of the request.
     pub messages: Vec<Value>,
+    /// The request's `tools`, as sent.
     pub tools: Option<Value>,
+    /// The request's `model` (empty if it had none): warm-ups ask the same model.
     pub model: String,
     /// The `cache_salt` the agent's requests went upstream with: its warm-ups must carry it too.
     pub cache_salt: Option<String>,

@@ -25,6 +25,8 @@ pub struct Effects {
 }
 
 impl Effects {
+    /// Effects carried out by `warmups` and, when the vLLM eviction service runs, `pins`; failed
+    /// `act` calls and denied sessions are counted in `metrics`.
     pub fn new(warmups: Arc<Warmups>, pins: Option<Arc<agentrt_vllm::PinTable>>, metrics: Arc<ProxyMetrics>) -> Self {
         Self { warmups, pins, metrics }
     }

@@ -22,6 +22,8 @@ pub struct PolicyFeed {
 }
 
 impl PolicyFeed {
+    /// A feed into `tenants`' slots that also clears ended sessions from `replicas`' hint table
+    /// when there are several replicas.
     pub fn new(tenants: Arc<Tenants>, replicas: Option<Arc<ReplicaRouting>>, metrics: Arc<ProxyMetrics>) -> Self {
         Self {
             tenants,

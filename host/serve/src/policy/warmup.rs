@@ -24,6 +24,8 @@ use crate::metrics::ProxyMetrics;
 use crate::policy::feed::PolicyFeed;
 use crate::tenant::Tenant;
 
+/// How many warm-ups the proxy sends, and when it holds them back
+/// (`--warmup-concurrency`, `--warmup-rate`).
 #[derive(Debug, Clone)]
 pub struct WarmupOptions {
     /// Warm-ups in flight at once.
@@ -44,6 +46,8 @@ impl Default for WarmupOptions {
     }
 }
 
+/// The warm-ups in flight and the limits on them, shared by every tenant: concurrency, rate
+/// (a token bucket), one per (tenant, anchor) at a time.
 pub struct Warmups {
     options: WarmupOptions,
     slots: Arc<Semaphore>,
@@ -63,15 +67,24 @@ pub struct Warmups {
 
 /// What a warm-up needs besides its options: where it goes and whom it tells.
 pub struct WarmupDeps {
+    /// The upstream client and its limits; a warm-up goes to its base URL unless `replicas`
+    /// route it.
     pub upstream: Upstream,
+    /// The replicas a warm-up is routed among, when there are several.
     pub replicas: Option<Arc<ReplicaRouting>>,
+    /// Where the warm-up's own arrival and finish events go (marked as warm-ups).
     pub feed: PolicyFeed,
+    /// The clock the warm-up's events are stamped with.
     pub clock: Clock,
+    /// Where warm-ups sent, skipped and failed are counted.
     pub metrics: Arc<ProxyMetrics>,
+    /// Tag warm-ups in `vllm_xargs` (off for upstreams other than vLLM: `--no-vllm-xargs`).
     pub vllm_xargs: bool,
 }
 
 impl Warmups {
+    /// Warm-ups under `options`, sent and told of through `deps`; the rate's bucket starts full
+    /// (`max_concurrent` tokens).
     pub fn new(options: WarmupOptions, deps: WarmupDeps) -> Self {
         Self {
             slots: Arc::new(Semaphore::new(options.max_concurrent)),

@@ -30,6 +30,7 @@ pub enum EngineField {
 }
 
 impl EngineField {
+    /// Every guarded field, in the order a body is checked (and the error lists them).
     pub const ALL: [EngineField; 3] = [
         EngineField::Priority,
         EngineField::KvTransferParams,
@@ -75,6 +76,7 @@ pub struct ClientEngineFields {
 }
 
 impl ClientEngineFields {
+    /// Let clients set `fields` (each given with `--client-engine-field`); the rest stay guarded.
     pub fn allowing(fields: impl IntoIterator<Item = EngineField>) -> Self {
         Self {
             allowed: fields.into_iter().collect(),

@@ -144,14 +144,18 @@ const MESSAGES: &[(&str, Rule)] = &[
 /// Which API's numbers a body carries: one of the agent APIs, or plain completions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fields {
+    /// One of the agent APIs, each with its own field names and ranges.
     Agent(AgentApi),
+    /// Plain completions, `/v1/completions`.
     Completions,
 }
 
 /// A field refused: which, and why (for the error's message and `param`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BadField {
+    /// The field's name in the body: the error's `param`.
     pub field: &'static str,
+    /// What is wrong with the field, for the client: its value is described, never repeated.
     pub message: String,
 }
 

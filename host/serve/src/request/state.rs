@@ -40,18 +40,25 @@ pub struct BodyOptions {
 /// What the agent-call routes need, one field per capability. Cheap to clone.
 #[derive(Clone)]
 pub struct ProxyState {
+    /// Every tenant: who a request belongs to, and that tenant's policies and tables.
     pub tenants: Arc<Tenants>,
+    /// The upstream requests go to (unless `replicas` place them), under its limits.
     pub upstream: Upstream,
     /// The upstream's `/tokenize`, for new agents' anchor sizes.
     pub tokenizer: Tokenizer,
+    /// How bodies are amended on their way upstream.
     pub body: Arc<BodyOptions>,
     /// At most N requests upstream, the rest waiting (`--upstream-max-in-flight`).
     pub admission: Option<Arc<AdmissionQueue>>,
     /// Several replicas behind a router (`--replica`), else every request goes to `upstream`.
     pub replicas: Option<Arc<ReplicaRouting>>,
+    /// Where each request's arrival and finish events go: the tenant's policies.
     pub feed: PolicyFeed,
+    /// What carries out the tenant's policies' side effects after each arrival and finish.
     pub effects: Arc<Effects>,
+    /// The proxy's own counters (`/metrics`).
     pub metrics: Arc<ProxyMetrics>,
+    /// The clock the policies' events are stamped with.
     pub clock: Clock,
     /// Request ids for the policies' events, from 1.
     pub request_ids: Arc<AtomicU64>,

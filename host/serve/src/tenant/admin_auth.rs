@@ -28,6 +28,7 @@ pub enum AdminTarget<'a> {
 /// Whose token a request carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdminRole {
+    /// The operator (`--admin-token`): may act on every tenant.
     Operator,
     /// The admin of this one tenant.
     TenantAdmin(String),

@@ -205,7 +205,8 @@ impl AgentDirectory {
         self.record_session_at(session, Instant::now())
     }
 
-    pub fn record_session_at(&self, session: u64, now: Instant) -> SessionRecord {
+    /// [`Self::record_session`] at `now`, so the tests set the clock.
+    fn record_session_at(&self, session: u64, now: Instant) -> SessionRecord {
         let mut d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(last) = d.sessions.get_mut(&session) {
             *last = now;

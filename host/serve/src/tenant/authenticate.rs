@@ -12,7 +12,9 @@ use crate::tenant::{Tenant, TenantPermit, Tenants};
 /// A request let in: its tenant, and its place in the tenant's in-flight quota (held until the
 /// request ends; it also carries the revocation of the key the request was made with).
 pub struct Admitted {
+    /// The tenant the request's key names, started if it was new.
     pub tenant: Arc<Tenant>,
+    /// The request's place in the tenant's in-flight quota; dropping it gives the place back.
     pub permit: TenantPermit,
 }
 

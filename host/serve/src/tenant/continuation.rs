@@ -57,6 +57,7 @@ impl PromptShape {
         Self::from_chunks(prompt.as_bytes().chunks(TEXT_CHUNK))
     }
 
+    /// The whole prompt's size in estimated tokens (bytes / 4); 0 for an empty one.
     pub fn tokens(&self) -> u32 {
         self.0.last().map_or(0, |&(_, t)| t)
     }
@@ -87,6 +88,7 @@ impl Default for Continuations {
 }
 
 impl Continuations {
+    /// An empty table bounded by `limits`' shape count and bytes.
     pub fn new(limits: &TableLimits) -> Self {
         Self {
             inner: Mutex::new(LruTable::new(limits.max_shapes, limits.max_shape_bytes)),
@@ -107,6 +109,7 @@ impl Continuations {
         continues
     }
 
+    /// (session, agent) pairs whose last prompt shape is kept.
     pub fn len(&self) -> usize {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
@@ -116,6 +119,7 @@ impl Continuations {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).bytes()
     }
 
+    /// Whether no shape is kept.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -59,12 +59,18 @@ use crate::tenant::worker::{PolicyWorker, DEFAULT_QUEUE_JOBS};
 /// behind its worker), what it knows of its clients (agents, prompt shapes, stored responses),
 /// what its policies decided (verdicts), and its quotas with what they count.
 pub struct Tenant {
+    /// The tenant's name, as `--tenant KEY=NAME` (or the config file) gives it; `default` when
+    /// serving without keys. Also the namespace of its slots in the registry.
     pub name: String,
+    /// Its KV-cache policy, in the `kv` slot. The engine tenant's (`default`) also ranks the
+    /// engine's blocks for eviction, as does every tenant's under cache shares.
     pub policy: Arc<PolicyHandle>,
     /// The thread that makes the request path's calls to `policy`: a request never waits on it.
     pub worker: PolicyWorker,
     /// Its other slots, in configured order (the side-effect merge order after `kv`).
     pub extra_slots: Vec<ExtraSlot>,
+    /// Its agents (their handles, sessions and anchors); the engine tenant's is shared with the
+    /// eviction service, which resolves the agent names vLLM's plugin sends through it.
     pub agents: Arc<AgentDirectory>,
     /// The last prompt shape of each (session, agent): whether a call carries its history forward.
     pub continuations: Continuations,
@@ -143,10 +149,12 @@ impl Tenant {
         self.extra_slots.iter().find(|s| s.name == name).map(|s| &s.policy)
     }
 
+    /// Requests of this tenant admitted and not yet ended.
     pub fn in_flight(&self) -> u64 {
         self.in_flight.load(Relaxed)
     }
 
+    /// Requests refused since start because the tenant had its `--tenant-max-in-flight` in flight.
     pub fn refused(&self) -> u64 {
         self.refused.load(Relaxed)
     }
@@ -157,10 +165,12 @@ impl Tenant {
         self.cached_tokens.fetch_add(u64::from(cached_tokens), Relaxed);
     }
 
+    /// Prompt tokens of the tenant's finished requests, as the engine's `usage` reported them.
     pub fn prompt_tokens(&self) -> u64 {
         self.prompt_tokens.load(Relaxed)
     }
 
+    /// How many of [`Self::prompt_tokens`] the engine found in its prefix cache.
     pub fn cached_tokens(&self) -> u64 {
         self.cached_tokens.load(Relaxed)
     }
@@ -197,10 +207,16 @@ pub const REVOKED: &str =
 
 /// Who a request's headers authenticate: its tenant, and the revocation of the key it used.
 pub struct Caller {
+    /// The tenant's name (`default` when serving without keys).
     pub tenant: String,
+    /// Cancelled when a reload takes the key away from this tenant; hand it to
+    /// [`Tenant::admit_as`].
     pub revoked: CancellationToken,
 }
 
+/// Every tenant of the proxy: the settings that map keys to tenants (replaced whole by a reload),
+/// the tenants started so far, and the policy registry their slots live in. A tenant starts on
+/// its first request, with the default policy component.
 pub struct Tenants {
     registry: Arc<PolicyRegistry>,
     default_policy: Arc<PolicyComponent>,
@@ -224,6 +240,8 @@ pub struct Tenants {
 }
 
 impl Tenants {
+    /// Tenants under `settings`, whose `kv` slots start from `default_policy` with
+    /// `default_config` in `registry`; none starts until it is asked for.
     pub fn new(
         registry: PolicyRegistry,
         default_policy: Arc<PolicyComponent>,
@@ -322,6 +340,7 @@ impl Tenants {
         self
     }
 
+    /// The policy registry every tenant's slots are installed in.
     pub fn registry(&self) -> &PolicyRegistry {
         &self.registry
     }

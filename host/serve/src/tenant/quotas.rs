@@ -56,6 +56,7 @@ pub struct LiveQuotas {
 }
 
 impl LiveQuotas {
+    /// Live quotas starting at `quotas`.
     pub fn new(quotas: Quotas) -> Self {
         Self {
             max_in_flight: AtomicU64::new(quotas.max_in_flight),
@@ -65,6 +66,8 @@ impl LiveQuotas {
         }
     }
 
+    /// Replace every quota (a reload); each check from now on reads the new values. Each quota
+    /// is stored on its own, so a check racing the reload may see old and new ones mixed.
     pub fn set(&self, quotas: Quotas) {
         self.max_in_flight.store(quotas.max_in_flight, Relaxed);
         self.policy_cpu_ms_per_s.store(quotas.policy_cpu_ms_per_s, Relaxed);
@@ -72,6 +75,7 @@ impl LiveQuotas {
         self.admission_weight.store(quotas.admission_weight, Relaxed);
     }
 
+    /// The quotas now.
     pub fn get(&self) -> Quotas {
         Quotas {
             max_in_flight: self.max_in_flight.load(Relaxed),

@@ -27,7 +27,9 @@ use crate::tenant::Tenants;
 /// The config file and the flags it is merged with.
 #[derive(Debug)]
 pub struct Reloader {
+    /// The config file (`--config`), read again on every reload.
     pub path: PathBuf,
+    /// The settings the flags give, read once at start; the file is merged over them each time.
     pub flags: FlagSettings,
     /// Held through a reload: two at once could install the older file last.
     one_at_a_time: std::sync::Mutex<()>,
@@ -38,6 +40,7 @@ pub struct Reloader {
 pub struct Reloaded {
     /// Tenants that API keys name.
     pub tenants: Vec<String>,
+    /// API keys the new settings give, from the file and `--tenant` together.
     pub api_keys: usize,
     /// Tenants with a cache share.
     pub shares: Vec<String>,
@@ -97,6 +100,8 @@ pub struct Reloads {
 }
 
 impl Reloads {
+    /// Reloads that install what `reloader` reads into `tenants` and, when cache shares are on,
+    /// into the engine's `cache`; each outcome is counted in `metrics`.
     pub fn new(
         reloader: Reloader,
         tenants: Arc<Tenants>,

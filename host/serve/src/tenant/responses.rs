@@ -10,6 +10,7 @@ use crate::table::LruTable;
 pub struct StoredResponses(Mutex<LruTable<String, ()>>);
 
 impl StoredResponses {
+    /// An empty table that keeps at most `max_entries` ids (`--max-sessions`).
     pub fn new(max_entries: usize) -> Self {
         Self(Mutex::new(LruTable::new(max_entries, usize::MAX)))
     }

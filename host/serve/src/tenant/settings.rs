@@ -45,6 +45,7 @@ use crate::tenant::quotas::{Quotas, MAX_ADMISSION_WEIGHT};
 pub struct TenantSettings {
     /// API key → tenant; empty: every request belongs to `default`.
     pub keys: HashMap<String, String>,
+    /// The admin API's bearer tokens: the operator's and each tenant admin's.
     pub admin: AdminTokens,
     /// Cache shares by tenant (engine blocks); empty: one policy ranks the whole engine.
     pub shares: HashMap<String, Share>,
@@ -75,11 +76,18 @@ impl TenantSettings {
 /// What the flags give: the settings without a file, and the base a file adds to.
 #[derive(Debug, Clone, Default)]
 pub struct FlagSettings {
+    /// API key → tenant, from `--tenant KEY=TENANT`.
     pub keys: HashMap<String, String>,
+    /// The operator's admin token (`--admin-token`): every route, every tenant.
     pub operator_token: Option<String>,
+    /// Admin token → the one tenant it acts on, from `--tenant-admin TOKEN=TENANT`.
     pub tenant_admin_tokens: HashMap<String, String>,
+    /// Each tenant's share of the engine's KV cache in blocks, from `--share TENANT=MIN[:MAX]`.
     pub shares: HashMap<String, Share>,
+    /// Every tenant's quotas from the quota flags (`--tenant-max-in-flight` and the like); a
+    /// file's `[defaults]` replace them.
     pub defaults: Quotas,
+    /// Anchor hashes whose requests carry the public cache salt, from `--public-anchor`.
     pub public_anchors: HashSet<u64>,
 }
 
@@ -196,10 +204,14 @@ pub struct ConfigFile {
     /// The file gives no API keys on purpose: every request is the unauthenticated `default`.
     #[serde(default)]
     pub unauthenticated: bool,
+    /// `[defaults]`: every tenant's quotas, replacing the quota flags'; a tenant's own section
+    /// overrides any of them.
     #[serde(default)]
     pub defaults: QuotaSection,
+    /// `[tenants.NAME]`: each tenant's keys, admin tokens, share and quotas, by name.
     #[serde(default)]
     pub tenants: BTreeMap<String, TenantSection>,
+    /// `[public]`: what every tenant shares cache blocks for.
     #[serde(default)]
     pub public: PublicSection,
 }
@@ -208,6 +220,8 @@ pub struct ConfigFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PublicSection {
+    /// Anchor hashes (16 hex digits each) whose requests carry the public cache salt, added to
+    /// `--public-anchor`'s.
     #[serde(default)]
     pub anchors: Vec<String>,
 }
@@ -305,16 +319,24 @@ pub fn elide_values(message: &str, keep: &[&str]) -> String {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TenantSection {
+    /// Bearer keys whose requests belong to this tenant; each key names one tenant only.
     #[serde(default)]
     pub api_keys: Vec<String>,
+    /// Admin tokens that act on this tenant's admin routes only.
     #[serde(default)]
     pub admin_tokens: Vec<String>,
+    /// The tenant's share of the engine's KV cache; not also a `--share` flag for it.
     pub share: Option<ShareSection>,
     // The quotas' fields, spelled out rather than `#[serde(flatten)]`: flattening loses the
     // position of an unknown field, and an error must say which line is wrong.
+    /// Requests in flight ([`Quotas::max_in_flight`]); else `[defaults]`'.
     pub max_in_flight: Option<u64>,
+    /// Milliseconds of policy calls per second ([`Quotas::policy_cpu_ms_per_s`]); else
+    /// `[defaults]`'.
     pub policy_cpu_ms_per_s: Option<u32>,
+    /// Prompt tokens of warm-ups per second ([`Quotas::warmup_tokens_per_s`]); else `[defaults]`'.
     pub warmup_tokens_per_s: Option<u64>,
+    /// Weight in the admission queue ([`Quotas::admission_weight`]); else `[defaults]`'.
     pub admission_weight: Option<u32>,
 }
 
@@ -333,7 +355,10 @@ impl TenantSection {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShareSection {
+    /// Blocks of the engine's KV cache the tenant is guaranteed.
     pub min_blocks: u64,
+    /// The tenant's limit in blocks: past it, its blocks are evicted first. At least
+    /// `min_blocks`; without it, no limit.
     pub max_blocks: Option<u64>,
 }
 
@@ -352,9 +377,14 @@ impl ShareSection {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QuotaSection {
+    /// Requests in flight ([`Quotas::max_in_flight`]).
     pub max_in_flight: Option<u64>,
+    /// Milliseconds of policy calls per second ([`Quotas::policy_cpu_ms_per_s`]).
     pub policy_cpu_ms_per_s: Option<u32>,
+    /// Prompt tokens of warm-ups per second ([`Quotas::warmup_tokens_per_s`]).
     pub warmup_tokens_per_s: Option<u64>,
+    /// Weight in the admission queue ([`Quotas::admission_weight`]); 1 to
+    /// [`MAX_ADMISSION_WEIGHT`].
     pub admission_weight: Option<u32>,
 }
 

@@ -15,8 +15,11 @@ use crate::tenant::worker::PolicyWorker;
 /// A policy slot of a tenant besides `kv` (`--slot NAME=COMPONENT`): the same events, its own
 /// instance, worker and limits, swappable alone.
 pub struct ExtraSlot {
+    /// The slot's name: the `NAME` of `--slot NAME=COMPONENT`, under which the registry holds it.
     pub name: String,
+    /// The slot's running policy.
     pub policy: Arc<PolicyHandle>,
+    /// The thread that makes the request path's calls to `policy`, with its own queue.
     pub worker: PolicyWorker,
 }
 

@@ -52,18 +52,24 @@ pub struct WorkerStats {
 }
 
 impl WorkerStats {
+    /// Jobs waiting or running now.
     pub fn queued(&self) -> u64 {
         self.queued.load(Relaxed)
     }
+    /// Events given to the policy since start.
     pub fn observed(&self) -> u64 {
         self.observed.load(Relaxed)
     }
+    /// Events dropped since start because the queue was full.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Relaxed)
     }
+    /// `observe` calls the policy failed since start.
     pub fn failed(&self) -> u64 {
         self.failed.load(Relaxed)
     }
+    /// Events dropped and `act` calls skipped since start because the tenant's policy had spent
+    /// its time budget (`policy_cpu_ms_per_s`).
     pub fn throttled(&self) -> u64 {
         self.throttled.load(Relaxed)
     }
@@ -109,6 +115,7 @@ impl PolicyWorker {
         })
     }
 
+    /// What the worker has done so far, for `/metrics`.
     pub fn stats(&self) -> &WorkerStats {
         &self.stats
     }

@@ -22,6 +22,7 @@ impl Lease {
         &self.url
     }
 
+    /// The replica the request was placed on.
     pub fn replica(&self) -> ReplicaId {
         self.route.replica
     }

@@ -42,6 +42,9 @@ struct Counts {
     retried: AtomicU64,
 }
 
+/// Where each request and warm-up goes among several replicas: the replicas, the router (with
+/// its fallback), agentrt's placement hints, each replica's requests in flight and the replicas
+/// left out for failing.
 pub struct ReplicaRouting {
     replicas: Replicas,
     router: Arc<FallbackRouter>,
@@ -118,6 +121,7 @@ impl ReplicaRouting {
         })))
     }
 
+    /// The replicas, as `--replica NAME=URL` gave them.
     pub fn replicas(&self) -> &Replicas {
         &self.replicas
     }

@@ -77,6 +77,8 @@ impl RouteInput {
         }
     }
 
+    /// The same input for the request's `session` (its tenant-scoped id), which the fallback's
+    /// session-sticky hashing routes by.
     pub fn with_session(mut self, session: u64) -> Self {
         self.session = session;
         self
