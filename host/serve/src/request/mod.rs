@@ -1,8 +1,8 @@
 //! One agent call, step by step: the OpenAI-compatible routes — chat completions, Responses,
 //! Messages, completions, models — and what they share. A request is admitted from its headers
 //! ([`crate::tenant::authenticate`]), its body read under `--max-body-bytes` and prepared once
-//! ([`prepare`]), sent on ([`forward`]: the policies told, admission, replica, upstream), relayed
-//! ([`relay`]) and its end reported ([`finish`]). Policy calls never fail a request: a failing
+//! (`prepare`), sent on (`forward`: the policies told, admission, replica, upstream), relayed
+//! (`relay`) and its end reported (`finish`). Policy calls never fail a request: a failing
 //! policy is logged, counted and bypassed.
 
 pub mod engine_fields;

@@ -290,7 +290,7 @@ impl Tenants {
     /// Replace the settings (a reload): requests from now on see the new keys and tokens, and
     /// every live tenant's quotas change in place. Requests in flight under a key the new
     /// settings no longer give (to the same tenant) are cancelled, and a tenant that keys
-    /// reached before and none reaches now is stopped ([`Self::stop`]); returns those tenants.
+    /// reached before and none reaches now is stopped (`stop`); returns those tenants.
     pub fn replace_settings(&self, settings: TenantSettings) -> Vec<String> {
         // No tenant starts meanwhile with the old quotas.
         let _starting = self.starting.lock().unwrap_or_else(|p| p.into_inner());
