@@ -58,6 +58,18 @@ impl EmbeddedSet {
         self.components.iter().find(|c| c.name == name).copied()
     }
 
+    /// The file `component` was embedded from, when it still exists and holds other bytes: a
+    /// policy rebuilt after the binary, which the embedded copy would silently stand in for.
+    /// (The embedded copy still wins the lookup: the build folder may be writable by others.)
+    fn rebuilt_since(&self, component: &EmbeddedComponent) -> Option<PathBuf> {
+        if self.built_from.is_empty() {
+            return None;
+        }
+        let path = Path::new(self.built_from).join(component_file_name(component.name));
+        let bytes = std::fs::read(&path).ok()?;
+        (bytes != component.bytes).then_some(path)
+    }
+
     fn names(&self) -> Vec<&'static str> {
         self.components.iter().map(|c| c.name).collect()
     }
@@ -202,6 +214,14 @@ impl ComponentLookup {
                 Place::Embedded { set, only } => {
                     if only.is_none_or(|only| only == name) {
                         if let Some(component) = set.get(name) {
+                            if let Some(rebuilt) = set.rebuilt_since(&component) {
+                                tracing::warn!(
+                                    "policy `{name}`: running the copy built into this binary, but {} has been \
+                                     rebuilt since; rebuild agentrt (`cargo build`) to run the new one, or pass \
+                                     its path",
+                                    rebuilt.display()
+                                );
+                            }
                             return Ok(ComponentSource::Embedded(component));
                         }
                     }
@@ -372,6 +392,30 @@ mod tests {
         // Each place is looked up by name: another name still comes from where it is.
         let ttl = layout.put("tree", "ttl");
         assert_eq!(file(lookup.find("ttl").unwrap()), ttl);
+    }
+
+    #[test]
+    fn an_embedded_copy_older_than_its_build_folder_is_noticed() {
+        let layout = Layout::new();
+        let built_from = layout.dir("built");
+        std::fs::create_dir_all(&built_from).unwrap();
+        let from: &'static str = Box::leak(built_from.display().to_string().into_boxed_str());
+        let set = EmbeddedSet {
+            components: &[EmbeddedComponent {
+                name: "lru",
+                bytes: b"embedded lru",
+            }],
+            built_from: from,
+        };
+        let lru = set.get("lru").unwrap();
+        // The folder no longer has it (another machine): nothing to say.
+        assert_eq!(set.rebuilt_since(&lru), None);
+        // The same bytes: the binary is up to date.
+        std::fs::write(built_from.join("lru.wasm"), b"embedded lru").unwrap();
+        assert_eq!(set.rebuilt_since(&lru), None);
+        // Rebuilt since: named.
+        std::fs::write(built_from.join("lru.wasm"), b"rebuilt lru").unwrap();
+        assert_eq!(set.rebuilt_since(&lru), Some(built_from.join("lru.wasm")));
     }
 
     #[test]
