@@ -72,7 +72,13 @@ fn main() -> anyhow::Result<()> {
                 let (s, items) = evict(&mut pool, &mut policy, EVICTIONS, &mut next);
                 let failed = policy.stats().failed_calls - failed_before;
                 let note = if failed > 0 {
-                    format!(" ({failed} rankings failed: {:?})", policy.stats().failures)
+                    let how: Vec<String> = policy
+                        .stats()
+                        .failures
+                        .iter()
+                        .map(|(what, n)| format!("{what} ×{n}"))
+                        .collect();
+                    format!(" ({failed} rankings failed: {})", how.join(", "))
                 } else {
                     String::new()
                 };
