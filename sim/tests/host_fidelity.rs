@@ -128,7 +128,7 @@ impl Driver {
     }
 
     fn complete_a_store(&mut self) {
-        let i = self.rng.range(0, self.stores_in_flight.len() as u64) as usize;
+        let i = self.rng.range(0, self.stores_in_flight.len() as u64 - 1) as usize;
         let keys = self.stores_in_flight.swap_remove(i);
         let ok = !self.rng.chance(0.03);
         self.pool.complete_store(&keys, ok);
@@ -159,13 +159,20 @@ fn ops_for(policy: HostPolicyKind, seed: u64) -> (Vec<Value>, Counts) {
             });
             next_id += 1;
         }
-        if !d.stores_in_flight.is_empty() && d.rng.chance(0.5) {
+        // Phases of fast and slow copies: loads need completed stores, refusals a pool full of
+        // write-pending chunks.
+        let copy_rate = if (d.out.len() / 500).is_multiple_of(2) {
+            0.9
+        } else {
+            0.4
+        };
+        if !d.stores_in_flight.is_empty() && d.rng.chance(copy_rate) {
             d.complete_a_store();
         }
         if live.is_empty() {
             continue;
         }
-        let i = d.rng.range(0, live.len() as u64) as usize;
+        let i = d.rng.range(0, live.len() as u64 - 1) as usize;
         let mut r = live.swap_remove(i);
         if !r.looked_up {
             d.admit(&mut r);

@@ -64,15 +64,15 @@ impl HostPolicyKind {
 
 /// A host-tier cache policy.
 pub enum HostPolicy {
-    Lru(Lru),
-    Arc(Arc),
+    Lru(LruPolicy),
+    Arc(Box<ArcPolicy>),
 }
 
 impl HostPolicy {
     pub fn new(kind: HostPolicyKind, capacity: usize) -> Self {
         match kind {
-            HostPolicyKind::Lru => Self::Lru(Lru::default()),
-            HostPolicyKind::Arc => Self::Arc(Arc::new(capacity)),
+            HostPolicyKind::Lru => Self::Lru(LruPolicy::default()),
+            HostPolicyKind::Arc => Self::Arc(Box::new(ArcPolicy::new(capacity))),
         }
     }
 
@@ -134,7 +134,7 @@ impl HostPolicy {
 
 /// vLLM 0.32's `LRUCachePolicy`.
 #[derive(Default)]
-pub struct Lru {
+pub struct LruPolicy {
     /// Current rank of every resident key.
     ranks: FastMap<u64>,
     /// Evictable keys by current rank (ranks are unique): the heap's valid entries, in order.
@@ -142,7 +142,7 @@ pub struct Lru {
     next_rank: u64,
 }
 
-impl Lru {
+impl LruPolicy {
     fn insert(&mut self, key: HostKey) {
         self.next_rank += 1;
         self.ranks.insert(key, self.next_rank);
@@ -263,7 +263,7 @@ impl OrderedKeys {
 }
 
 /// vLLM 0.32's `ARCCachePolicy`.
-pub struct Arc {
+pub struct ArcPolicy {
     capacity: usize,
     target_t1: f64,
     t1: OrderedKeys,
@@ -272,7 +272,7 @@ pub struct Arc {
     b2: OrderedKeys,
 }
 
-impl Arc {
+impl ArcPolicy {
     fn new(capacity: usize) -> Self {
         Self {
             capacity,
