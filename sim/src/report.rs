@@ -527,6 +527,47 @@ pub fn regret_table(trace: &PreparedTrace, audits: &[&EvictionAudit]) -> String 
 mod tests {
     use super::*;
 
+    #[test]
+    fn host_tier_figures_appear_only_when_a_host_tier_ran() {
+        let plain = summarize(&[run("lru", 300)]);
+        assert_eq!(host_table(&plain), "");
+        let json = run_json("t", 10, 16, &plain);
+        assert!(
+            json["policies"]["lru"].get("host").is_none(),
+            "JSON without a host tier is unchanged"
+        );
+
+        let mut r = run("lru", 300);
+        r.host = Some(crate::offload::HostTierFigures {
+            policy: "arc".to_string(),
+            blocks: 40,
+            hit_tokens: 200,
+            loads: 2,
+            loaded_blocks: 13,
+            loaded_bytes: 13 << 21,
+            load_wait_us: 6000.0,
+            ..Default::default()
+        });
+        let with = summarize(&[r]);
+        let h = with[0].1.host.as_ref().unwrap();
+        assert_eq!((h.gpu_hit_rate, h.host_hit_rate), (0.3, 0.2));
+        assert_eq!(
+            h.recomputed_tokens, 500,
+            "1000 prompt tokens − 300 GPU hits − 200 loaded"
+        );
+        assert_eq!(h.load_wait_ms_mean, 3.0);
+        let table = host_table(&with);
+        let row = table.lines().nth(1).unwrap();
+        for figure in ["arc", "30.0", "20.0", "50.0", "500", "0.03"] {
+            assert!(
+                row.split_whitespace().any(|w| w == figure),
+                "{figure} missing from {row:?}"
+            );
+        }
+        let json = run_json("t", 10, 16, &with);
+        assert_eq!(json["policies"]["lru"]["host"]["host_hit_tokens"], 200);
+    }
+
     fn run(policy: &str, hit: u64) -> RunResult {
         RunResult {
             policy: policy.to_string(),
