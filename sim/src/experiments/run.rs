@@ -277,3 +277,45 @@ fn write_eviction_log(path: &Path, trace: &PreparedTrace, audits: &[&EvictionAud
     }
     out.flush().with_context(|| format!("writing {}", path.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: super::RunArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(["sim-run", "--trace", "t.jsonl"].iter().chain(args))
+    }
+
+    #[test]
+    fn host_tier_flags_parse_and_are_off_by_default() {
+        let plain = parse(&[]).unwrap();
+        assert!(plain.run.host_tier.config().unwrap().is_none());
+        let on = parse(&[
+            "--host-blocks",
+            "113292",
+            "--host-policy",
+            "arc",
+            "--host-bandwidth-gbps",
+            "25",
+        ])
+        .unwrap();
+        let cfg = on.run.host_tier.config().unwrap().unwrap();
+        assert_eq!(
+            (cfg.blocks, cfg.policy.name(), cfg.h2d_bytes_per_s),
+            (113_292, "arc", 25e9)
+        );
+        assert!(
+            parse(&["--host-policy", "arc"]).is_err(),
+            "a host policy needs --host-blocks"
+        );
+        let bad = parse(&["--host-blocks", "8", "--host-policy", "fifo"]).unwrap();
+        let err = bad.run.host_tier.config().unwrap_err().to_string();
+        assert!(err.contains("--host-policy") && err.contains("fifo"), "{err}");
+    }
+}
