@@ -101,6 +101,37 @@ impl KvCacheManager {
         full_sequence_must_fit: bool,
         obs: &mut dyn PoolObserver,
     ) -> bool {
+        self.allocate(seq, num_new_tokens, new_computed, full_sequence_must_fit, true, obs)
+    }
+
+    /// `allocate_slots` for a request whose next `external_tokens` tokens are loaded from the
+    /// host tier (`num_external_computed_tokens`, `delay_cache_blocks=True`): slots up to the end
+    /// of the load, the whole sequence must fit, and nothing is cached until the load completes
+    /// ([`KvCacheManager::cache_loaded`]).
+    pub fn allocate_for_load(
+        &mut self,
+        seq: &mut SeqKv,
+        external_tokens: u32,
+        new_computed: &[BlockId],
+        obs: &mut dyn PoolObserver,
+    ) -> bool {
+        self.allocate(seq, external_tokens, new_computed, true, false, obs)
+    }
+
+    /// The scheduler's `cache_blocks(request, num_computed_tokens)` once a load completed.
+    pub fn cache_loaded(&mut self, seq: &mut SeqKv, num_computed_tokens: u32, obs: &mut dyn PoolObserver) {
+        self.cache_blocks(seq, num_computed_tokens as usize / self.block_size, obs);
+    }
+
+    fn allocate(
+        &mut self,
+        seq: &mut SeqKv,
+        num_new_tokens: u32,
+        new_computed: &[BlockId],
+        full_sequence_must_fit: bool,
+        cache: bool,
+        obs: &mut dyn PoolObserver,
+    ) -> bool {
         let total_computed = seq.num_computed_tokens as usize + new_computed.len() * self.block_size;
         let free = self.pool.num_free();
         if full_sequence_must_fit && self.blocks_needed(seq, seq.num_tokens as usize, new_computed) > free {
@@ -124,8 +155,10 @@ impl KvCacheManager {
             let fresh = self.pool.allocate(required - seq.blocks.len(), obs);
             seq.blocks.extend(fresh);
         }
-        let to_cache = need_slots.min(seq.num_tokens as usize);
-        self.cache_blocks(seq, to_cache / self.block_size, obs);
+        if cache {
+            let to_cache = need_slots.min(seq.num_tokens as usize);
+            self.cache_blocks(seq, to_cache / self.block_size, obs);
+        }
         true
     }
 

@@ -24,6 +24,7 @@ pub mod harness;
 pub mod import;
 pub mod kv_cache_manager;
 pub mod latency;
+pub mod offload;
 pub mod options;
 pub mod parallel;
 pub mod plot;

@@ -75,6 +75,65 @@ pub struct PolicySummary {
     pub regret: Option<RegretSummary>,
     /// The same hit figures per tenant (a trace without tenants has one, `default`).
     pub tenants: std::collections::BTreeMap<String, TenantSummary>,
+    /// The host tier's figures, when the replay had one (`--host-blocks`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostTierSummary>,
+}
+
+/// What the host tier did under one policy: where prompt tokens came from.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct HostTierSummary {
+    /// vLLM's host cache policy (lru, arc) and the pool's size in blocks.
+    pub host_policy: String,
+    pub host_blocks: usize,
+    /// Prompt tokens hit in the GPU cache, loaded from the host tier, and computed (neither),
+    /// as fractions of prompt tokens (trace requests, at first admission).
+    pub gpu_hit_rate: f64,
+    pub host_hit_rate: f64,
+    pub host_hit_tokens: u64,
+    pub recomputed_tokens: u64,
+    pub loads: u64,
+    pub loaded_blocks: u64,
+    pub loaded_bytes: u64,
+    pub stored_bytes: u64,
+    /// Warm-ups whose anchor came (partly) from the host tier.
+    pub warmup_loads: u64,
+    /// Store offers refused because nothing in the host pool could be evicted (retried).
+    pub refused_offers: u64,
+    pub host_evictions: u64,
+    /// Mean time from a load's admission to the step that computed the rest (ms).
+    pub load_wait_ms_mean: f64,
+}
+
+fn host_summary(r: &RunResult) -> Option<HostTierSummary> {
+    let h = r.host.as_ref()?;
+    let rate = |t: u64| {
+        if r.prompt_tokens == 0 {
+            0.0
+        } else {
+            t as f64 / r.prompt_tokens as f64
+        }
+    };
+    Some(HostTierSummary {
+        host_policy: h.policy.clone(),
+        host_blocks: h.blocks,
+        gpu_hit_rate: r.hit_rate(),
+        host_hit_rate: rate(h.hit_tokens),
+        host_hit_tokens: h.hit_tokens,
+        recomputed_tokens: r.prompt_tokens.saturating_sub(r.hit_tokens + h.hit_tokens),
+        loads: h.loads,
+        loaded_blocks: h.loaded_blocks,
+        loaded_bytes: h.loaded_bytes,
+        stored_bytes: h.stored_bytes,
+        warmup_loads: h.warmup_loads,
+        refused_offers: h.refused_offers,
+        host_evictions: h.evictions,
+        load_wait_ms_mean: if h.loads == 0 {
+            0.0
+        } else {
+            h.load_wait_us / h.loads as f64 / 1000.0
+        },
+    })
 }
 
 /// One tenant's hit figures under one policy.
@@ -191,6 +250,7 @@ pub fn summarize(results: &[RunResult]) -> Vec<(String, PolicySummary)> {
                         (t.name.clone(), figures)
                     })
                     .collect(),
+                host: host_summary(r),
             };
             (r.policy.clone(), summary)
         })
@@ -324,6 +384,51 @@ pub fn table(summaries: &[(String, PolicySummary)]) -> String {
     out
 }
 
+/// Where prompt tokens came from when a host tier was on (empty otherwise): GPU hits, host-tier
+/// loads, recomputed, and the bytes moved.
+pub fn host_table(summaries: &[(String, PolicySummary)]) -> String {
+    if summaries.iter().all(|(_, s)| s.host.is_none()) {
+        return String::new();
+    }
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let mut out = format!(
+        "{:<16} {:>6} {:>9} {:>10} {:>10} {:>14} {:>10} {:>10} {:>8} {:>9} {:>8} {:>10} {:>10}\n",
+        "host tier",
+        "policy",
+        "GPU hit %",
+        "host hit %",
+        "all hit %",
+        "recomputed tok",
+        "loaded GiB",
+        "stored GiB",
+        "loads",
+        "warm load",
+        "refused",
+        "evicted",
+        "wait ms"
+    );
+    for (name, s) in summaries {
+        let Some(h) = &s.host else { continue };
+        out.push_str(&format!(
+            "{:<16} {:>6} {:>9.1} {:>10.1} {:>10.1} {:>14} {:>10.2} {:>10.2} {:>8} {:>9} {:>8} {:>10} {:>10.2}\n",
+            name,
+            h.host_policy,
+            h.gpu_hit_rate * 100.0,
+            h.host_hit_rate * 100.0,
+            (h.gpu_hit_rate + h.host_hit_rate) * 100.0,
+            h.recomputed_tokens,
+            gib(h.loaded_bytes),
+            gib(h.stored_bytes),
+            h.loads,
+            h.warmup_loads,
+            h.refused_offers,
+            h.host_evictions,
+            h.load_wait_ms_mean
+        ));
+    }
+    out
+}
+
 /// One line per policy that failed during the replay, saying how and what it did to its figures:
 /// a broken policy must not pass for a weak one.
 pub fn failure_notes(summaries: &[(String, PolicySummary)]) -> String {
@@ -421,6 +526,47 @@ pub fn regret_table(trace: &PreparedTrace, audits: &[&EvictionAudit]) -> String 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_tier_figures_appear_only_when_a_host_tier_ran() {
+        let plain = summarize(&[run("lru", 300)]);
+        assert_eq!(host_table(&plain), "");
+        let json = run_json("t", 10, 16, &plain);
+        assert!(
+            json["policies"]["lru"].get("host").is_none(),
+            "JSON without a host tier is unchanged"
+        );
+
+        let mut r = run("lru", 300);
+        r.host = Some(crate::offload::HostTierFigures {
+            policy: "arc".to_string(),
+            blocks: 40,
+            hit_tokens: 200,
+            loads: 2,
+            loaded_blocks: 13,
+            loaded_bytes: 13 << 21,
+            load_wait_us: 6000.0,
+            ..Default::default()
+        });
+        let with = summarize(&[r]);
+        let h = with[0].1.host.as_ref().unwrap();
+        assert_eq!((h.gpu_hit_rate, h.host_hit_rate), (0.3, 0.2));
+        assert_eq!(
+            h.recomputed_tokens, 500,
+            "1000 prompt tokens − 300 GPU hits − 200 loaded"
+        );
+        assert_eq!(h.load_wait_ms_mean, 3.0);
+        let table = host_table(&with);
+        let row = table.lines().nth(1).unwrap();
+        for figure in ["arc", "30.0", "20.0", "50.0", "500", "0.03"] {
+            assert!(
+                row.split_whitespace().any(|w| w == figure),
+                "{figure} missing from {row:?}"
+            );
+        }
+        let json = run_json("t", 10, 16, &with);
+        assert_eq!(json["policies"]["lru"]["host"]["host_hit_tokens"], 200);
+    }
 
     fn run(policy: &str, hit: u64) -> RunResult {
         RunResult {

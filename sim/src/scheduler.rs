@@ -34,6 +34,8 @@ use crate::prepare::{prompt_tokens, PreparedTrace};
 use crate::tokens::output_token;
 use crate::trace::{Segment, Trace};
 
+mod host_tier;
+
 /// Engine settings of a replay.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
@@ -68,6 +70,8 @@ pub struct SimConfig {
     /// (`--arrival-scale`, `--target-utilisation`): more or fewer sessions at once, each with the
     /// trace's own waits between its calls.
     pub arrival_scale: f64,
+    /// vLLM's host-memory tier (`sim run --host-blocks`): `None` = no offloading connector.
+    pub host_tier: Option<crate::offload::connector::HostTierConfig>,
 }
 
 /// When a replay tells the policy that a session ended.
@@ -115,6 +119,7 @@ impl SimConfig {
             session_ends: SessionEnds::default(),
             time_scale: 1.0,
             arrival_scale: 1.0,
+            host_tier: None,
         }
     }
 
@@ -179,6 +184,8 @@ pub struct RunResult {
     pub audit: Option<EvictionAudit>,
     /// Wall time of the replay (seconds).
     pub wall_s: f64,
+    /// What the host tier did, when there was one.
+    pub host: Option<crate::offload::connector::HostTierFigures>,
 }
 
 /// One tenant's share of a replay's figures.
@@ -240,6 +247,9 @@ struct Req {
     session: Option<u32>,
     /// vLLM's request priority (lower is served first), fixed at arrival.
     priority: i32,
+    /// Tokens loaded from the host tier at admission, and when that load was issued.
+    host_tokens: u32,
+    load_started_ns: u64,
 }
 
 /// Block-pool operations in a form a Python script can replay through vLLM's own
@@ -277,6 +287,13 @@ pub struct Sim<'a> {
     /// deadlines (last activity + idle time, session), some stale.
     last_activity: Vec<Option<u64>>,
     idle_deadlines: BinaryHeap<Reverse<(u64, u32)>>,
+    /// The host tier's connector, when there is one; requests whose load is in flight, those
+    /// whose load completed (scheduled before the waiting queue), and those that finished since
+    /// the last step (their last store offer and `on_request_finished` are due).
+    host: Option<crate::offload::Connector>,
+    loading: Vec<usize>,
+    loaded_ready: VecDeque<usize>,
+    host_finished: Vec<usize>,
 }
 
 fn us(ns: u64) -> u64 {
@@ -286,6 +303,10 @@ fn us(ns: u64) -> u64 {
 impl<'a> Sim<'a> {
     pub fn new(cfg: SimConfig, trace: &'a PreparedTrace, policy: &'a mut dyn SimPolicy) -> Self {
         let kv = KvCacheManager::new(cfg.num_blocks, trace.block_size);
+        let host = cfg
+            .host_tier
+            .clone()
+            .map(|h| crate::offload::Connector::new(h, trace.block_size, cfg.latency.kv_bytes_per_token));
         let mut pending = BinaryHeap::new();
         for (s, session) in trace.sessions.iter().enumerate() {
             let first = &trace.requests[session.requests[0] as usize];
@@ -327,6 +348,10 @@ impl<'a> Sim<'a> {
             session_priority: HashMap::new(),
             last_activity: vec![None; trace.sessions.len()],
             idle_deadlines: BinaryHeap::new(),
+            host,
+            loading: Vec::new(),
+            loaded_ready: VecDeque::new(),
+            host_finished: Vec::new(),
         }
     }
 
@@ -349,7 +374,11 @@ impl<'a> Sim<'a> {
         loop {
             self.end_idle_sessions();
             self.issue_due();
-            if self.waiting.is_empty() && self.running.is_empty() {
+            if self.waiting.is_empty()
+                && self.running.is_empty()
+                && self.loading.is_empty()
+                && self.loaded_ready.is_empty()
+            {
                 // Nothing runs: time moves to the next arrival, or to a session going idle
                 // before it (the policy hears of it then).
                 let arrival = self.pending.peek().map(|Reverse((t, _))| *t);
@@ -359,6 +388,7 @@ impl<'a> Sim<'a> {
                     (Some(t), None) => self.now_ns = self.now_ns.max(t),
                     (None, _) => break,
                 }
+                self.host_idle_until_now();
                 continue;
             }
             self.advance()?;
@@ -438,6 +468,7 @@ impl<'a> Sim<'a> {
         self.result.evictions = self.kv.pool.stats.evictions;
         self.result.policy_stats = self.policy.stats();
         self.result.wall_s = started.elapsed().as_secs_f64();
+        self.result.host = self.host_figures();
         if let Some(ops) = &mut self.ops {
             ops.out.flush()?;
         }
@@ -482,6 +513,8 @@ impl<'a> Sim<'a> {
                 anchor_hash: r.anchor_hash,
                 session: Some(s),
                 priority: 0,
+                host_tokens: 0,
+                load_started_ns: 0,
             });
         }
     }
@@ -571,6 +604,7 @@ impl<'a> Sim<'a> {
 
     fn step(&mut self) -> anyhow::Result<()> {
         self.policy.begin_step(us(self.now_ns));
+        self.host_begin_step();
         let bs = self.trace.block_size;
         let mut budget = self.cfg.max_batched_tokens;
         let mut scheduled: Vec<(usize, u32)> = Vec::new();
@@ -623,17 +657,30 @@ impl<'a> Sim<'a> {
 
         // Waiting requests, in order, if nothing was preempted. One that cache shares hold back
         // waits without holding up the requests behind it (vLLM's skipped waiting requests).
-        if !preempted {
+        if !preempted && self.host_schedule_loaded(&mut budget, &mut scheduled) {
             let mut skipped = Vec::new();
             while budget > 0 && self.running.len() < self.cfg.max_num_seqs {
                 let Some(&r) = self.waiting.front() else { break };
                 let hit = self.kv.computed_blocks(&self.reqs[r].kv);
                 let hit_tokens = (hit.len() * bs) as u32;
+                // The host tier continues the GPU hit, or holds the request back this step.
+                let Some(host_tokens) = self.host_lookup(r, hit.len()) else {
+                    skipped.push(self.waiting.pop_front().expect("it is the front"));
+                    continue;
+                };
                 let kv = &self.reqs[r].kv;
                 let n = (kv.num_tokens - hit_tokens).min(budget);
                 let wanted = self.kv.admission_blocks(kv, &hit);
                 if !self.policy.may_take(&self.kv.pool, self.reqs[r].agent, wanted) {
                     skipped.push(self.waiting.pop_front().expect("it is the front"));
+                    continue;
+                }
+                if host_tokens > 0 {
+                    // Loading: 0 tokens this step, and the requests behind it are considered.
+                    if !self.host_admit_load(r, &hit, host_tokens) {
+                        break;
+                    }
+                    self.waiting.pop_front();
                     continue;
                 }
                 if !self
@@ -646,7 +693,7 @@ impl<'a> Sim<'a> {
                 self.op(serde_json::json!({"op": "admit", "id": r, "n": n, "hit": hit_tokens}));
                 self.waiting.pop_front();
                 self.running.push(r);
-                self.admitted(r, hit.len(), hit_tokens);
+                self.admitted(r, hit.len(), hit_tokens, 0);
                 self.reqs[r].kv.num_computed_tokens = hit_tokens;
                 scheduled.push((r, n));
                 budget -= n;
@@ -657,6 +704,10 @@ impl<'a> Sim<'a> {
         }
 
         if scheduled.is_empty() {
+            if self.host_busy() {
+                self.host_idle_step();
+                return Ok(());
+            }
             if self.running.is_empty() {
                 let r = &self.reqs[*self.waiting.front().expect("step runs with work")];
                 anyhow::bail!(
@@ -676,15 +727,22 @@ impl<'a> Sim<'a> {
             work.add(self.reqs[r].kv.num_computed_tokens, n);
         }
         let dt = self.cfg.latency.step_seconds(&work);
-        self.now_ns += (dt * 1e9).round() as u64;
+        let step_ns = (dt * 1e9).round() as u64;
+        self.host_offer_stores(&scheduled, self.now_ns + step_ns);
+        self.now_ns += step_ns;
         self.result.busy_us += dt * 1e6;
         self.result.steps += 1;
         self.op(serde_json::json!({"op": "step"}));
         self.after_step(&scheduled);
+        if let Some(conn) = &mut self.host {
+            conn.end_step(self.now_ns);
+        }
         Ok(())
     }
 
-    fn admitted(&mut self, r: usize, hit_blocks: usize, hit_tokens: u32) {
+    /// First admission of `r`: `hit_tokens` from the GPU cache, `host_tokens` loaded from the host
+    /// tier.
+    fn admitted(&mut self, r: usize, hit_blocks: usize, hit_tokens: u32, host_tokens: u32) {
         let req = &mut self.reqs[r];
         if req.admitted_once {
             return;
@@ -695,6 +753,9 @@ impl<'a> Sim<'a> {
             Origin::Trace(uid) => {
                 self.result.prompt_tokens += u64::from(req.prompt_tokens);
                 self.result.hit_tokens += u64::from(hit_tokens);
+                if let Some(conn) = &mut self.host {
+                    conn.figures.hit_tokens += u64::from(host_tokens);
+                }
                 let tenant = &mut self.result.tenants[self.trace.requests[uid as usize].tenant as usize];
                 tenant.prompt_tokens += u64::from(req.prompt_tokens);
                 tenant.hit_tokens += u64::from(hit_tokens);
@@ -703,7 +764,7 @@ impl<'a> Sim<'a> {
                 self.policy.admitted(&self.kv.pool, uid, hashes, hit_blocks);
             }
             Origin::Warmup(_) => {
-                self.result.warmup_tokens += u64::from(req.prompt_tokens - hit_tokens);
+                self.result.warmup_tokens += u64::from(req.prompt_tokens - hit_tokens - host_tokens);
             }
         }
     }
@@ -755,6 +816,9 @@ impl<'a> Sim<'a> {
         let now = self.now_ns;
         let req = &mut self.reqs[r];
         self.kv.free(&mut req.kv, &mut *self.policy);
+        if self.host.is_some() {
+            self.host_finished.push(r);
+        }
         let warmup = matches!(req.origin, Origin::Warmup(_));
         if let Origin::Trace(uid) = req.origin {
             if self.trace.requests[uid as usize].tool_call {
@@ -840,7 +904,7 @@ impl<'a> Sim<'a> {
     /// that it can hold side effects back while requests wait (a warm-up's prefill would delay
     /// them).
     fn report_load(&mut self) {
-        let load = (self.waiting.len() as u32, self.running.len() as u32);
+        let load = (self.queue_depth() as u32, self.running.len() as u32);
         if self.reported_load == Some(load) {
             return;
         }
@@ -901,6 +965,8 @@ impl<'a> Sim<'a> {
             anchor_hash: a.anchor_hash,
             session: None,
             priority: 0,
+            host_tokens: 0,
+            load_started_ns: 0,
         });
     }
 }
@@ -930,7 +996,7 @@ impl<'a> Sim<'a> {
     }
 
     pub(crate) fn busy(&self) -> bool {
-        !self.waiting.is_empty() || !self.running.is_empty()
+        !self.waiting.is_empty() || !self.running.is_empty() || self.host_busy()
     }
 
     /// Request number `index` of session `s`, due at `at_ns`, arrives here (an idle engine's
@@ -971,7 +1037,13 @@ impl<'a> Sim<'a> {
     pub(crate) fn load(&self) -> EngineLoadView {
         let bs = self.trace.block_size as u64;
         let mut load = EngineLoadView::default();
-        for &r in self.waiting.iter().chain(&self.running) {
+        for &r in self
+            .waiting
+            .iter()
+            .chain(&self.running)
+            .chain(&self.loading)
+            .chain(&self.loaded_ready)
+        {
             let req = &self.reqs[r];
             load.prefill_tokens += u64::from(req.prompt_tokens.saturating_sub(req.kv.num_computed_tokens));
             load.decode_blocks += u64::from(req.prompt_tokens + req.output_target).div_ceil(bs);

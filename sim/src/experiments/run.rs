@@ -65,7 +65,54 @@ pub struct RunArgs {
     #[command(flatten)]
     pub slots: SlotArgs,
     #[command(flatten)]
+    pub host_tier: HostTierArgs,
+    #[command(flatten)]
     pub replay: ReplayOptions,
+}
+
+/// vLLM's host-memory tier (`--kv-offloading-size`; docs/hierarchy.md).
+#[derive(Args, Debug, Clone)]
+pub struct HostTierArgs {
+    /// Host-memory KV tier of this many blocks (vLLM's OffloadingConnector CPU pool; Llama-3.1-8B:
+    /// 2 MiB a block, so `--kv-offloading-size` GiB × 512). Off when not given.
+    #[arg(long)]
+    pub host_blocks: Option<usize>,
+    /// The host pool's cache policy: vLLM's `lru` or `arc` (`eviction_policy`).
+    #[arg(long, default_value = "lru", requires = "host_blocks")]
+    pub host_policy: String,
+    /// Host↔GPU bandwidth each way, GB/s (default: PCIe Gen5 x16 as measured on an H100 host).
+    #[arg(long, default_value_t = crate::offload::connector::PCIE_GEN5_BYTES_PER_S / 1e9, requires = "host_blocks")]
+    pub host_bandwidth_gbps: f64,
+    /// Fixed cost per host↔GPU transfer, µs (default 0: no measured figure; docs/hierarchy.md).
+    #[arg(long, default_value_t = 0.0, requires = "host_blocks")]
+    pub host_latency_us: f64,
+}
+
+impl HostTierArgs {
+    /// The host tier these flags ask for, if any.
+    pub fn config(&self) -> anyhow::Result<Option<crate::offload::HostTierConfig>> {
+        let Some(blocks) = self.host_blocks else {
+            return Ok(None);
+        };
+        anyhow::ensure!(blocks > 0, "--host-blocks must be at least 1");
+        anyhow::ensure!(
+            self.host_bandwidth_gbps.is_finite() && self.host_bandwidth_gbps > 0.0,
+            "--host-bandwidth-gbps must be a positive number, got {}",
+            self.host_bandwidth_gbps
+        );
+        anyhow::ensure!(
+            self.host_latency_us.is_finite() && self.host_latency_us >= 0.0,
+            "--host-latency-us must be 0 or more, got {}",
+            self.host_latency_us
+        );
+        let policy = crate::offload::host_policy::HostPolicyKind::parse(&self.host_policy)
+            .map_err(|e| anyhow::anyhow!("--host-policy: {e}"))?;
+        let mut cfg = crate::offload::HostTierConfig::new(blocks, policy);
+        cfg.h2d_bytes_per_s = self.host_bandwidth_gbps * 1e9;
+        cfg.d2h_bytes_per_s = self.host_bandwidth_gbps * 1e9;
+        cfg.latency_s = self.host_latency_us / 1e6;
+        Ok(Some(cfg))
+    }
 }
 
 /// Replay `a.trace` under every policy of `a` and report.
@@ -84,6 +131,15 @@ pub fn run(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
         cfg.shares = Some(a.shares.clone());
     }
     a.slots.apply(&mut cfg)?;
+    cfg.host_tier = a.host_tier.config()?;
+    anyhow::ensure!(
+        a.replicas <= 1 || cfg.host_tier.is_none(),
+        "--host-blocks is not modelled with several replicas yet"
+    );
+    anyhow::ensure!(
+        a.op_log.is_none() || cfg.host_tier.is_none(),
+        "--op-log checks the GPU pool alone: give it without --host-blocks"
+    );
     anyhow::ensure!(
         a.replicas <= 1 || cfg.slots.is_empty(),
         "--slot is not modelled with several replicas yet"
@@ -158,6 +214,17 @@ pub fn run(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
         }
     );
     print!("{}", table(&summaries));
+    if let Some(h) = &cfg.host_tier {
+        println!(
+            "\nhost tier: {} blocks ({:.1} GiB), {}, {:.1} GB/s each way, {:.0} µs a transfer",
+            h.blocks,
+            h.blocks as f64 * (cfg.latency.kv_bytes_per_token * BLOCK_SIZE as u64) as f64 / (1u64 << 30) as f64,
+            h.policy.name(),
+            h.h2d_bytes_per_s / 1e9,
+            h.latency_s * 1e6
+        );
+        print!("{}", crate::report::host_table(&summaries));
+    }
     print!("{}", crate::report::tenant_table(&summaries));
     if cfg.engine_priorities {
         println!(
@@ -183,6 +250,15 @@ pub fn run(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
         json["arrival_scale"] = serde_json::json!(load.arrival_scale);
         json["lru_utilisation_target_probe"] = serde_json::json!(load.lru_utilisation);
         json["session_ends"] = serde_json::json!(cfg.session_ends.name());
+        if let Some(h) = &cfg.host_tier {
+            json["host_tier"] = serde_json::json!({
+                "blocks": h.blocks,
+                "policy": h.policy.name(),
+                "bandwidth_bytes_per_s": h.h2d_bytes_per_s,
+                "latency_s": h.latency_s,
+                "async_scheduling": h.async_scheduling,
+            });
+        }
         if a.replicas > 1 {
             json["replicas"] = serde_json::json!(a.replicas);
             json["router"] = serde_json::json!(a.router.name());
@@ -200,4 +276,46 @@ fn write_eviction_log(path: &Path, trace: &PreparedTrace, audits: &[&EvictionAud
         audit.write_jsonl(trace, &mut out)?;
     }
     out.flush().with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: super::RunArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(["sim-run", "--trace", "t.jsonl"].iter().chain(args))
+    }
+
+    #[test]
+    fn host_tier_flags_parse_and_are_off_by_default() {
+        let plain = parse(&[]).unwrap();
+        assert!(plain.run.host_tier.config().unwrap().is_none());
+        let on = parse(&[
+            "--host-blocks",
+            "113292",
+            "--host-policy",
+            "arc",
+            "--host-bandwidth-gbps",
+            "25",
+        ])
+        .unwrap();
+        let cfg = on.run.host_tier.config().unwrap().unwrap();
+        assert_eq!(
+            (cfg.blocks, cfg.policy.name(), cfg.h2d_bytes_per_s),
+            (113_292, "arc", 25e9)
+        );
+        assert!(
+            parse(&["--host-policy", "arc"]).is_err(),
+            "a host policy needs --host-blocks"
+        );
+        let bad = parse(&["--host-blocks", "8", "--host-policy", "fifo"]).unwrap();
+        let err = bad.run.host_tier.config().unwrap_err().to_string();
+        assert!(err.contains("--host-policy") && err.contains("fifo"), "{err}");
+    }
 }

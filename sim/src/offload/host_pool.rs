@@ -1,0 +1,382 @@
+//! vLLM's host-memory pool, scheduler side: `CPUOffloadingManager`
+//! (`vllm/v1/kv_offload/cpu/manager.py`, vLLM 0.32), rule for rule.
+//!
+//! - A fixed number of chunk slots, handed out fresh first, then from a LIFO free list (97-114).
+//! - `prepare_store` (251-362): offered keys already resident and ready are *reuses*, absent ones
+//!   are stored; `on_store_miss` sees each absent key once per request; when the free slots do not
+//!   cover the new keys it evicts exactly the shortfall through the policy, never one of the offered
+//!   keys, or returns `None` (nothing changes; the connector retries next step) when the evictable
+//!   chunks cannot cover it. New chunks are write-pending (`ref_cnt` −1) until `complete_store`.
+//! - `lookup` (189-195) has no side effect: HIT only when ready, HIT_PENDING while the store runs.
+//! - `prepare_load` / `complete_load` (204-248) pin and unpin chunks.
+//! - `on_request_finished` (400-426) hands the policy every key the request stored or reused, in
+//!   prefix order (by the end-token positions the connector recorded): recency is committed there.
+//! - Events (`OffloadingEvent`): one `removed` per eviction batch, one `stored` per completed store.
+//!
+//! Not modelled: `store_threshold` (the spec passes 0: off), `reset_cache`, the tiering manager.
+
+use super::host_policy::{Chunk, HostKey, HostPolicy, HostPolicyKind, KeySet};
+use crate::block_pool::FastMap;
+
+/// `LookupResult` of one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    Miss,
+    /// Resident, its store still in flight.
+    HitPending,
+    Hit,
+}
+
+/// `PrepareStoreOutput`: the keys to copy, their slots, and the keys evicted to make room.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreOutput {
+    pub keys_to_store: Vec<HostKey>,
+    pub chunk_ids: Vec<u32>,
+    pub evicted: Vec<HostKey>,
+}
+
+/// `OffloadingEvent` (medium CPU).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostEvent {
+    pub keys: Vec<HostKey>,
+    pub removed: bool,
+}
+
+/// A key and the end-token position of its chunk in the request (`set_offload_key_position`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyAt {
+    pub key: HostKey,
+    pub end_token: u32,
+}
+
+/// The keys one request observed (`_RequestCacheAccess`).
+#[derive(Default)]
+struct RequestAccess {
+    order: Vec<HostKey>,
+    seen: KeySet,
+    positions: FastMap<u32>,
+    inserted: KeySet,
+    reused: KeySet,
+    store_miss: KeySet,
+}
+
+impl RequestAccess {
+    /// `_record_request_cache_access` (157-179).
+    fn record(&mut self, keys: impl Iterator<Item = HostKey>, reused: &[HostKey]) {
+        for key in keys {
+            if self.seen.insert(key) {
+                self.order.push(key);
+            }
+        }
+        for &key in reused {
+            if !self.inserted.contains(&key) {
+                self.reused.insert(key);
+            }
+        }
+    }
+}
+
+/// Counters of what the pool did.
+#[derive(Debug, Clone, Default)]
+pub struct HostPoolStats {
+    pub stored: u64,
+    pub evicted: u64,
+    /// `prepare_store` calls answered `None`.
+    pub refused_offers: u64,
+}
+
+/// The host pool.
+pub struct HostPool {
+    num_chunks: usize,
+    num_allocated: usize,
+    free_list: Vec<u32>,
+    chunks: FastMap<Chunk>,
+    policy: HostPolicy,
+    num_evictable: usize,
+    num_write_pending: usize,
+    requests: FastMap<RequestAccess>,
+    events: Option<Vec<HostEvent>>,
+    pub stats: HostPoolStats,
+}
+
+impl HostPool {
+    /// A pool of `num_chunks` chunks under `policy`; events recorded when `events` is set.
+    pub fn new(num_chunks: usize, policy: HostPolicyKind, events: bool) -> Self {
+        Self {
+            num_chunks,
+            num_allocated: 0,
+            free_list: Vec::new(),
+            chunks: FastMap::default(),
+            policy: HostPolicy::new(policy, num_chunks),
+            num_evictable: 0,
+            num_write_pending: 0,
+            requests: FastMap::default(),
+            events: events.then(Vec::new),
+            stats: HostPoolStats::default(),
+        }
+    }
+
+    pub fn num_chunks(&self) -> usize {
+        self.num_chunks
+    }
+
+    /// Resident chunks (ready or write-pending).
+    pub fn num_resident(&self) -> usize {
+        self.chunks.len()
+    }
+
+    pub fn num_evictable(&self) -> usize {
+        self.num_evictable
+    }
+
+    fn num_free(&self) -> usize {
+        self.free_list.len() + self.num_chunks - self.num_allocated
+    }
+
+    fn allocate(&mut self, n: usize) -> Vec<u32> {
+        let fresh = n.min(self.num_chunks - self.num_allocated);
+        let mut ids: Vec<u32> = (self.num_allocated..self.num_allocated + fresh)
+            .map(|i| i as u32)
+            .collect();
+        self.num_allocated += fresh;
+        for _ in fresh..n {
+            ids.push(self.free_list.pop().expect("the caller evicted enough"));
+        }
+        ids
+    }
+
+    fn access(&mut self, req: u64, keys: &[KeyAt]) -> &mut RequestAccess {
+        let state = self.requests.entry(req).or_default();
+        for k in keys {
+            state.positions.insert(k.key, k.end_token);
+        }
+        state
+    }
+
+    /// `lookup`.
+    pub fn lookup(&self, key: HostKey) -> Lookup {
+        match self.chunks.get(&key) {
+            None => Lookup::Miss,
+            Some(c) if !c.is_ready() => Lookup::HitPending,
+            Some(_) => Lookup::Hit,
+        }
+    }
+
+    /// `prepare_store` for request `req`; `None` = cannot store now.
+    pub fn prepare_store(&mut self, req: u64, keys: &[KeyAt]) -> Option<StoreOutput> {
+        let mut to_store = Vec::new();
+        let mut ready_existing = Vec::new();
+        for k in keys {
+            match self.chunks.get(&k.key) {
+                None => to_store.push(k.key),
+                Some(c) if c.is_ready() => ready_existing.push(k.key),
+                Some(_) => {}
+            }
+        }
+        let state = self.access(req, keys);
+        let new_misses: Vec<HostKey> = to_store
+            .iter()
+            .copied()
+            .filter(|k| !state.store_miss.contains(k))
+            .collect();
+        state.store_miss.extend(new_misses.iter().copied());
+        let recorded: KeySet = to_store.iter().chain(&ready_existing).copied().collect();
+        state.record(
+            keys.iter().map(|k| k.key).filter(|k| recorded.contains(k)),
+            &ready_existing,
+        );
+        if !new_misses.is_empty() {
+            self.policy.on_store_miss(&new_misses);
+        }
+        if to_store.is_empty() {
+            return Some(StoreOutput::default());
+        }
+        let mut evicted = Vec::new();
+        let shortfall = to_store.len().saturating_sub(self.num_free());
+        if shortfall > 0 {
+            if shortfall > self.num_evictable {
+                self.stats.refused_offers += 1;
+                return None;
+            }
+            let protected: KeySet = keys.iter().map(|k| k.key).collect();
+            let Some(victims) = self.policy.evict(shortfall, &protected, &self.chunks) else {
+                self.stats.refused_offers += 1;
+                return None;
+            };
+            self.num_evictable -= victims.len();
+            for key in &victims {
+                let chunk = self.chunks.remove(key).expect("the policy evicts resident keys");
+                self.free_list.push(chunk.id);
+            }
+            self.stats.evicted += victims.len() as u64;
+            if let Some(events) = &mut self.events {
+                events.push(HostEvent {
+                    keys: victims.clone(),
+                    removed: true,
+                });
+            }
+            evicted = victims;
+        }
+        let ids = self.allocate(to_store.len());
+        for (&key, &id) in to_store.iter().zip(&ids) {
+            self.chunks.insert(key, Chunk { ref_cnt: -1, id });
+            self.policy.insert(key);
+        }
+        self.num_write_pending += to_store.len();
+        let state = self.requests.get_mut(&req).expect("recorded above");
+        state.inserted.extend(to_store.iter().copied());
+        Some(StoreOutput {
+            keys_to_store: to_store,
+            chunk_ids: ids,
+            evicted,
+        })
+    }
+
+    /// `complete_store`: the copies of `keys` finished (or failed: their chunks are dropped).
+    pub fn complete_store(&mut self, keys: &[HostKey], success: bool) {
+        let mut stored = Vec::new();
+        for &key in keys {
+            let Some(chunk) = self.chunks.get_mut(&key) else {
+                continue;
+            };
+            if chunk.is_ready() {
+                continue;
+            }
+            self.num_write_pending -= 1;
+            if success {
+                chunk.ref_cnt = 0;
+                self.num_evictable += 1;
+                self.policy.mark_evictable(key);
+                stored.push(key);
+            } else {
+                let id = chunk.id;
+                self.chunks.remove(&key);
+                self.policy.remove(key);
+                self.free_list.push(id);
+            }
+        }
+        self.stats.stored += stored.len() as u64;
+        if let (Some(events), false) = (&mut self.events, stored.is_empty()) {
+            events.push(HostEvent {
+                keys: stored,
+                removed: false,
+            });
+        }
+    }
+
+    /// `prepare_load`: pin `keys` (all ready) for a copy up to the GPU; their slots.
+    pub fn prepare_load(&mut self, req: u64, keys: &[KeyAt]) -> Vec<u32> {
+        let mut ids = Vec::with_capacity(keys.len());
+        for k in keys {
+            let chunk = self
+                .chunks
+                .get_mut(&k.key)
+                .expect("prepare_load of a key not in the host pool");
+            assert!(chunk.is_ready(), "prepare_load of a key whose store is in flight");
+            if chunk.ref_cnt == 0 {
+                self.policy.mark_non_evictable(k.key);
+                self.num_evictable -= 1;
+            }
+            chunk.ref_cnt += 1;
+            ids.push(chunk.id);
+        }
+        let loaded: Vec<HostKey> = keys.iter().map(|k| k.key).collect();
+        self.access(req, keys).record(loaded.iter().copied(), &loaded);
+        ids
+    }
+
+    /// `complete_load`: unpin `keys`.
+    pub fn complete_load(&mut self, keys: &[HostKey]) {
+        for key in keys {
+            let chunk = self
+                .chunks
+                .get_mut(key)
+                .expect("complete_load of a key not in the host pool");
+            assert!(chunk.ref_cnt > 0, "complete_load of an unpinned key");
+            chunk.ref_cnt -= 1;
+            if chunk.ref_cnt == 0 {
+                self.num_evictable += 1;
+                self.policy.mark_evictable(*key);
+            }
+        }
+    }
+
+    /// `on_request_finished`: commit the request's accesses to the policy.
+    pub fn on_request_finished(&mut self, req: u64) {
+        let Some(mut state) = self.requests.remove(&req) else {
+            return;
+        };
+        if state.order.iter().all(|k| state.positions.contains_key(k)) {
+            state.order.sort_by_key(|k| state.positions[k]);
+        }
+        let insertion_only: KeySet = state.inserted.difference(&state.reused).copied().collect();
+        self.policy
+            .on_request_finished(&state.order, &insertion_only, &state.reused);
+    }
+
+    /// `take_events`.
+    pub fn take_events(&mut self) -> Vec<HostEvent> {
+        self.events.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Evictable keys (for a policy outside the pool, e.g. an offline optimum).
+    pub fn evictable_keys(&self) -> impl Iterator<Item = HostKey> + '_ {
+        self.chunks.iter().filter(|(_, c)| c.ref_cnt == 0).map(|(&k, _)| k)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(keys: &[HostKey]) -> Vec<KeyAt> {
+        keys.iter()
+            .enumerate()
+            .map(|(i, &key)| KeyAt {
+                key,
+                end_token: (i as u32 + 1) * 16,
+            })
+            .collect()
+    }
+
+    /// What the connector does for one request whose blocks are all computed on the GPU.
+    fn request(pool: &mut HostPool, req: u64, keys: &[HostKey]) -> Option<StoreOutput> {
+        let out = pool.prepare_store(req, &at(keys))?;
+        pool.complete_store(&out.keys_to_store, true);
+        pool.on_request_finished(req);
+        Some(out)
+    }
+
+    /// The run drive_manager.py makes against vLLM's class: A and B stored, A re-offered, B
+    /// looked up, then C evicts B tail-first under both policies (the lookup did not save B).
+    #[test]
+    fn a_lookup_does_not_refresh_and_the_oldest_request_goes_tail_first() {
+        for kind in [HostPolicyKind::Lru, HostPolicyKind::Arc] {
+            let mut pool = HostPool::new(6, kind, true);
+            request(&mut pool, 1, &[1, 2, 3]).unwrap();
+            request(&mut pool, 2, &[11, 12, 13]).unwrap();
+            let again = request(&mut pool, 3, &[1, 2, 3]).unwrap();
+            assert!(again.keys_to_store.is_empty(), "resident blocks are not stored twice");
+            assert_eq!(pool.lookup(11), Lookup::Hit);
+            let c = request(&mut pool, 4, &[21, 22, 23]).unwrap();
+            assert_eq!(c.evicted, vec![13, 12, 11], "{kind:?}");
+            let events = pool.take_events();
+            assert_eq!(events.len(), 4);
+            assert!(events[2].removed && events[2].keys == vec![13, 12, 11]);
+        }
+    }
+
+    #[test]
+    fn pinned_and_pending_chunks_are_not_evicted() {
+        let mut pool = HostPool::new(3, HostPolicyKind::Lru, false);
+        request(&mut pool, 1, &[1, 2, 3]).unwrap();
+        assert_eq!(pool.prepare_load(2, &at(&[1])), vec![0]);
+        let out = pool.prepare_store(3, &at(&[7, 8])).unwrap();
+        assert_eq!(out.evicted, vec![3, 2]);
+        assert_eq!(pool.lookup(7), Lookup::HitPending);
+        // Key 1 is pinned, 7 and 8 are write-pending: nothing can go.
+        assert_eq!(pool.prepare_store(4, &at(&[9])), None);
+        pool.complete_load(&[1]);
+        assert_eq!(pool.prepare_store(4, &at(&[9])).unwrap().evicted, vec![1]);
+    }
+}
