@@ -1,8 +1,15 @@
 //! The two plots of the evaluation as self-contained SVG (no plotting dependency, no fonts to
 //! embed; any browser or Markdown viewer renders them): hit rate per workload per policy (grouped
-//! bars) and hit rate against cache capacity (one panel per workload, a line per policy).
+//! bars) and hit rate against cache capacity (one panel per workload, a line per policy). Each
+//! plot's frame (`Frame`) places title and legend from their text's width, so no label covers
+//! another however many policies are shown or however long their names.
+
+mod legend;
+pub(crate) mod text;
 
 use std::fmt::Write;
+
+use legend::Legend;
 
 const COLORS: [&str; 8] = [
     "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#9c755f",
@@ -12,41 +19,95 @@ fn color(i: usize) -> &'static str {
     COLORS[i % COLORS.len()]
 }
 
-fn header(w: f64, h: f64, title: &str) -> String {
-    format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
-        w / 2.0,
-        escape(title)
-    )
+/// The title's font size and baseline.
+const TITLE_SIZE: f64 = 15.0;
+const TITLE_BASELINE: f64 = 22.0;
+
+/// Where a plot's parts go: the canvas (as wide as the title needs), the legend and the top of the
+/// plotting area, which moves down by the legend's extra rows (the canvas grows by as much).
+struct Frame {
+    w: f64,
+    h: f64,
+    legend: Legend,
+    top: f64,
 }
+
+impl Frame {
+    /// A canvas at least `min_w` wide and as wide as the title needs; the legend runs from
+    /// `legend_left` to a margin short of the right edge.
+    fn new(
+        title: &str,
+        policies: &[String],
+        min_w: f64,
+        h: f64,
+        top: f64,
+        legend_left: f64,
+        legend_baseline: f64,
+    ) -> Frame {
+        const RIGHT_MARGIN: f64 = 20.0;
+        let w = min_w.max(text::width(title, TITLE_SIZE) + 2.0 * RIGHT_MARGIN);
+        let legend = Legend::layout(policies, legend_left, w - RIGHT_MARGIN, legend_baseline);
+        let extra = legend.extra_height();
+        Frame {
+            w,
+            h: h + extra,
+            legend,
+            top: top + extra,
+        }
+    }
+
+    fn bars(title: &str, policies: &[String]) -> Frame {
+        Frame::new(title, policies, 900.0, 420.0, 60.0, 60.0, 44.0)
+    }
+
+    fn panels(title: &str, panels: usize, policies: &[String]) -> Frame {
+        Frame::new(
+            title,
+            policies,
+            PANEL_W * panels.max(1) as f64 + 20.0,
+            360.0,
+            70.0,
+            60.0,
+            46.0,
+        )
+    }
+
+    /// The box the title takes, centred at the top.
+    #[cfg(test)]
+    fn title_box(&self, title: &str) -> text::Rect {
+        text::centred_text_box(title, TITLE_SIZE, self.w / 2.0, TITLE_BASELINE)
+    }
+
+    /// The SVG's opening: canvas, background, title and legend.
+    fn header(&self, title: &str) -> String {
+        let (w, h) = (self.w, self.h);
+        let mut out = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"{}\">\n\
+             <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+             <text x=\"{}\" y=\"{TITLE_BASELINE}\" text-anchor=\"middle\" font-size=\"{TITLE_SIZE}\" font-weight=\"bold\">{}</text>\n",
+            legend::FONT_SIZE,
+            w / 2.0,
+            escape(title)
+        );
+        self.legend.write(&mut out, color);
+        out
+    }
+}
+
+/// The width of one panel of `line_panels`.
+const PANEL_W: f64 = 260.0;
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-fn legend(out: &mut String, policies: &[String], x: f64, y: f64) {
-    for (i, p) in policies.iter().enumerate() {
-        let lx = x + i as f64 * 120.0;
-        let _ = writeln!(
-            out,
-            "<rect x=\"{lx}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/>",
-            y - 10.0,
-            color(i)
-        );
-        let _ = writeln!(out, "<text x=\"{}\" y=\"{y}\">{}</text>", lx + 16.0, escape(p));
-    }
-}
-
 /// Grouped bars: `values[w][p]` = hit rate (0–1) of policy `p` on workload `w`.
 pub fn hit_rate_bars(title: &str, workloads: &[String], policies: &[String], values: &[Vec<f64>]) -> String {
-    let (w, h) = (900.0, 420.0);
-    let (left, right, top, bottom) = (60.0, 20.0, 60.0, 60.0);
-    let plot_w = w - left - right;
-    let plot_h = h - top - bottom;
-    let mut out = header(w, h, title);
-    legend(&mut out, policies, left, 44.0);
+    let frame = Frame::bars(title, policies);
+    let (left, right, top, bottom) = (60.0, 20.0, frame.top, 60.0);
+    let plot_w = frame.w - left - right;
+    let plot_h = frame.h - top - bottom;
+    let mut out = frame.header(title);
     axis_y(&mut out, left, top, plot_w, plot_h, "token hit rate (%)");
     let group = plot_w / workloads.len().max(1) as f64;
     let bar = group * 0.8 / policies.len().max(1) as f64;
@@ -126,13 +187,11 @@ pub fn line_panels(
     series: &[Vec<Vec<f64>>],
 ) -> String {
     let (workloads, capacities) = (panels, xs);
-    let panel_w = 260.0;
-    let (pw, ph) = (panel_w - 70.0, 220.0);
-    let w = panel_w * workloads.len().max(1) as f64 + 20.0;
-    let h = 360.0;
-    let top = 70.0;
-    let mut out = header(w, h, title);
-    legend(&mut out, policies, 60.0, 46.0);
+    let (panel_w, ph) = (PANEL_W, 220.0);
+    let pw = panel_w - 70.0;
+    let frame = Frame::panels(title, workloads.len(), policies);
+    let top = frame.top;
+    let mut out = frame.header(title);
     for (wi, name) in workloads.iter().enumerate() {
         let left = 20.0 + wi as f64 * panel_w + 45.0;
         axis_y(
@@ -220,5 +279,108 @@ mod tests {
             ],
         );
         assert_eq!(lines.matches("<polyline").count(), 4);
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// The policies `sim table` compares, in its order.
+    const TABLE_POLICIES: [&str; 8] = [
+        "lru",
+        "ttl",
+        "arc",
+        "session-retain",
+        "cachesage",
+        "cachesage-evict",
+        "cachesage-classic",
+        "belady",
+    ];
+
+    /// Made-up names, long and wide, more than a row holds, one longer than any legend.
+    fn many_long_names() -> Vec<String> {
+        let mut list: Vec<String> = (0..24)
+            .map(|i| {
+                format!(
+                    "policy-{i}-{}",
+                    ["WWMM", "mixture-of-experts", "a", "Bélády-oracle"][i % 4]
+                )
+            })
+            .collect();
+        list.push("an-unreasonably-long-policy-name-".repeat(8));
+        list
+    }
+
+    /// The top tick's label ("100") rises this far above the plotting area.
+    const TOP_TICK_RISE: f64 = 8.0;
+
+    /// No two of the frame's text boxes (title, swatches, names) intersect, none leaves the
+    /// canvas, and the legend ends above the plotting area.
+    fn assert_clear(frame: &Frame, title: &str, what: &str) {
+        let mut boxes = vec![("title".to_string(), frame.title_box(title))];
+        for e in &frame.legend.entries {
+            boxes.push((format!("swatch of {}", e.name), e.swatch));
+            boxes.push((format!("name {}", e.name), e.label));
+        }
+        for (i, (a, ra)) in boxes.iter().enumerate() {
+            assert!(
+                ra.inside(frame.w, frame.h),
+                "{what}: {a} {ra:?} leaves the {}×{} canvas",
+                frame.w,
+                frame.h
+            );
+            for (b, rb) in &boxes[i + 1..] {
+                assert!(!ra.intersects(rb), "{what}: {a} {ra:?} overlaps {b} {rb:?}");
+            }
+            if a != "title" {
+                assert!(
+                    ra.bottom() <= frame.top - TOP_TICK_RISE,
+                    "{what}: {a} {ra:?} reaches into the plot (top {})",
+                    frame.top
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn legends_never_overlap_nor_leave_the_canvas() {
+        let bars_title = "Token hit rate at the headline cache (4096 blocks)";
+        let fleet_title = "fleet: token hit rate against applications sharing the engine (4096 blocks)";
+        for (list, kind) in [
+            (names(&TABLE_POLICIES), "table's policies"),
+            (many_long_names(), "long names"),
+        ] {
+            let bars = Frame::bars(bars_title, &list);
+            assert_clear(&bars, bars_title, &format!("bars, {kind}"));
+            for panels in [1, 3, 6] {
+                let lines = Frame::panels(fleet_title, panels, &list);
+                assert_clear(&lines, fleet_title, &format!("{panels} panels, {kind}"));
+            }
+        }
+    }
+
+    #[test]
+    fn more_legend_rows_move_the_plot_down_and_grow_the_canvas() {
+        let (few, many) = (names(&["lru"]), many_long_names());
+        let (a, b) = (Frame::bars("t", &few), Frame::bars("t", &many));
+        assert_eq!(a.legend.rows, 1);
+        assert!(b.legend.rows > 1);
+        let grown = b.legend.extra_height();
+        assert!(grown > 0.0);
+        assert_eq!((b.top, b.h), (a.top + grown, a.h + grown));
+    }
+
+    #[test]
+    fn the_svg_draws_the_frame_laid_out() {
+        let w = names(&["gsm8k", "mmlu"]);
+        let p = names(&TABLE_POLICIES);
+        let values = vec![vec![0.5; p.len()]; w.len()];
+        let svg = hit_rate_bars("t", &w, &p, &values);
+        let frame = Frame::bars("t", &p);
+        assert!(svg.contains(&format!("height=\"{}\"", frame.h)));
+        for e in &frame.legend.entries {
+            let drawn = format!("<text x=\"{:.1}\" y=\"{:.1}\">{}</text>", e.label.x, e.baseline, e.name);
+            assert!(svg.contains(&drawn), "{drawn} missing");
+        }
     }
 }
