@@ -32,124 +32,148 @@ use crate::tenant::Tenants;
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
     /// The upstream OpenAI-compatible server (vLLM), e.g. http://127.0.0.1:8000.
-    #[arg(long)]
+    #[arg(help_heading = "Upstream", long)]
     pub upstream: String,
     /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    #[arg(help_heading = "Upstream", long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// Several upstream replicas behind a router (`--replica`, `--router`, …).
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Replicas")]
     pub replicas: crate::engine::replicas::ReplicaArgs,
     /// Each tenant's policy: a component name (`cachesage`, `lru`, `ttl`; found in
     /// `$AGENTRT_COMPONENTS_DIR`, beside the binary, built into it, or in the source tree's build)
     /// or a path to a `.wasm` file.
-    #[arg(long, default_value = "cachesage")]
+    #[arg(help_heading = "Policies", long, default_value = "cachesage")]
     pub policy: String,
     /// `key=value` passed to the policy's `init` (repeatable).
-    #[arg(long = "policy-config", value_name = "KEY=VALUE")]
+    #[arg(help_heading = "Policies", long = "policy-config", value_name = "KEY=VALUE")]
     pub policy_config: Vec<String>,
     /// `NAME=COMPONENT` (repeatable): a policy slot every tenant runs besides `kv` — e.g.
     /// `guard=guard` — fed the same events, with its own instance and limits, swappable alone
     /// (`PUT /admin/tenants/{tenant}/policy?slot=NAME`). Side effects of all slots are merged:
     /// `deny` wins, one warm-up per anchor (docs/policy-slots.md).
-    #[arg(long = "slot", value_name = "NAME=COMPONENT")]
+    #[arg(help_heading = "Policies", long = "slot", value_name = "NAME=COMPONENT")]
     pub slots: Vec<String>,
     /// `NAME:KEY=VALUE` (repeatable): passed to slot NAME's `init`.
-    #[arg(long = "slot-config", value_name = "NAME:KEY=VALUE")]
+    #[arg(help_heading = "Policies", long = "slot-config", value_name = "NAME:KEY=VALUE")]
     pub slot_configs: Vec<String>,
     /// The operator's bearer token for the admin API (or env AGENTRT_ADMIN_TOKEN): every route,
     /// every tenant. Without it (and without --tenant-admin) the admin API is disabled.
-    #[arg(long, env = "AGENTRT_ADMIN_TOKEN", hide_env_values = true)]
+    #[arg(
+        help_heading = "Tenants and admin",
+        long,
+        env = "AGENTRT_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
     pub admin_token: Option<String>,
     /// `TOKEN=TENANT` (repeatable): a bearer token for the admin API that acts only on that
     /// tenant's routes (`/admin/tenants/TENANT/…`: its policy, stats and forecasts). Split at the
     /// last `=` like --tenant; the tenant must be one --tenant names (`default` without any).
-    #[arg(long = "tenant-admin", value_name = "TOKEN=TENANT")]
+    #[arg(
+        help_heading = "Tenants and admin",
+        long = "tenant-admin",
+        value_name = "TOKEN=TENANT"
+    )]
     pub tenant_admins: Vec<String>,
     /// `API_KEY=TENANT` (repeatable): requests carrying the key belong to the tenant. Without any,
     /// every request belongs to `default`. Split at the last `=`, so keys may end in `=` (base64
     /// padding); tenant names are 1–64 letters, digits, `-`, `_` or `.`.
-    #[arg(long = "tenant", value_name = "KEY=TENANT")]
+    #[arg(help_heading = "Tenants and admin", long = "tenant", value_name = "KEY=TENANT")]
     pub tenants: Vec<String>,
     /// API key to send upstream.
-    #[arg(long, env = "AGENTRT_UPSTREAM_API_KEY", hide_env_values = true)]
+    #[arg(
+        help_heading = "Upstream",
+        long,
+        env = "AGENTRT_UPSTREAM_API_KEY",
+        hide_env_values = true
+    )]
     pub upstream_api_key: Option<String>,
     /// Do not add `vllm_xargs` to forwarded requests (for upstreams other than vLLM).
-    #[arg(long)]
+    #[arg(help_heading = "Upstream", long)]
     pub no_vllm_xargs: bool,
     /// vLLM's KV-event publisher (its `--kv-events-config` endpoint), e.g. tcp://127.0.0.1:5557.
-    #[arg(long)]
+    #[arg(help_heading = "Engine adapters", long)]
     pub kv_events: Option<String>,
     /// vLLM's KV-event replay endpoint, for filling sequence gaps.
-    #[arg(long)]
+    #[arg(help_heading = "Engine adapters", long)]
     pub kv_events_replay: Option<String>,
     /// Unix socket for the vLLM plugin's eviction requests (`AGENTRT_EVICTION_SOCKET` in vLLM's env).
-    #[arg(long)]
+    #[arg(help_heading = "Engine adapters", long)]
     pub eviction_socket: Option<PathBuf>,
     /// Warm-ups in flight at once.
-    #[arg(long, default_value_t = WarmupOptions::default().max_concurrent)]
+    #[arg(help_heading = "Policies", long, default_value_t = WarmupOptions::default().max_concurrent)]
     pub warmup_concurrency: usize,
     /// Sustained warm-ups per second.
-    #[arg(long, default_value_t = WarmupOptions::default().per_second)]
+    #[arg(help_heading = "Policies", long, default_value_t = WarmupOptions::default().per_second)]
     pub warmup_rate: f64,
     /// A session with no request for this long is reported ended (`session-end`) to its policy;
     /// 0 = never. Clients send no "done" signal, so silence is the proxy's only sign that a
     /// workflow finished; size it above the longest pause between two steps of one workflow.
-    #[arg(long, default_value_t = 60_000)]
+    #[arg(help_heading = "Tenants and admin", long, default_value_t = 60_000)]
     pub session_idle_ms: u64,
     /// Bearer token `/metrics` requires (or env AGENTRT_METRICS_TOKEN). Without one `/metrics` is
     /// open to anyone who can connect, and it names every tenant.
-    #[arg(long, env = "AGENTRT_METRICS_TOKEN", hide_env_values = true)]
+    #[arg(
+        help_heading = "Observability",
+        long,
+        env = "AGENTRT_METRICS_TOKEN",
+        hide_env_values = true
+    )]
     pub metrics_token: Option<String>,
     /// Key of the tenants' `cache_salt`s (or env AGENTRT_CACHE_SALT_SECRET): every named tenant's
     /// requests carry a salt of their own, so tenants never share prefix-cache blocks. Give every
     /// proxy in front of one engine the same key; without one it is random per process.
-    #[arg(long, env = "AGENTRT_CACHE_SALT_SECRET", hide_env_values = true)]
+    #[arg(
+        help_heading = "Tenants and admin",
+        long,
+        env = "AGENTRT_CACHE_SALT_SECRET",
+        hide_env_values = true
+    )]
     pub cache_salt_secret: Option<String>,
     /// Send policies' `set-priority` demotions upstream as the request's `priority` (start vLLM
     /// with `--scheduling-policy priority`: it refuses a non-zero priority otherwise). A policy
     /// may only demote its own tenant's sessions.
-    #[arg(long)]
+    #[arg(help_heading = "Upstream", long)]
     pub engine_priorities: bool,
     /// An engine-control field (`priority`, `kv_transfer_params`, `request_id`; repeatable)
     /// clients may set themselves. By default a client's non-default value is refused with 400:
     /// such fields act on the engine for every tenant (docs/security.md).
-    #[arg(long = "client-engine-field", value_name = "FIELD", value_parser = EngineField::parse)]
+    #[arg(help_heading = "Upstream", long = "client-engine-field", value_name = "FIELD", value_parser = EngineField::parse)]
     pub client_engine_fields: Vec<EngineField>,
     /// The admission queue in front of the upstream (`--upstream-max-in-flight`, …).
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Admission queue")]
     pub admission: crate::engine::admission::AdmissionArgs,
     /// The front door's limits: connections, timeouts, bytes, request cost.
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Limits")]
     pub limits: LimitArgs,
     /// Every policy slot's memory and time limits.
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Policy limits")]
     pub policy_limits: PolicyLimitArgs,
     /// The sizes of each tenant's tables and policy queue.
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Limits")]
     pub tables: TableArgs,
     /// Every tenant's quotas, unless `--config` gives its own.
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Tenants and admin")]
     pub quotas: QuotaArgs,
     /// The MCP gateway at `/mcp/SERVER` (docs/mcp.md).
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "MCP gateway")]
     pub mcp: agentrt_mcp::McpArgs,
     /// `TENANT=MIN_BLOCKS[:MAX_BLOCKS]` (repeatable): the tenant's share of the engine's KV cache
     /// — a guarantee and a limit, in blocks. With any share, each tenant's own policy ranks its
     /// own blocks, and when vLLM must evict, the victim comes from the tenant furthest past its
     /// limit, else above its guarantee (docs/multi-tenant.md). Needs `--eviction-socket`.
-    #[arg(long = "share", value_name = "TENANT=MIN[:MAX]", value_parser = agentrt_runtime::parse_tenant_share)]
+    #[arg(help_heading = "Engine adapters", long = "share", value_name = "TENANT=MIN[:MAX]", value_parser = agentrt_runtime::parse_tenant_share)]
     pub shares: Vec<(String, Share)>,
     /// A TOML file of tenants — API keys, admin tokens, shares, quotas (docs/multi-tenant.md) —
     /// added to the flags'. Read at start and again on SIGHUP or `POST /admin/reload`; a file
     /// that does not parse or validate changes nothing.
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Tenants and admin", long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// An anchor hash (16 hex digits, as `GET /admin/tenants/{tenant}/stats` lists them;
     /// repeatable) whose requests every tenant shares cache blocks for: they carry one public
     /// cache salt instead of their tenant's. The whole request is shared, the conversation after
     /// the anchor included (docs/multi-tenant.md).
-    #[arg(long = "public-anchor", value_name = "HASH", value_parser = crate::tenant::settings::parse_anchor_hash)]
+    #[arg(help_heading = "Tenants and admin", long = "public-anchor", value_name = "HASH", value_parser = crate::tenant::settings::parse_anchor_hash)]
     pub public_anchors: Vec<u64>,
 }
 
@@ -523,6 +547,33 @@ mod tests {
         // clap checks the whole command here (two flags with one id, e.g. from a flattened group).
         use clap::CommandFactory;
         Serve::command().debug_assert();
+    }
+
+    #[test]
+    fn every_flag_of_serve_is_listed_under_its_capability() {
+        // `serve --help` groups flags by capability; a flag added without a heading would land in
+        // an unnamed list at the top.
+        use clap::CommandFactory;
+        let command = Serve::command();
+        let loose: Vec<String> = command
+            .get_arguments()
+            .filter(|a| a.get_help_heading().is_none())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(loose.is_empty(), "flags without a help heading: {loose:?}");
+        let headings: std::collections::BTreeSet<&str> =
+            command.get_arguments().filter_map(|a| a.get_help_heading()).collect();
+        for expected in [
+            "Upstream",
+            "Replicas",
+            "Tenants and admin",
+            "Policies",
+            "Limits",
+            "MCP gateway",
+            "Observability",
+        ] {
+            assert!(headings.contains(expected), "no `{expected}` heading in {headings:?}");
+        }
     }
 
     #[test]
