@@ -24,7 +24,7 @@ pub struct PolicyLimitArgs {
     /// Most memory one policy instance may hold, its linear memories and tables together, in MiB.
     #[arg(long, default_value_t = (SandboxLimits::default().memory_bytes >> 20) as u64)]
     pub policy_memory_mib: u64,
-    /// Longest one policy call may take, copying its result included; then it is interrupted and
+    /// Most CPU time one policy call may use, copying its result included; then it is interrupted and
     /// the call fails (a ranking falls back to LRU). Serve's default is 20 ms; a replay ranks far
     /// more candidates per call.
     #[arg(long, default_value_t = REPLAY_DEADLINE.as_millis() as u64)]

@@ -27,7 +27,7 @@ pub struct EngineOptions {
     /// Granularity of call deadlines. Deadlines are enforced by epoch interruption: a thread bumps
     /// the engine's epoch every tick, and generated code checks it at loop headers and calls.
     pub epoch_tick: Duration,
-    /// How a call's CPU is bounded: a wall-clock deadline (epochs, the default) or an instruction
+    /// How a call's CPU is bounded: a CPU-time deadline (epochs, the default) or an instruction
     /// budget (fuel). See docs/policy-host.md for the measurements behind the default.
     pub cpu_bound: CpuBound,
     /// Seed for `random-seed`: fixed for reproducible runs, `None` to draw one per engine.
@@ -131,8 +131,10 @@ impl Default for PoolingOptions {
 /// The CPU guard on every policy call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CpuBound {
-    /// Interrupt a call that runs past [`crate::SandboxLimits::call_deadline`] of wall time.
-    /// Cheap (a load and compare at loop headers) but wall-clock: a descheduled thread counts.
+    /// Interrupt a call that uses more than [`crate::SandboxLimits::call_deadline`] of its
+    /// thread's CPU time (time spent descheduled is not charged; see [`crate::call_clock`]), or
+    /// that spends [`crate::call_clock::WALL_BACKSTOP`] deadlines on the clock. Cheap: a load and
+    /// compare at loop headers, and a look at the thread's CPU clock per call.
     EpochDeadline,
     /// Trap a call that executes more than [`crate::SandboxLimits::call_fuel`] units (≈ Wasm
     /// instructions). Deterministic, machine-independent, and dearer on every loop iteration.
@@ -325,9 +327,13 @@ impl PolicyEngine {
 
     /// Epoch ticks that make up `deadline` (at least 1).
     pub(crate) fn deadline_ticks(&self, deadline: Duration) -> u64 {
-        let tick = self.inner.options.epoch_tick.as_nanos().max(1);
-        (deadline.as_nanos().div_ceil(tick) as u64).max(1)
+        ticks_in(deadline, self.inner.options.epoch_tick)
     }
+}
+
+/// Epoch ticks of length `tick` that make up `span` (at least 1).
+pub(crate) fn ticks_in(span: Duration, tick: Duration) -> u64 {
+    (span.as_nanos().div_ceil(tick.as_nanos().max(1)) as u64).max(1)
 }
 
 /// Bump the epoch every `tick` until `stop` is set. The thread holds an `Engine` clone (an `Arc`),

@@ -1,5 +1,7 @@
 //! One live policy instance: a wasmtime `Store` with its limits and the typed export handles.
 //! Every call sets the CPU deadline first and turns a failure into a typed [`PolicyError`].
+//! The deadline is the call's own CPU time ([`crate::call_clock`]): the epoch wakes the host
+//! at the deadline, and a call that was only kept waiting for a core runs on.
 //! After any error the instance must be dropped: a trapped component cannot be entered again.
 //!
 //! `score-packed`, `act`, `predict` and `snapshot` are called through [`crate::results`]'s bounded
@@ -7,15 +9,16 @@
 //! copying the result included.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
 use wasmtime::component::TypedFunc;
-use wasmtime::{Store, Trap};
+use wasmtime::{Store, Trap, UpdateDeadline};
 
 use crate::bindings::exports::agentrt::policy::guest::Guest;
 use crate::bindings::Policy;
+use crate::call_clock::{CallClock, Standing};
 use crate::component::PolicyComponent;
-use crate::engine::CpuBound;
+use crate::engine::{ticks_in, CpuBound};
 use crate::error::{PolicyError, Primitive};
 use crate::policy_log::PolicyLog;
 use crate::results::{
@@ -25,12 +28,27 @@ use crate::sandbox::{GuestState, SandboxLimits};
 use crate::types::{Event, Forecast, Item, PolicyInfo, SideEffect};
 use crate::PolicyEngine;
 
-/// Give the next call its CPU allowance: a fresh deadline, or a fresh tank of fuel.
-fn arm_cpu_bound(store: &mut Store<GuestState>, bound: CpuBound, deadline_ticks: u64, fuel: u64) {
+/// Give the next call its CPU allowance: a fresh deadline on a fresh call clock, or a fresh tank
+/// of fuel.
+fn arm_cpu_bound(store: &mut Store<GuestState>, bound: CpuBound, limits: &SandboxLimits, deadline_ticks: u64) {
     match bound {
-        CpuBound::EpochDeadline => store.set_epoch_deadline(deadline_ticks),
-        CpuBound::Fuel => store.set_fuel(fuel).expect("fuel is enabled in this engine"),
+        CpuBound::EpochDeadline => {
+            store.data_mut().call_clock = CallClock::start(limits.call_deadline);
+            store.set_epoch_deadline(deadline_ticks);
+        }
+        CpuBound::Fuel => store
+            .set_fuel(limits.call_fuel)
+            .expect("fuel is enabled in this engine"),
     }
+}
+
+/// At the epoch deadline: trap a call that has used its CPU allowance; give one that was kept
+/// waiting the ticks its remaining CPU time makes up.
+fn on_epoch_deadline(store: &mut Store<GuestState>, epoch_tick: Duration) {
+    store.epoch_deadline_callback(move |ctx| match ctx.data().call_clock.standing() {
+        Standing::Spent => Ok(UpdateDeadline::Interrupt),
+        Standing::Left(left) => Ok(UpdateDeadline::Continue(ticks_in(left, epoch_tick))),
+    });
 }
 
 type ScorePackedFunc = TypedFunc<(Vec<u64>,), (BoundedList<f32, MAX_SCORES>,)>;
@@ -70,12 +88,11 @@ impl PolicyInstance {
         let mut store = Store::new(engine.wasmtime(), state);
         store.limiter(|state| &mut state.limiter);
         let cpu_bound = engine.options().cpu_bound;
-        arm_cpu_bound(
-            &mut store,
-            cpu_bound,
-            engine.deadline_ticks(limits.call_deadline),
-            limits.call_fuel,
-        );
+        if cpu_bound == CpuBound::EpochDeadline {
+            on_epoch_deadline(&mut store, engine.options().epoch_tick);
+        }
+        let deadline_ticks = engine.deadline_ticks(limits.call_deadline);
+        arm_cpu_bound(&mut store, cpu_bound, limits, deadline_ticks);
         let unavailable = |e: wasmtime::Error| {
             let (policy, message) = (label.to_string(), format!("{e:#}"));
             if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>().is_some() {
@@ -110,7 +127,7 @@ impl PolicyInstance {
             store,
             bindings,
             bounded,
-            deadline_ticks: engine.deadline_ticks(limits.call_deadline),
+            deadline_ticks,
             cpu_bound,
             limits: limits.clone(),
             label,
@@ -125,17 +142,11 @@ impl PolicyInstance {
         primitive: Primitive,
         f: impl FnOnce(&Guest, &BoundedExports, &mut Store<GuestState>) -> wasmtime::Result<R>,
     ) -> Result<R, PolicyError> {
-        arm_cpu_bound(
-            &mut self.store,
-            self.cpu_bound,
-            self.deadline_ticks,
-            self.limits.call_fuel,
-        );
-        let started = Instant::now();
+        arm_cpu_bound(&mut self.store, self.cpu_bound, &self.limits, self.deadline_ticks);
         let guest = self.bindings.agentrt_policy_guest();
         let result = f(guest, &self.bounded, &mut self.store).map_err(|e| self.classify(primitive, e))?;
         // The epoch interrupts guest code only; the host's copying of the result counts too.
-        if self.cpu_bound == CpuBound::EpochDeadline && started.elapsed() > self.limits.call_deadline {
+        if self.cpu_bound == CpuBound::EpochDeadline && self.store.data().call_clock.standing() == Standing::Spent {
             return Err(PolicyError::DeadlineExceeded {
                 policy: self.label.to_string(),
                 primitive,

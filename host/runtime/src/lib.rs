@@ -32,6 +32,7 @@ mod artifact_cache;
 #[allow(missing_docs)]
 mod bindings;
 pub mod breaker;
+pub mod call_clock;
 pub mod component;
 pub mod component_file;
 pub mod component_lookup;

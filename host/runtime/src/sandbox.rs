@@ -2,7 +2,8 @@
 //!
 //! A policy imports `agentrt:policy/host` and nothing else — there is no WASI in the linker, so a
 //! component that asks for a filesystem, sockets, environment or a wall clock fails to load.
-//! Within a call, memory is capped by [`GuestLimiter`] and CPU by the engine's epoch deadline.
+//! Within a call, memory is capped by [`GuestLimiter`] and CPU by the engine's epoch deadline,
+//! judged by the call's own CPU time ([`crate::call_clock`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 use wasmtime::ResourceLimiter;
 
 use crate::bindings::agentrt::policy::{host, types};
+use crate::call_clock::CallClock;
 use crate::policy_log::PolicyLog;
 
 /// The default cap on an instance's memories and tables together: 128 MiB.
@@ -20,7 +22,8 @@ pub const DEFAULT_MEMORY_BYTES: usize = 128 << 20;
 pub struct SandboxLimits {
     /// Most bytes an instance's linear memories and tables may hold, all of them together.
     pub memory_bytes: usize,
-    /// Longest a single call may run before it is interrupted (with `CpuBound::EpochDeadline`).
+    /// Most CPU time a single call may use before it is interrupted (with
+    /// `CpuBound::EpochDeadline`; time the thread waits for a core is not charged).
     pub call_deadline: Duration,
     /// Fuel a single call may burn (with `CpuBound::Fuel`; ≈ Wasm instructions).
     pub call_fuel: u64,
@@ -158,6 +161,8 @@ pub struct GuestState {
     log: Arc<PolicyLog>,
     seed: u64,
     clock_origin: Instant,
+    /// The running call's clock, which the epoch deadline consults (see [`crate::call_clock`]).
+    pub(crate) call_clock: CallClock,
 }
 
 impl GuestState {
@@ -167,6 +172,7 @@ impl GuestState {
             log,
             seed,
             clock_origin,
+            call_clock: CallClock::start(limits.call_deadline),
         }
     }
 }

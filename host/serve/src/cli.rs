@@ -268,7 +268,8 @@ pub struct PolicyLimitArgs {
     /// Most memory one policy instance may hold, its linear memories and tables together, in MiB.
     #[arg(long, default_value_t = (SandboxLimits::default().memory_bytes >> 20) as u64)]
     pub policy_memory_mib: u64,
-    /// Longest one policy call may take, copying its result included; then it is interrupted.
+    /// Most CPU time one policy call may use, copying its result included (time spent waiting for
+    /// a core is not charged; at most 5× this on the clock); then it is interrupted.
     #[arg(long, default_value_t = SandboxLimits::default().call_deadline.as_millis() as u64)]
     pub policy_deadline_ms: u64,
     /// Failed calls of one primitive in a row that suspend a policy (its circuit opens: it is not

@@ -37,7 +37,9 @@
 //! - `late-trap`: `observe` panics on the instance's `trap_at`th request arrival (default
 //!   [`DEFAULT_TRAP_AT`]): a policy that passes a short stream and fails after a while.
 //!
-//! `hold_mib=N` makes `init` allocate and keep N MiB (for memory-cap tests).
+//! `hold_mib=N` makes `init` allocate and keep N MiB (for memory-cap tests); `burn=N` makes every
+//! `score` of a non-empty batch first run N iterations of a loop: a fixed amount of CPU work, for
+//! tests of what a call is charged.
 
 use agentrt_sdk::state::{Reader, Writer};
 use agentrt_sdk::{
@@ -101,6 +103,8 @@ pub struct Probe {
     /// with `fault=late-trap`.
     pub arrivals: u64,
     pub trap_at: u64,
+    /// Loop iterations each `score` of a non-empty batch runs first (`burn`; not part of the snapshot).
+    pub burn: u64,
 }
 
 impl Probe {
@@ -119,7 +123,7 @@ impl Policy for Probe {
     }
 
     fn init(&mut self, config: &Config) -> Result<(), String> {
-        const KEYS: [&str; 4] = ["bias", "fault", "hold_mib", "trap_at"];
+        const KEYS: [&str; 5] = ["bias", "burn", "fault", "hold_mib", "trap_at"];
         if config.get("fault") == Some("init-trap") {
             if let Some((key, _)) = config.pairs().iter().find(|(k, _)| !KEYS.contains(&k.as_str())) {
                 panic!("probe was told to trap on an unknown key ({key})");
@@ -134,6 +138,7 @@ impl Policy for Probe {
             self.fault = Some(fault.to_string());
         }
         self.trap_at = config.parse_or("trap_at", DEFAULT_TRAP_AT)?;
+        self.burn = config.parse_or("burn", 0)?;
         let hold_mib: usize = config.parse_or("hold_mib", 0)?;
         self.held = vec![1; hold_mib << 20];
         Ok(())
@@ -215,6 +220,12 @@ impl Policy for Probe {
             let mut spins = 0u64;
             loop {
                 spins = core::hint::black_box(spins.wrapping_add(1));
+            }
+        }
+        if !items.is_empty() {
+            let mut sum = 0u64;
+            for i in 0..self.burn {
+                sum = core::hint::black_box(sum.wrapping_add(i));
             }
         }
         let mut scores: Vec<f32> = if self.faulty("clock-scores") {
@@ -363,6 +374,7 @@ impl Policy for Probe {
         next.fault = self.fault.take();
         next.held = std::mem::take(&mut self.held);
         next.trap_at = self.trap_at;
+        next.burn = self.burn;
         next.arrivals = self.arrivals;
         if next.faulty("lossy-snapshot") {
             next.events = 0;
