@@ -15,7 +15,7 @@ use agentrt_serve::tenant::admin_auth::AdminTokens;
 use agentrt_serve::tenant::settings::TenantSettings;
 use agentrt_serve::tenant::Tenants;
 use agentrt_serve::{App, AppConfig};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
@@ -24,13 +24,16 @@ pub async fn fast_upstream() -> String {
     let answer = json!({"id": "c", "object": "chat.completion", "model": "tiny",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 300, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 256}}});
-    let app = Router::new().route(
-        "/v1/chat/completions",
-        post(move |Json(_): Json<Value>| {
-            let answer = answer.clone();
-            async move { Json(answer) }
-        }),
-    );
+    let app = Router::new()
+        .route(
+            "/v1/chat/completions",
+            post(move |Json(_): Json<Value>| {
+                let answer = answer.clone();
+                async move { Json(answer) }
+            }),
+        )
+        // What a router in front checks before it sends a worker requests (vllm-router does).
+        .route("/health", get(|| async { "ok" }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
