@@ -45,13 +45,24 @@ impl Path {
     fn peak_rss_mb(&self) -> Option<f64> {
         let pid = self.process.as_ref()?.id();
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let kb: f64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+        let kb: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
         Some(kb / 1024.0)
     }
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Waits until `url` answers a chat completion; panics with the process's fate after 60 s.
@@ -83,13 +94,23 @@ async fn start(label: &str, mut command: Command, url: String) -> Path {
         .spawn()
         .unwrap_or_else(|e| panic!("starting {label}: {e}"));
     wait_ready(label, &url, &mut child).await;
-    Path { label: label.into(), url, process: Some(child) }
+    Path {
+        label: label.into(),
+        url,
+        process: Some(child),
+    }
 }
 
 async fn agentrt(label: &str, upstream: &str, extra: &[&str]) -> Path {
     let port = free_port();
     let mut command = Command::new(env!("CARGO_BIN_EXE_agentrt"));
-    command.args(["serve", "--upstream", upstream, "--listen", &format!("127.0.0.1:{port}")]);
+    command.args([
+        "serve",
+        "--upstream",
+        upstream,
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+    ]);
     command.args(extra);
     start(label, command, format!("http://127.0.0.1:{port}")).await
 }
@@ -114,12 +135,31 @@ fn router_binary() -> Result<PathBuf, String> {
 async fn vllm_router(binary: &PathBuf, policy: &str, upstream: &str) -> Path {
     let (port, metrics) = (free_port(), free_port());
     let mut command = Command::new(binary);
-    command.args(["--host", "127.0.0.1", "--port", &port.to_string(), "--worker-urls", upstream]);
-    command.args(["--policy", policy, "--prometheus-port", &metrics.to_string(), "--log-level", "error"]);
+    command.args([
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &port.to_string(),
+        "--worker-urls",
+        upstream,
+    ]);
+    command.args([
+        "--policy",
+        policy,
+        "--prometheus-port",
+        &metrics.to_string(),
+        "--log-level",
+        "error",
+    ]);
     // Its defaults queue past 100 waiting requests and cap nothing else; keep the queue out of
     // the way so saturation shows as latency, as it does for agentrt.
     command.args(["--queue-size", "100000"]);
-    start(&format!("vllm-router {policy}"), command, format!("http://127.0.0.1:{port}")).await
+    start(
+        &format!("vllm-router {policy}"),
+        command,
+        format!("http://127.0.0.1:{port}"),
+    )
+    .await
 }
 
 /// One open-loop run: `rate` requests per second for `secs`.
@@ -168,7 +208,11 @@ async fn open_loop(client: &reqwest::Client, url: &str, rate: f64, secs: f64) ->
         }
     }
     latencies.sort();
-    Run { latencies, offered, failed }
+    Run {
+        latencies,
+        offered,
+        failed,
+    }
 }
 
 /// Closed loop: `in_flight` requests always outstanding for `secs`; answered requests per second.
@@ -205,7 +249,10 @@ async fn ceiling(client: &reqwest::Client, url: &str, in_flight: usize, secs: f6
 }
 
 fn flag<T: std::str::FromStr>(args: &[String], name: &str) -> Option<T> {
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok())
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -229,7 +276,10 @@ fn main() {
         .split(',')
         .filter_map(|r| r.trim().parse().ok())
         .collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(async {
         let upstream = fast_upstream().await;
         let mut paths = vec![
