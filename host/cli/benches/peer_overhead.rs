@@ -22,7 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{chat_body, fast_upstream, percentile};
+use support::{chat_body, fast_upstream, free_port, percentile};
 
 /// A way to the upstream: its label, its URL, and the process behind it (none when direct).
 struct Path {
@@ -55,14 +55,6 @@ impl Path {
             .ok()?;
         Some(kb / 1024.0)
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Waits until `url` answers a chat completion; panics with the process's fate after 60 s.
