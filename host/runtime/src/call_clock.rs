@@ -64,6 +64,11 @@ impl CallClock {
     /// The call's standing now.
     pub(crate) fn standing(&self) -> Standing {
         let wall = self.wall_start.elapsed();
+        // A thread cannot have used more CPU than time has passed: a call within its deadline on
+        // the clock (every call the host checks after it returns, nearly) skips the CPU clock.
+        if wall < self.deadline {
+            return Standing::Left(self.deadline - wall);
+        }
         if wall >= self.deadline * WALL_BACKSTOP {
             return Standing::Spent;
         }
