@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use crate::policies::SimPolicy;
 use crate::prepare::PreparedTrace;
-use crate::router_model::{Arriving, RouterKind, RouterModel};
+use crate::router_model::{Arriving, RouterModel, RouterSpec};
 use crate::scheduler::{RunResult, Sim, SimConfig};
 
 /// Replay `trace` on `policies.len()` replicas (one policy instance each) behind `router`.
@@ -25,15 +25,16 @@ pub fn replay(
     cfg: &SimConfig,
     trace: &PreparedTrace,
     policies: &mut [Box<dyn SimPolicy>],
-    router: RouterKind,
+    router: impl Into<RouterSpec>,
 ) -> anyhow::Result<RunResult> {
+    let router = router.into();
     anyhow::ensure!(!policies.is_empty(), "no replicas");
     anyhow::ensure!(
         cfg.shares.is_none(),
         "cache shares (--share) are not modelled with several replicas"
     );
     let started = Instant::now();
-    let mut model = RouterModel::new(router, policies.len());
+    let mut model = RouterModel::new(router, policies.len(), trace.block_size);
     let mut engines: Vec<Sim> = policies
         .iter_mut()
         .map(|p| Sim::replica(cfg.clone(), trace, p.as_mut()))
@@ -55,7 +56,7 @@ pub fn replay(
         match (next_due, behind) {
             (Some((t, s, index)), behind) if behind.is_none_or(|i| t <= engines[i].now_ns()) => {
                 due.pop();
-                let replica = place(&mut model, &engines, trace, s, index, t);
+                let replica = place(&mut model, &engines, trace, cfg, s, index, t);
                 engines[replica].inject(s, index, t);
             }
             (_, Some(i)) => {
@@ -76,14 +77,24 @@ pub fn replay(
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut merged = merge(results);
     merged.wall_s = started.elapsed().as_secs_f64();
-    tracing::debug!(router = router.name(), hinted = model.hinted, "replicas replayed");
+    tracing::debug!(router = router.kind.name(), hinted = model.hinted, "replicas replayed");
     Ok(merged)
 }
 
 /// Ask the router where request `index` of session `s` goes, and record the agent's anchor there.
-fn place(model: &mut RouterModel, engines: &[Sim], trace: &PreparedTrace, s: u32, index: u32, t: u64) -> usize {
+fn place(
+    model: &mut RouterModel,
+    engines: &[Sim],
+    trace: &PreparedTrace,
+    cfg: &SimConfig,
+    s: u32,
+    index: u32,
+    t: u64,
+) -> usize {
     let session = &trace.sessions[s as usize];
     let request = &trace.requests[session.requests[index as usize] as usize];
+    // A session's next call is due its think time after the previous one finished.
+    let idle_ns = (index > 0).then(|| cfg.after_ns(request.after_us));
     let cached: Vec<usize> = engines
         .iter()
         .map(|e| e.cached_prefix_blocks(&request.prompt.hashes))
@@ -92,8 +103,10 @@ fn place(model: &mut RouterModel, engines: &[Sim], trace: &PreparedTrace, s: u32
     let replica = model.choose(
         &Arriving {
             session: session.id,
+            idle_ns,
             agent: request.agent,
             prompt_tokens: request.prompt.tokens,
+            prompt_hashes: &request.prompt.hashes,
             block_size: trace.block_size,
             cached_blocks: &cached,
             loads: &loads,
@@ -153,7 +166,7 @@ fn merge(results: Vec<RunResult>) -> RunResult {
 #[derive(Debug, Clone, Copy)]
 pub struct ReplicaSetup {
     pub replicas: usize,
-    pub router: RouterKind,
+    pub router: RouterSpec,
 }
 
 /// Every policy of `policies` on `setup`'s replicas behind its router (Bélády, an offline bound

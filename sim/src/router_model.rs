@@ -12,7 +12,14 @@
 //! - `agentrt`: `kv` plus agentrt's hint — the replica of the session's last call, else the one
 //!   that last received the agent's anchor (a call or a warm-up), unless it has more than 4 requests in flight beyond the least busy
 //!   (`agentrt_router::HintRule`, the same code) — which Dynamo's `affinity_target` makes the
-//!   choice while it is eligible.
+//!   choice while it is eligible;
+//! - `cache-aware`: vLLM's router `--policy cache_aware` ([`approx_tree`]): an approximate tree of
+//!   what it sent where, and the least-loaded worker when the load is imbalanced;
+//! - `kv-aware`: vLLM's router `--policy kv_aware` ([`kv_aware`]): the longest cached prefix
+//!   from KV events, with session affinity under `--kv-aware-session-affinity-ttl-secs`.
+
+mod approx_tree;
+mod kv_aware;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -20,6 +27,9 @@ use std::time::{Duration, Instant};
 use agentrt_router::{HintRule, Placement, Replica, ReplicaId, Replicas, RouteRequest, SessionSticky};
 
 use crate::scheduler::EngineLoadView;
+use approx_tree::ApproxTree;
+pub use approx_tree::{CacheAwareConfig, CHARS_PER_TOKEN};
+use kv_aware::KvAware;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -28,6 +38,8 @@ pub enum RouterKind {
     Session,
     Kv,
     Agentrt,
+    CacheAware,
+    KvAware,
 }
 
 impl RouterKind {
@@ -37,6 +49,29 @@ impl RouterKind {
             Self::Session => "session",
             Self::Kv => "kv",
             Self::Agentrt => "agentrt",
+            Self::CacheAware => "cache-aware",
+            Self::KvAware => "kv-aware",
+        }
+    }
+}
+
+/// A router and its settings (`sim run --router …` and the router's own flags).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct RouterSpec {
+    pub kind: RouterKind,
+    /// `cache-aware`'s thresholds (vLLM router's `--cache-threshold`, `--balance-*-threshold`, …).
+    pub cache_aware: CacheAwareConfig,
+    /// `kv-aware`'s session affinity TTL (vLLM router's `--kv-aware-session-affinity-ttl-secs`),
+    /// in ns; `None`: no affinity.
+    pub kv_affinity_ttl_ns: Option<u64>,
+}
+
+impl From<RouterKind> for RouterSpec {
+    fn from(kind: RouterKind) -> Self {
+        Self {
+            kind,
+            cache_aware: CacheAwareConfig::default(),
+            kv_affinity_ttl_ns: None,
         }
     }
 }
@@ -44,8 +79,12 @@ impl RouterKind {
 /// One request, as a router sees it.
 pub(crate) struct Arriving<'a> {
     pub session: u64,
+    /// How long ago the session's previous call finished; `None` for its first.
+    pub idle_ns: Option<u64>,
     pub agent: u32,
     pub prompt_tokens: u32,
+    /// The prompt's block-chain hashes.
+    pub prompt_hashes: &'a [u64],
     pub block_size: usize,
     /// Per replica: blocks of the prompt's prefix it holds.
     pub cached_blocks: &'a [usize],
@@ -60,13 +99,18 @@ pub(crate) struct RouterModel {
     ids: Vec<ReplicaId>,
     placement: Placement,
     rule: HintRule,
+    /// The `cache-aware` router's picture of the workers' caches.
+    tree: Option<ApproxTree>,
+    /// The `kv-aware` router's session bindings.
+    kv_aware: KvAware,
     /// Simulated time 0 as an `Instant` (the hint rule's clock).
     epoch: Instant,
     pub hinted: u64,
 }
 
 impl RouterModel {
-    pub fn new(kind: RouterKind, replicas: usize) -> Self {
+    pub fn new(spec: RouterSpec, replicas: usize, block_size: usize) -> Self {
+        let kind = spec.kind;
         let named = Replicas::new(
             (0..replicas)
                 .map(|i| Replica::parse(&format!("r{i}=http://replica-{i}")).expect("valid"))
@@ -80,6 +124,8 @@ impl RouterModel {
             ids: named.ids().collect(),
             placement: Placement::default(),
             rule: HintRule::default(),
+            tree: (kind == RouterKind::CacheAware).then(|| ApproxTree::new(spec.cache_aware, replicas, block_size)),
+            kv_aware: KvAware::new(spec.kv_affinity_ttl_ns),
             epoch: Instant::now(),
             hinted: 0,
         }
@@ -130,6 +176,14 @@ impl RouterModel {
                     None => kv_choice(request),
                 }
             }
+            RouterKind::CacheAware => {
+                let in_flight: Vec<u32> = request.loads.iter().map(|l| l.in_flight).collect();
+                self.tree
+                    .as_mut()
+                    .expect("built for cache-aware")
+                    .choose(request.prompt_hashes, &in_flight, now_ns)
+            }
+            RouterKind::KvAware => self.kv_aware.choose(request),
         }
     }
 
@@ -177,8 +231,10 @@ mod tests {
     fn arriving<'a>(cached: &'a [usize], loads: &'a [EngineLoadView]) -> Arriving<'a> {
         Arriving {
             session: 1,
+            idle_ns: None,
             agent: 3,
             prompt_tokens: 320,
+            prompt_hashes: &[],
             block_size: 16,
             cached_blocks: cached,
             loads,
@@ -208,7 +264,7 @@ mod tests {
     #[test]
     fn agentrt_follows_the_anchor_where_kv_sees_nothing() {
         let idle = [EngineLoadView::default(); 2];
-        let mut router = RouterModel::new(RouterKind::Agentrt, 2);
+        let mut router = RouterModel::new(RouterKind::Agentrt.into(), 2, 16);
         assert_eq!(router.choose(&arriving(&[0, 0], &idle), 0), 0);
         router.placed(3, 1, 10);
         assert_eq!(router.choose(&arriving(&[0, 0], &idle), 20), 1, "the warm-up's replica");
@@ -218,10 +274,10 @@ mod tests {
     #[test]
     fn round_robin_cycles_and_session_sticks() {
         let idle = [EngineLoadView::default(); 3];
-        let mut rr = RouterModel::new(RouterKind::RoundRobin, 3);
+        let mut rr = RouterModel::new(RouterKind::RoundRobin.into(), 3, 16);
         let picks: Vec<usize> = (0..3).map(|t| rr.choose(&arriving(&[0; 3], &idle), t)).collect();
         assert_eq!(picks.iter().collect::<std::collections::HashSet<_>>().len(), 3);
-        let mut session = RouterModel::new(RouterKind::Session, 3);
+        let mut session = RouterModel::new(RouterKind::Session.into(), 3, 16);
         let first = session.choose(&arriving(&[0; 3], &idle), 0);
         assert!((0..5).all(|t| session.choose(&arriving(&[0; 3], &idle), t) == first));
     }

@@ -33,6 +33,8 @@ fn one_replica_behind_any_router_replays_exactly_as_one_engine() {
         RouterKind::Session,
         RouterKind::Kv,
         RouterKind::Agentrt,
+        RouterKind::CacheAware,
+        RouterKind::KvAware,
     ] {
         let one = replay(&cfg, &trace, &mut lru(1), router).unwrap();
         assert_eq!(one.hit_tokens, alone.hit_tokens, "{router:?}");
@@ -52,16 +54,20 @@ fn every_request_is_served_once_and_the_kv_router_beats_round_robin_on_hits() {
     let cfg = SimConfig::new(3000);
     let rr = replay(&cfg, &trace, &mut lru(2), RouterKind::RoundRobin).unwrap();
     let kv = replay(&cfg, &trace, &mut lru(2), RouterKind::Kv).unwrap();
-    for r in [&rr, &kv] {
+    let cache_aware = replay(&cfg, &trace, &mut lru(2), RouterKind::CacheAware).unwrap();
+    let kv_aware = replay(&cfg, &trace, &mut lru(2), RouterKind::KvAware).unwrap();
+    for r in [&rr, &kv, &cache_aware, &kv_aware] {
         assert_eq!(r.rejected, 0, "every prompt fits one replica's cache");
         assert!(r.ttft_us.iter().all(|t| t.is_finite()), "a request was never served");
         assert_eq!(r.admission_order.len(), trace.requests.len());
     }
     assert_eq!(rr.prompt_tokens, kv.prompt_tokens);
-    assert!(
-        kv.hit_rate() > rr.hit_rate(),
-        "kv {:.3} vs round-robin {:.3}",
-        kv.hit_rate(),
-        rr.hit_rate()
-    );
+    for (name, r) in [("kv", &kv), ("cache-aware", &cache_aware), ("kv-aware", &kv_aware)] {
+        assert!(
+            r.hit_rate() > rr.hit_rate(),
+            "{name} {:.3} vs round-robin {:.3}",
+            r.hit_rate(),
+            rr.hit_rate()
+        );
+    }
 }

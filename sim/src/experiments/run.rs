@@ -59,15 +59,69 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1)]
     pub replicas: usize,
     /// The router in front of several replicas: round-robin, session (sticky hashing), kv
-    /// (Dynamo's KV-aware cost), agentrt (kv plus agentrt's anchor hint).
+    /// (Dynamo's KV-aware cost), agentrt (kv plus agentrt's anchor hint), cache-aware and
+    /// kv-aware (vLLM's router, `--policy cache_aware` / `kv_aware`).
     #[arg(long, value_enum, default_value = "kv")]
     pub router: crate::router_model::RouterKind,
+    #[command(flatten)]
+    pub vllm_router: VllmRouterArgs,
     #[command(flatten)]
     pub slots: SlotArgs,
     #[command(flatten)]
     pub host_tier: HostTierArgs,
     #[command(flatten)]
     pub replay: ReplayOptions,
+}
+
+/// vLLM router's `cache_aware` and `kv_aware` settings, its own flags and defaults (`vllm-router`
+/// 0.1.17).
+#[derive(Args, Debug, Clone)]
+pub struct VllmRouterArgs {
+    /// `--router cache-aware`: the share of a request its longest prefix in the router's tree
+    /// must exceed to go where that prefix went (else to the least-loaded replica).
+    #[arg(long, default_value_t = 0.3)]
+    pub cache_threshold: f64,
+    /// `--router cache-aware`: imbalance when the busiest replica has more than this many
+    /// requests in flight beyond the idlest…
+    #[arg(long, default_value_t = 64)]
+    pub balance_abs_threshold: u32,
+    /// …and more than this multiple of the idlest's; imbalanced, the least loaded is chosen.
+    #[arg(long, default_value_t = 1.5)]
+    pub balance_rel_threshold: f64,
+    /// `--router cache-aware`: seconds between passes trimming the router's tree.
+    #[arg(long, default_value_t = 120)]
+    pub eviction_interval_secs: u64,
+    /// `--router kv-aware`: bind each session to its first call's replica while it is idle at
+    /// most this long (vLLM router's `--kv-aware-session-affinity-ttl-secs`); off when not given.
+    #[arg(long)]
+    pub kv_aware_session_affinity_ttl_secs: Option<u64>,
+    /// `--router cache-aware`: characters of prompts the tree keeps per replica (blocks at four
+    /// characters a token).
+    #[arg(long, default_value_t = 1 << 25)]
+    pub max_tree_size: u64,
+}
+
+impl VllmRouterArgs {
+    /// `kind` with these settings.
+    fn spec(&self, kind: crate::router_model::RouterKind) -> crate::router_model::RouterSpec {
+        crate::router_model::RouterSpec {
+            kind,
+            cache_aware: self.cache_aware(),
+            kv_affinity_ttl_ns: self
+                .kv_aware_session_affinity_ttl_secs
+                .map(|s| s.saturating_mul(1_000_000_000)),
+        }
+    }
+
+    fn cache_aware(&self) -> crate::router_model::CacheAwareConfig {
+        crate::router_model::CacheAwareConfig {
+            cache_threshold: self.cache_threshold,
+            balance_abs_threshold: self.balance_abs_threshold,
+            balance_rel_threshold: self.balance_rel_threshold,
+            eviction_interval_ns: self.eviction_interval_secs.saturating_mul(1_000_000_000),
+            max_tree_chars: self.max_tree_size,
+        }
+    }
 }
 
 /// vLLM's host-memory tier (`--kv-offloading-size`; docs/hierarchy.md).
@@ -185,7 +239,7 @@ pub fn run(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
             rerank,
             crate::replicas::ReplicaSetup {
                 replicas: a.replicas,
-                router: a.router,
+                router: a.vllm_router.spec(a.router),
             },
             step,
         )?
@@ -262,6 +316,7 @@ pub fn run(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
         if a.replicas > 1 {
             json["replicas"] = serde_json::json!(a.replicas);
             json["router"] = serde_json::json!(a.router.name());
+            json["router_settings"] = serde_json::to_value(a.vllm_router.spec(a.router))?;
         }
         std::fs::write(path, serde_json::to_string_pretty(&json)?)
             .with_context(|| format!("writing {}", path.display()))?;
