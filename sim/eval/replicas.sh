@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Two replicas behind each router model, on the six workloads (docs/replicas.md, "Simulator").
+# Two replicas behind each router model — round-robin, session, Dynamo's kv, agentrt, and vLLM's
+# router's cache_aware and kv_aware (without and with session affinity) — on the six workloads
+# (docs/replicas.md, "Simulator"; table: python3 sim/scripts/replicas_md.py OUT_DIR).
 # Each replica has the quick table's cache (headline / 8 = 3,540 blocks of 16) and together they
 # carry twice the quick table's traffic (sessions and concurrency = headline / 4).
 #
@@ -16,8 +18,12 @@ for w in mmlu mtbench gaia gsm8k humaneval fleet; do
     trace="$out/$w.jsonl"
     "$bin" sim gen --workload "$w" --sessions $((sessions[$w] / 4)) \
         --concurrency "$(echo "${concurrency[$w]} / 4" | bc -l)" --out "$trace"
-    for router in round-robin session kv agentrt; do
-        "$bin" sim run --trace "$trace" --replicas 2 --router "$router" --capacity-blocks "$blocks" \
+    # vLLM router's kv_aware with session affinity at serve's own session idle time (60 s),
+    # chosen before the first run.
+    for router in round-robin session kv agentrt cache-aware kv-aware kv-aware-affinity; do
+        flags=(--router "$router")
+        [[ "$router" == kv-aware-affinity ]] && flags=(--router kv-aware --kv-aware-session-affinity-ttl-secs 60)
+        "$bin" sim run --trace "$trace" --replicas 2 "${flags[@]}" --capacity-blocks "$blocks" \
             --policies lru,cachesage --json "$out/$w-$router.json" >/dev/null
         echo "$w $router done"
     done

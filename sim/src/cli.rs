@@ -23,7 +23,7 @@ pub enum SimCommand {
     /// Convert a public trace (kv-cache-tester, Mooncake, Bailian) to the trace format.
     Import(crate::import::ImportArgs),
     /// Replay one trace under every policy and report.
-    Run(crate::experiments::run::RunArgs),
+    Run(Box<crate::experiments::run::RunArgs>),
     /// All six workloads at the headline setting plus a capacity sweep: table, JSON, plots.
     Table(crate::experiments::table::TableArgs),
     /// The many-application workload over fleet sizes and anchor scales: table, JSON, plot.
@@ -62,7 +62,7 @@ pub fn run(args: SimArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     match args.command {
         SimCommand::Gen(a) => gen(a),
         SimCommand::Import(a) => crate::import::run(a),
-        SimCommand::Run(a) => crate::experiments::run::run(a, components),
+        SimCommand::Run(a) => crate::experiments::run::run(*a, components),
         SimCommand::Table(a) => crate::experiments::table::run(a, components),
         SimCommand::FleetSweep(a) => crate::experiments::fleet_sweep::run(a, components),
         SimCommand::NoisyNeighbour(a) => crate::experiments::noisy_neighbour::run(a, components),

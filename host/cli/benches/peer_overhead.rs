@@ -107,23 +107,6 @@ async fn agentrt(label: &str, upstream: &str, extra: &[&str]) -> Path {
     start(label, command, format!("http://127.0.0.1:{port}")).await
 }
 
-/// The router's binary: `$AGENTRT_VLLM_ROUTER_VENV/bin/vllm-router`, else the default venv's.
-fn router_binary() -> Result<PathBuf, String> {
-    let venv = std::env::var_os("AGENTRT_VLLM_ROUTER_VENV")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/agentrt/venv-vllm-router")))
-        .ok_or("no HOME to find the venv in")?;
-    let binary = venv.join("bin/vllm-router");
-    if binary.exists() {
-        Ok(binary)
-    } else {
-        Err(format!(
-            "skipped: no vLLM router at {} (bash adapters/vllm-router/setup-venv.sh)",
-            binary.display()
-        ))
-    }
-}
-
 async fn vllm_router(binary: &PathBuf, policy: &str, upstream: &str) -> Path {
     let (port, metrics) = (free_port(), free_port());
     let mut command = Command::new(binary);
@@ -279,12 +262,12 @@ fn main() {
             agentrt("agentrt serve, lru", &upstream, &["--policy", "lru"]).await,
             agentrt("agentrt serve, cachesage + guard", &upstream, &["--slot", "guard=guard"]).await,
         ];
-        match router_binary() {
+        match agentrt_router::testing::vllm_router_binary() {
             Ok(binary) => {
                 paths.push(vllm_router(&binary, "round_robin", &upstream).await);
                 paths.push(vllm_router(&binary, "cache_aware", &upstream).await);
             }
-            Err(why) => println!("vllm-router rows {why}"),
+            Err(why) => println!("vllm-router rows skipped: {why}"),
         }
         let client = reqwest::Client::builder().pool_max_idle_per_host(1024).build().unwrap();
         for path in &paths {

@@ -16,6 +16,7 @@ use crate::engine::admission::AdmissionQueue;
 use crate::engine::replicas::{ReplicaArgs, ReplicaRouting};
 use crate::engine::tokenize::Tokenizer;
 use crate::engine::upstream::Upstream;
+use crate::engine::upstream_router::UpstreamRouter;
 use crate::front::connections::ConnectionMetrics;
 use crate::front::limits::Limits;
 use crate::metrics::{MetricsState, ProxyMetrics};
@@ -51,6 +52,8 @@ pub struct AppConfig {
     pub cache_salt_secret: Option<String>,
     /// `--client-engine-field`.
     pub client_engine_fields: ClientEngineFields,
+    /// `--upstream-router`: the router `--upstream` is, if one.
+    pub upstream_router: UpstreamRouter,
     /// How many warm-ups go upstream, and how fast (`--warmup-concurrency`, `--warmup-rate`).
     pub warmup: WarmupOptions,
     /// `--metrics-token`.
@@ -79,6 +82,7 @@ impl AppConfig {
             engine_priorities: false,
             cache_salt_secret: None,
             client_engine_fields: ClientEngineFields::default(),
+            upstream_router: UpstreamRouter::None,
             warmup: WarmupOptions::default(),
             metrics_token: None,
             reloader: None,
@@ -160,6 +164,7 @@ impl App {
                 engine_priorities: config.engine_priorities,
                 cache_salts: CacheSalts::new(config.cache_salt_secret.as_deref()),
                 client_engine_fields: config.client_engine_fields,
+                upstream_router: config.upstream_router,
             }),
             admission: config.admission.clone(),
             replicas: replicas.clone(),

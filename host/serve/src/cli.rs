@@ -91,6 +91,10 @@ pub struct ServeArgs {
     /// Do not add `vllm_xargs` to forwarded requests (for upstreams other than vLLM).
     #[arg(help_heading = "Upstream", long)]
     pub no_vllm_xargs: bool,
+    /// The router `--upstream` is, if one: `vllm-router` (vLLM's router) gets each call's session
+    /// as `x-session-id` and its program as `vllm_xargs.agentic_context` (docs/replicas.md).
+    #[arg(help_heading = "Upstream", long, value_enum, default_value = "none")]
+    pub upstream_router: crate::engine::upstream_router::UpstreamRouter,
     /// vLLM's KV-event publisher (its `--kv-events-config` endpoint), e.g. tcp://127.0.0.1:5557.
     #[arg(help_heading = "Engine adapters", long)]
     pub kv_events: Option<String>,
@@ -466,6 +470,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         engine_priorities: args.engine_priorities,
         cache_salt_secret: args.cache_salt_secret,
         client_engine_fields: ClientEngineFields::allowing(args.client_engine_fields.iter().copied()),
+        upstream_router: args.upstream_router,
         warmup: WarmupOptions {
             max_concurrent: args.warmup_concurrency,
             per_second: args.warmup_rate,

@@ -1,8 +1,10 @@
 //! The engine(s) behind the proxy: the upstream and its limits, the admission queue in front of
-//! it, several replicas behind a router, and who owns an engine block under cache shares.
+//! it, several replicas behind a router (agentrt's, or one agentrt fronts: [`upstream_router`]),
+//! and who owns an engine block under cache shares.
 
 pub mod adapters;
 pub mod admission;
 pub mod replicas;
 pub mod tokenize;
 pub mod upstream;
+pub mod upstream_router;

@@ -144,12 +144,12 @@ pub(super) async fn forward(
     state
         .metrics
         .observe_overhead(received.elapsed().saturating_sub(queue_wait));
-    let mut sent = send_unless_revoked(&state, &revoked, lease.as_ref(), path, &body).await;
+    let mut sent = send_unless_revoked(&state, &revoked, lease.as_ref(), path, &body, identity.session).await;
     // A replica that refused the connection got nothing: the request is placed once more.
     if let (Err((_, true)), Some(replicas), Some(input)) = (&sent, &state.replicas, route.as_mut()) {
         if let Some(refused) = lease.take_if(|_| replicas.replicas().len() > 1) {
             lease = Some(replicas.retry(agent, input, refused).await);
-            sent = send_unless_revoked(&state, &revoked, lease.as_ref(), path, &body).await;
+            sent = send_unless_revoked(&state, &revoked, lease.as_ref(), path, &body, identity.session).await;
         }
     }
     let reply = match sent.map_err(|(e, _)| e) {
@@ -222,23 +222,28 @@ async fn send_unless_revoked(
     lease: Option<&Lease>,
     path: &str,
     body: &Bytes,
+    session: u64,
 ) -> Result<reqwest::Response, (ApiError, bool)> {
     tokio::select! {
         biased;
         () = revoked.cancelled() => Err((revoked_error(state), false)),
-        sent = send_to(state, lease, path, body) => sent,
+        sent = send_to(state, lease, path, body, session) => sent,
     }
 }
 
-/// Send the request's `body` to its replica (`lease`), else the upstream; on failure, whether the
-/// connection was refused (nothing sent).
+/// Send the request's `body` to its replica (`lease`), else the upstream (with `session` for the
+/// router the upstream is, if one); on failure, whether the connection was refused (nothing sent).
 async fn send_to(
     state: &ProxyState,
     lease: Option<&Lease>,
     path: &str,
     body: &Bytes,
+    session: u64,
 ) -> Result<reqwest::Response, (ApiError, bool)> {
     let base = lease.map_or(state.upstream.base(), |l| l.url());
-    let request = state.upstream.post_to(base, path).body(body.clone());
+    let mut request = state.upstream.post_to(base, path).body(body.clone());
+    if let Some((name, value)) = state.body.upstream_router.session_header(session) {
+        request = request.header(name, value);
+    }
     upstream::send_checked(request, base, state.upstream.limits()).await
 }

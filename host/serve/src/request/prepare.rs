@@ -14,6 +14,7 @@ use agentrt_runtime::types::{Continuation, Event};
 use super::sampling_fields;
 use super::state::ProxyState;
 use crate::engine::replicas::RouteInput;
+use crate::engine::upstream_router::UpstreamRouter;
 use crate::front::error::ApiError;
 use crate::identity::agent_api::AgentApi;
 use crate::identity::{identify_chat, identify_completion, Anchor, Identity};
@@ -89,7 +90,7 @@ fn check_previous_response(state: &ProxyState, tenant: &Tenant, json: &Value) ->
 /// Put agentrt's identity into `vllm_xargs`, keeping whatever the client put there. The session
 /// goes as the same 64-bit id the policy sees in request events, so that the vLLM plugin's block
 /// tags and the proxy's events name sessions alike.
-fn add_xargs(body: &mut Value, agent: u32, session: u64, warmup: bool) {
+fn add_xargs(body: &mut Value, agent: u32, session: u64, warmup: bool, router: UpstreamRouter) {
     let xargs = body
         .as_object_mut()
         .expect("checked object")
@@ -99,6 +100,7 @@ fn add_xargs(body: &mut Value, agent: u32, session: u64, warmup: bool) {
         map.insert("agentrt_agent".into(), json!(agent));
         map.insert("agentrt_session".into(), json!(session));
         map.insert("agentrt_warmup".into(), json!(warmup));
+        router.tag_program(map, session);
     }
 }
 
@@ -282,7 +284,7 @@ async fn anchor_tokens_upstream(state: &ProxyState, anchor: &Anchor) -> Option<u
 
 fn json_with(state: &ProxyState, json: &mut Value, agent: u32, identity: &Identity) -> Vec<u8> {
     if state.body.vllm_xargs {
-        add_xargs(json, agent, identity.session, false);
+        add_xargs(json, agent, identity.session, false, state.body.upstream_router);
     }
     serde_json::to_vec(json).expect("values serialize")
 }

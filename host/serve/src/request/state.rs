@@ -16,6 +16,7 @@ use crate::engine::admission::AdmissionQueue;
 use crate::engine::replicas::ReplicaRouting;
 use crate::engine::tokenize::Tokenizer;
 use crate::engine::upstream::Upstream;
+use crate::engine::upstream_router::UpstreamRouter;
 use crate::front::error::ApiError;
 use crate::metrics::ProxyMetrics;
 use crate::policy::effects::Effects;
@@ -35,6 +36,8 @@ pub struct BodyOptions {
     pub cache_salts: CacheSalts,
     /// Engine-control fields clients may set (`--client-engine-field`; none by default).
     pub client_engine_fields: ClientEngineFields,
+    /// The router `--upstream` is, if one (`--upstream-router`): what it reads of a session.
+    pub upstream_router: UpstreamRouter,
 }
 
 /// What the agent-call routes need, one field per capability. Cheap to clone.

@@ -35,6 +35,8 @@ pub struct Received {
     pub warmup_header: bool,
     /// The route it came to.
     pub path: &'static str,
+    /// Its `x-session-id` header, which a router in front reads (`--upstream-router`).
+    pub session_header: Option<String>,
 }
 
 #[derive(Clone, Default)]
@@ -110,6 +112,8 @@ pub async fn start() -> (String, Stub) {
                 async move { other_api(recorder, "/v1/messages", headers, body) }
             }),
         )
+        // A router in front (vLLM's) checks its workers' health.
+        .route("/health", get(|| async { StatusCode::OK }))
         .route(
             "/v1/models",
             get(|| async { Json(json!({"object": "list", "data": [{"id": "tiny", "object": "model"}]})) }),
@@ -122,6 +126,13 @@ pub async fn start() -> (String, Stub) {
     (format!("http://{addr}"), stub)
 }
 
+fn session_header(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("x-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
 /// The Responses and Messages APIs: a fixed reply in each one's shape, usage included (a prompt of
 /// 20 tokens, 16 of them cached, 2 output — in Anthropic's words 4 input tokens and 16 cache
 /// reads); streamed as that API streams it when `stream` is true.
@@ -130,6 +141,7 @@ fn other_api(stub: Stub, path: &'static str, headers: HeaderMap, body: Value) ->
         body: body.clone(),
         warmup_header: headers.get("x-agentrt-warmup").is_some(),
         path,
+        session_header: session_header(&headers),
     });
     let stream = body["stream"].as_bool() == Some(true);
     let (whole, events) = if path == "/v1/responses" {
@@ -201,6 +213,7 @@ async fn chat(stub: Stub, headers: HeaderMap, body: Value) -> Response {
         body: body.clone(),
         warmup_header: headers.get("x-agentrt-warmup").is_some(),
         path: "/v1/chat/completions",
+        session_header: session_header(&headers),
     });
     let model = body["model"].as_str().unwrap_or_default().to_string();
     if model == "unknown" {

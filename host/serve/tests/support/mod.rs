@@ -71,6 +71,8 @@ pub struct Setup {
     pub queued_bytes: agentrt_serve::engine::admission::QueuedBytes,
     /// Engine-control fields clients may set (`--client-engine-field`).
     pub client_engine_fields: Vec<agentrt_serve::request::engine_fields::EngineField>,
+    /// The router the upstream is (`--upstream-router`); none by default.
+    pub upstream_router: agentrt_serve::engine::upstream_router::UpstreamRouter,
 }
 
 impl Setup {
@@ -97,6 +99,7 @@ impl Setup {
             admission: None,
             queued_bytes: Default::default(),
             client_engine_fields: Vec::new(),
+            upstream_router: Default::default(),
         }
     }
 
@@ -164,6 +167,7 @@ impl Setup {
                 agentrt_serve::engine::admission::AdmissionQueue::with_queued_bytes(n, wait, queued_bytes)
             }),
             mcp,
+            upstream_router: self.upstream_router,
             ..AppConfig::new(tenants, &self.upstream.unwrap_or(stub_url))
         };
         let app = App::build(config).await.unwrap();
