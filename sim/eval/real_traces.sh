@@ -24,13 +24,14 @@ guard_off=cachesage:guard=false
 [[ -f "$out/mc-conv-chained.jsonl" ]] || "$bin" sim import mooncake "$mc_dir/conversation_trace.jsonl" --sessions chained --out "$out/mc-conv-chained.jsonl"
 [[ -f "$out/mc-syn.jsonl" ]] || "$bin" sim import mooncake "$mc_dir/synthetic_trace.jsonl" --out "$out/mc-syn.jsonl"
 
-# (trace, capacity fraction, load). Claude Code at four capacities; Mooncake at 5 % and 15 % (10 %
-# left out to fit two cores' time); the guard's own effect (`cachesage:guard=false`) on cc100.
+# (trace, capacity fraction, load). Claude Code at four capacities; Mooncake at 5 % and 15 %
+# (conversations at 10 % too); the guard's own effect (`cachesage:guard=false`) on cc100.
 units=()
 for f in 0.025 0.05 0.08 0.10; do units+=("cc100 $f users8"); done
 for t in mc-conv mc-conv-chained mc-syn; do
     for f in 0.05 0.15; do units+=("$t $f util50"); done
 done
+units+=("mc-conv 0.10 util50")
 # Saturated: the recorded rate on one engine. And the figures issue 22 reported for chained
 # Mooncake turns (arrivals ×4 at 5 %, the recorded rate at 15 %), with serve's session ends and
 # with the oracle's, as the simulator then told policies.

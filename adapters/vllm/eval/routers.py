@@ -4,7 +4,10 @@ affinity, and with program scheduling behind agentrt) and agentrt's own (`--repl
 selection service, agentrt's hints, LRU or CacheSage ranking each replica's evictions). The same
 agents, the same calls, in the same order under each; docs/replicas.md, "Real run: every router".
 
-    .venv-vllm/bin/python adapters/vllm/eval/routers.py [--out DIR]    # default target/routers-real
+    .venv-vllm/bin/python adapters/vllm/eval/routers.py [--out DIR] [--concurrent]   # default target/routers-real
+
+Two loads: one call at a time (the default; a router sees no load and places by cache alone), or
+each group's six sessions at once (`--concurrent`), as the simulated twin runs them.
 
 Needs the vLLM venv (adapters/vllm/setup-venv.sh), vLLM's router's (adapters/vllm-router/
 setup-venv.sh), Dynamo's (adapters/dynamo/setup-venv.sh), a release build and the components
@@ -101,14 +104,37 @@ def stream_call(base: str, messages: list[dict], agent: str, session: str) -> di
     return {"ttft_s": ttft or 0.0, "prompt": usage["prompt_tokens"], "cached": cached, "text": text}
 
 
-def run_workload(base: str) -> list[dict]:
-    """The sessions, AT_ONCE at a time, their calls interleaved (sequential calls)."""
-    results = []
+def run_workload(base: str, concurrent: bool) -> list[dict]:
+    """The sessions, AT_ONCE at a time: one call at a time, the group's calls interleaved round by
+    round (`concurrent` False), or each session of the group on a thread of its own, calling as
+    soon as its previous call answered."""
+    from concurrent.futures import ThreadPoolExecutor
+
     sessions = workload()
+
+    def one_session(s: int, turns: range) -> list[dict]:
+        history: list[dict] = []
+        done = []
+        for turn in turns:
+            agent, task = sessions[s][turn]
+            messages = [{"role": "system", "content": ANCHORS[agent]}, *history, {"role": "user", "content": task}]
+            r = stream_call(base, messages, agent, f"session-{s}")
+            r.update(session=s, turn=turn, agent=agent)
+            done.append(r)
+            history += [{"role": "user", "content": task}, {"role": "assistant", "content": r.get("text") or "ok"}]
+        return done
+
+    results = []
     for group in range(0, SESSIONS, AT_ONCE):
-        histories = {s: [] for s in range(group, group + AT_ONCE)}
+        members = range(group, group + AT_ONCE)
+        if concurrent:
+            with ThreadPoolExecutor(AT_ONCE) as pool:
+                for done in pool.map(lambda s: one_session(s, range(4)), members):
+                    results += done
+            continue
+        histories = {s: [] for s in members}
         for turn in range(4):
-            for s in histories:
+            for s in members:
                 agent, task = sessions[s][turn]
                 messages = [{"role": "system", "content": ANCHORS[agent]}, *histories[s],
                             {"role": "user", "content": task}]
@@ -183,6 +209,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=TARGET / "routers-real")
     parser.add_argument("--only", help="comma-separated row names to run")
+    parser.add_argument("--concurrent", action="store_true",
+                        help="each group's six sessions at once, a thread each (default: one call at a time)")
     a = parser.parse_args()
     out = a.out
     out.mkdir(parents=True, exist_ok=True)
@@ -266,7 +294,7 @@ def main() -> None:
             started = time.monotonic()
             base, procs, serve = start(name.replace(" ", "_").replace("→", "to").replace("+", "and"))
             try:
-                results = run_workload(base)
+                results = run_workload(base, a.concurrent)
                 time.sleep(1)
                 warmups = serve.metrics().get("agentrt_proxy_warmups_sent_total", 0.0) if serve is not None else 0.0
             finally:
@@ -284,7 +312,7 @@ def main() -> None:
     finally:
         for r in replicas.values():
             r.stop()
-    (out / "routers.json").write_text(json.dumps(rows, indent=2))
+    (out / ("routers-concurrent.json" if a.concurrent else "routers-sequential.json")).write_text(json.dumps(rows, indent=2))
     print("\n| router | hit rate (calls' usage) | engine hit rate | TTFT mean / p90 ms | warm-ups | failed |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
