@@ -43,7 +43,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SKIP_SERVE_REASON
-from test_e2e_serve import HEADER, Outcome, Run, report_runs
+from test_e2e_serve import HEADER, Outcome, Run, report_runs, series
 
 pytestmark = pytest.mark.skipif(os.environ.get("AGENTRT_SKIP_VLLM_SERVE") == "1", reason=SKIP_SERVE_REASON)
 
@@ -138,6 +138,9 @@ def run_policy(start_stack, policy: str, calls: list[Call]) -> Run:
         for name, attr in (("vllm:prefix_cache_queries_total", "vllm_queries"), ("vllm:prefix_cache_hits_total", "vllm_hits")):
             setattr(run, attr, after.get(name, 0) - before.get(name, 0))
         run.proxy = stack.serve.metrics()
+        text = stack.serve.metrics_text()
+        run.score_calls = series(text, "agentrt_policy_calls_total", 'primitive="score"')
+        run.block_items = series(text, "agentrt_policy_items_total", 'primitive="observe-blocks"')
     finally:
         stack.stop()
     print(f"\n[{policy}] vLLM ready in {run.ready_s:.1f} s; {len(calls)} requests in {run.wall_s:.1f} s; logs in {stack.workdir}")
