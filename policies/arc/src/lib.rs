@@ -85,17 +85,6 @@ impl Arc {
         self.total_blocks.max(self.most_resident).max(1) as f64
     }
 
-    /// Size the tables once for the cache: up to `c` resident blocks and `c` ghosts (the queue
-    /// up to twice its ghosts), within `max-entries`. Growing them by doubling instead holds the
-    /// old and the new table at once at every step — at a 566 k-block cache that transient alone
-    /// passed the policy's 128 MiB memory cap.
-    fn reserve_for_cache(&mut self) {
-        let c = self.c() as usize;
-        let entries = (2 * c).min(self.max_entries);
-        self.entries.reserve(entries.saturating_sub(self.entries.len()));
-        self.ghosts.reserve((2 * c).saturating_sub(self.ghosts.len()));
-    }
-
     /// T1's target size now.
     pub fn target_t1(&self) -> f64 {
         self.p
@@ -201,10 +190,7 @@ impl Policy for Arc {
 
     fn observe(&mut self, event: &Event) {
         if let Event::EngineLoad(load) = event {
-            if load.total_blocks as usize != self.total_blocks {
-                self.total_blocks = load.total_blocks as usize;
-                self.reserve_for_cache();
-            }
+            self.total_blocks = load.total_blocks as usize;
         }
     }
 
