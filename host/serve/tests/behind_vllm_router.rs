@@ -41,17 +41,22 @@ async fn stack(
 }
 
 /// Whether every session stayed on one worker while the sessions used both: what a router that
-/// can tell sessions apart does with four of them (checked: the four sessions' ids hash to both
-/// workers).
+/// can tell sessions apart does with [`SESSIONS`] of them. Where a session hashes to depends on
+/// the workers' URLs (ports differ from run to run); all sixteen landing on one worker has a
+/// chance of 2 in 65,536.
 fn sticky_and_spread(placed: &HashMap<String, HashSet<usize>>) -> bool {
     let used: HashSet<usize> = placed.values().flatten().copied().collect();
     placed.values().all(|on| on.len() == 1) && used.len() == 2
 }
 
-/// Four sessions of three calls each (a planner, a coder, the planner again), every call a
-/// different prompt; returns each session's name → the workers its calls reached.
+/// Sessions each test runs.
+const SESSIONS: usize = 16;
+
+/// [`SESSIONS`] sessions of three calls each (a planner, a coder, the planner again), every call
+/// a different prompt; returns each session's name → the workers its calls reached.
 async fn run_sessions(proxy: &Proxy, workers: &[stub_upstream::Stub; 2]) -> HashMap<String, HashSet<usize>> {
-    for session in ["s1", "s2", "s3", "s4"] {
+    for session in (1..=SESSIONS).map(|i| format!("s{i}")) {
+        let session = session.as_str();
         for (turn, agent) in ["planner", "coder", "planner"].into_iter().enumerate() {
             let body = chat(
                 &format!("You are the {agent}."),
@@ -87,7 +92,7 @@ async fn run_sessions(proxy: &Proxy, workers: &[stub_upstream::Stub; 2]) -> Hash
     }
     assert_eq!(
         placed.values().map(HashSet::len).filter(|&n| n > 0).count(),
-        4,
+        SESSIONS,
         "every session reached a worker"
     );
     placed
@@ -102,7 +107,7 @@ async fn the_router_keeps_each_agentrt_session_on_one_worker_and_passes_agentrts
     let placed = run_sessions(&proxy, &workers).await;
     assert!(sticky_and_spread(&placed), "sessions per worker: {placed:?}");
     let received: Vec<_> = workers.iter().flat_map(|w| w.user_requests()).collect();
-    assert_eq!(received.len(), 12);
+    assert_eq!(received.len(), 3 * SESSIONS);
     for request in &received {
         let xargs = &request.body["vllm_xargs"];
         let session = xargs["agentrt_session"]
