@@ -13,8 +13,8 @@
 //! - `vllm_xargs.agentic_context`: the program the call belongs to, for
 //!   `--enable-program-scheduling` (and `kv_aware`'s affinity, which prefers it to the header):
 //!   one program per agentrt session (`program_id` = `task_id` = `session_id` = the session id
-//!   above; a client's own `agentic_context` is replaced), sent as a JSON string, the form vLLM's `vllm_xargs` accepts (values are strings or
-//!   numbers) and the router reads. Keying the program on the session rather than on
+//!   above; a client's own `agentic_context` is replaced), sent as a JSON string: the form
+//!   vLLM's `vllm_xargs` accepts (values are strings or numbers) and the router reads. Keying the program on the session rather than on
 //!   (session, agent) keeps every agent of a session on one replica, where agentrt's warm-up
 //!   for the session's next agent lands (docs/replicas.md measures both keyings). No `agent_id`
 //!   is sent: the router would take any agent but `lead` for a sub-agent blocking a parent it
