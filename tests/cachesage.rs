@@ -190,6 +190,7 @@ fn warms_the_next_agents_anchor_once_when_it_is_not_resident() {
                 block_hash: u64::from(agent * 100 + position),
                 parent_hash: 0,
                 position,
+                tier: Tier::Gpu,
             };
             packed::encode(&ev, &mut words);
         }
@@ -208,6 +209,7 @@ fn warms_the_next_agents_anchor_once_when_it_is_not_resident() {
         block_hash: u64::from(TESTER * 100 + 48),
         parent_hash: 0,
         position: 48,
+        tier: Tier::Gpu,
     };
     packed::encode(&ev, &mut words);
     policy.observe_blocks(&words).unwrap();

@@ -23,6 +23,9 @@ const CONFIG: [(&str, &str); 3] = [("half-life", "16"), ("recency", "64"), ("max
 const AGENTS: u32 = 8;
 const STEPS: u64 = 240;
 const TOUCHED: u8 = 1;
+/// The GPU tier's ordinal: the only tier the other languages' policies (built against the 0.2.0
+/// contract) are told about, and the one the Rust reference is driven on here.
+const GPU_TIER: u8 = 0;
 
 /// Everything a policy said on the trace, comparable across languages.
 #[derive(Debug, PartialEq)]
@@ -93,6 +96,7 @@ fn items(rng: &mut Rng, clock: u64) -> Vec<Item> {
             last_access: clock.saturating_sub(rng.below(200)),
             tokens: 16,
             position: (k as u32) * 16,
+            tier: agentrt_runtime::types::Tier::Gpu,
         })
         .collect()
 }
@@ -117,9 +121,9 @@ fn replay(engine: &PolicyEngine, component: &Arc<PolicyComponent>, name: &str, m
         let mut words = Vec::new();
         for _ in 0..rng.below(6) {
             let toucher = rng.below(u64::from(AGENTS) + 2) as u32;
-            words.extend(packed::words(TOUCHED, toucher, 16, rng.next_u64(), 0));
+            words.extend(packed::words(TOUCHED, GPU_TIER, toucher, 16, rng.next_u64(), 0));
         }
-        words.extend(packed::words(0, agent, 0, rng.next_u64(), 0));
+        words.extend(packed::words(0, GPU_TIER, agent, 0, rng.next_u64(), 0));
         policy.observe_blocks(&words).unwrap();
         if step % 8 == 0 {
             let batch = items(&mut rng, step * 10);
@@ -249,4 +253,95 @@ fn every_language_imports_only_the_host_and_refuses_bad_config_by_key() {
             assert!(err.to_string().contains(key), "{name}: {err}");
         }
     }
+}
+
+/// The other languages' SDKs are built against the 0.2.0 contract, the line before the KV tier:
+/// the host must load them, tell them about the GPU tier only, and answer their share of a
+/// host-tier ranking itself (score 0: the host pool's own order, everything stored).
+#[test]
+fn a_component_of_the_0_2_line_hears_only_the_gpu_tier() {
+    use agentrt_runtime::compat::ContractLine;
+    use agentrt_runtime::types::{BlockEvent, BlockOp, Tier};
+    let (engine, _cache) = engine();
+    let reference = Arc::new(engine.load_file(&component("callrate").unwrap()).unwrap());
+    assert_eq!(reference.contract_line(), ContractLine::V0_3);
+    let Some((name, path)) = LANGUAGES[1..].iter().find_map(|n| component(n).ok().map(|p| (*n, p))) else {
+        eprintln!("skipped: no component of another language was built (see the notes beside them)");
+        return;
+    };
+    let old = Arc::new(engine.load_file(&path).unwrap());
+    assert_eq!(old.contract_line(), ContractLine::V0_2, "{name}");
+
+    // Two instances on the same trace; the second also hears host-tier events, typed and packed,
+    // that name agent 3 — which a guest hearing them would count as touches of its blocks.
+    let (plain, told) = (start(&engine, &old, name), start(&engine, &old, name));
+    let host_event = |op, hash| {
+        Event::Block(BlockEvent {
+            op,
+            agent: 3,
+            block_hash: hash,
+            parent_hash: 0,
+            position: 16,
+            tier: Tier::Host,
+        })
+    };
+    for policy in [&plain, &told] {
+        policy
+            .observe(
+                &(1..=AGENTS)
+                    .map(|a| register(a, &format!("agent-{a}"), 0xa000 + u64::from(a)))
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap();
+    }
+    for step in 1..=40 {
+        let agent = 1 + (step as u32 % 2);
+        let gpu = packed::words(TOUCHED, GPU_TIER, agent, 16, step, 0);
+        for policy in [&plain, &told] {
+            policy.observe(&[arrival(step, agent, false)]).unwrap();
+        }
+        plain.observe_blocks(&gpu).unwrap();
+        // The same GPU event, in one batch with a host-tier one.
+        let host_tier = packed::tier_ordinal(agentrt_sdk::Tier::Host);
+        let mut words = packed::words(TOUCHED, host_tier, 3, 16, 1000 + step, 0).to_vec();
+        words.extend(gpu);
+        told.observe_blocks(&words).unwrap();
+        told.observe(&[
+            host_event(BlockOp::Touched, 2000 + step),
+            host_event(BlockOp::Stored, 3000 + step),
+        ])
+        .unwrap();
+    }
+    assert_eq!(
+        plain.snapshot().unwrap(),
+        told.snapshot().unwrap(),
+        "{name} heard the host tier: its state differs"
+    );
+
+    // A mixed batch: the GPU items score as they do alone; the host items 0, without a call.
+    let gpu_items = items(&mut Rng::new(5), 400);
+    let alone = plain.score(&gpu_items).unwrap();
+    let mut mixed = Vec::new();
+    for item in &gpu_items {
+        mixed.push(*item);
+        mixed.push(Item {
+            tier: Tier::Host,
+            key: item.key + 10_000,
+            agent: 3,
+            ..*item
+        });
+    }
+    let scores = told.score(&mixed).unwrap();
+    let (gpu_scores, host_scores): (Vec<_>, Vec<_>) = scores.chunks(2).map(|pair| (pair[0], pair[1])).unzip();
+    assert_eq!(bits(&gpu_scores), bits(&alone), "{name}: the GPU items' scores changed");
+    assert!(
+        host_scores.iter().all(|s| *s == 0.0),
+        "{name}: host-tier items must score 0: {host_scores:?}"
+    );
+    assert_eq!(
+        told.metrics().calls(agentrt_runtime::Primitive::Score),
+        1,
+        "{name}: one call, for the GPU items"
+    );
+    eprintln!("{name} (0.2.0) heard the GPU tier only");
 }

@@ -61,6 +61,7 @@ fn all_event_kinds() -> Vec<Event> {
             block_hash: 1000,
             parent_hash: 0,
             position: 0,
+            tier: Tier::Gpu,
         }),
     ]
 }
@@ -84,6 +85,7 @@ fn probe_round_trips_every_primitive() {
                 block_hash: 1 + i as u64,
                 parent_hash: 0,
                 position: 0,
+                tier: Tier::Gpu,
             },
             &mut words,
         );
@@ -219,6 +221,7 @@ fn packed_and_typed_scoring_agree_through_a_real_component() {
             last_access: rng.below(1 << 40),
             tokens: 16,
             position: 16 * rng.below(10) as u32,
+            tier: Tier::Gpu,
         })
         .collect();
     let packed = policy.score(&items).unwrap();

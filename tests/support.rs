@@ -100,6 +100,7 @@ pub fn session_block(agent: u32, session: u64, position: u32, last_access: u64) 
         last_access,
         tokens: 16,
         position,
+        tier: agentrt_runtime::types::Tier::Gpu,
     }
 }
 
@@ -112,6 +113,7 @@ pub fn block_item(key: u64, agent: u32, last_access: u64) -> Item {
         last_access,
         tokens: 16,
         position: 0,
+        tier: agentrt_runtime::types::Tier::Gpu,
     }
 }
 

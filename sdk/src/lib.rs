@@ -37,13 +37,13 @@ pub mod testing;
 pub use bindings::agentrt::policy::types::{
     AgentHandle, AgentRegistered, BlockEvent, BlockOp, Continuation, Deny, EngineLoad, Event, Forecast, ForecastKind,
     Hedge, Item, ItemKind, LogLevel, Pin, PolicyInfo, Preload, RequestArrival, RequestFinish, SessionId, SetPriority,
-    SideEffect, ToolCall, ToolReturn, WarmPrefix,
+    SideEffect, Tier, ToolCall, ToolReturn, WarmPrefix,
 };
 pub use config::Config;
 pub use policy::{info, recency_scores, Policy};
 
 /// The WIT package version this SDK implements.
-pub const CONTRACT_VERSION: &str = "0.2.0";
+pub const CONTRACT_VERSION: &str = "0.3.0";
 
 #[doc(hidden)]
 pub mod __private {

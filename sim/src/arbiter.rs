@@ -183,6 +183,9 @@ fn room_for(tenants: &[(Share, Usage)], t: usize, empty_free: u64) -> u64 {
     room.saturating_sub(kept_for_others)
 }
 
+/// Under cache shares the host tier keeps vLLM's order: its blocks are not divided by tenant.
+impl crate::offload::ranked::HostRanker for TenantArbiter {}
+
 impl SimPolicy for TenantArbiter {
     fn name(&self) -> &str {
         &self.name

@@ -241,9 +241,26 @@ impl PoolObserver for Audited<'_> {
     }
 }
 
+impl crate::offload::ranked::HostRanker for Audited<'_> {
+    fn host_scores(&mut self, blocks: &[crate::offload::ranked::HostBlock]) -> Option<Vec<f32>> {
+        self.inner.host_scores(blocks)
+    }
+    fn host_window(&self, n: usize) -> usize {
+        self.inner.host_window(n)
+    }
+}
+
 impl SimPolicy for Audited<'_> {
     fn name(&self) -> &str {
         self.inner.name()
+    }
+    fn host_block_event(
+        &mut self,
+        op: crate::offload::host_pool::TierOp,
+        key: u64,
+        owner: crate::offload::ranked::BlockOwner,
+    ) {
+        self.inner.host_block_event(op, key, owner);
     }
 
     fn event(&mut self, event: Event) {

@@ -8,10 +8,12 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use agentrt_runtime::types::{BlockEvent, BlockOp, Event, Item, ItemKind, SideEffect};
+use agentrt_runtime::types::{BlockEvent, BlockOp, Event, Item, ItemKind, SideEffect, Tier};
 use agentrt_runtime::{packed, PolicyComponent, PolicyEngine, PolicyError, PolicyHandle, SlotConfig};
 
 use crate::block_pool::{Block, BlockId, BlockPool, FastMap, PoolObserver};
+use crate::offload::host_pool::TierOp;
+use crate::offload::ranked::{BlockOwner, HostBlock, HostRanker};
 
 /// A policy to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,9 +124,12 @@ impl PolicyStats {
     }
 }
 
-/// A policy under replay.
-pub trait SimPolicy: PoolObserver {
+/// A policy under replay. As a [`HostRanker`] it may rank the host tier too (`--host-policy
+/// policy`); by default it ranks nothing there.
+pub trait SimPolicy: PoolObserver + HostRanker {
     fn name(&self) -> &str;
+    /// A host-tier block's copy was stored, loaded back to the GPU, or evicted.
+    fn host_block_event(&mut self, _op: TierOp, _key: u64, _owner: BlockOwner) {}
     /// A host event (agent registered, request arrival/finish, session end), in order.
     fn event(&mut self, _event: Event) {}
     /// A trace request was admitted: `hit_blocks` of its `hashes` hit the cache.
@@ -147,6 +152,7 @@ pub trait SimPolicy: PoolObserver {
 pub struct NativeLru;
 
 impl PoolObserver for NativeLru {}
+impl HostRanker for NativeLru {}
 impl SimPolicy for NativeLru {
     fn name(&self) -> &str {
         "lru-native"
@@ -273,6 +279,31 @@ impl PoolObserver for Belady {
         self.heap.pop();
     }
 }
+
+/// Two-tier Bélády: the host pool keeps the blocks used soonest (in the reference order) and
+/// stores none that no later request uses. It chooses among a window of the host pool's
+/// [`BELADY_HOST_WINDOW`] least recently used blocks, not the whole pool (a whole-pool scan per
+/// eviction would cost more than the replay): a ceiling for the policies, which see 256 or 4×.
+impl HostRanker for Belady {
+    fn host_scores(&mut self, blocks: &[HostBlock]) -> Option<Vec<f32>> {
+        Some(
+            blocks
+                .iter()
+                .map(|b| match self.next_use(b.key) {
+                    NEVER => -1.0,
+                    next => 1.0 / (1.0 + next as f32),
+                })
+                .collect(),
+        )
+    }
+
+    fn host_window(&self, n: usize) -> usize {
+        BELADY_HOST_WINDOW.max(n)
+    }
+}
+
+/// Host-tier keys two-tier Bélády chooses among per eviction.
+pub const BELADY_HOST_WINDOW: usize = 8192;
 
 impl SimPolicy for Belady {
     fn name(&self) -> &str {
@@ -491,6 +522,7 @@ impl WasmPolicy {
             last_access: b.stamp,
             tokens: self.block_size,
             position: b.position,
+            tier: Tier::Gpu,
         });
         self.victims.push((id, b.epoch));
     }
@@ -600,6 +632,7 @@ impl PoolObserver for WasmPolicy {
                 block_hash: block.hash,
                 parent_hash: block.parent,
                 position: block.position,
+                tier: Tier::Gpu,
             },
             &mut self.packed,
         );
@@ -635,9 +668,66 @@ impl PoolObserver for WasmPolicy {
     }
 }
 
+/// The host tier ranked by the component, its blocks as `tier: host` items; a failed call leaves
+/// vLLM's order (counted as a fallback, like the GPU's).
+impl HostRanker for WasmPolicy {
+    fn host_scores(&mut self, blocks: &[HostBlock]) -> Option<Vec<f32>> {
+        self.flush();
+        let items: Vec<Item> = blocks
+            .iter()
+            .map(|b| Item {
+                kind: ItemKind::KvBlock,
+                key: b.key,
+                agent: b.owner.agent,
+                session: b.owner.session,
+                last_access: b.last_access,
+                tokens: self.block_size,
+                position: b.owner.position,
+                tier: Tier::Host,
+            })
+            .collect();
+        let t = Instant::now();
+        let scores = self.handle.score(&items);
+        self.stats.score_ns += t.elapsed().as_nanos() as u64;
+        self.stats.score_calls += 1;
+        self.stats.score_items += items.len() as u64;
+        match scores {
+            Ok(scores) => Some(scores),
+            Err(e) => {
+                self.failed("score", &e);
+                self.stats.fallbacks += 1;
+                None
+            }
+        }
+    }
+}
+
 impl SimPolicy for WasmPolicy {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn host_block_event(&mut self, op: TierOp, key: u64, owner: BlockOwner) {
+        self.flush_events();
+        let op = match op {
+            TierOp::Stored => BlockOp::Stored,
+            TierOp::Touched => BlockOp::Touched,
+            TierOp::Removed => BlockOp::Removed,
+        };
+        packed::encode(
+            &BlockEvent {
+                op,
+                agent: owner.agent,
+                block_hash: key,
+                parent_hash: 0,
+                position: owner.position,
+                tier: Tier::Host,
+            },
+            &mut self.packed,
+        );
+        if self.packed.len() >= BLOCK_BATCH_WORDS {
+            self.flush_blocks();
+        }
     }
 
     fn event(&mut self, event: Event) {
@@ -742,9 +832,22 @@ impl PoolObserver for Slotted {
     }
 }
 
+/// The host tier is the cache policy's, like the GPU's.
+impl HostRanker for Slotted {
+    fn host_scores(&mut self, blocks: &[HostBlock]) -> Option<Vec<f32>> {
+        self.kv.host_scores(blocks)
+    }
+    fn host_window(&self, n: usize) -> usize {
+        self.kv.host_window(n)
+    }
+}
+
 impl SimPolicy for Slotted {
     fn name(&self) -> &str {
         self.kv.name()
+    }
+    fn host_block_event(&mut self, op: TierOp, key: u64, owner: BlockOwner) {
+        self.kv.host_block_event(op, key, owner);
     }
     fn event(&mut self, event: Event) {
         for slot in &mut self.slots {

@@ -100,6 +100,8 @@ pub struct HostTierSummary {
     pub warmup_loads: u64,
     /// Store offers refused because nothing in the host pool could be evicted (retried).
     pub refused_offers: u64,
+    /// Blocks the policy declined to store (`--host-policy policy`).
+    pub declined_blocks: u64,
     pub host_evictions: u64,
     /// Mean time from a load's admission to the step that computed the rest (ms).
     pub load_wait_ms_mean: f64,
@@ -127,6 +129,7 @@ fn host_summary(r: &RunResult) -> Option<HostTierSummary> {
         stored_bytes: h.stored_bytes,
         warmup_loads: h.warmup_loads,
         refused_offers: h.refused_offers,
+        declined_blocks: h.declined_blocks,
         host_evictions: h.evictions,
         load_wait_ms_mean: if h.loads == 0 {
             0.0
@@ -392,7 +395,7 @@ pub fn host_table(summaries: &[(String, PolicySummary)]) -> String {
     }
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     let mut out = format!(
-        "{:<16} {:>6} {:>9} {:>10} {:>10} {:>14} {:>10} {:>10} {:>8} {:>9} {:>8} {:>10} {:>10}\n",
+        "{:<16} {:>6} {:>9} {:>10} {:>10} {:>14} {:>10} {:>10} {:>8} {:>9} {:>8} {:>9} {:>10} {:>10}\n",
         "host tier",
         "policy",
         "GPU hit %",
@@ -404,13 +407,14 @@ pub fn host_table(summaries: &[(String, PolicySummary)]) -> String {
         "loads",
         "warm load",
         "refused",
+        "declined",
         "evicted",
         "wait ms"
     );
     for (name, s) in summaries {
         let Some(h) = &s.host else { continue };
         out.push_str(&format!(
-            "{:<16} {:>6} {:>9.1} {:>10.1} {:>10.1} {:>14} {:>10.2} {:>10.2} {:>8} {:>9} {:>8} {:>10} {:>10.2}\n",
+            "{:<16} {:>6} {:>9.1} {:>10.1} {:>10.1} {:>14} {:>10.2} {:>10.2} {:>8} {:>9} {:>8} {:>9} {:>10} {:>10.2}\n",
             name,
             h.host_policy,
             h.gpu_hit_rate * 100.0,
@@ -422,6 +426,7 @@ pub fn host_table(summaries: &[(String, PolicySummary)]) -> String {
             h.loads,
             h.warmup_loads,
             h.refused_offers,
+            h.declined_blocks,
             h.host_evictions,
             h.load_wait_ms_mean
         ));

@@ -1071,6 +1071,7 @@ mod tests {
         told: bool,
     }
     impl PoolObserver for Demote {}
+    impl crate::offload::ranked::HostRanker for Demote {}
     impl SimPolicy for Demote {
         fn name(&self) -> &str {
             "demote"

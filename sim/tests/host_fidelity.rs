@@ -11,6 +11,7 @@ use std::process::Command;
 
 use agentrt_sim::offload::host_policy::{HostKey, HostPolicyKind};
 use agentrt_sim::offload::host_pool::{HostPool, KeyAt, Lookup};
+use agentrt_sim::offload::ranked::{BlockOwner, NoRanker};
 use agentrt_sim::rng::Rng;
 use serde_json::{json, Value};
 
@@ -67,6 +68,7 @@ impl Driver {
             .map(|(i, key)| KeyAt {
                 key,
                 end_token: (i as u32 + 1) * 16,
+                owner: BlockOwner::default(),
             })
             .collect()
     }
@@ -106,7 +108,7 @@ impl Driver {
     fn offer(&mut self, r: &mut Req) {
         let end = (r.next_offer + self.rng.range(1, 6) as usize).min(r.keys.len());
         let offered = r.keys[r.next_offer..end].to_vec();
-        let got = self.pool.prepare_store(r.id, &offered);
+        let got = self.pool.prepare_store(r.id, &offered, &mut NoRanker);
         let expect = match &got {
             None => {
                 self.counts.refused += 1;

@@ -6,6 +6,7 @@
 use agentrt_policy_cachesage::shadow::{ShadowLru, Shadowed};
 use agentrt_runtime::types::{BlockOp, Event};
 use agentrt_sim::block_pool::{Block, PoolObserver};
+use agentrt_sim::offload::ranked::HostRanker;
 use agentrt_sim::policies::SimPolicy;
 use agentrt_sim::prepare::PreparedTrace;
 use agentrt_sim::scheduler::{Sim, SimConfig};
@@ -32,6 +33,9 @@ impl PoolObserver for Watched {
         }
     }
 }
+
+/// No host tier in this replay.
+impl HostRanker for Watched {}
 
 impl SimPolicy for Watched {
     fn name(&self) -> &str {

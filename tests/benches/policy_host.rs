@@ -72,6 +72,7 @@ fn block_words(n: usize, rng: &mut Rng) -> Vec<u64> {
             block_hash: rng.next_u64(),
             parent_hash: rng.next_u64(),
             position: 16 * (i as u32 % 64),
+            tier: Tier::Gpu,
         };
         packed::encode(&ev, &mut words);
     }
@@ -88,6 +89,7 @@ fn items(n: usize, rng: &mut Rng) -> Vec<Item> {
             last_access: rng.below(100_000),
             tokens: 16,
             position: 16 * (i as u32 % 64),
+            tier: Tier::Gpu,
         })
         .collect()
 }
@@ -230,6 +232,7 @@ fn native_vs_wasm(c: &mut Criterion) {
             last_access: i.last_access,
             tokens: i.tokens,
             position: i.position,
+            tier: agentrt_sdk::Tier::Gpu,
         })
         .collect();
 
@@ -341,6 +344,7 @@ fn fleet_scale(c: &mut Criterion) {
             block_hash: rng.next_u64(),
             parent_hash: rng.next_u64(),
             position: 16 * (i % 256),
+            tier: Tier::Gpu,
         };
         packed::encode(&ev, &mut words);
     }
@@ -361,6 +365,7 @@ fn fleet_scale(c: &mut Criterion) {
                 last_access: rng.below(100_000),
                 tokens: 16,
                 position: 16 * (i as u32 % 256),
+                tier: Tier::Gpu,
             }
         })
         .collect();

@@ -137,6 +137,7 @@ fn items(n: u64) -> Vec<Item> {
             last_access: i,
             tokens: 16,
             position: (i % 64) as u32 * 16,
+            tier: Tier::Gpu,
         })
         .collect()
 }

@@ -22,7 +22,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 use crate::component_encoding::encode_module;
-use crate::policy_sources::{build_each, discover, is_current, OptionalLanguage, PolicyToBuild};
+use crate::policy_sources::{build_each, discover, is_current, OptionalLanguage, PolicyToBuild, NON_RUST_WIT};
 use crate::workspace::Workspace;
 use crate::{run, toolchains, wit_bindings};
 
@@ -200,7 +200,7 @@ fn bindings(workspace: &Workspace) -> Result<PathBuf> {
 /// (wit-component's `wit-parser` is not the one wit-bindgen's generators use, hence its own parse.)
 fn embed_world(root: &Path, wasm: &mut Vec<u8>) -> Result<()> {
     let mut resolve = wit_parser::Resolve::default();
-    let (package, _) = resolve.push_dir(root.join("wit"))?;
+    let (package, _) = resolve.push_dir(root.join(NON_RUST_WIT))?;
     let world = resolve.select_world(&[package], Some("policy"))?;
     wit_component::embed_component_metadata(wasm, &resolve, world, wit_component::StringEncoding::UTF8)
 }

@@ -12,7 +12,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::policy_sources::{build_each, discover, is_current, OptionalLanguage, PolicyToBuild};
+use crate::policy_sources::{build_each, discover, is_current, OptionalLanguage, PolicyToBuild, NON_RUST_WIT};
 use crate::workspace::Workspace;
 use crate::{run, toolchains};
 
@@ -39,7 +39,7 @@ pub fn build_all(root: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
             .current_dir(root)
             .arg(cli)
             .arg(p.dir.join(POLICY))
-            .args(["--wit", "wit", "--world-name", "policy", "--disable"])
+            .args(["--wit", NON_RUST_WIT, "--world-name", "policy", "--disable"])
             .args(DISABLED_FEATURES)
             .arg("--out")
             .arg(&tmp))?;

@@ -8,6 +8,11 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 
+/// The contract text the Python, JavaScript, C and Go SDKs build against: the 0.2.0 line, which
+/// the host still loads. Their policies hear about the GPU tier only; the host tier (0.3.0) is the
+/// Rust SDK's until their packed decoders learn the tier bits.
+pub const NON_RUST_WIT: &str = "wit/compat/0.2.0";
+
 /// Folders under `root/policies` holding `marker` (`app.py`, `policy.js`, `policy.c`, `go.mod`),
 /// sorted.
 pub fn discover(root: &Path, marker: &str) -> Result<Vec<PathBuf>> {
@@ -129,7 +134,7 @@ pub fn build_each<T>(
     for dir in &policies {
         let name = name(dir);
         let out = out_dir.join(format!("{name}.wasm"));
-        let inputs = source_files(&[dir, &root.join(language.sdk_dir), &root.join("wit")])?;
+        let inputs = source_files(&[dir, &root.join(language.sdk_dir), &root.join(NON_RUST_WIT)])?;
         let policy = PolicyToBuild {
             dir,
             name: &name,

@@ -12,7 +12,7 @@ use std::process::Command;
 
 use anyhow::Result;
 
-use crate::policy_sources::{discover, is_current, name, source_files};
+use crate::policy_sources::{discover, is_current, name, source_files, NON_RUST_WIT};
 use crate::workspace::Workspace;
 use crate::{run, toolchains};
 
@@ -34,7 +34,7 @@ pub fn build_all(root: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
     for dir in apps {
         let name = name(&dir);
         let out = out_dir.join(format!("{name}.wasm"));
-        let inputs = source_files(&[&dir, &root.join(SDK_DIR), &root.join("wit")])?;
+        let inputs = source_files(&[&dir, &root.join(SDK_DIR), &root.join(NON_RUST_WIT)])?;
         if !is_current(&out, &inputs) {
             let tools = match &tools {
                 Some(tools) => tools,
@@ -44,7 +44,7 @@ pub fn build_all(root: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
             let tmp = out.with_extension("wasm.tmp");
             run(Command::new(&tools.componentize_py)
                 .current_dir(root)
-                .args(["-d", "wit", "-w", "policy", "componentize", "--stub-wasi", "-p"])
+                .args(["-d", NON_RUST_WIT, "-w", "policy", "componentize", "--stub-wasi", "-p"])
                 .arg(&dir)
                 .args(["-p", SDK_DIR, "app", "-o"])
                 .arg(&tmp)
@@ -66,7 +66,7 @@ pub fn test_all(workspace: &Workspace) -> Result<()> {
     let _ = std::fs::remove_dir_all(&bindings);
     run(Command::new(&tools.componentize_py)
         .current_dir(root)
-        .args(["-d", "wit", "-w", "policy", "bindings"])
+        .args(["-d", NON_RUST_WIT, "-w", "policy", "bindings"])
         .arg(&bindings)
         .stdout(std::process::Stdio::null()))?;
     let suites = std::iter::once(root.join(SDK_DIR).join("tests")).chain(apps);

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use wit_bindgen_core::wit_parser::{Resolve, WorldId};
 use wit_bindgen_core::{Files, WorldGenerator};
 
-use crate::policy_sources::{is_current, source_files};
+use crate::policy_sources::{is_current, source_files, NON_RUST_WIT};
 use crate::workspace::Workspace;
 
 /// The bindings in `<target>/bindings/<language>`, written by `generator` unless `marker` (one of
@@ -21,7 +21,7 @@ pub fn generate(
     generator: impl FnOnce() -> Box<dyn WorldGenerator>,
 ) -> Result<PathBuf> {
     let dir = workspace.target.join("bindings").join(language);
-    let wit = workspace.root.join("wit");
+    let wit = workspace.root.join(NON_RUST_WIT);
     if is_current(&dir.join(marker), &source_files(&[&wit])?) {
         return Ok(dir);
     }
@@ -39,9 +39,9 @@ pub fn generate(
     Ok(dir)
 }
 
-/// The contract under `root/wit`, parsed, and its `policy` world.
+/// The contract the non-Rust SDKs build against ([`NON_RUST_WIT`]), parsed, and its `policy` world.
 fn policy_world(root: &Path) -> Result<(Resolve, WorldId)> {
-    let wit = root.join("wit");
+    let wit = root.join(NON_RUST_WIT);
     let mut resolve = Resolve::default();
     let (package, _) = resolve
         .push_dir(&wit)

@@ -146,6 +146,7 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
                         block_hash: anchor_block(agent, i),
                         parent_hash: parent,
                         position: (i * 16) as u32,
+                        tier: Tier::Gpu,
                     },
                     &mut blocks,
                 );
@@ -177,6 +178,7 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
             block_hash: anchor_block(agent, i),
             parent_hash: parent,
             position,
+            tier: Tier::Gpu,
         };
         packed::encode(&ev, &mut blocks);
     }
@@ -207,6 +209,7 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
             last_access: last_access[a],
             tokens: 16,
             position: ((ANCHOR_BLOCKS - 1) * 16) as u32,
+            tier: Tier::Gpu,
         })
         .collect();
     let scores = policy.score(&items)?;

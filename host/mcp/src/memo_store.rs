@@ -62,6 +62,7 @@ impl Entry {
             last_access: self.fetched_at_us,
             tokens: u32::try_from(self.bytes / 4).unwrap_or(u32::MAX),
             position: 0,
+            tier: agentrt_runtime::types::Tier::Gpu,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Host-side types and glue generated from `wit/policy.wit`.
 //!
 //! These are the types the rest of agentrt (the simulator, the proxy) speaks: `Event`, `Item`,
-//! `Forecast`, `SideEffect`, … re-exported from [`crate::types`].
+//! `Forecast`, `SideEffect`, … re-exported from [`crate::types`]. The 0.2.0 line's bindings live
+//! in [`v0_2`], for the components still built against it ([`crate::compat`]).
 
 wasmtime::component::bindgen!({
     path: "../../wit",
@@ -9,3 +10,11 @@ wasmtime::component::bindgen!({
     // Tests and the simulator compare values (forecasts, side effects) directly.
     additional_derives: [PartialEq],
 });
+
+/// `agentrt:policy@0.2.0`, generated from the text kept in `wit/compat/0.2.0`.
+pub mod v0_2 {
+    wasmtime::component::bindgen!({
+        path: "../../wit/compat/0.2.0",
+        world: "policy",
+    });
+}

@@ -3,15 +3,18 @@
 use std::time::Duration;
 
 use wasmtime::component::types::ComponentItem;
-use wasmtime::component::{Component, ComponentExportIndex, Linker};
+use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker};
 use wasmtime::Engine;
 
-use crate::bindings::PolicyPre;
+use crate::compat::ContractLine;
 use crate::error::LoadError;
 use crate::sandbox::GuestState;
 
-/// The contract this host implements.
-pub const CONTRACT: &str = "agentrt:policy@0.2.0";
+/// The contract this host implements. It loads components of the previous line, 0.2.x, too
+/// ([`crate::compat`]).
+pub const CONTRACT: &str = "agentrt:policy@0.3.0";
+/// Every contract line this host loads, newest first.
+const LINES: [ContractLine; 2] = [ContractLine::V0_3, ContractLine::V0_2];
 const GUEST_EXPORT: &str = "agentrt:policy/guest";
 /// Interfaces a policy may import. Everything else (WASI included) is refused at load.
 const GRANTED_IMPORTS: &[&str] = &["agentrt:policy/host", "agentrt:policy/types"];
@@ -21,7 +24,8 @@ pub struct PolicyComponent {
     name: String,
     digest: String,
     size_bytes: usize,
-    pre: PolicyPre<GuestState>,
+    pre: InstancePre<GuestState>,
+    line: ContractLine,
     exports: GuestExports,
     load: LoadStats,
 }
@@ -74,19 +78,24 @@ impl PolicyComponent {
             }
         };
         let elapsed = started.elapsed();
-        check_world(engine, name, &component)?;
-        let instance_pre = linker
+        let line = check_world(engine, name, &component)?;
+        let contract = format!("agentrt:policy@{}", line.version());
+        let pre = linker
             .instantiate_pre(&component)
-            .map_err(|e| LoadError::new(name, format!("does not fit the {CONTRACT} world: {}", root_cause(&e))))?;
-        let pre = PolicyPre::new(instance_pre)
-            .map_err(|e| LoadError::new(name, format!("exports do not match the {CONTRACT} world: {e:#}")))?;
-        let exports = guest_exports(&component)
-            .ok_or_else(|| LoadError::new(name, format!("does not export {GUEST_EXPORT} of {CONTRACT}")))?;
+            .map_err(|e| LoadError::new(name, format!("does not fit the {contract} world: {}", root_cause(&e))))?;
+        let exports_match = match line {
+            ContractLine::V0_3 => crate::bindings::PolicyPre::new(pre.clone()).map(drop),
+            ContractLine::V0_2 => crate::bindings::v0_2::PolicyPre::new(pre.clone()).map(drop),
+        };
+        exports_match.map_err(|e| LoadError::new(name, format!("exports do not match the {contract} world: {e:#}")))?;
+        let exports = guest_exports(&component, line)
+            .ok_or_else(|| LoadError::new(name, format!("does not export {GUEST_EXPORT} of {contract}")))?;
         Ok(Self {
             name: name.to_string(),
             digest,
             size_bytes: bytes.len(),
             pre,
+            line,
             exports,
             load: LoadStats { from_cache, elapsed },
         })
@@ -108,8 +117,14 @@ impl PolicyComponent {
     pub fn load_stats(&self) -> LoadStats {
         self.load
     }
-    pub(crate) fn pre(&self) -> &PolicyPre<GuestState> {
+    pub(crate) fn pre(&self) -> &InstancePre<GuestState> {
         &self.pre
+    }
+
+    /// The contract line the component was built against: 0.2 components hear about and rank
+    /// the GPU tier only.
+    pub fn contract_line(&self) -> ContractLine {
+        self.line
     }
 
     pub(crate) fn guest_exports(&self) -> &GuestExports {
@@ -118,7 +133,7 @@ impl PolicyComponent {
 
     /// The component's imports and exports with their functions, for `agentrt policy check`.
     pub fn world(&self, engine: &Engine) -> WorldShape {
-        shape(engine, self.pre.instance_pre().component())
+        shape(engine, self.pre.component())
     }
 }
 
@@ -174,12 +189,13 @@ fn check_header(name: &str, bytes: &[u8]) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// Check the component's imports and exports against the contract and say exactly what differs.
-fn check_world(engine: &Engine, name: &str, component: &Component) -> Result<(), LoadError> {
+/// Check the component's imports and exports against the contract lines this host loads, say
+/// exactly what differs, and return the line it was built against.
+fn check_world(engine: &Engine, name: &str, component: &Component) -> Result<ContractLine, LoadError> {
     let ty = component.component_type();
     let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
     let expected = format!("{GUEST_EXPORT}@{}", CONTRACT.rsplit('@').next().unwrap_or_default());
-    match exports.iter().find(|e| e.split('@').next() == Some(GUEST_EXPORT)) {
+    let line = match exports.iter().find(|e| e.split('@').next() == Some(GUEST_EXPORT)) {
         None => {
             return Err(LoadError::new(
                 name,
@@ -189,14 +205,18 @@ fn check_world(engine: &Engine, name: &str, component: &Component) -> Result<(),
                 ),
             ))
         }
-        Some(found) if !same_contract_line(found, &expected) => {
-            return Err(LoadError::new(
-                name,
-                format!("was built against `{found}`, but this host implements `{expected}`"),
-            ))
-        }
-        Some(_) => {}
-    }
+        Some(found) => LINES
+            .into_iter()
+            .find(|line| same_contract_line(found, &format!("{GUEST_EXPORT}@{}", line.version())))
+            .ok_or_else(|| {
+                LoadError::new(
+                    name,
+                    format!(
+                        "was built against `{found}`, but this host implements `{expected}` (and loads `{GUEST_EXPORT}@0.2.x`)"
+                    ),
+                )
+            })?,
+    };
     let refused: Vec<String> = ty
         .imports(engine)
         .map(|(n, _)| n.to_string())
@@ -211,7 +231,7 @@ fn check_world(engine: &Engine, name: &str, component: &Component) -> Result<(),
             ),
         ));
     }
-    Ok(())
+    Ok(line)
 }
 
 /// Semver compatibility for the contract: same major, or same minor while major is 0.
@@ -243,9 +263,8 @@ pub(crate) fn root_cause(e: &wasmtime::Error) -> String {
     format!("{e:#}")
 }
 
-fn guest_exports(component: &Component) -> Option<GuestExports> {
-    let version = CONTRACT.rsplit_once('@').map_or("", |(_, v)| v);
-    let guest = component.get_export_index(None, format!("{GUEST_EXPORT}@{version}").as_str())?;
+fn guest_exports(component: &Component, line: ContractLine) -> Option<GuestExports> {
+    let guest = component.get_export_index(None, format!("{GUEST_EXPORT}@{}", line.version()).as_str())?;
     let func = |name: &str| component.get_export_index(Some(&guest), name);
     Some(GuestExports {
         score_packed: func("score-packed")?,

@@ -235,6 +235,9 @@ impl PolicyEngine {
         let mut linker = Linker::new(&engine);
         Policy::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |state| state)
             .map_err(|e| anyhow::anyhow!("linking host imports: {e:#}"))?;
+        // The same imports under 0.2.0's names, for components of the previous line.
+        crate::bindings::v0_2::Policy::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |state| state)
+            .map_err(|e| anyhow::anyhow!("linking the 0.2.0 host imports: {e:#}"))?;
 
         let cache = match &options.cache_dir {
             Some(dir) => Some(

@@ -395,11 +395,33 @@ impl PolicyHandle {
     }
 
     /// One priority per item (higher = keep). Items cross the boundary packed (`score-packed`).
+    ///
+    /// A component of the 0.2 line knows one tier: its host-tier items score 0 without a call —
+    /// the host pool's own recency order, every block stored — and only the GPU tier's reach it.
     pub fn score(&self, items: &[Item]) -> Result<Vec<f32>, PolicyError> {
         let _span = tracing::trace_span!("policy.score", policy = %self.label, items = items.len()).entered();
-        self.call(&mut self.lock(), Primitive::Score, items.len(), |i| {
-            i.score(items, false)
-        })
+        let mut live = self.lock();
+        let host_tier = |i: &Item| i.tier == crate::types::Tier::Host;
+        if live.component.contract_line().knows_tiers() || !items.iter().any(host_tier) {
+            return self.call(&mut live, Primitive::Score, items.len(), |i| i.score(items, false));
+        }
+        let gpu: Vec<Item> = items.iter().filter(|i| !host_tier(i)).cloned().collect();
+        let mut gpu_scores = if gpu.is_empty() {
+            Vec::new()
+        } else {
+            self.call(&mut live, Primitive::Score, gpu.len(), |i| i.score(&gpu, false))?
+        }
+        .into_iter();
+        Ok(items
+            .iter()
+            .map(|i| {
+                if host_tier(i) {
+                    0.0
+                } else {
+                    gpu_scores.next().unwrap_or(0.0)
+                }
+            })
+            .collect())
     }
 
     /// [`Self::score`] through the typed `score` export (`list<item>`): slower, kept to measure

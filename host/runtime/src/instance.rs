@@ -14,9 +14,8 @@ use std::time::Duration;
 use wasmtime::component::TypedFunc;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
-use crate::bindings::exports::agentrt::policy::guest::Guest;
-use crate::bindings::Policy;
 use crate::call_clock::{CallClock, Standing};
+use crate::compat;
 use crate::component::PolicyComponent;
 use crate::engine::{ticks_in, CpuBound};
 use crate::error::{PolicyError, Primitive};
@@ -56,6 +55,12 @@ type ActFunc = TypedFunc<(), (BoundedList<SideEffectResult, MAX_SIDE_EFFECTS>,)>
 type PredictFunc = TypedFunc<(u32,), (BoundedList<Forecast, MAX_FORECASTS>,)>;
 type SnapshotFunc = TypedFunc<(), (BoundedList<u8, MAX_SNAPSHOT_BYTES>,)>;
 
+/// The generated bindings of the contract line the component was built against.
+enum Bindings {
+    V0_3(crate::bindings::Policy),
+    V0_2(crate::bindings::v0_2::Policy),
+}
+
 /// The exports whose results are bounded before they are copied.
 struct BoundedExports {
     score_packed: ScorePackedFunc,
@@ -66,7 +71,7 @@ struct BoundedExports {
 
 pub(crate) struct PolicyInstance {
     store: Store<GuestState>,
-    bindings: Policy,
+    bindings: Bindings,
     bounded: BoundedExports,
     deadline_ticks: u64,
     cpu_bound: CpuBound,
@@ -104,12 +109,15 @@ impl PolicyInstance {
                 }
             }
         };
-        let instance = component
-            .pre()
-            .instance_pre()
-            .instantiate(&mut store)
-            .map_err(unavailable)?;
-        let bindings = Policy::new(&mut store, &instance).map_err(unavailable)?;
+        let instance = component.pre().instantiate(&mut store).map_err(unavailable)?;
+        let bindings = match component.contract_line() {
+            compat::ContractLine::V0_3 => {
+                Bindings::V0_3(crate::bindings::Policy::new(&mut store, &instance).map_err(unavailable)?)
+            }
+            compat::ContractLine::V0_2 => {
+                Bindings::V0_2(crate::bindings::v0_2::Policy::new(&mut store, &instance).map_err(unavailable)?)
+            }
+        };
         let exports = component.guest_exports();
         let bounded = BoundedExports {
             score_packed: instance
@@ -140,11 +148,10 @@ impl PolicyInstance {
     fn call<R>(
         &mut self,
         primitive: Primitive,
-        f: impl FnOnce(&Guest, &BoundedExports, &mut Store<GuestState>) -> wasmtime::Result<R>,
+        f: impl FnOnce(&Bindings, &BoundedExports, &mut Store<GuestState>) -> wasmtime::Result<R>,
     ) -> Result<R, PolicyError> {
         arm_cpu_bound(&mut self.store, self.cpu_bound, &self.limits, self.deadline_ticks);
-        let guest = self.bindings.agentrt_policy_guest();
-        let result = f(guest, &self.bounded, &mut self.store).map_err(|e| self.classify(primitive, e))?;
+        let result = f(&self.bindings, &self.bounded, &mut self.store).map_err(|e| self.classify(primitive, e))?;
         // The epoch interrupts guest code only; the host's copying of the result counts too.
         if self.cpu_bound == CpuBound::EpochDeadline && self.store.data().call_clock.standing() == Standing::Spent {
             return Err(PolicyError::DeadlineExceeded {
@@ -211,20 +218,44 @@ impl PolicyInstance {
     }
 
     pub(crate) fn info(&mut self) -> Result<PolicyInfo, PolicyError> {
-        self.call(Primitive::Info, |g, _, s| g.call_info(s))
+        self.call(Primitive::Info, |g, _, s| match g {
+            Bindings::V0_3(p) => p.agentrt_policy_guest().call_info(s),
+            Bindings::V0_2(p) => p.agentrt_policy_guest().call_info(s).map(compat::info_from_v0_2),
+        })
     }
 
     fn init(&mut self, config: &[(String, String)]) -> Result<(), PolicyError> {
-        self.call(Primitive::Init, |g, _, s| g.call_init(s, config))?
-            .map_err(|m| self.rejected(Primitive::Init, m))
+        self.call(Primitive::Init, |g, _, s| match g {
+            Bindings::V0_3(p) => p.agentrt_policy_guest().call_init(s, config),
+            Bindings::V0_2(p) => p.agentrt_policy_guest().call_init(s, config),
+        })?
+        .map_err(|m| self.rejected(Primitive::Init, m))
     }
 
     pub(crate) fn observe(&mut self, events: &[Event]) -> Result<(), PolicyError> {
-        self.call(Primitive::Observe, |g, _, s| g.call_observe(s, events))
+        self.call(Primitive::Observe, |g, _, s| match g {
+            Bindings::V0_3(p) => p.agentrt_policy_guest().call_observe(s, events),
+            Bindings::V0_2(p) => {
+                let events: Vec<_> = events.iter().filter_map(compat::event_v0_2).collect();
+                if events.is_empty() {
+                    return Ok(());
+                }
+                p.agentrt_policy_guest().call_observe(s, &events)
+            }
+        })
     }
 
     pub(crate) fn observe_blocks(&mut self, packed: &[u64]) -> Result<(), PolicyError> {
-        self.call(Primitive::ObserveBlocks, |g, _, s| g.call_observe_blocks(s, packed))
+        self.call(Primitive::ObserveBlocks, |g, _, s| match g {
+            Bindings::V0_3(p) => p.agentrt_policy_guest().call_observe_blocks(s, packed),
+            Bindings::V0_2(p) => {
+                let packed = compat::blocks_v0_2(packed);
+                if packed.is_empty() {
+                    return Ok(());
+                }
+                p.agentrt_policy_guest().call_observe_blocks(s, &packed)
+            }
+        })
     }
 
     /// Score through `score-packed` (one copy across the boundary; its result bounded before it
@@ -232,12 +263,19 @@ impl PolicyInstance {
     /// and for checking they agree; a guest's copy of at most its memory cap).
     pub(crate) fn score(&mut self, items: &[Item], typed: bool) -> Result<Vec<f32>, PolicyError> {
         let scores = if typed {
-            self.call(Primitive::Score, |g, _, s| g.call_score(s, items))?
+            self.call(Primitive::Score, |g, _, s| match g {
+                Bindings::V0_3(p) => p.agentrt_policy_guest().call_score(s, items),
+                Bindings::V0_2(p) => {
+                    let items: Vec<_> = items.iter().map(compat::item_v0_2).collect();
+                    p.agentrt_policy_guest().call_score(s, &items)
+                }
+            })?
         } else {
             let mut words = Vec::with_capacity(items.len() * agentrt_sdk::packed::ITEM_WORDS);
             for i in items {
                 words.extend_from_slice(&agentrt_sdk::packed::item_words(
                     i.kind as u8,
+                    i.tier as u8,
                     i.key,
                     i.agent,
                     i.session,
@@ -275,8 +313,11 @@ impl PolicyInstance {
     }
 
     pub(crate) fn restore(&mut self, state: &[u8]) -> Result<(), PolicyError> {
-        self.call(Primitive::Restore, |g, _, s| g.call_restore(s, state))?
-            .map_err(|m| self.rejected(Primitive::Restore, m))
+        self.call(Primitive::Restore, |g, _, s| match g {
+            Bindings::V0_3(p) => p.agentrt_policy_guest().call_restore(s, state),
+            Bindings::V0_2(p) => p.agentrt_policy_guest().call_restore(s, state),
+        })?
+        .map_err(|m| self.rejected(Primitive::Restore, m))
     }
 
     /// Bytes of all the instance's linear memories and tables now.

@@ -33,6 +33,7 @@ mod artifact_cache;
 mod bindings;
 pub mod breaker;
 pub mod call_clock;
+pub mod compat;
 pub mod component;
 pub mod component_file;
 pub mod component_lookup;
@@ -76,6 +77,7 @@ pub mod packed {
     pub fn encode(event: &BlockEvent, out: &mut Vec<u64>) {
         out.extend_from_slice(&agentrt_sdk::packed::words(
             event.op as u8,
+            event.tier as u8,
             event.agent,
             event.position,
             event.block_hash,
@@ -84,7 +86,7 @@ pub mod packed {
     }
 
     /// The op and agent of one packed event (its words), for routing events without decoding them
-    /// all; `None` for an op this host does not know.
+    /// all; `None` for an op or tier this host does not know.
     pub fn op_and_agent(event: &[u64]) -> Option<(BlockOp, u32)> {
         use agentrt_sdk::BlockOp as Guest;
         let block = agentrt_sdk::packed::decode(event).next()?;

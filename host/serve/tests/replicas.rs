@@ -244,6 +244,7 @@ impl Plugin {
                 block_hash: hash,
                 parent_hash: 0,
                 position: 0,
+                tier: agentrt_runtime::types::Tier::Gpu,
             },
             &mut words,
         );

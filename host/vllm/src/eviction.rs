@@ -327,6 +327,7 @@ impl Connection {
                 last_access: w.last_access,
                 tokens: w.tokens,
                 position: w.position,
+                tier: agentrt_runtime::types::Tier::Gpu,
             })
             .collect();
         let ranking = self.shared.policy.rank(&items);

@@ -92,6 +92,7 @@ mod tests {
             last_access: 0,
             tokens: 32,
             position: 0,
+            tier: agentrt_runtime::types::Tier::Gpu,
         }
     }
 

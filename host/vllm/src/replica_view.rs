@@ -167,6 +167,7 @@ impl ReplicaView {
                             block_hash: hash,
                             parent_hash: 0,
                             position: 0,
+                            tier: agentrt_runtime::types::Tier::Gpu,
                         };
                         agentrt_runtime::packed::encode(&removal, &mut out);
                     }

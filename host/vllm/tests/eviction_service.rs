@@ -33,6 +33,7 @@ async fn lru_ranks_oldest_first_and_sees_the_plugins_blocks() {
             block_hash: 10,
             parent_hash: 0,
             position: 0,
+            tier: agentrt_sdk::Tier::Gpu,
         },
         &mut words,
     );
@@ -83,6 +84,7 @@ async fn block_events_reach_the_policy_with_resolved_agents() {
                 block_hash: hash,
                 parent_hash: 0,
                 position: 0,
+                tier: agentrt_sdk::Tier::Gpu,
             },
             &mut words,
         );

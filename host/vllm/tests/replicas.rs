@@ -32,6 +32,7 @@ fn event(op: BlockOp, agent: u32, block_hash: u64, parent_hash: u64, position: u
             block_hash,
             parent_hash,
             position,
+            tier: agentrt_sdk::Tier::Gpu,
         },
         &mut words,
     );

@@ -39,6 +39,7 @@ fn block_event(op: agentrt_sdk::BlockOp, agent: u32, block_hash: u64, parent_has
             block_hash,
             parent_hash,
             position: 0,
+            tier: agentrt_sdk::Tier::Gpu,
         },
         &mut words,
     );

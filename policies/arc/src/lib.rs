@@ -261,6 +261,7 @@ mod tests {
             last_access,
             tokens: 16,
             position: 0,
+            tier: agentrt_sdk::Tier::Gpu,
         }
     }
 
@@ -271,6 +272,7 @@ mod tests {
             block_hash: hash,
             parent_hash: 0,
             position: 0,
+            tier: agentrt_sdk::Tier::Gpu,
         }
     }
 

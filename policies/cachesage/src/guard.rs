@@ -530,6 +530,7 @@ mod tests {
             last_access,
             tokens: 16,
             position: 0,
+            tier: agentrt_sdk::Tier::Gpu,
         }
     }
 
@@ -540,6 +541,7 @@ mod tests {
             block_hash: hash,
             parent_hash: 0,
             position: 0,
+            tier: agentrt_sdk::Tier::Gpu,
         }
     }
 

@@ -19,14 +19,23 @@
 //! LRU instead while the model's recent rankings lose more blocks than they win against LRU's
 //! (`guard=false` turns it off; `guard-margin`, default 0.002, is the share of recent block
 //! accesses the model may lose first).
+//!
+//! **Two tiers** (contract 0.3): the host-memory tier's candidates are ranked by the same model —
+//! what will be used soon stays on the GPU, what will be used later in host memory — and, with
+//! `host-admission=true`, a block of a session the model holds dead is not copied to host memory
+//! at all. The guard's verdict covers both: while it follows LRU on the GPU, the host tier gets
+//! vLLM's own order (every score 0) and every block is stored. The host tier has no regret count
+//! of its own: its evidence is the GPU tier's, where the model's bets are tested first.
 
 pub mod anchor;
 pub mod classic;
 pub mod guard;
 pub mod scaled;
 pub mod shadow;
+#[cfg(test)]
+mod tier_tests;
 
-use agentrt_sdk::{info, BlockEvent, Config, Event, Forecast, Item, Policy, PolicyInfo, SideEffect};
+use agentrt_sdk::{info, BlockEvent, Config, Event, Forecast, Item, Policy, PolicyInfo, SideEffect, Tier};
 
 /// One of the two models.
 #[derive(Debug, Clone)]
@@ -40,6 +49,8 @@ pub enum Model {
 pub struct CacheSage {
     pub model: Model,
     pub guard: guard::Guard,
+    /// Decline to copy dead sessions' blocks to the host tier (`host-admission`, default false).
+    pub host_admission: bool,
 }
 
 impl Default for CacheSage {
@@ -47,17 +58,52 @@ impl Default for CacheSage {
         Self {
             model: Model::Scaled(Box::default()),
             guard: guard::Guard::new(guard::GuardParams::default()),
+            host_admission: false,
         }
     }
 }
 
-/// The `init` keys of the guard; the rest go to the model.
-const GUARD_KEYS: [&str; 2] = ["guard", "guard-margin"];
+/// The `init` keys of the guard and of the host tier; the rest go to the model.
+const POLICY_KEYS: [&str; 3] = ["guard", "guard-margin", "host-admission"];
 
 impl CacheSage {
     /// Size of the learned state: the snapshot's length.
     pub fn state_bytes(&self) -> usize {
         self.snapshot().len()
+    }
+
+    fn model_scores(&mut self, items: &[Item]) -> Vec<f32> {
+        match &mut self.model {
+            Model::Scaled(m) => m.score(items),
+            Model::Classic(m) => m.score(items),
+        }
+    }
+
+    /// Host-tier candidates: the model's expected use while the guard follows it (never below 0:
+    /// a negative score declines a store), `-1` for a dead session's block when `host-admission`
+    /// is on; vLLM's own order (all 0) while the guard follows LRU.
+    fn host_scores(&mut self, items: &[Item]) -> Vec<f32> {
+        if self.guard.mode() == guard::Expert::Lru {
+            return vec![0.0; items.len()];
+        }
+        let model = self.model_scores(items);
+        let dead = |m: &Model, i: &Item| match m {
+            Model::Scaled(m) => m.is_dead(i),
+            Model::Classic(_) => false,
+        };
+        items
+            .iter()
+            .zip(model)
+            .map(|(item, score)| {
+                if self.host_admission && dead(&self.model, item) {
+                    -1.0
+                } else if score.is_finite() {
+                    score.max(0.0)
+                } else {
+                    0.0
+                }
+            })
+            .collect()
     }
 }
 
@@ -83,7 +129,7 @@ impl Policy for CacheSage {
         let rest: Vec<(String, String)> = config
             .pairs()
             .iter()
-            .filter(|(k, _)| !GUARD_KEYS.contains(&k.as_str()))
+            .filter(|(k, _)| !POLICY_KEYS.contains(&k.as_str()))
             .cloned()
             .collect();
         let model_config = Config::new(rest.clone());
@@ -101,6 +147,7 @@ impl Policy for CacheSage {
         *self = CacheSage {
             model,
             guard: guard::Guard::new(params),
+            host_admission: config.parse_or("host-admission", false)?,
         };
         Ok(())
     }
@@ -114,6 +161,11 @@ impl Policy for CacheSage {
     }
 
     fn observe_block(&mut self, block: &BlockEvent) {
+        // The model and the guard track the GPU tier's residency; what the host tier holds is
+        // the engine's to look up when a prefix continues there.
+        if block.tier == Tier::Host {
+            return;
+        }
         self.guard.observe_block(block);
         match &mut self.model {
             Model::Scaled(m) => m.observe_block(block),
@@ -122,11 +174,24 @@ impl Policy for CacheSage {
     }
 
     fn score(&mut self, items: &[Item]) -> Vec<f32> {
-        let model = match &mut self.model {
-            Model::Scaled(m) => m.score(items),
-            Model::Classic(m) => m.score(items),
-        };
-        self.guard.choose(items, model)
+        // The host asks about one tier at a time; a mixed batch is ranked tier by tier.
+        if items.iter().all(|i| i.tier == Tier::Gpu) {
+            let model = self.model_scores(items);
+            return self.guard.choose(items, model);
+        }
+        if items.iter().all(|i| i.tier == Tier::Host) {
+            return self.host_scores(items);
+        }
+        let (gpu, host): (Vec<Item>, Vec<Item>) = items.iter().cloned().partition(|i| i.tier == Tier::Gpu);
+        let (mut gpu, mut host) = (self.score(&gpu).into_iter(), self.score(&host).into_iter());
+        items
+            .iter()
+            .map(|i| match i.tier {
+                Tier::Gpu => gpu.next(),
+                Tier::Host => host.next(),
+            })
+            .map(|s| s.unwrap_or(0.0))
+            .collect()
     }
 
     fn predict(&mut self, horizon: u32) -> Vec<Forecast> {

@@ -260,6 +260,7 @@ mod tests {
             last_access,
             tokens: 16,
             position: 0,
+            tier: agentrt_sdk::Tier::Gpu,
         }
     }
 
@@ -303,6 +304,7 @@ mod tests {
             block_hash: 7,
             parent_hash: 0,
             position: 0,
+            tier: agentrt_sdk::Tier::Gpu,
         };
         p.observe_blocks(&[touched(1), touched(9)]);
         let items = [block(1, 1), block(2, 1)];

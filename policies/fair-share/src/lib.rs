@@ -314,6 +314,7 @@ mod tests {
             last_access: 0,
             tokens: 10,
             position: 0,
+            tier: agentrt_sdk::Tier::Gpu,
         };
         let scores = fair.score(&[request(1), request(2)]);
         assert!(scores[0] > scores[1], "{scores:?}");

@@ -183,6 +183,7 @@ mod tests {
             last_access,
             tokens: 16,
             position: 0,
+            tier: agentrt_sdk::Tier::Gpu,
         }
     }
 

@@ -223,6 +223,7 @@ mod tests {
             last_access: fetched_at_us,
             tokens,
             position: 0,
+            tier: agentrt_sdk::Tier::Gpu,
         }
     }
 

@@ -131,7 +131,9 @@ pub struct HostTierArgs {
     /// 2 MiB a block, so `--kv-offloading-size` GiB × 512). Off when not given.
     #[arg(long)]
     pub host_blocks: Option<usize>,
-    /// The host pool's cache policy: vLLM's `lru` or `arc` (`eviction_policy`).
+    /// The host pool's cache policy: vLLM's `lru` or `arc` (`eviction_policy`), or `policy`: the
+    /// replay's own policy ranks the host pool's evictions and may decline stores (a 0.2
+    /// component, or native LRU, leaves vLLM's `lru` order).
     #[arg(long, default_value = "lru", requires = "host_blocks")]
     pub host_policy: String,
     /// Host↔GPU bandwidth each way, GB/s (default: PCIe Gen5 x16 as measured on an H100 host).

@@ -18,6 +18,7 @@
 
 use super::host_policy::{HostKey, HostPolicyKind};
 use super::host_pool::{HostPool, KeyAt, Lookup};
+use super::ranked::{BlockOwner, HostRanker};
 use crate::block_pool::FastMap;
 
 /// PCIe Gen5 x16, one direction, as vLLM's offloading blog measured it on an H100 host (~50 GB/s
@@ -69,6 +70,8 @@ pub struct HostTierFigures {
     pub stored_bytes: u64,
     /// Store offers the pool answered `None` (retried next step).
     pub refused_offers: u64,
+    /// Blocks the ranking policy declined to store (`--host-policy policy`).
+    pub declined_blocks: u64,
     pub evictions: u64,
     /// Time requests waited for their loads (µs, admission to the step they computed in).
     pub load_wait_us: f64,
@@ -149,11 +152,18 @@ impl Connector {
         self.in_flight.iter().map(|t| t.done_ns).min()
     }
 
-    fn keys(hashes: &[u64], from: usize, to: usize, bs: usize) -> Vec<KeyAt> {
+    /// Keys `from..to` of a prompt, owned by `agent` in `session` (0, 0 for a load: the pool
+    /// already knows whose the keys are).
+    fn keys(hashes: &[u64], from: usize, to: usize, bs: usize, (agent, session): (u32, u64)) -> Vec<KeyAt> {
         (from..to)
             .map(|i| KeyAt {
                 key: hashes[i],
                 end_token: ((i + 1) * bs) as u32,
+                owner: BlockOwner {
+                    agent,
+                    session,
+                    position: (i * bs) as u32,
+                },
             })
             .collect()
     }
@@ -214,7 +224,7 @@ impl Connector {
     pub fn start_load(&mut self, req: u64, hashes: &[u64], gpu_blocks: usize, tokens: u32, warmup: bool, now_ns: u64) {
         let bs = self.block_size;
         let end = (gpu_blocks * bs + tokens as usize).div_ceil(bs);
-        let keys = Self::keys(hashes, gpu_blocks, end, bs);
+        let keys = Self::keys(hashes, gpu_blocks, end, bs, (0, 0));
         self.pool.prepare_load(req, &keys);
         for k in &keys {
             *self.being_loaded.entry(k.key).or_default() += 1;
@@ -229,21 +239,33 @@ impl Connector {
     }
 
     /// One request's store offer in `build_connector_meta`: its prompt blocks computed by the end of
-    /// this step (`horizon_tokens`, capped at `prompt_tokens`); copies start at `start_ns`.
-    pub fn offer(&mut self, req: u64, hashes: &[u64], horizon_tokens: u32, prompt_tokens: u32, start_ns: u64) {
+    /// this step (`horizon_tokens`, capped at `prompt_tokens`); copies start at `start_ns`. The
+    /// request's `owner` (agent, session) goes with its keys for `ranker`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn offer(
+        &mut self,
+        req: u64,
+        hashes: &[u64],
+        owner: (u32, u64),
+        horizon_tokens: u32,
+        prompt_tokens: u32,
+        start_ns: u64,
+        ranker: &mut dyn HostRanker,
+    ) {
         let bs = self.block_size;
         let chunks = (horizon_tokens.min(prompt_tokens) as usize / bs).min(hashes.len());
         let next = self.reqs.get(&req).map_or(0, |s| s.next_stored_chunk);
         if chunks <= next {
             return;
         }
-        let keys = Self::keys(hashes, next, chunks, bs);
-        let Some(out) = self.pool.prepare_store(req, &keys) else {
+        let keys = Self::keys(hashes, next, chunks, bs, owner);
+        let Some(out) = self.pool.prepare_store(req, &keys, ranker) else {
             self.figures.refused_offers += 1;
             return; // "cannot store chunks": offered again next step
         };
         self.reqs.entry(req).or_default().next_stored_chunk = chunks;
         self.figures.evictions += out.evicted.len() as u64;
+        self.figures.declined_blocks = self.pool.stats.declined;
         if out.keys_to_store.is_empty() {
             return;
         }
@@ -313,6 +335,7 @@ impl Connector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::offload::ranked::NoRanker;
 
     fn conn(blocks: usize, async_scheduling: bool) -> Connector {
         let mut cfg = HostTierConfig::new(blocks, HostPolicyKind::Lru);
@@ -325,7 +348,7 @@ mod tests {
         let mut c = conn(8, false);
         let hashes = [1, 2, 3, 4];
         // 64 prompt tokens computed in one step that ends at 10 ms.
-        c.offer(7, &hashes, 64, 64, 10_000_000);
+        c.offer(7, &hashes, (0, 0), 64, 64, 10_000_000, &mut NoRanker);
         assert_eq!(c.figures.stored_blocks, 4);
         assert_eq!(
             c.lookup(8, &hashes, 0, 65),
@@ -349,7 +372,7 @@ mod tests {
     #[test]
     fn async_scheduling_sees_a_completion_one_step_later() {
         let mut c = conn(8, true);
-        c.offer(1, &[1, 2], 32, 32, 0);
+        c.offer(1, &[1, 2], (0, 0), 32, 32, 0, &mut NoRanker);
         c.end_step(1_000_000);
         assert!(c.begin_step().is_empty());
         assert_eq!(c.pool.lookup(1), Lookup::HitPending);
@@ -361,16 +384,16 @@ mod tests {
     #[test]
     fn refused_keys_are_not_offered_again_but_a_full_pool_is_retried() {
         let mut c = conn(2, false);
-        c.offer(1, &[1, 2], 32, 32, 0); // fills the pool, write-pending
-        c.offer(2, &[5, 6], 32, 32, 0);
+        c.offer(1, &[1, 2], (0, 0), 32, 32, 0, &mut NoRanker); // fills the pool, write-pending
+        c.offer(2, &[5, 6], (0, 0), 32, 32, 0, &mut NoRanker);
         assert_eq!(c.figures.refused_offers, 1, "nothing evictable: None");
         c.end_step(1_000_000_000);
         c.begin_step();
         c.finished(1);
-        c.offer(2, &[5, 6], 48, 48, 0); // retried: now 1 and 2 can go
+        c.offer(2, &[5, 6], (0, 0), 48, 48, 0, &mut NoRanker); // retried: now 1 and 2 can go
         assert_eq!(c.figures.stored_blocks, 4);
         // Decode tokens are not stored (prompt only).
-        c.offer(2, &[5, 6, 7], 100, 32, 0);
+        c.offer(2, &[5, 6, 7], (0, 0), 100, 32, 0, &mut NoRanker);
         assert_eq!(c.figures.stored_blocks, 4);
     }
 }

@@ -43,6 +43,9 @@ impl Chunk {
 pub enum HostPolicyKind {
     Lru,
     Arc,
+    /// agentrt's: vLLM's `lru` bookkeeping, its evict-first end re-ranked by the replay's policy
+    /// ([`super::ranked`]).
+    Ranked,
 }
 
 impl HostPolicyKind {
@@ -50,7 +53,11 @@ impl HostPolicyKind {
         match name {
             "lru" => Ok(Self::Lru),
             "arc" => Ok(Self::Arc),
-            other => anyhow::bail!("host policy {other:?}: expected lru or arc (vLLM's built-in cache policies)"),
+            "policy" => Ok(Self::Ranked),
+            other => anyhow::bail!(
+                "host policy {other:?}: expected lru or arc (vLLM's built-in cache policies) or policy (the replay's \
+                 policy ranks the host tier)"
+            ),
         }
     }
 
@@ -58,6 +65,7 @@ impl HostPolicyKind {
         match self {
             Self::Lru => "lru",
             Self::Arc => "arc",
+            Self::Ranked => "policy",
         }
     }
 }
@@ -66,6 +74,8 @@ impl HostPolicyKind {
 pub enum HostPolicy {
     Lru(LruPolicy),
     Arc(Box<ArcPolicy>),
+    /// vLLM's `lru` bookkeeping; the pool chooses victims from its evict-first end with the ranker.
+    Ranked(LruPolicy),
 }
 
 impl HostPolicy {
@@ -73,13 +83,14 @@ impl HostPolicy {
         match kind {
             HostPolicyKind::Lru => Self::Lru(LruPolicy::default()),
             HostPolicyKind::Arc => Self::Arc(Box::new(ArcPolicy::new(capacity))),
+            HostPolicyKind::Ranked => Self::Ranked(LruPolicy::default()),
         }
     }
 
     /// `insert`: a key allocated by `prepare_store` (write-pending, so not yet evictable).
     pub fn insert(&mut self, key: HostKey) {
         match self {
-            Self::Lru(p) => p.insert(key),
+            Self::Lru(p) | Self::Ranked(p) => p.insert(key),
             Self::Arc(p) => p.insert(key),
         }
     }
@@ -87,7 +98,7 @@ impl HostPolicy {
     /// `remove`: a failed store's key.
     pub fn remove(&mut self, key: HostKey) {
         match self {
-            Self::Lru(p) => p.remove(key),
+            Self::Lru(p) | Self::Ranked(p) => p.remove(key),
             Self::Arc(p) => p.remove(key),
         }
     }
@@ -96,7 +107,7 @@ impl HostPolicy {
     pub fn on_store_miss(&mut self, keys: &[HostKey]) {
         match self {
             // The base class's default touches them; LRU's touch skips absent keys.
-            Self::Lru(_) => {}
+            Self::Lru(_) | Self::Ranked(_) => {}
             Self::Arc(p) => p.on_store_miss(keys),
         }
     }
@@ -104,7 +115,7 @@ impl HostPolicy {
     /// `on_request_finished`: the keys a request stored or reused, in prefix order.
     pub fn on_request_finished(&mut self, ordered: &[HostKey], insertion_only: &KeySet, reused: &KeySet) {
         match self {
-            Self::Lru(p) => p.on_request_finished(ordered),
+            Self::Lru(p) | Self::Ranked(p) => p.on_request_finished(ordered),
             Self::Arc(p) => p.on_request_finished(ordered, insertion_only, reused),
         }
     }
@@ -112,21 +123,21 @@ impl HostPolicy {
     /// `evict`: exactly `n` evictable keys outside `protected`, or `None` and nothing changed.
     pub fn evict(&mut self, n: usize, protected: &KeySet, chunks: &FastMap<Chunk>) -> Option<Vec<HostKey>> {
         match self {
-            Self::Lru(p) => p.evict(n, protected, chunks),
+            Self::Lru(p) | Self::Ranked(p) => p.evict(n, protected, chunks),
             Self::Arc(p) => p.evict(n, protected, chunks),
         }
     }
 
     /// A chunk's reference count reached 0 (store completed, or its last load).
     pub fn mark_evictable(&mut self, key: HostKey) {
-        if let Self::Lru(p) = self {
+        if let Self::Lru(p) | Self::Ranked(p) = self {
             p.mark_evictable(key);
         }
     }
 
     /// A chunk's reference count left 0 (a load pinned it).
     pub fn mark_non_evictable(&mut self, key: HostKey) {
-        if let Self::Lru(p) = self {
+        if let Self::Lru(p) | Self::Ranked(p) = self {
             p.mark_non_evictable(key);
         }
     }
@@ -192,6 +203,23 @@ impl LruPolicy {
             out.push(key);
         }
         Some(out)
+    }
+
+    /// Up to `n` evictable keys outside `protected`, evict-first first, with their ranks.
+    pub fn evict_first(&self, n: usize, protected: &KeySet) -> Vec<(u64, HostKey)> {
+        self.evictable
+            .iter()
+            .filter(|(_, key)| !protected.contains(key))
+            .take(n)
+            .map(|(&rank, &key)| (rank, key))
+            .collect()
+    }
+
+    /// Drop evictable `key` (a ranked eviction's victim).
+    pub fn take(&mut self, key: HostKey) {
+        if let Some(rank) = self.ranks.remove(&key) {
+            self.evictable.remove(&rank);
+        }
     }
 
     fn mark_evictable(&mut self, key: HostKey) {

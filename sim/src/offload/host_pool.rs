@@ -16,6 +16,7 @@
 //! Not modelled: `store_threshold` (the spec passes 0: off), `reset_cache`, the tiering manager.
 
 use super::host_policy::{Chunk, HostKey, HostPolicy, HostPolicyKind, KeySet};
+use super::ranked::{self, BlockOwner, HostBlock, HostRanker};
 use crate::block_pool::FastMap;
 
 /// `LookupResult` of one key.
@@ -42,11 +43,22 @@ pub struct HostEvent {
     pub removed: bool,
 }
 
-/// A key and the end-token position of its chunk in the request (`set_offload_key_position`).
+/// A key and the end-token position of its chunk in the request (`set_offload_key_position`),
+/// and whose block it is (agentrt's addition, for the policy's events and rankings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyAt {
     pub key: HostKey,
     pub end_token: u32,
+    pub owner: BlockOwner,
+}
+
+/// What happened to a host-tier block, as agentrt's policy hears it: stored (its copy completed),
+/// touched (loaded back to the GPU), removed (evicted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TierOp {
+    Stored,
+    Touched,
+    Removed,
 }
 
 /// The keys one request observed (`_RequestCacheAccess`).
@@ -83,6 +95,8 @@ pub struct HostPoolStats {
     pub evicted: u64,
     /// `prepare_store` calls answered `None`.
     pub refused_offers: u64,
+    /// Blocks the ranking policy declined to store (negative scores).
+    pub declined: u64,
 }
 
 /// The host pool.
@@ -96,6 +110,10 @@ pub struct HostPool {
     num_write_pending: usize,
     requests: FastMap<RequestAccess>,
     events: Option<Vec<HostEvent>>,
+    /// Whose block each resident key is, and what happened to host-tier blocks since the policy
+    /// last heard (agentrt's; vLLM's own events are `events`).
+    owners: FastMap<BlockOwner>,
+    tier_events: Vec<(TierOp, HostKey, BlockOwner)>,
     pub stats: HostPoolStats,
 }
 
@@ -112,6 +130,8 @@ impl HostPool {
             num_write_pending: 0,
             requests: FastMap::default(),
             events: events.then(Vec::new),
+            owners: FastMap::default(),
+            tier_events: Vec::new(),
             stats: HostPoolStats::default(),
         }
     }
@@ -162,8 +182,9 @@ impl HostPool {
         }
     }
 
-    /// `prepare_store` for request `req`; `None` = cannot store now.
-    pub fn prepare_store(&mut self, req: u64, keys: &[KeyAt]) -> Option<StoreOutput> {
+    /// `prepare_store` for request `req`; `None` = cannot store now. `ranker` chooses victims and
+    /// may decline keys under [`HostPolicyKind::Ranked`]; vLLM's policies ignore it.
+    pub fn prepare_store(&mut self, req: u64, keys: &[KeyAt], ranker: &mut dyn HostRanker) -> Option<StoreOutput> {
         let mut to_store = Vec::new();
         let mut ready_existing = Vec::new();
         for k in keys {
@@ -188,6 +209,22 @@ impl HostPool {
         if !new_misses.is_empty() {
             self.policy.on_store_miss(&new_misses);
         }
+        if matches!(self.policy, HostPolicy::Ranked(_)) && !to_store.is_empty() {
+            let offered: Vec<HostBlock> = keys
+                .iter()
+                .filter(|k| to_store.contains(&k.key))
+                .map(|k| HostBlock {
+                    key: k.key,
+                    owner: k.owner,
+                    last_access: u64::MAX,
+                })
+                .collect();
+            let declined = ranked::declined(&offered, ranker);
+            if !declined.is_empty() {
+                self.stats.declined += declined.len() as u64;
+                to_store.retain(|k| !declined.contains(k));
+            }
+        }
         if to_store.is_empty() {
             return Some(StoreOutput::default());
         }
@@ -199,7 +236,7 @@ impl HostPool {
                 return None;
             }
             let protected: KeySet = keys.iter().map(|k| k.key).collect();
-            let Some(victims) = self.policy.evict(shortfall, &protected, &self.chunks) else {
+            let Some(victims) = self.evict(shortfall, &protected, ranker) else {
                 self.stats.refused_offers += 1;
                 return None;
             };
@@ -207,6 +244,8 @@ impl HostPool {
             for key in &victims {
                 let chunk = self.chunks.remove(key).expect("the policy evicts resident keys");
                 self.free_list.push(chunk.id);
+                let owner = self.owners.remove(key).unwrap_or_default();
+                self.tier_events.push((TierOp::Removed, *key, owner));
             }
             self.stats.evicted += victims.len() as u64;
             if let Some(events) = &mut self.events {
@@ -221,6 +260,12 @@ impl HostPool {
         for (&key, &id) in to_store.iter().zip(&ids) {
             self.chunks.insert(key, Chunk { ref_cnt: -1, id });
             self.policy.insert(key);
+        }
+        for k in keys
+            .iter()
+            .filter(|k| self.chunks.get(&k.key).is_some_and(|c| !c.is_ready()))
+        {
+            self.owners.entry(k.key).or_insert(k.owner);
         }
         self.num_write_pending += to_store.len();
         let state = self.requests.get_mut(&req).expect("recorded above");
@@ -248,10 +293,13 @@ impl HostPool {
                 self.num_evictable += 1;
                 self.policy.mark_evictable(key);
                 stored.push(key);
+                let owner = self.owners.get(&key).copied().unwrap_or_default();
+                self.tier_events.push((TierOp::Stored, key, owner));
             } else {
                 let id = chunk.id;
                 self.chunks.remove(&key);
                 self.policy.remove(key);
+                self.owners.remove(&key);
                 self.free_list.push(id);
             }
         }
@@ -279,6 +327,8 @@ impl HostPool {
             }
             chunk.ref_cnt += 1;
             ids.push(chunk.id);
+            let owner = self.owners.get(&k.key).copied().unwrap_or_default();
+            self.tier_events.push((TierOp::Touched, k.key, owner));
         }
         let loaded: Vec<HostKey> = keys.iter().map(|k| k.key).collect();
         self.access(req, keys).record(loaded.iter().copied(), &loaded);
@@ -314,6 +364,33 @@ impl HostPool {
             .on_request_finished(&state.order, &insertion_only, &state.reused);
     }
 
+    /// `evict` through the pool's policy: vLLM's, or its `lru` order re-ranked by `ranker` within
+    /// a window of the evict-first end ([`ranked`]).
+    fn evict(&mut self, n: usize, protected: &KeySet, ranker: &mut dyn HostRanker) -> Option<Vec<HostKey>> {
+        let HostPolicy::Ranked(lru) = &mut self.policy else {
+            return self.policy.evict(n, protected, &self.chunks);
+        };
+        let candidates: Vec<HostBlock> = lru
+            .evict_first(ranker.host_window(n), protected)
+            .into_iter()
+            .map(|(rank, key)| HostBlock {
+                key,
+                owner: self.owners.get(&key).copied().unwrap_or_default(),
+                last_access: rank,
+            })
+            .collect();
+        let victims = ranked::choose_victims(&candidates, n, ranker)?;
+        for &key in &victims {
+            lru.take(key);
+        }
+        Some(victims)
+    }
+
+    /// What happened to host-tier blocks since the last call, for agentrt's policy.
+    pub fn take_tier_events(&mut self) -> Vec<(TierOp, HostKey, BlockOwner)> {
+        std::mem::take(&mut self.tier_events)
+    }
+
     /// `take_events`.
     pub fn take_events(&mut self) -> Vec<HostEvent> {
         self.events.as_mut().map(std::mem::take).unwrap_or_default()
@@ -328,6 +405,7 @@ impl HostPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::offload::ranked::NoRanker;
 
     fn at(keys: &[HostKey]) -> Vec<KeyAt> {
         keys.iter()
@@ -335,13 +413,14 @@ mod tests {
             .map(|(i, &key)| KeyAt {
                 key,
                 end_token: (i as u32 + 1) * 16,
+                owner: BlockOwner::default(),
             })
             .collect()
     }
 
     /// What the connector does for one request whose blocks are all computed on the GPU.
     fn request(pool: &mut HostPool, req: u64, keys: &[HostKey]) -> Option<StoreOutput> {
-        let out = pool.prepare_store(req, &at(keys))?;
+        let out = pool.prepare_store(req, &at(keys), &mut NoRanker)?;
         pool.complete_store(&out.keys_to_store, true);
         pool.on_request_finished(req);
         Some(out)
@@ -371,12 +450,15 @@ mod tests {
         let mut pool = HostPool::new(3, HostPolicyKind::Lru, false);
         request(&mut pool, 1, &[1, 2, 3]).unwrap();
         assert_eq!(pool.prepare_load(2, &at(&[1])), vec![0]);
-        let out = pool.prepare_store(3, &at(&[7, 8])).unwrap();
+        let out = pool.prepare_store(3, &at(&[7, 8]), &mut NoRanker).unwrap();
         assert_eq!(out.evicted, vec![3, 2]);
         assert_eq!(pool.lookup(7), Lookup::HitPending);
         // Key 1 is pinned, 7 and 8 are write-pending: nothing can go.
-        assert_eq!(pool.prepare_store(4, &at(&[9])), None);
+        assert_eq!(pool.prepare_store(4, &at(&[9]), &mut NoRanker), None);
         pool.complete_load(&[1]);
-        assert_eq!(pool.prepare_store(4, &at(&[9])).unwrap().evicted, vec![1]);
+        assert_eq!(
+            pool.prepare_store(4, &at(&[9]), &mut NoRanker).unwrap().evicted,
+            vec![1]
+        );
     }
 }

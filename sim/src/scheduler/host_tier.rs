@@ -101,17 +101,47 @@ impl Sim<'_> {
     /// `build_connector_meta`'s stores: every scheduled request offers the prompt blocks it has
     /// computed by the end of this step, then each request that finished last step offers once
     /// more and the pool hears it finished. Copies start at `start_ns` (the next step).
+    /// The replay's policy ranks the host pool's victims and may decline stores (`--host-policy
+    /// policy`), and hears what happened in the host tier.
     pub(super) fn host_offer_stores(&mut self, scheduled: &[(usize, u32)], start_ns: u64) {
         let Some(conn) = &mut self.host else { return };
+        let ranker: &mut dyn crate::offload::ranked::HostRanker = &mut *self.policy;
         for &(r, n) in scheduled {
             let req = &self.reqs[r];
             let horizon = req.kv.num_computed_tokens + n;
-            conn.offer(r as u64, &req.kv.hashes, horizon, req.prompt_tokens, start_ns);
+            let owner = (req.kv.agent, req.kv.session);
+            conn.offer(
+                r as u64,
+                &req.kv.hashes,
+                owner,
+                horizon,
+                req.prompt_tokens,
+                start_ns,
+                ranker,
+            );
         }
         for r in std::mem::take(&mut self.host_finished) {
             let req = &self.reqs[r];
-            conn.offer(r as u64, &req.kv.hashes, req.prompt_tokens, req.prompt_tokens, start_ns);
+            let owner = (req.kv.agent, req.kv.session);
+            conn.offer(
+                r as u64,
+                &req.kv.hashes,
+                owner,
+                req.prompt_tokens,
+                req.prompt_tokens,
+                start_ns,
+                ranker,
+            );
             conn.finished(r as u64);
+        }
+        self.host_tell_policy();
+    }
+
+    /// The host tier's block events since the policy last heard, as `tier: host` block events.
+    pub(super) fn host_tell_policy(&mut self) {
+        let Some(conn) = &mut self.host else { return };
+        for (op, key, owner) in conn.pool.take_tier_events() {
+            self.policy.host_block_event(op, key, owner);
         }
     }
 

@@ -91,6 +91,7 @@ pub fn stream() -> Vec<Event> {
                     block_hash: block_hash(agent, i),
                     parent_hash: if i == 0 { 0 } else { block_hash(agent, i - 1) },
                     position: i as u32 * BLOCK_TOKENS,
+                    tier: agentrt_runtime::types::Tier::Gpu,
                 }));
             }
             events.push(Event::RequestFinish(RequestFinish {
@@ -135,6 +136,7 @@ pub fn packed_blocks() -> Vec<u64> {
                         block_hash: block_hash(agent, i),
                         parent_hash: block_hash(agent, i - 1),
                         position: i as u32 * BLOCK_TOKENS,
+                        tier: agentrt_runtime::types::Tier::Gpu,
                     },
                     &mut words,
                 );
@@ -147,6 +149,7 @@ pub fn packed_blocks() -> Vec<u64> {
                 block_hash: block_hash(agent, ANCHOR_BLOCKS + 7),
                 parent_hash: block_hash(agent, ANCHOR_BLOCKS + 6),
                 position: (ANCHOR_BLOCKS as u32 + 7) * BLOCK_TOKENS,
+                tier: agentrt_runtime::types::Tier::Gpu,
             },
             &mut words,
         );
@@ -181,6 +184,7 @@ pub fn items(n: usize) -> Vec<Item> {
                 last_access: 1 + (i as u64 * 7919) % (n as u64 + 1),
                 tokens: BLOCK_TOKENS,
                 position: depth as u32 * BLOCK_TOKENS,
+                tier: agentrt_runtime::types::Tier::Gpu,
             }
         })
         .collect()
@@ -221,6 +225,7 @@ pub fn unknown_agent_events() -> Vec<Event> {
             block_hash: u64::MAX - i as u64,
             parent_hash: 12345,
             position: u32::MAX,
+            tier: agentrt_runtime::types::Tier::Gpu,
         }));
         events.push(Event::RequestFinish(RequestFinish {
             request_id: 424242 + i as u64,
@@ -241,6 +246,7 @@ pub fn unknown_agent_events() -> Vec<Event> {
         block_hash: 0,
         parent_hash: 0,
         position: 0,
+        tier: agentrt_runtime::types::Tier::Gpu,
     }));
     events
 }

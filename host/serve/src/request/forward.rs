@@ -119,6 +119,7 @@ pub(super) async fn forward(
                     last_access: request_id,
                     tokens: identity.prompt_tokens,
                     position: 0,
+                    tier: agentrt_runtime::types::Tier::Gpu,
                 };
                 let demotion = tenant.verdicts.priority(identity.session).min(0).unsigned_abs();
                 let applicant = applicant(&tenant, demotion, waiting, body.len()).await;

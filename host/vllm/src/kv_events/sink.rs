@@ -60,6 +60,7 @@ pub fn pack_event(event: &KvEvent, forward: Forward, out: &mut Vec<u64>) -> usiz
                 block_hash,
                 parent_hash,
                 position,
+                tier: agentrt_runtime::types::Tier::Gpu,
             },
             out,
         )

@@ -105,6 +105,7 @@ fn a_request_in_flight_keeps_its_agents_history_until_it_finishes() {
         last_access: 10,
         tokens: 16,
         position: 4096,
+        tier: agentrt_sdk::Tier::Gpu,
     };
     let queued = h.score(std::slice::from_ref(&history))[0];
     h.observe(&[finish(2, 99)]);
@@ -164,6 +165,7 @@ fn history(agent: u32, position: u32) -> agentrt_sdk::Item {
         last_access: 10,
         tokens: 16,
         position,
+        tier: agentrt_sdk::Tier::Gpu,
     }
 }
 

@@ -52,6 +52,7 @@ fn block(agent: u32, session: u64, position: u32, last_access: u64) -> Item {
         last_access,
         tokens: 16,
         position,
+        tier: agentrt_sdk::Tier::Gpu,
     }
 }
 

@@ -38,12 +38,12 @@ agentrt_sdk::export_policy!(Policy__TYPE__);
 mod tests {
     use super::*;
     use agentrt_sdk::testing::{rank, Harness};
-    use agentrt_sdk::ItemKind;
+    use agentrt_sdk::{ItemKind, Tier};
 
     #[test]
     fn newest_first_until_you_change_it() {
         let mut policy = Harness::<Policy__TYPE__>::new([]).unwrap();
-        let item = |key, last_access| Item { kind: ItemKind::KvBlock, key, agent: 1, session: 0, last_access, tokens: 16, position: 0 };
+        let item = |key, last_access| Item { kind: ItemKind::KvBlock, key, agent: 1, session: 0, last_access, tokens: 16, position: 0, tier: Tier::Gpu };
         let items = [item(1, 5), item(2, 9)];
         assert_eq!(rank(&items, &policy.score(&items)), vec![1, 0]);
     }

@@ -407,6 +407,7 @@ mod tests {
             block_hash: 9,
             parent_hash: 0,
             position: 0,
+            tier: agentrt_sdk::Tier::Gpu,
         }]);
         let snap = h.snapshot();
         let mut other = Harness::<Probe>::new([]).unwrap();
@@ -424,6 +425,7 @@ mod tests {
             last_access: 0,
             tokens: 16,
             position: 0,
+            tier: agentrt_sdk::Tier::Gpu,
         }
     }
 

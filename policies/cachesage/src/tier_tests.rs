@@ -1,0 +1,153 @@
+//! CacheSage over two tiers, driven through the packed paths the host uses: host-tier events do
+//! not move the model, host-tier candidates are ranked by the same model, and with
+//! `host-admission` a dead session's content is declined (a negative score).
+
+use agentrt_sdk::testing::Harness;
+use agentrt_sdk::{AgentRegistered, BlockEvent, BlockOp, Event, Item, ItemKind, RequestArrival, Tier};
+
+use crate::CacheSage;
+
+const ANCHOR: u32 = 4096;
+
+fn register(agent: u32) -> Event {
+    Event::AgentRegistered(AgentRegistered {
+        agent,
+        name: format!("agent-{agent}"),
+        anchor_hash: 0xa000 + u64::from(agent),
+        anchor_tokens: ANCHOR,
+    })
+}
+
+/// One call of `agent` in `session` at `at_ms`, done a second later.
+fn call(session: u64, agent: u32, at_ms: u64) -> [Event; 2] {
+    let request_id = at_ms * 1000 + u64::from(agent);
+    [
+        Event::RequestArrival(RequestArrival {
+            request_id,
+            agent,
+            session,
+            anchor_hash: 0xa000 + u64::from(agent),
+            prompt_tokens: ANCHOR + 500,
+            continues: None,
+            warmup: false,
+            at_us: at_ms * 1000,
+        }),
+        Event::RequestFinish(agentrt_sdk::RequestFinish {
+            request_id,
+            agent,
+            session,
+            prompt_tokens: ANCHOR + 500,
+            cached_tokens: 0,
+            output_tokens: 100,
+            warmup: false,
+            ok: true,
+            at_us: (at_ms + 1000) * 1000,
+        }),
+    ]
+}
+
+/// Twenty sessions of a pipeline 1 → 2 → 3, each reported ended and none coming back, then a new
+/// session that has just called agent 1: the model has structure and holds ended sessions dead.
+fn learned(config: &[(&str, &str)]) -> Harness<CacheSage> {
+    let mut h = Harness::<CacheSage>::new(config.iter().copied()).unwrap();
+    h.observe(&[register(1), register(2), register(3)]);
+    for s in 0..20u64 {
+        for (i, agent) in [1, 2, 3].into_iter().enumerate() {
+            h.observe(&call(100 + s, agent, s * 30_000 + i as u64 * 6_000));
+        }
+        h.observe(&[Event::SessionEnd(100 + s)]);
+    }
+    h.observe(&call(500, 1, 20 * 30_000));
+    h
+}
+
+fn block(agent: u32, session: u64, position: u32, last_access: u64, tier: Tier) -> Item {
+    Item {
+        kind: ItemKind::KvBlock,
+        key: u64::from(agent) << 32 | u64::from(position) | session << 40,
+        agent,
+        session,
+        last_access,
+        tokens: 16,
+        position,
+        tier,
+    }
+}
+
+/// The next agent's anchor, an idle agent's anchor, and an ended session's own content.
+fn candidates(tier: Tier) -> [Item; 3] {
+    [
+        block(2, 119, 0, 10, tier),
+        block(3, 119, 0, 5, tier),
+        block(3, 119, ANCHOR + 64, 60, tier),
+    ]
+}
+
+#[test]
+fn host_tier_block_events_leave_the_model_and_the_guard_as_they_were() {
+    let (plain, mut told) = (learned(&[]), learned(&[]));
+    let host = |op, hash| BlockEvent {
+        op,
+        agent: 2,
+        block_hash: hash,
+        parent_hash: 0,
+        position: 0,
+        tier: Tier::Host,
+    };
+    told.observe_blocks(&[
+        host(BlockOp::Stored, 7),
+        host(BlockOp::Touched, 7),
+        host(BlockOp::Removed, 8),
+    ]);
+    told.observe(&[Event::Block(host(BlockOp::Touched, 9))]);
+    assert_eq!(plain.snapshot(), told.snapshot());
+}
+
+#[test]
+fn the_host_tier_is_ranked_by_the_same_model_and_stores_everything_by_default() {
+    let mut h = learned(&[]);
+    let gpu = h.score(&candidates(Tier::Gpu));
+    let host = h.score(&candidates(Tier::Host));
+    // Same order of preference: the coming agent's anchor above the ended session's content.
+    assert!(host[0] > host[2], "{host:?}");
+    assert!(gpu[0] > gpu[2], "{gpu:?}");
+    assert!(
+        host.iter().all(|s| *s >= 0.0),
+        "without host-admission every block is stored: {host:?}"
+    );
+}
+
+#[test]
+fn with_host_admission_a_dead_sessions_own_content_is_declined_and_anchors_are_not() {
+    let mut h = learned(&[("host-admission", "true")]);
+    let host = h.score(&candidates(Tier::Host));
+    assert!(
+        host[2] < 0.0,
+        "an ended session's content is not worth storing: {host:?}"
+    );
+    assert!(host[0] >= 0.0 && host[1] >= 0.0, "anchors are stored: {host:?}");
+    // The GPU tier's ranking never declines anything: negative scores mean nothing there.
+    let gpu = h.score(&candidates(Tier::Gpu));
+    assert!(gpu.iter().all(|s| *s >= 0.0), "{gpu:?}");
+}
+
+#[test]
+fn a_mixed_batch_scores_as_its_tiers_do_apart() {
+    let (mut apart, mut mixed) = (
+        learned(&[("host-admission", "true")]),
+        learned(&[("host-admission", "true")]),
+    );
+    let mut want = apart.score(&candidates(Tier::Gpu)).to_vec();
+    want.extend(apart.score(&candidates(Tier::Host)));
+    let batch: Vec<Item> = candidates(Tier::Gpu)
+        .into_iter()
+        .chain(candidates(Tier::Host))
+        .collect();
+    assert_eq!(mixed.score(&batch), want);
+}
+
+#[test]
+fn an_unparsable_host_admission_is_refused_by_key() {
+    let err = Harness::<CacheSage>::new([("host-admission", "sometimes")]).unwrap_err();
+    assert!(err.contains("host-admission"), "{err}");
+}
