@@ -96,8 +96,10 @@ pub struct HostTierSummary {
     pub loaded_blocks: u64,
     pub loaded_bytes: u64,
     pub stored_bytes: u64,
-    /// Warm-ups whose anchor came (partly) from the host tier.
+    /// Warm-ups whose anchor came (partly) from the host tier, and the tokens they loaded
+    /// instead of recomputing.
     pub warmup_loads: u64,
+    pub warmup_loaded_tokens: u64,
     /// Store offers refused because nothing in the host pool could be evicted (retried).
     pub refused_offers: u64,
     /// Blocks the policy declined to store (`--host-policy policy`).
@@ -128,6 +130,7 @@ fn host_summary(r: &RunResult) -> Option<HostTierSummary> {
         loaded_bytes: h.loaded_bytes,
         stored_bytes: h.stored_bytes,
         warmup_loads: h.warmup_loads,
+        warmup_loaded_tokens: h.warmup_loaded_tokens,
         refused_offers: h.refused_offers,
         declined_blocks: h.declined_blocks,
         host_evictions: h.evictions,
@@ -395,7 +398,7 @@ pub fn host_table(summaries: &[(String, PolicySummary)]) -> String {
     }
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     let mut out = format!(
-        "{:<16} {:>6} {:>9} {:>10} {:>10} {:>14} {:>10} {:>10} {:>8} {:>9} {:>8} {:>9} {:>10} {:>10}\n",
+        "{:<16} {:>6} {:>9} {:>10} {:>10} {:>14} {:>10} {:>10} {:>8} {:>9} {:>14} {:>8} {:>9} {:>10} {:>10}\n",
         "host tier",
         "policy",
         "GPU hit %",
@@ -406,6 +409,7 @@ pub fn host_table(summaries: &[(String, PolicySummary)]) -> String {
         "stored GiB",
         "loads",
         "warm load",
+        "warm tok loaded",
         "refused",
         "declined",
         "evicted",
@@ -414,7 +418,7 @@ pub fn host_table(summaries: &[(String, PolicySummary)]) -> String {
     for (name, s) in summaries {
         let Some(h) = &s.host else { continue };
         out.push_str(&format!(
-            "{:<16} {:>6} {:>9.1} {:>10.1} {:>10.1} {:>14} {:>10.2} {:>10.2} {:>8} {:>9} {:>8} {:>9} {:>10} {:>10.2}\n",
+            "{:<16} {:>6} {:>9.1} {:>10.1} {:>10.1} {:>14} {:>10.2} {:>10.2} {:>8} {:>9} {:>14} {:>8} {:>9} {:>10} {:>10.2}\n",
             name,
             h.host_policy,
             h.gpu_hit_rate * 100.0,
@@ -425,6 +429,7 @@ pub fn host_table(summaries: &[(String, PolicySummary)]) -> String {
             gib(h.stored_bytes),
             h.loads,
             h.warmup_loads,
+            h.warmup_loaded_tokens,
             h.refused_offers,
             h.declined_blocks,
             h.host_evictions,

@@ -66,6 +66,8 @@ pub struct HostTierFigures {
     pub loaded_bytes: u64,
     /// Warm-ups whose anchor came (partly) from the host tier.
     pub warmup_loads: u64,
+    /// Their tokens loaded instead of recomputed: the prefill a warm-up saves by loading.
+    pub warmup_loaded_tokens: u64,
     pub stored_blocks: u64,
     pub stored_bytes: u64,
     /// Store offers the pool answered `None` (retried next step).
@@ -234,7 +236,10 @@ impl Connector {
         self.figures.loads += 1;
         self.figures.loaded_blocks += keys.len() as u64;
         self.figures.loaded_bytes += keys.len() as u64 * self.block_bytes;
-        self.figures.warmup_loads += u64::from(warmup);
+        if warmup {
+            self.figures.warmup_loads += 1;
+            self.figures.warmup_loaded_tokens += u64::from(tokens);
+        }
         self.transfer(req, Job::Load(keys.iter().map(|k| k.key).collect()), now_ns);
     }
 

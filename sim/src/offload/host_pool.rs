@@ -210,16 +210,17 @@ impl HostPool {
             self.policy.on_store_miss(&new_misses);
         }
         if matches!(self.policy, HostPolicy::Ranked(_)) && !to_store.is_empty() {
+            let missing: KeySet = to_store.iter().copied().collect();
             let offered: Vec<HostBlock> = keys
                 .iter()
-                .filter(|k| to_store.contains(&k.key))
+                .filter(|k| missing.contains(&k.key))
                 .map(|k| HostBlock {
                     key: k.key,
                     owner: k.owner,
                     last_access: u64::MAX,
                 })
                 .collect();
-            let declined = ranked::declined(&offered, ranker);
+            let declined: KeySet = ranked::declined(&offered, ranker).into_iter().collect();
             if !declined.is_empty() {
                 self.stats.declined += declined.len() as u64;
                 to_store.retain(|k| !declined.contains(k));

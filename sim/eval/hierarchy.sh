@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The KV hierarchy's figures (docs/hierarchy.md): each trace with a host tier of 4× its GPU cache,
+# under vLLM's host policies (lru, arc) and ranked by the replayed policy (`policy`: CacheSage over
+# both tiers, the lru component, and two-tier Bélády), beside the same cache without a host tier.
+#
+#   bash sim/eval/hierarchy.sh KV_CACHE_TESTER_TRACES_DIR MOONCAKE_TRACES_DIR [OUT_DIR]
+#
+# Imports the traces it needs (unless OUT_DIR has them); one JSON + text per (trace, host policy)
+# in OUT_DIR (default target/hierarchy). Needs a release build and `cargo xtask build-policies`.
+# Loads and capacities are the public-trace protocol's (docs/results.md), chosen before this ran.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+cc_dir="$1"
+mc_dir="$2"
+out="${3:-target/hierarchy}"
+bin="${AGENTRT_BIN:-${CARGO_TARGET_DIR:-target}/release/agentrt}"
+components="${AGENTRT_COMPONENTS_DIR:-${CARGO_TARGET_DIR:-target}/components}"
+mkdir -p "$out"
+
+[[ -f "$out/fleet.jsonl" ]] || "$bin" sim gen --workload fleet --out "$out/fleet.jsonl"
+[[ -f "$out/cc100.jsonl" ]] || "$bin" sim import kv-cache-tester "$cc_dir" --max-context 128000 --conversations 100 --out "$out/cc100.jsonl"
+[[ -f "$out/mc-conv.jsonl" ]] || "$bin" sim import mooncake "$mc_dir/conversation_trace.jsonl" --out "$out/mc-conv.jsonl"
+
+# (trace, GPU cache flags, host blocks = 4 × the GPU cache, load flags).
+units=(
+    "fleet|--capacity-blocks 28323|113292|"
+    "cc100|--capacity-fraction 0.025|67268|"
+    "cc100|--capacity-fraction 0.05|134540|"
+    "mc-conv|--capacity-fraction 0.05|1132584|--target-utilisation 0.5"
+)
+run_unit() {
+    IFS='|' read -r trace cache host load <<<"$1"
+    local tag="$trace-${cache##* }"
+    local common=(sim run --trace "$out/$trace.jsonl" $cache $load --components "$components")
+    "$bin" "${common[@]}" --policies lru,cachesage,belady --json "$out/$tag-none.json" >"$out/$tag-none.txt" 2>&1
+    for hp in lru arc; do
+        "$bin" "${common[@]}" --policies lru,cachesage --host-blocks "$host" --host-policy "$hp" \
+            --json "$out/$tag-$hp.json" >"$out/$tag-$hp.txt" 2>&1
+    done
+    "$bin" "${common[@]}" --policies lru,cachesage,cachesage:host-admission=true,belady --host-blocks "$host" \
+        --host-policy policy --json "$out/$tag-policy.json" >"$out/$tag-policy.txt" 2>&1
+    echo "$tag done"
+}
+export -f run_unit
+export bin out components
+printf '%s\n' "${units[@]}" | xargs -P "${JOBS:-1}" -I{} bash -c 'run_unit "$0"' {}
