@@ -135,7 +135,15 @@ fn sglang_adapter_tests(workspace: &Workspace) -> Result<()> {
     }
     let status = workspace
         .command(&python)
-        .args(["-m", "pytest", "adapters/sglang/tests", "-q", "-rs", "-p", "no:cacheprovider"])
+        .args([
+            "-m",
+            "pytest",
+            "adapters/sglang/tests",
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+        ])
         .status()
         .context("starting pytest")?;
     // Exit 5 means pytest collected nothing (every module skipped itself): not a failure.

@@ -41,7 +41,10 @@ async fn sglang_requests_carry_the_tags_in_custom_params_and_the_tenant_scoped_s
         format!("agentrt-{session:016x}"),
         "SGLang's own session is the tenant-scoped one, never the client's"
     );
-    assert!(sent.get("vllm_xargs").is_none(), "nothing vLLM-only goes to SGLang: {sent}");
+    assert!(
+        sent.get("vllm_xargs").is_none(),
+        "nothing vLLM-only goes to SGLang: {sent}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,5 +90,8 @@ async fn vllm_stays_the_default_engine() {
     assert_eq!(post_json(&p, &body, &[("x-session-id", "s-1")]).await.status(), 200);
     let sent = &p.stub.user_requests()[0].body;
     assert_eq!(sent["vllm_xargs"]["agentrt_agent"], 1);
-    assert!(sent.get("custom_params").is_none() && sent.get("session_id").is_none(), "{sent}");
+    assert!(
+        sent.get("custom_params").is_none() && sent.get("session_id").is_none(),
+        "{sent}"
+    );
 }

@@ -164,6 +164,8 @@ mod tests {
         let e = EngineKind::Sglang.check_client_fields(body).unwrap_err();
         assert!(e.contains("session_params"), "{e}");
         let null = json!({"session_params": null});
-        assert!(EngineKind::Sglang.check_client_fields(null.as_object().unwrap()).is_ok());
+        assert!(EngineKind::Sglang
+            .check_client_fields(null.as_object().unwrap())
+            .is_ok());
     }
 }

@@ -93,7 +93,6 @@ fn check_previous_response(state: &ProxyState, tenant: &Tenant, json: &Value) ->
     ))
 }
 
-
 /// A request ready to go upstream: whose it is, who sent it, and the amended body.
 pub(super) struct Prepared {
     pub tenant: Arc<Tenant>,

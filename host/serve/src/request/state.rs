@@ -11,9 +11,9 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::engine_fields::ClientEngineFields;
-use crate::engine::kind::EngineKind;
 use crate::clock::Clock;
 use crate::engine::admission::AdmissionQueue;
+use crate::engine::kind::EngineKind;
 use crate::engine::replicas::ReplicaRouting;
 use crate::engine::tokenize::Tokenizer;
 use crate::engine::upstream::Upstream;
