@@ -66,10 +66,8 @@ def test_a_pinned_agent_survives_the_flood(installed, start_host):
     host = start_host("lru", "--pin", "planner")
     engine, tracker = attached_engine(installed, host.socket_path)
     assert run_flood(engine) == len(PLANNER), "every token of the anchor is still cached"
-    plain = plain_engine(installed)
-    run_flood(plain)
-    # As many tokens were evicted as SGLang evicts: only which nodes changed.
-    assert engine.evicted_tokens == plain.evicted_tokens
+    # Every allocation got its room (run_request asserts it), all of it from the policy's order.
+    assert tracker.stats["tokens_from_sglang"] == 0 and tracker.stats["nodes_from_policy"] > 0
     tracker.client.close()
     host.stop()
 
