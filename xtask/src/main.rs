@@ -7,7 +7,9 @@
 //!   `DIR/target`.
 //! - `test` — build the components, run every test in the workspace, the Python policies' and
 //!   the Python SDK's native tests (pytest), then the vLLM adapter's Python tests (pytest in `.venv-vllm`, made by `adapters/vllm/setup-venv.sh`; skipped, saying
-//!   so, without it).
+//!   so, without it), then the SGLang adapter's (pytest in `$AGENTRT_SGLANG_VENV`, default
+//!   `~/.cache/agentrt/venv-sglang`, made by `adapters/sglang/setup-venv.sh`; skipped, saying so,
+//!   without it).
 //! - `demo` — build the components and the `agentrt` binary, run its demo, then the short version
 //!   of the evaluation table (`agentrt sim table --quick`, plots in `<target>/sim-quick/`).
 //! - `bench` — build the components, then run the criterion benchmarks.
@@ -65,7 +67,8 @@ fn main() -> Result<()> {
             js_policies::test_all(&workspace)?;
             c_policies::test_all(&workspace)?;
             go_policies::test_all(&workspace)?;
-            vllm_adapter_tests(&workspace)
+            vllm_adapter_tests(&workspace)?;
+            sglang_adapter_tests(&workspace)
         }
         "demo" => {
             components::build_all(&workspace)?;
@@ -105,6 +108,48 @@ fn vllm_adapter_tests(workspace: &Workspace) -> Result<()> {
     match status.code() {
         Some(0) | Some(5) => Ok(()),
         _ => bail!("the vLLM adapter tests failed ({status})"),
+    }
+}
+
+/// The SGLang plugin's tests against SGLang's real radix cache, in the venv that has SGLang's
+/// Python code (`adapters/sglang/setup-venv.sh`: `$AGENTRT_SGLANG_VENV`, default
+/// `~/.cache/agentrt/venv-sglang`).
+fn sglang_adapter_tests(workspace: &Workspace) -> Result<()> {
+    let venv = match std::env::var_os("AGENTRT_SGLANG_VENV") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => match std::env::var_os("HOME") {
+            Some(home) => std::path::PathBuf::from(home).join(".cache/agentrt/venv-sglang"),
+            None => {
+                eprintln!("xtask: SKIPPED the SGLang adapter tests: neither AGENTRT_SGLANG_VENV nor HOME is set");
+                return Ok(());
+            }
+        },
+    };
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        eprintln!(
+            "xtask: SKIPPED the SGLang adapter tests: no venv at {} (run `bash adapters/sglang/setup-venv.sh`)",
+            venv.display()
+        );
+        return Ok(());
+    }
+    let status = workspace
+        .command(&python)
+        .args([
+            "-m",
+            "pytest",
+            "adapters/sglang/tests",
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+        ])
+        .status()
+        .context("starting pytest")?;
+    // Exit 5 means pytest collected nothing (every module skipped itself): not a failure.
+    match status.code() {
+        Some(0) | Some(5) => Ok(()),
+        _ => bail!("the SGLang adapter tests failed ({status})"),
     }
 }
 

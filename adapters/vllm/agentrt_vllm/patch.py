@@ -23,7 +23,6 @@ import weakref
 
 from .client import EvictionClient
 from .tracker import PoolTracker, RequestTag
-from .wire import fnv1a64
 
 log = logging.getLogger("vllm.agentrt_vllm")
 
@@ -34,7 +33,6 @@ SUPPORTED_VERSIONS = ("0.32.0", "0.33.0")
 
 _state: dict = {"installed": False, "client": None, "current": None}
 _trackers: "weakref.WeakSet[PoolTracker]" = weakref.WeakSet()
-_MASK64 = (1 << 64) - 1
 
 
 def vllm_version() -> str:
@@ -59,18 +57,8 @@ def request_tag(request, client: EvictionClient) -> RequestTag:
     if cached is not None and cached[0] is client:
         return cached[1]
     params = getattr(request, "sampling_params", None)
-    extra = (getattr(params, "extra_args", None) or {}) if params is not None else {}
-    agent = client.wire_agent(extra.get("agentrt_agent"))
-    session = extra.get("agentrt_session")
-    if session is None:
-        session = getattr(request, "session_id", None)
-    if isinstance(session, int):
-        session &= _MASK64
-    elif session is not None:
-        session = fnv1a64(str(session))
-    else:
-        session = 0
-    tag = RequestTag(agent, session, bool(extra.get("agentrt_warmup", False)))
+    extra = getattr(params, "extra_args", None) if params is not None else None
+    tag = RequestTag.of(extra, getattr(request, "session_id", None), client)
     try:
         request._agentrt_tag = (client, tag)  # agent wire ids belong to one client
     except AttributeError:

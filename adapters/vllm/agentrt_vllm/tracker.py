@@ -37,6 +37,25 @@ class RequestTag:
         self.session = session
         self.warmup = warmup
 
+    @classmethod
+    def of(cls, tags, engine_session, client: EvictionClient) -> "RequestTag":
+        """A request's tag from the ``agentrt_*`` keys the proxy put into the engine's tag field
+        (vLLM's ``vllm_xargs``, which arrive as ``SamplingParams.extra_args``; SGLang's
+        ``custom_params``), the engine's own session id standing in when no ``agentrt_session``
+        came. Shared by every engine's plugin, so that they all name agents and sessions alike."""
+        tags = tags if isinstance(tags, dict) else {}
+        agent = client.wire_agent(tags.get("agentrt_agent"))
+        session = tags.get("agentrt_session")
+        if session is None:
+            session = engine_session
+        if isinstance(session, int):
+            session &= _MASK64
+        elif session is not None:
+            session = wire.fnv1a64(str(session))
+        else:
+            session = 0
+        return cls(agent, session, bool(tags.get("agentrt_warmup", False)))
+
 
 class BlockInfo:
     __slots__ = ("hash", "parent", "agent", "session", "position", "tokens")

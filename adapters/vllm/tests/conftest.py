@@ -19,11 +19,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
-# The build's target folder: CARGO_TARGET_DIR (relative to the repository when relative), as
-# `cargo xtask` resolves it and passes it on.
-TARGET = REPO / (os.environ.get("CARGO_TARGET_DIR") or "target")
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testing"))
+import eviction_host  # noqa: E402  (adapters/testing: the eviction service, shared with the SGLang suite)
+from eviction_host import REPO, TARGET, Host, component, components_dir  # noqa: E402,F401
 
 try:
     import vllm  # noqa: F401
@@ -45,74 +44,17 @@ def pytest_pycollect_makemodule(module_path, parent):
         return _SkippedModule.from_parent(parent, path=module_path)
 
 
-def components_dir() -> Path:
-    return Path(os.environ.get("AGENTRT_COMPONENTS_DIR", TARGET / "components"))
-
-
-def component(name: str) -> Path:
-    path = components_dir() / f"{name}.wasm"
-    if not path.is_file():
-        pytest.skip(f"{path} is missing: run `cargo xtask build-policies`")
-    return path
-
-
 @pytest.fixture(scope="session")
 def host_binary() -> Path:
     """<target>/debug/agentrt-vllm-host, built if needed (AGENTRT_VLLM_HOST_BIN overrides)."""
-    override = os.environ.get("AGENTRT_VLLM_HOST_BIN")
-    if override:
-        return Path(override)
-    binary = TARGET / "debug" / "agentrt-vllm-host"
-    if not binary.is_file():
-        if shutil.which("cargo") is None:
-            pytest.skip("agentrt-vllm-host is not built and cargo is not on PATH")
-        subprocess.run(["cargo", "build", "-p", "agentrt-vllm", "--bin", "agentrt-vllm-host"], cwd=REPO, check=True)
-    return binary
-
-
-class Host:
-    """One agentrt-vllm-host process: a policy behind the eviction socket."""
-
-    def __init__(self, binary: Path, socket_path: Path, policy: Path, extra: list[str]) -> None:
-        self.socket_path = socket_path
-        self.proc = subprocess.Popen(
-            [str(binary), "--policy", str(policy), "--socket", str(socket_path), *extra],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "AGENTRT_LOG": os.environ.get("AGENTRT_LOG", "warn")},
-        )
-        line = self.proc.stdout.readline().strip()
-        if line != "ready":
-            self.proc.kill()
-            raise RuntimeError(f"host did not start: {line!r} {self.proc.stderr.read()}")
-        self.counts: dict[str, dict[str, int]] = {}
-
-    def stop(self) -> dict[str, dict[str, int]]:
-        """SIGTERM; parse the final counts line."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        out, err = self.proc.communicate(timeout=30)
-        for part in re.findall(r"(\w+)=\w+ \{([^}]*)\}", out):
-            name, body = part
-            self.counts[name] = {k: int(v) for k, v in re.findall(r"(\w+): (\d+)", body)}
-        self.stderr = err
-        return self.counts
+    return eviction_host.host_binary()
 
 
 @pytest.fixture
 def start_host(host_binary, tmp_path):
-    hosts: list[Host] = []
-
-    def start(policy: str = "lru", *extra: str) -> Host:
-        host = Host(host_binary, tmp_path / f"evict-{len(hosts)}.sock", component(policy), list(extra))
-        hosts.append(host)
-        return host
-
+    start, stop_all = eviction_host.host_factory(host_binary, tmp_path)
     yield start
-    for host in hosts:
-        if host.proc.poll() is None:
-            host.stop()
+    stop_all()
 
 
 def free_port() -> int:

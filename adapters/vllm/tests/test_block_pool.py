@@ -4,13 +4,11 @@ agentrt eviction service process."""
 from __future__ import annotations
 
 import logging
-import socket
-import struct
-import threading
 
 import pytest
 
 import harness
+from eviction_host import SilentHost
 from agentrt_vllm import wire
 from agentrt_vllm.client import EvictionClient
 
@@ -129,33 +127,6 @@ def test_blocks_another_session_reuses_are_reported_as_shared(installed, start_h
     assert owners.count(wire.fnv1a64("s2")) >= 9, "s2's blocks, reused only by s2, stay s2's"
     tracker.client.close()
     host.stop()
-
-
-class SilentHost:
-    """MOCK for a fault the real service cannot be made to show: a host that accepts the
-    connection and reads everything but never answers. Records the RANK frames it got."""
-
-    def __init__(self, path) -> None:
-        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.server.bind(str(path))
-        self.server.listen(1)
-        self.ranks: list[tuple[int, int, int, int]] = []  # (request_id, want, missed, items)
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        conn, _ = self.server.accept()
-        reader = wire.FrameReader()
-        while True:
-            data = conn.recv(1 << 16)
-            if not data:
-                return
-            reader.feed(data)
-            while (frame := reader.next()) is not None:
-                kind, body = frame
-                if kind == wire.KIND_RANK:
-                    rid, want, missed = struct.unpack_from("<III", body, 0)
-                    self.ranks.append((rid, want, missed, (len(body) - 12) // wire.ITEM.size))
 
 
 def test_deadline_fallback_when_the_host_does_not_answer(installed, tmp_path, caplog):

@@ -13,6 +13,7 @@ use axum::Router;
 use crate::clock::Clock;
 use crate::engine::adapters::{EngineAdapters, EngineCacheReport, EngineConfig};
 use crate::engine::admission::AdmissionQueue;
+use crate::engine::kind::EngineKind;
 use crate::engine::replicas::{ReplicaArgs, ReplicaRouting};
 use crate::engine::tokenize::Tokenizer;
 use crate::engine::upstream::Upstream;
@@ -44,8 +45,11 @@ pub struct AppConfig {
     pub upstream_api_key: Option<String>,
     /// The front door's limits.
     pub limits: Limits,
-    /// Add `vllm_xargs` and `cache_salt` (`--no-vllm-xargs` turns it off).
-    pub vllm_xargs: bool,
+    /// Add agentrt's tags and `cache_salt` (`--no-engine-tags`, formerly `--no-vllm-xargs`,
+    /// turns it off).
+    pub engine_tags: bool,
+    /// The engine behind the upstream (`--engine`): which request fields carry the tags.
+    pub engine_kind: EngineKind,
     /// `--engine-priorities`.
     pub engine_priorities: bool,
     /// The key of the tenants' cache salts (`--cache-salt-secret`; random per process when `None`).
@@ -78,7 +82,8 @@ impl AppConfig {
             upstream: upstream.to_string(),
             upstream_api_key: None,
             limits: Limits::default(),
-            vllm_xargs: true,
+            engine_tags: true,
+            engine_kind: EngineKind::Vllm,
             engine_priorities: false,
             cache_salt_secret: None,
             client_engine_fields: ClientEngineFields::default(),
@@ -144,7 +149,8 @@ impl App {
                 feed: feed.clone(),
                 clock,
                 metrics: metrics.clone(),
-                vllm_xargs: config.vllm_xargs,
+                engine_tags: config.engine_tags,
+                engine: config.engine_kind,
             },
         ));
         let effects = Arc::new(Effects::new(warmups, engine.pins.clone(), metrics.clone()));
@@ -160,7 +166,8 @@ impl App {
             upstream: upstream.clone(),
             tokenizer: Tokenizer::new(upstream),
             body: Arc::new(BodyOptions {
-                vllm_xargs: config.vllm_xargs,
+                engine_tags: config.engine_tags,
+                engine: config.engine_kind,
                 engine_priorities: config.engine_priorities,
                 cache_salts: CacheSalts::new(config.cache_salt_secret.as_deref()),
                 client_engine_fields: config.client_engine_fields,

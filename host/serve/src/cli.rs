@@ -88,9 +88,15 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     pub upstream_api_key: Option<String>,
-    /// Do not add `vllm_xargs` to forwarded requests (for upstreams other than vLLM).
-    #[arg(help_heading = "Upstream", long)]
-    pub no_vllm_xargs: bool,
+    /// The engine behind `--upstream`: which request fields carry agentrt's tags (agent,
+    /// session, warm-up flag) for its plugin — vLLM's `vllm_xargs`, or SGLang's `custom_params`
+    /// and `session_id` (adapters/sglang/README.md).
+    #[arg(help_heading = "Upstream", long, value_enum, default_value = "vllm")]
+    pub engine: crate::engine::kind::EngineKind,
+    /// Do not add agentrt's tags or `cache_salt` to forwarded requests (for upstreams that are
+    /// no engine agentrt knows, and refuse unknown fields). `--no-vllm-xargs` is its old name.
+    #[arg(help_heading = "Upstream", long, alias = "no-vllm-xargs")]
+    pub no_engine_tags: bool,
     /// The router `--upstream` is, if one: `vllm-router` (vLLM's router) gets each call's session
     /// as `x-session-id` and its program as `vllm_xargs.agentic_context` (docs/replicas.md).
     #[arg(help_heading = "Upstream", long, value_enum, default_value = "none")]
@@ -466,7 +472,8 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
     let config = AppConfig {
         upstream_api_key: args.upstream_api_key,
         limits,
-        vllm_xargs: !args.no_vllm_xargs,
+        engine_tags: !args.no_engine_tags,
+        engine_kind: args.engine,
         engine_priorities: args.engine_priorities,
         cache_salt_secret: args.cache_salt_secret,
         client_engine_fields: ClientEngineFields::allowing(args.client_engine_fields.iter().copied()),

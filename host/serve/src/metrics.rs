@@ -63,8 +63,8 @@ pub const REFUSAL_REASONS: [&str; 7] = [
     "json_elements",
     "request_items",
     "request_tools",
-    // an engine-control field a client may not set (--client-engine-field), or agentrt's own
-    // vllm_xargs tags
+    // an engine-control field a client may not set (--client-engine-field), agentrt's own tags
+    // (in vllm_xargs or custom_params), or SGLang's session_params
     "engine_field",
     // a sampling number out of its range (max_tokens, temperature, …)
     "sampling_field",

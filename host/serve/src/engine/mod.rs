@@ -4,6 +4,7 @@
 
 pub mod adapters;
 pub mod admission;
+pub mod kind;
 pub mod replicas;
 pub mod tokenize;
 pub mod upstream;

@@ -18,6 +18,7 @@ use tokio::sync::Semaphore;
 use agentrt_runtime::types::{Event, RequestArrival, RequestFinish, WarmPrefix};
 
 use crate::clock::Clock;
+use crate::engine::kind::EngineKind;
 use crate::engine::replicas::ReplicaRouting;
 use crate::engine::upstream::{self, Upstream};
 use crate::metrics::ProxyMetrics;
@@ -61,8 +62,10 @@ pub struct Warmups {
     feed: PolicyFeed,
     clock: Clock,
     metrics: Arc<ProxyMetrics>,
-    /// Tag warm-ups in `vllm_xargs` (off for upstreams other than vLLM).
-    vllm_xargs: bool,
+    /// Tag warm-ups (off with `--no-engine-tags`).
+    engine_tags: bool,
+    /// Which field the tags go into.
+    engine: EngineKind,
 }
 
 /// What a warm-up needs besides its options: where it goes and whom it tells.
@@ -78,8 +81,10 @@ pub struct WarmupDeps {
     pub clock: Clock,
     /// Where warm-ups sent, skipped and failed are counted.
     pub metrics: Arc<ProxyMetrics>,
-    /// Tag warm-ups in `vllm_xargs` (off for upstreams other than vLLM: `--no-vllm-xargs`).
-    pub vllm_xargs: bool,
+    /// Tag warm-ups for the engine plugin (off with `--no-engine-tags`, formerly `--no-vllm-xargs`).
+    pub engine_tags: bool,
+    /// The engine behind the upstream: which field the tags go into.
+    pub engine: EngineKind,
 }
 
 impl Warmups {
@@ -96,7 +101,8 @@ impl Warmups {
             feed: deps.feed,
             clock: deps.clock,
             metrics: deps.metrics,
-            vllm_xargs: deps.vllm_xargs,
+            engine_tags: deps.engine_tags,
+            engine: deps.engine,
         }
     }
 
@@ -158,8 +164,8 @@ impl Warmups {
             anchor.tools.as_ref(),
             anchor.fields.as_ref(),
         );
-        if self.vllm_xargs {
-            body["vllm_xargs"] = json!({"agentrt_agent": agent, "agentrt_session": 0, "agentrt_warmup": true});
+        if self.engine_tags {
+            self.engine.tag_warmup(&mut body, agent);
         }
         // The blocks the agent's requests will look for are salted with its tenant's salt.
         if let Some(salt) = &anchor.cache_salt {

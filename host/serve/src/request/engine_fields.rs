@@ -8,7 +8,7 @@
 //! unique. A client's value for one of these is refused with a 400 naming the field and the flag
 //! that allows it (`--client-engine-field NAME`); a value that changes nothing (`null`, a
 //! priority of 0) is dropped instead, so clients that spell out defaults keep working. Inside
-//! `vllm_xargs`, the keys agentrt tags requests with (`agentrt_*`: agent, session, warm-up) are
+//! `vllm_xargs` (and SGLang's `custom_params`), the keys agentrt tags requests with (`agentrt_*`: agent, session, warm-up) are
 //! agentrt's alone, whatever the allow-list says.
 //!
 //! `previous_response_id` is not in this list: a tenant may continue its own stored responses,
@@ -17,6 +17,8 @@
 use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
+
+use crate::engine::kind::TAG_FIELDS;
 
 /// A field only the operator may let clients set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -66,8 +68,9 @@ impl EngineField {
     }
 }
 
-/// The prefix of the `vllm_xargs` keys agentrt tags requests with.
-pub const RESERVED_XARGS_PREFIX: &str = "agentrt_";
+/// The prefix of the keys agentrt tags requests with, in any engine's tag field
+/// ([`TAG_FIELDS`]: vLLM's `vllm_xargs`, SGLang's `custom_params`).
+pub const RESERVED_XARGS_PREFIX: &str = crate::engine::kind::RESERVED_TAG_PREFIX;
 
 /// Which engine fields clients may set (`--client-engine-field`; none by default).
 #[derive(Debug, Clone, Default)]
@@ -104,12 +107,14 @@ impl ClientEngineFields {
                 field.name()
             ));
         }
-        if let Some(Value::Object(xargs)) = body.get("vllm_xargs") {
-            if let Some(key) = xargs.keys().find(|k| k.starts_with(RESERVED_XARGS_PREFIX)) {
-                return Err(format!(
-                    "`vllm_xargs.{key}`: keys starting with `{RESERVED_XARGS_PREFIX}` are the proxy's own tags \
-                     (agent, session, warm-up); a client cannot set them"
-                ));
+        for field in TAG_FIELDS {
+            if let Some(Value::Object(tags)) = body.get(field) {
+                if let Some(key) = tags.keys().find(|k| k.starts_with(RESERVED_XARGS_PREFIX)) {
+                    return Err(format!(
+                        "`{field}.{key}`: keys starting with `{RESERVED_XARGS_PREFIX}` are the proxy's own tags \
+                         (agent, session, warm-up); a client cannot set them"
+                    ));
+                }
             }
         }
         Ok(())

@@ -1,6 +1,6 @@
 //! Preparing one agent call: parse the body once within its budget, check what a client may not
 //! set, read who is calling, salt it, record the agent, its anchor and the session, and amend the
-//! body (`vllm_xargs`, a demotion as `priority`) for the engine.
+//! body (agentrt's tags in the engine's own fields, a demotion as `priority`) for the engine.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -14,7 +14,6 @@ use agentrt_runtime::types::{Continuation, Event};
 use super::sampling_fields;
 use super::state::ProxyState;
 use crate::engine::replicas::RouteInput;
-use crate::engine::upstream_router::UpstreamRouter;
 use crate::front::error::ApiError;
 use crate::identity::agent_api::AgentApi;
 use crate::identity::{identify_chat, identify_completion, Anchor, Identity};
@@ -64,6 +63,13 @@ fn check_fields(state: &ProxyState, json: &mut Value, fields: sampling_fields::F
         .client_engine_fields
         .check(object)
         .map_err(|m| state.refused("engine_field", ApiError::bad_request(m)))?;
+    if state.body.engine_tags {
+        state
+            .body
+            .engine
+            .check_client_fields(object)
+            .map_err(|m| state.refused("engine_field", ApiError::bad_request(m)))?;
+    }
     sampling_fields::check(object, fields)
         .map_err(|bad| state.refused("sampling_field", ApiError::bad_request(bad.message).about(bad.field)))
 }
@@ -85,23 +91,6 @@ fn check_previous_response(state: &ProxyState, tenant: &Tenant, json: &Value) ->
         "foreign_response",
         ApiError::not_found(format!("Response with id '{id}' not found.")).about("previous_response_id"),
     ))
-}
-
-/// Put agentrt's identity into `vllm_xargs`, keeping whatever the client put there. The session
-/// goes as the same 64-bit id the policy sees in request events, so that the vLLM plugin's block
-/// tags and the proxy's events name sessions alike.
-fn add_xargs(body: &mut Value, agent: u32, session: u64, warmup: bool, router: UpstreamRouter) {
-    let xargs = body
-        .as_object_mut()
-        .expect("checked object")
-        .entry("vllm_xargs")
-        .or_insert_with(|| json!({}));
-    if let Some(map) = xargs.as_object_mut() {
-        map.insert("agentrt_agent".into(), json!(agent));
-        map.insert("agentrt_session".into(), json!(session));
-        map.insert("agentrt_warmup".into(), json!(warmup));
-        router.tag_program(map, session);
-    }
 }
 
 /// A request ready to go upstream: whose it is, who sent it, and the amended body.
@@ -184,7 +173,7 @@ pub(super) async fn prepare_agent_call(
     refuse_denied(state, &tenant, &identity)?;
     let (agent, mut registration) = tenant.agents.intern(&identity);
     if let Some(Event::AgentRegistered(new_agent)) = registration.as_mut() {
-        if state.body.vllm_xargs {
+        if state.body.engine_tags && state.body.engine.tokenizes_chat() {
             if let Some(tokens) = anchor_tokens_upstream(state, &anchor).await {
                 new_agent.anchor_tokens = tokens;
             }
@@ -210,7 +199,7 @@ fn refuse_denied(state: &ProxyState, tenant: &Tenant, identity: &Identity) -> Re
     }
 }
 
-/// The largest priority the proxy sends vLLM (a demotion by this much or more is this much).
+/// The largest priority the proxy sends the engine (a demotion by this much or more is this much).
 pub const MAX_ENGINE_PRIORITY: u32 = 1_000_000;
 
 /// Record the session and the prompt's shape, and amend the body: the part every route shares.
@@ -228,12 +217,13 @@ fn prepare(
     let ended = tenant.agents.record_session(identity.session).forgotten;
     let continues = tenant.continuations.observe(identity.session, agent, shape);
     if state.body.engine_priorities && api.has_priority() {
-        // vLLM's priority scheduling: lower is served earlier. A policy may only demote its own
-        // tenant's sessions (a positive priority is not an engine's to give): never ahead of
-        // another tenant's requests, which go at 0.
+        // The engine's priority scheduling (vLLM serves lower values first, SGLang higher: the
+        // sign is the engine kind's). A policy may only demote its own tenant's sessions (a
+        // promotion is not an engine's to give): never ahead of another tenant's requests, which
+        // go at 0.
         let demotion = tenant.verdicts.priority(identity.session).min(0).unsigned_abs();
         if demotion > 0 {
-            json["priority"] = json!(demotion.min(MAX_ENGINE_PRIORITY));
+            json["priority"] = json!(state.body.engine.demotion_priority(demotion.min(MAX_ENGINE_PRIORITY)));
         }
     }
     let route = state
@@ -283,8 +273,11 @@ async fn anchor_tokens_upstream(state: &ProxyState, anchor: &Anchor) -> Option<u
 }
 
 fn json_with(state: &ProxyState, json: &mut Value, agent: u32, identity: &Identity) -> Vec<u8> {
-    if state.body.vllm_xargs {
-        add_xargs(json, agent, identity.session, false, state.body.upstream_router);
+    if state.body.engine_tags {
+        state
+            .body
+            .engine
+            .tag_request(json, agent, identity.session, state.body.upstream_router);
     }
     serde_json::to_vec(json).expect("values serialize")
 }

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::engine_fields::ClientEngineFields;
 use crate::clock::Clock;
 use crate::engine::admission::AdmissionQueue;
+use crate::engine::kind::EngineKind;
 use crate::engine::replicas::ReplicaRouting;
 use crate::engine::tokenize::Tokenizer;
 use crate::engine::upstream::Upstream;
@@ -26,9 +27,12 @@ use crate::tenant::Tenants;
 
 /// How request bodies are amended on their way upstream.
 pub struct BodyOptions {
-    /// Add `vllm_xargs` (agent, session, warm-up flag) and `cache_salt`. Off for upstreams that
-    /// reject unknown fields (`--no-vllm-xargs`).
-    pub vllm_xargs: bool,
+    /// Add agentrt's tags (agent, session, warm-up flag: in the engine's own field, see
+    /// [`EngineKind`]) and `cache_salt`. Off for upstreams that reject unknown fields
+    /// (`--no-engine-tags`, formerly `--no-vllm-xargs`).
+    pub engine_tags: bool,
+    /// The engine behind the upstream (`--engine`): which fields carry the tags.
+    pub engine: EngineKind,
     /// Send policies' `set-priority` demotions as the request's `priority` (vLLM started with
     /// `--scheduling-policy priority`; it refuses a non-zero priority otherwise).
     pub engine_priorities: bool,
@@ -87,10 +91,10 @@ impl ProxyState {
         }
     }
 
-    /// Give `body` its tenant's `cache_salt` (when vLLM's extensions are on), or the public one
+    /// Give `body` its tenant's `cache_salt` (when the engine tags are on), or the public one
     /// when its anchor is public; returns the salt.
     pub(super) fn salt(&self, body: &mut Value, tenant: &str, anchor_hash: Option<u64>) -> Option<String> {
-        if !self.body.vllm_xargs {
+        if !self.body.engine_tags {
             return None;
         }
         let public = anchor_hash.is_some_and(|h| self.tenants.settings().public_anchors.contains(&h));

@@ -73,6 +73,8 @@ pub struct Setup {
     pub client_engine_fields: Vec<agentrt_serve::request::engine_fields::EngineField>,
     /// The router the upstream is (`--upstream-router`); none by default.
     pub upstream_router: agentrt_serve::engine::upstream_router::UpstreamRouter,
+    /// The engine the upstream stands for (`--engine`); vLLM by default.
+    pub engine: agentrt_serve::engine::kind::EngineKind,
 }
 
 impl Setup {
@@ -100,6 +102,7 @@ impl Setup {
             queued_bytes: Default::default(),
             client_engine_fields: Vec::new(),
             upstream_router: Default::default(),
+            engine: Default::default(),
         }
     }
 
@@ -168,6 +171,7 @@ impl Setup {
             }),
             mcp,
             upstream_router: self.upstream_router,
+            engine_kind: self.engine,
             ..AppConfig::new(tenants, &self.upstream.unwrap_or(stub_url))
         };
         let app = App::build(config).await.unwrap();
