@@ -51,9 +51,7 @@ fn podman_installed() -> bool {
 }
 
 fn output(command: &mut Command) -> String {
-    let out = command
-        .output()
-        .unwrap_or_else(|e| panic!("starting {command:?}: {e}"));
+    let out = command.output().unwrap_or_else(|e| panic!("starting {command:?}: {e}"));
     assert!(
         out.status.success(),
         "{command:?} failed ({}):\n{}{}",
@@ -121,7 +119,10 @@ fn serve_stub_connection(stream: TcpStream, log: &Received) {
             });
             ("200 OK", reply.to_string())
         } else {
-            ("404 Not Found", r#"{"error": "the stub upstream has no such route"}"#.to_string())
+            (
+                "404 Not Found",
+                r#"{"error": "the stub upstream has no such route"}"#.to_string(),
+            )
         };
         log.lock()
             .unwrap()
@@ -248,7 +249,10 @@ fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: 
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("not an HTTP reply: {reply:?}"));
-    let body = reply.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = reply
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     (status, body)
 }
 
@@ -292,7 +296,9 @@ fn the_image_serves_a_chat_request_swaps_the_policy_and_shows_metrics() {
             std::env::var("AGENTRT_REQUIRE_PODMAN").as_deref() != Ok("1"),
             "AGENTRT_REQUIRE_PODMAN=1 but podman is not installed (bash deploy/setup-podman.sh)"
         );
-        eprintln!("SKIPPED: podman is not installed, so the image cannot be built or run (bash deploy/setup-podman.sh)");
+        eprintln!(
+            "SKIPPED: podman is not installed, so the image cannot be built or run (bash deploy/setup-podman.sh)"
+        );
         return;
     }
 

@@ -360,5 +360,8 @@ fn the_prebuilt_image_runs_like_the_dockerfiles_and_ships_the_same_components() 
     let mut staged: Vec<String> = array.split_whitespace().map(str::to_string).collect();
     copied.sort();
     staged.sort();
-    assert_eq!(copied, staged, "deploy/Dockerfile and deploy/build-image.sh ship different components");
+    assert_eq!(
+        copied, staged,
+        "deploy/Dockerfile and deploy/build-image.sh ship different components"
+    );
 }
