@@ -303,6 +303,8 @@ const SERVE_LAYERS: &[&[&str]] = &[
     &["admin", "mcp"],
     &["app"],
     &["cli"],
+    // The config file's `[serve]` table, read into the flags `cli` defines.
+    &["config_flags"],
     &[""],
 ];
 

@@ -23,7 +23,7 @@ mod policy_new;
 mod policy_test;
 
 use agentrt_runtime::ComponentLookup;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -65,7 +65,16 @@ enum PolicyCommand {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    // `serve --config FILE`: the file's `[serve]` table gives the flags the command line does not.
+    let argv =
+        match agentrt_serve::config_flags::with_file_flags(&Cli::command(), "serve", std::env::args_os().collect()) {
+            Ok(argv) => argv,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return std::process::ExitCode::from(2);
+            }
+        };
+    let cli = Cli::parse_from(argv);
     // `policy test` feeds hostile input on purpose and reports each failure in its own lines:
     // the host's line per discarded instance would only repeat them. A policy's own log stays.
     let default_filter = match &cli.command {

@@ -1,7 +1,9 @@
 //! Checks of `deploy/Dockerfile` and `deploy/compose.yaml` that run without Docker: the build
 //! copies paths that exist and every workspace member, the image puts the components where an
 //! installed `agentrt` looks, every `agentrt serve` command line parses with the real flags, and
-//! the proxy and vLLM name the same socket, KV-event endpoints and port.
+//! the proxy and vLLM name the same socket, KV-event endpoints and port. The image CI builds and
+//! runs (`deploy/build-image.sh`, `deploy/Dockerfile.prebuilt`; tests/deploy_image.rs) must run
+//! like the Dockerfile's: same entry point, command, user, environment, port and components.
 //!
 //! The files are read with a few line rules rather than a Docker or YAML parser (neither is in the
 //! dependency tree): the rules below state what the files must keep to for them to hold.
@@ -40,10 +42,14 @@ struct Instruction {
 }
 
 fn dockerfile() -> Vec<Instruction> {
+    instructions_of("deploy/Dockerfile")
+}
+
+fn instructions_of(dockerfile: &str) -> Vec<Instruction> {
     let mut instructions = Vec::new();
     let mut stage = String::new();
     let mut pending = String::new();
-    for line in read("deploy/Dockerfile").lines() {
+    for line in read(dockerfile).lines() {
         let line = line.trim();
         if line.starts_with('#') || (line.is_empty() && pending.is_empty()) {
             continue;
@@ -80,6 +86,8 @@ fn copy_parts(rest: &str) -> (Option<String>, Vec<String>, String) {
     for word in rest.split_whitespace() {
         match word.strip_prefix("--from=") {
             Some(stage) => from = Some(stage.to_string()),
+            // Ownership does not change what is copied where.
+            None if word.starts_with("--chown=") => {}
             None if word.starts_with("--") => panic!("COPY flag {word} is not understood by this test"),
             None => paths.push(word.to_string()),
         }
@@ -294,5 +302,66 @@ fn the_proxy_and_vllm_name_the_same_socket_kv_endpoints_and_port() {
     assert!(
         vllm_service.iter().any(|l| l.trim() == format!("- \"{port}:{port}\"")),
         "vllm's service publishes the proxy's port {port}"
+    );
+}
+
+/// The last stage's instructions that decide how the image runs, keyword and text, in order.
+fn run_settings(instructions: &[Instruction]) -> Vec<(String, String)> {
+    let last = last_stage(instructions);
+    instructions
+        .iter()
+        .filter(|i| i.stage == last)
+        .filter(|i| {
+            ["ENTRYPOINT", "CMD", "USER", "EXPOSE"].contains(&i.keyword.as_str())
+                || (i.keyword == "ENV" && i.rest.starts_with("AGENTRT_"))
+        })
+        .map(|i| (i.keyword.clone(), i.rest.clone()))
+        .collect()
+}
+
+#[test]
+fn the_prebuilt_image_runs_like_the_dockerfiles_and_ships_the_same_components() {
+    let registry = dockerfile();
+    let prebuilt = instructions_of("deploy/Dockerfile.prebuilt");
+    let numeric_user = |settings: Vec<(String, String)>| -> Vec<(String, String)> {
+        // deploy/Dockerfile names the user it creates; FROM scratch has no user database at
+        // build time, so the prebuilt one gives its ids.
+        settings
+            .into_iter()
+            .map(|(k, v)| match (k.as_str(), v.as_str()) {
+                ("USER", "agentrt") => (k, "10001:10001".to_string()),
+                _ => (k, v),
+            })
+            .collect()
+    };
+    assert_eq!(numeric_user(run_settings(&registry)), run_settings(&prebuilt));
+    assert!(
+        registry
+            .iter()
+            .any(|i| i.keyword == "RUN" && i.rest.contains("--uid 10001") && i.rest.contains("--user-group")),
+        "deploy/Dockerfile creates user agentrt with uid and gid 10001"
+    );
+
+    // The components: the Dockerfile's COPY list and build-image.sh's array.
+    let last = last_stage(&registry);
+    let mut copied: Vec<String> = registry
+        .iter()
+        .filter(|i| i.stage == last && i.keyword == "COPY")
+        .flat_map(|i| copy_parts(&i.rest).1)
+        .filter(|s| s.ends_with(".wasm"))
+        .map(|s| Path::new(&s).file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    let script = read("deploy/build-image.sh");
+    let array = script
+        .lines()
+        .find_map(|l| l.strip_prefix("components=("))
+        .and_then(|l| l.strip_suffix(')'))
+        .expect("build-image.sh has a line components=(...)");
+    let mut staged: Vec<String> = array.split_whitespace().map(str::to_string).collect();
+    copied.sort();
+    staged.sort();
+    assert_eq!(
+        copied, staged,
+        "deploy/Dockerfile and deploy/build-image.sh ship different components"
     );
 }

@@ -1,6 +1,6 @@
 //! The `agentrt serve` process reloads its tenants' config file on SIGHUP: a key the new file
 //! gives works at once, one it drops is refused, a broken file changes nothing — and the process
-//! keeps running throughout.
+//! keeps running throughout. The file's `[serve]` table gives the process its flags.
 
 #![cfg(unix)]
 
@@ -113,6 +113,66 @@ fn sighup_reloads_the_tenants_and_a_broken_file_changes_nothing() {
         "the process is still running"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_config_files_serve_table_gives_the_flags_and_an_unknown_key_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agentrt.toml");
+    // Everything from the file: no flag but --config on the command line.
+    std::fs::write(
+        &config,
+        "[serve]\nupstream = \"http://127.0.0.1:9\"\nlisten = \"127.0.0.1:0\"\npolicy = \"lru\"\n\
+         [tenants.alpha]\napi_keys = [\"key-a\"]\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentrt"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let listening = loop {
+        let line = lines.next().expect("agentrt serve exited before listening").unwrap();
+        if line.contains("listening on http://") {
+            break line;
+        }
+    };
+    let serve = Serve {
+        child,
+        addr: listening
+            .split("listening on http://")
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string(),
+    };
+    std::thread::spawn(move || for _ in lines {});
+    assert!(listening.contains("127.0.0.1:9 (policy lru)"), "{listening}");
+    assert_eq!(status_with(&serve, "nope"), 401, "the file's tenants are in force");
+    drop(serve);
+
+    std::fs::write(
+        &config,
+        "[serve]\nupstream = \"http://127.0.0.1:9\"\nmax_connections = 5\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_agentrt"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("[serve] max_connections: unknown key `max_connections` (did you mean `max-connections`?)"),
+        "{stderr}"
+    );
 }
 
 /// A fresh folder under the system's temporary one (no tempfile dependency for one test).

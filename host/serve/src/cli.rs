@@ -174,9 +174,12 @@ pub struct ServeArgs {
     /// limit, else above its guarantee (docs/multi-tenant.md). Needs `--eviction-socket`.
     #[arg(help_heading = "Engine adapters", long = "share", value_name = "TENANT=MIN[:MAX]", value_parser = agentrt_runtime::parse_tenant_share)]
     pub shares: Vec<(String, Share)>,
-    /// A TOML file of tenants — API keys, admin tokens, shares, quotas (docs/multi-tenant.md) —
-    /// added to the flags'. Read at start and again on SIGHUP or `POST /admin/reload`; a file
-    /// that does not parse or validate changes nothing.
+    /// A TOML file: any of these flags in its `[serve]` table (keys are the flags' names without
+    /// `--`; the command line and the flags' environment variables win over it), and tenants —
+    /// API keys, admin tokens, shares, quotas — in its `[tenants.*]`, `[defaults]` and `[public]`
+    /// tables (docs/multi-tenant.md). SIGHUP or `POST /admin/reload` re-reads the tenants' tables;
+    /// `[serve]` needs a restart (a reload that finds it changed is refused). A file that does
+    /// not parse or validate changes nothing.
     #[arg(help_heading = "Tenants and admin", long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// An anchor hash (16 hex digits, as `GET /admin/tenants/{tenant}/stats` lists them;

@@ -25,8 +25,9 @@
 //!
 //! [`app`] is the composition root ([`App::build`]: the one place that sees every capability,
 //! used by the binary, the tests and the benches); [`cli`] turns `agentrt serve`'s flags into an
-//! [`AppConfig`]. [`names`], [`clock`], [`table`] and [`prometheus`] are leaves every layer may
-//! use. `tests/layers.rs` keeps the order: a module may use only the layers before it.
+//! [`AppConfig`], and [`config_flags`] takes any of them from the config file's `[serve]`
+//! table. [`names`], [`clock`], [`table`] and [`prometheus`] are leaves every layer may use.
+//! `tests/layers.rs` keeps the order: a module may use only the layers before it.
 
 #![warn(missing_docs)]
 
@@ -34,6 +35,7 @@ pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod clock;
+pub mod config_flags;
 pub mod engine;
 pub mod front;
 pub mod identity;

@@ -1,6 +1,6 @@
 //! The tenants' config file (`--config`) over real HTTP on loopback: tenants, tokens and quotas
-//! from the file, a reload that changes them without a restart, a broken file that changes
-//! nothing, and the per-tenant warm-up quota.
+//! from the file, a reload that changes them without a restart, a broken file or a changed
+//! `[serve]` table that changes nothing, and the per-tenant warm-up quota.
 
 mod stub_upstream;
 mod support;
@@ -122,6 +122,44 @@ async fn a_broken_file_is_refused_with_where_and_the_previous_settings_stay() {
     assert_eq!(status, 400);
     assert!(answer["error"]["message"].as_str().unwrap().contains("tenants.toml"));
     assert_eq!(call(&p, "key-a", "planner").await, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_finds_serve_flags_changed_is_refused_naming_them_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("agentrt.toml");
+    let serve = "[serve]\nmax-connections = 100\npolicy = \"lru\"\n";
+    std::fs::write(&file, format!("{serve}[tenants.alpha]\napi_keys = [\"key-a\"]\n")).unwrap();
+    let p = proxy_with_config("lru", &file).await;
+    assert_eq!(call(&p, "key-a", "planner").await, 200);
+
+    // A flag changed (and one added) beside a new tenant: flags are read at start only, so the
+    // whole file is refused rather than applied in part.
+    std::fs::write(
+        &file,
+        "[serve]\nmax-connections = 200\npolicy = \"lru\"\nmax-sessions = 9\n\
+         [tenants.alpha]\napi_keys = [\"key-a\"]\n[tenants.beta]\napi_keys = [\"key-b\"]\n",
+    )
+    .unwrap();
+    let (status, answer) = reload(&p, OPERATOR).await;
+    assert_eq!(status, 400, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("[serve] `max-connections`, `max-sessions` changed since the start")
+            && message.contains("restart agentrt serve"),
+        "{message}"
+    );
+    assert_eq!(call(&p, "key-b", "planner").await, 401, "beta was not added");
+
+    // With [serve] as it started, the same new tenant reloads.
+    std::fs::write(
+        &file,
+        format!("{serve}[tenants.alpha]\napi_keys = [\"key-a\"]\n[tenants.beta]\napi_keys = [\"key-b\"]\n"),
+    )
+    .unwrap();
+    let (status, answer) = reload(&p, OPERATOR).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(call(&p, "key-b", "planner").await, 200, "beta's key works at once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

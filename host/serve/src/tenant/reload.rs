@@ -8,11 +8,16 @@
 //! cap), on a blocking thread, one reload at a time. A file that would leave the proxy without
 //! API keys is refused unless it says `unauthenticated = true` ([`crate::tenant::settings`]).
 //!
-//! What a reload changes: API keys (new tenants, revoked keys), tenant admin tokens, cache
-//! shares and every quota, at once for live tenants. What it does not: the operator's tokens,
-//! listen address, upstream, policy limits and table sizes (flags, read once), and whether
-//! shares are on at all — turning them on needs the eviction service to start ranking by
-//! tenant, so start with at least one share to change shares later.
+//! What a reload changes: the file's `[tenants.*]`, `[defaults]` and `[public]` tables and
+//! `unauthenticated` — API keys (new tenants, revoked keys), tenant admin tokens, cache shares,
+//! every quota and the public anchors — at once for live tenants. What it does not: every flag,
+//! whether given on the command line or in the file's `[serve]` table
+//! ([`crate::config_flags`]) — the operator's tokens, listen address, upstream, policies, limits,
+//! table sizes, replicas, MCP — which are read once, at start; and whether shares are on at all —
+//! turning them on needs the eviction service to start ranking by tenant, so start with at least
+//! one share to change shares later. A reload whose file changed `[serve]` is refused, naming the
+//! keys that changed: applying the rest would leave the file half in effect, and the operator
+//! believing a setting changed that did not.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
@@ -31,6 +36,9 @@ pub struct Reloader {
     pub path: PathBuf,
     /// The settings the flags give, read once at start; the file is merged over them each time.
     pub flags: FlagSettings,
+    /// The file's `[serve]` table as it was at start: its flags are read once, so a reload of a
+    /// file whose table differs is refused.
+    serve_at_start: toml::Table,
     /// Held through a reload: two at once could install the older file last.
     one_at_a_time: std::sync::Mutex<()>,
 }
@@ -56,12 +64,15 @@ pub fn initial_settings(
 ) -> Result<(TenantSettings, Option<Reloader>), String> {
     match config {
         Some(path) => {
-            let reloader = Reloader {
+            let mut reloader = Reloader {
                 path,
                 flags,
+                serve_at_start: toml::Table::new(),
                 one_at_a_time: std::sync::Mutex::new(()),
             };
-            Ok((reloader.read()?, Some(reloader)))
+            let (settings, serve) = reloader.read_file()?;
+            reloader.serve_at_start = serve;
+            Ok((settings, Some(reloader)))
         }
         None => Ok((flags.settings()?, None)),
     }
@@ -71,7 +82,25 @@ impl Reloader {
     /// The settings the file and flags give now (nothing is installed). It may wait for a file
     /// being written ([`crate::tenant::config_file::read_settled`]): call it off the async workers.
     pub fn read(&self) -> Result<TenantSettings, String> {
-        let file = ConfigFile::load(&self.path)?;
+        let (settings, serve) = self.read_file()?;
+        let changed = changed_keys(&self.serve_at_start, &serve);
+        if !changed.is_empty() {
+            return Err(format!(
+                "{}: [serve] {} changed since the start; flags are read at start only, so restart \
+                 agentrt serve to apply {}, or put back the values it started with to reload the \
+                 rest (a reload applies [tenants.*], [defaults], [public] and `unauthenticated`)",
+                self.path.display(),
+                changed.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", "),
+                if changed.len() == 1 { "it" } else { "them" }
+            ));
+        }
+        Ok(settings)
+    }
+
+    /// The tenants' settings and the `[serve]` table the file gives now.
+    fn read_file(&self) -> Result<(TenantSettings, toml::Table), String> {
+        let mut file = ConfigFile::load(&self.path)?;
+        let serve = file.serve.take().unwrap_or_default();
         let says_unauthenticated = file.unauthenticated;
         let settings = self
             .flags
@@ -86,8 +115,22 @@ impl Reloader {
                 crate::names::DEFAULT_TENANT
             ));
         }
-        Ok(settings)
+        Ok((settings, serve))
     }
+}
+
+/// The `[serve]` keys whose values differ between `before` and `after` (added, removed or
+/// changed), sorted.
+fn changed_keys(before: &toml::Table, after: &toml::Table) -> Vec<String> {
+    let mut keys: Vec<String> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|k| before.get(*k) != after.get(*k))
+        .cloned()
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
 }
 
 /// Reloading in a running proxy: the file's reader, and what a reload changes — the tenants'
@@ -189,4 +232,17 @@ pub fn reload_on_sighup(reloads: Option<Arc<Reloads>>) -> std::io::Result<()> {
         }
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changed_keys_lists_added_removed_and_changed_ones() {
+        let before: toml::Table = toml::from_str("a = 1\nb = \"x\"\nc = [1]\n").unwrap();
+        let after: toml::Table = toml::from_str("a = 1\nb = \"y\"\nd = true\n").unwrap();
+        assert_eq!(changed_keys(&before, &after), ["b", "c", "d"]);
+        assert!(changed_keys(&before, &before).is_empty());
+    }
 }

@@ -214,6 +214,10 @@ pub struct ConfigFile {
     /// `[public]`: what every tenant shares cache blocks for.
     #[serde(default)]
     pub public: PublicSection,
+    /// `[serve]`: `agentrt serve`'s flags, by their long names ([`crate::config_flags`]); read
+    /// once at start, before the tenants' tables.
+    #[serde(default)]
+    pub serve: Option<toml::Table>,
 }
 
 /// `[public]`: content every tenant may share cache blocks for.
@@ -259,6 +263,7 @@ impl ConfigFile {
 /// (`the_schema_words_are_every_field_name` keeps this list in step with the structs.)
 pub const SCHEMA_WORDS: &[&str] = &[
     "unauthenticated",
+    "serve",
     "defaults",
     "tenants",
     "public",
