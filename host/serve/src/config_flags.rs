@@ -7,7 +7,7 @@
 //! listen = "0.0.0.0:8080"
 //! policy = "cachesage"
 //! upstream-max-in-flight = 64        # a number for a number
-//! no-vllm-xargs = true               # a switch: true sets it, false leaves it off
+//! no-engine-tags = true               # a switch: true sets it, false leaves it off
 //! slot = ["guard=guard"]             # a repeatable flag takes a list (or one value)
 //! ```
 //!
@@ -240,7 +240,7 @@ mod tests {
     fn a_file_setting_flags_takes_effect() {
         let args = parse(
             "[serve]\nupstream = \"http://10.0.0.1:8000\"\nlisten = \"0.0.0.0:9090\"\npolicy = \"lru\"\n\
-             max-connections = 77\nwarmup-rate = 2.5\nno-vllm-xargs = true\nengine-priorities = false\n\
+             max-connections = 77\nwarmup-rate = 2.5\nno-engine-tags = true\nengine-priorities = false\n\
              slot = [\"guard=guard\", \"memo=tool-memo\"]\npolicy-config = \"ttl_ms=5\"\n\
              [tenants.alpha]\napi_keys = [\"k\"]\n",
             &[],
@@ -251,7 +251,7 @@ mod tests {
         assert_eq!(args.policy, "lru");
         assert_eq!(args.limits.max_connections, 77);
         assert_eq!(args.warmup_rate, 2.5);
-        assert!(args.no_vllm_xargs);
+        assert!(args.no_engine_tags);
         assert!(!args.engine_priorities);
         assert_eq!(args.slots, ["guard=guard", "memo=tool-memo"]);
         assert_eq!(args.policy_config, ["ttl_ms=5"]);
@@ -293,7 +293,7 @@ mod tests {
     #[test]
     fn a_value_of_the_wrong_shape_or_refused_by_the_flag_is_an_error_naming_the_key() {
         let cases = [
-            ("no-vllm-xargs = \"yes\"", "no-vllm-xargs: --no-vllm-xargs is a switch"),
+            ("no-engine-tags = \"yes\"", "no-engine-tags: --no-engine-tags is a switch"),
             (
                 "policy = [\"lru\", \"ttl\"]",
                 "policy: --policy takes one value, not a list",
