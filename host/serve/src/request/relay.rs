@@ -3,6 +3,7 @@
 //! the request's key is revoked, and nothing pulled from the upstream for a client that left.
 
 use axum::body::Bytes;
+use tracing::Instrument as _;
 
 use super::finish::FinishGuard;
 use super::state::revoked_error;
@@ -18,14 +19,17 @@ pub(super) fn relay_stream(
     guard: FinishGuard,
     ok_status: bool,
     api: AgentApi,
+    span: tracing::Span,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
     let state = guard.state.clone();
     let revoked = guard.permit.revocation();
     let mut guard = Some(guard);
     let mut usage: Option<Usage> = None;
     let mut chunks = Box::pin(reply.bytes_stream());
-    async_stream(move |yield_| async move {
+    async_stream(move |yield_| {
+        let relayed = async move {
         let limits = state.upstream.limits();
+        let mut chunks_relayed = 0u64;
         loop {
             let next = tokio::select! {
                 biased;
@@ -43,11 +47,14 @@ pub(super) fn relay_stream(
                     if let (Some(id), Some(g)) = (api.response_id_in_chunk(&bytes), &guard) {
                         g.tenant.responses.record(&id);
                     }
+                    chunks_relayed += 1;
                     if !yield_(Ok(bytes)).await {
+                        tracing::Span::current().record("chunks", chunks_relayed);
                         return; // client gone: dropping the guard reports it
                     }
                 }
                 Err(e) => {
+                    tracing::Span::current().record("otel.status_code", "ERROR");
                     state.upstream_failed(&e);
                     let e = e.shaped(api.error_shape());
                     let _ = yield_(Ok(Bytes::from(format!("data: {}\n\n", e.body())))).await;
@@ -58,9 +65,12 @@ pub(super) fn relay_stream(
                 }
             }
         }
+        tracing::Span::current().record("chunks", chunks_relayed);
         if let Some(g) = guard.take() {
             g.finish(ok_status, usage);
         }
+        };
+        relayed.instrument(span)
     })
 }
 
