@@ -76,9 +76,9 @@ fn main() -> std::process::ExitCode {
         } => "warn,agentrt_runtime::handle=error",
         _ => "warn",
     };
-    let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(
-        EnvFilter::try_from_env("AGENTRT_LOG").unwrap_or_else(|_| EnvFilter::new(default_filter)),
-    );
+    let log = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_filter(EnvFilter::try_from_env("AGENTRT_LOG").unwrap_or_else(|_| EnvFilter::new(default_filter)));
     // `serve` exports its spans over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set; the guard
     // flushes the last batch when `main` returns.
     let (otlp, _telemetry) = match &cli.command {

@@ -133,6 +133,9 @@ fn start_serve(upstream: &str, receiver: &str) -> (Process, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_agentrt"))
         .args(["serve", "--upstream", upstream, "--listen", "127.0.0.1:0"])
         .args(["--policy", "probe", "--upstream-max-in-flight", "4"])
+        // Room for every warm-up the two calls ask for (two each, one after arrival and one after
+        // the end): the default burst of 2 would skip the second call's as over the rate.
+        .args(["--warmup-concurrency", "8", "--warmup-rate", "1000"])
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver)
         .env("OTEL_SERVICE_NAME", "agentrt-under-test")
         // Batches go every 100 ms instead of 5 s: the spans reach the receiver while the test looks.
@@ -145,8 +148,13 @@ fn start_serve(upstream: &str, receiver: &str) -> (Process, String) {
         .spawn()
         .expect("starting agentrt serve");
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut said = Vec::new();
     let addr = loop {
-        let line = lines.next().expect("agentrt serve exited before listening").unwrap();
+        let Some(line) = lines.next() else {
+            panic!("agentrt serve exited before listening; it said:\n{}", said.join("\n"))
+        };
+        let line = line.unwrap();
+        said.push(line.clone());
         if let Some(rest) = line.split("listening on http://").nth(1) {
             break rest.split_whitespace().next().unwrap().to_string();
         }
@@ -228,6 +236,14 @@ impl Trace {
         }
     }
 
+    /// The one span of `kind` (OpenTelemetry's names for the server and client spans are
+    /// `METHOD route`, the same for both here).
+    fn of_kind(&self, kind: &str) -> &Span {
+        let found: Vec<&Span> = self.0.iter().filter(|s| s.kind == kind).collect();
+        assert_eq!(found.len(), 1, "one {kind} span in the trace; it has {found:?}");
+        found[0]
+    }
+
     fn all(&self, name: &str) -> Vec<&Span> {
         self.0.iter().filter(|s| s.name == name).collect()
     }
@@ -279,7 +295,7 @@ async fn a_requests_spans_reach_an_otlp_receiver_in_the_clients_trace() {
     {
         assert!(
             started.elapsed() < Duration::from_secs(20),
-            "no two warm-ups upstream within 20 s: {:?}",
+            "no warm-up upstream in each trace within 20 s: {:?}",
             seen.lock().unwrap()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -293,18 +309,29 @@ async fn a_requests_spans_reach_an_otlp_receiver_in_the_clients_trace() {
         if let Some(status) = serve_process.0.try_wait().unwrap() {
             break status;
         }
-        assert!(started.elapsed() < Duration::from_secs(20), "agentrt serve did not stop on SIGTERM");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "agentrt serve did not stop on SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(exit.success(), "agentrt serve stopped with {exit}");
 
-    let received = reqwest::get(format!("{receiver}/spans")).await.unwrap().text().await.unwrap();
+    let received = reqwest::get(format!("{receiver}/spans"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let received: Value = serde_json::from_str(&received).unwrap();
     assert_eq!(received["rejected"], json!([]), "exports the receiver could not decode");
     let spans = spans_of(&received);
     assert!(!spans.is_empty(), "no span reached the receiver");
     for span in &spans {
-        assert_eq!(span.service, "agentrt-under-test", "OTEL_SERVICE_NAME names the service");
+        assert_eq!(
+            span.service, "agentrt-under-test",
+            "OTEL_SERVICE_NAME names the service"
+        );
         let attributes = Value::Object(span.attributes.clone()).to_string();
         assert!(
             !attributes.contains(PROMPT_MARKER),
@@ -313,52 +340,84 @@ async fn a_requests_spans_reach_an_otlp_receiver_in_the_clients_trace() {
         );
     }
 
-    for (trace_id, client_parent, stream) in [(WHOLE_TRACE, WHOLE_PARENT, false), (STREAMED_TRACE, STREAMED_PARENT, true)] {
+    for (trace_id, client_parent, stream) in [
+        (WHOLE_TRACE, WHOLE_PARENT, false),
+        (STREAMED_TRACE, STREAMED_PARENT, true),
+    ] {
         let trace = Trace(spans.iter().filter(|s| s.trace_id == trace_id).cloned().collect());
-        let request = trace.one("request");
-        assert_eq!(request.parent, client_parent, "the server span is the child of the client's span");
-        assert_eq!(request.kind, "SPAN_KIND_SERVER");
+        let request = trace.of_kind("SPAN_KIND_SERVER");
+        assert_eq!(request.name, "POST /v1/chat/completions");
+        assert_eq!(
+            request.parent, client_parent,
+            "the server span is the child of the client's span"
+        );
         assert_eq!(request.attributes["http.route"], json!("/v1/chat/completions"));
         assert_eq!(request.attributes["http.response.status_code"], json!(200));
         assert_eq!(request.attributes["tenant"], json!("default"));
         assert_eq!(request.attributes["agent"], json!("tester"));
         for who in ["session", "request_id"] {
-            assert!(request.attributes.contains_key(who), "the request span has no `{who}`: {:?}", request.attributes);
+            assert!(
+                request.attributes.contains_key(who),
+                "the request span has no `{who}`: {:?}",
+                request.attributes
+            );
         }
 
         let child_of_request = |name: &str| {
             let span = trace.one(name);
-            assert_eq!(span.parent, request.span_id, "`{name}` is a child of the request's span");
+            assert_eq!(
+                span.parent, request.span_id,
+                "`{name}` is a child of the request's span"
+            );
             span
         };
         let identity = child_of_request("identity");
         assert_eq!(identity.attributes["agent"], json!("tester"));
         child_of_request("admission");
-        let upstream = child_of_request("upstream");
-        assert_eq!(upstream.kind, "SPAN_KIND_CLIENT");
+        let upstream = trace.of_kind("SPAN_KIND_CLIENT");
+        assert_eq!(upstream.name, "POST /v1/chat/completions");
+        assert_eq!(
+            upstream.parent, request.span_id,
+            "the upstream call is a child of the request's span"
+        );
         assert_eq!(upstream.attributes["http.response.status_code"], json!(200));
         let relay = child_of_request("relay");
         assert_eq!(relay.attributes["streamed"], json!(stream));
         if stream {
-            assert!(relay.attributes["chunks"].as_i64().unwrap() >= 3, "chunks relayed: {:?}", relay.attributes);
+            assert!(
+                relay.attributes["chunks"].as_i64().unwrap() >= 3,
+                "chunks relayed: {:?}",
+                relay.attributes
+            );
         }
         // The policy is asked to act when the call arrives (in the request's span) and when it
-        // finishes (in the relay's, for a stream), and told of both.
-        let in_request = |what: &str| {
+        // finishes (in the relay's, for a stream), and told of both; a warm-up it asks for is
+        // told to it too, in the warm-up's span.
+        let under = |what: &str, parents: &[&str]| {
             let spans = trace.all(what);
-            assert!(!spans.is_empty(), "no `{what}` span in the trace; it has {:?}", trace.names());
+            assert!(
+                !spans.is_empty(),
+                "no `{what}` span in the trace; it has {:?}",
+                trace.names()
+            );
             for span in &spans {
                 assert!(
-                    span.parent == request.span_id || span.parent == relay.span_id,
+                    parents.contains(&span.parent.as_str()),
                     "`{what}` outside the request: {span:?}"
                 );
                 assert_eq!(span.attributes["tenant"], json!("default"));
             }
             spans
         };
-        in_request("policy.act");
-        in_request("policy.observe");
-        let warmups = in_request("warmup");
+        let in_request = [request.span_id.as_str(), relay.span_id.as_str()];
+        under("policy.act", &in_request);
+        let warmups = under("warmup", &in_request);
+        let in_request_or_warmup: Vec<&str> = in_request
+            .iter()
+            .copied()
+            .chain(warmups.iter().map(|w| w.span_id.as_str()))
+            .collect();
+        under("policy.observe", &in_request_or_warmup);
         let sent: Vec<&str> = warmups
             .iter()
             .filter(|w| w.attributes.get("ok") == Some(&json!(true)))
@@ -374,7 +433,10 @@ async fn a_requests_spans_reach_an_otlp_receiver_in_the_clients_trace() {
         let warmed = upstream_parents(&seen, trace_id, true);
         assert!(!warmed.is_empty(), "no warm-up upstream in trace {trace_id}");
         for parent in &warmed {
-            assert!(sent.contains(&parent.as_str()), "a warm-up's traceparent names {parent}, not a sent warm-up's span {sent:?}");
+            assert!(
+                sent.contains(&parent.as_str()),
+                "a warm-up's traceparent names {parent}, not a sent warm-up's span {sent:?}"
+            );
         }
     }
 }

@@ -122,18 +122,18 @@ pub(super) async fn forward(
                 Some(place) => Ok(place),
                 None => {
                     tracing::Span::current().record("waited", true);
-                let waiting = Item {
-                    kind: ItemKind::Request,
-                    key: request_id,
-                    agent,
-                    session: identity.session,
-                    last_access: request_id,
-                    tokens: identity.prompt_tokens,
-                    position: 0,
-                };
-                let demotion = tenant.verdicts.priority(identity.session).min(0).unsigned_abs();
-                let applicant = applicant(&tenant, demotion, waiting, body.len()).await;
-                unless_revoked(&state, &revoked, queue.admit(applicant)).await
+                    let waiting = Item {
+                        kind: ItemKind::Request,
+                        key: request_id,
+                        agent,
+                        session: identity.session,
+                        last_access: request_id,
+                        tokens: identity.prompt_tokens,
+                        position: 0,
+                    };
+                    let demotion = tenant.verdicts.priority(identity.session).min(0).unsigned_abs();
+                    let applicant = applicant(&tenant, demotion, waiting, body.len()).await;
+                    unless_revoked(&state, &revoked, queue.admit(applicant)).await
                 }
             }
         }
@@ -285,7 +285,7 @@ async fn send_to(
         .await;
     match &sent {
         Ok(response) => {
-            span.record("http.response.status_code", response.status().as_u16());
+            span.record("http.response.status_code", i64::from(response.status().as_u16()));
         }
         Err(_) => {
             span.record("otel.status_code", "ERROR");

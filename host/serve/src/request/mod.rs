@@ -91,9 +91,10 @@ fn request_span(path: &str, headers: &HeaderMap) -> tracing::Span {
 /// `response` after its status is recorded on the current (request) span: a 5xx marks the span
 /// failed, as OpenTelemetry's HTTP conventions ask of a server.
 fn finished(response: Response) -> Response {
+    // Integers as i64: the OpenTelemetry layer records an unsigned value as its text.
     let span = tracing::Span::current();
     let status = response.status();
-    span.record("http.response.status_code", status.as_u16());
+    span.record("http.response.status_code", i64::from(status.as_u16()));
     if status.is_server_error() {
         span.record("otel.status_code", "ERROR");
     }

@@ -28,47 +28,47 @@ pub(super) fn relay_stream(
     let mut chunks = Box::pin(reply.bytes_stream());
     async_stream(move |yield_| {
         let relayed = async move {
-        let limits = state.upstream.limits();
-        let mut chunks_relayed = 0u64;
-        loop {
-            let next = tokio::select! {
-                biased;
-                // A revoked key's stream ends here, saying why; the upstream's rest is dropped.
-                () = revoked.cancelled() => Some(Err(revoked_error(&state))),
-                next = upstream::next_chunk(&mut chunks, limits, "mid-stream") => next,
-            };
-            let Some(chunk) = next else { break };
-            match chunk {
-                Ok(bytes) => {
-                    // Streams report usage in pieces (the Messages API: input first, output last).
-                    if let Some(u) = api.usage_in_chunk(&bytes) {
-                        usage = Some(usage.unwrap_or_default().updated(u));
+            let limits = state.upstream.limits();
+            let mut chunks_relayed = 0i64;
+            loop {
+                let next = tokio::select! {
+                    biased;
+                    // A revoked key's stream ends here, saying why; the upstream's rest is dropped.
+                    () = revoked.cancelled() => Some(Err(revoked_error(&state))),
+                    next = upstream::next_chunk(&mut chunks, limits, "mid-stream") => next,
+                };
+                let Some(chunk) = next else { break };
+                match chunk {
+                    Ok(bytes) => {
+                        // Streams report usage in pieces (the Messages API: input first, output last).
+                        if let Some(u) = api.usage_in_chunk(&bytes) {
+                            usage = Some(usage.unwrap_or_default().updated(u));
+                        }
+                        if let (Some(id), Some(g)) = (api.response_id_in_chunk(&bytes), &guard) {
+                            g.tenant.responses.record(&id);
+                        }
+                        chunks_relayed += 1;
+                        if !yield_(Ok(bytes)).await {
+                            tracing::Span::current().record("chunks", chunks_relayed);
+                            return; // client gone: dropping the guard reports it
+                        }
                     }
-                    if let (Some(id), Some(g)) = (api.response_id_in_chunk(&bytes), &guard) {
-                        g.tenant.responses.record(&id);
+                    Err(e) => {
+                        tracing::Span::current().record("otel.status_code", "ERROR");
+                        state.upstream_failed(&e);
+                        let e = e.shaped(api.error_shape());
+                        let _ = yield_(Ok(Bytes::from(format!("data: {}\n\n", e.body())))).await;
+                        if let Some(g) = guard.take() {
+                            g.finish(false, None);
+                        }
+                        return;
                     }
-                    chunks_relayed += 1;
-                    if !yield_(Ok(bytes)).await {
-                        tracing::Span::current().record("chunks", chunks_relayed);
-                        return; // client gone: dropping the guard reports it
-                    }
-                }
-                Err(e) => {
-                    tracing::Span::current().record("otel.status_code", "ERROR");
-                    state.upstream_failed(&e);
-                    let e = e.shaped(api.error_shape());
-                    let _ = yield_(Ok(Bytes::from(format!("data: {}\n\n", e.body())))).await;
-                    if let Some(g) = guard.take() {
-                        g.finish(false, None);
-                    }
-                    return;
                 }
             }
-        }
-        tracing::Span::current().record("chunks", chunks_relayed);
-        if let Some(g) = guard.take() {
-            g.finish(ok_status, usage);
-        }
+            tracing::Span::current().record("chunks", chunks_relayed);
+            if let Some(g) = guard.take() {
+                g.finish(ok_status, usage);
+            }
         };
         relayed.instrument(span)
     })

@@ -185,7 +185,7 @@ impl WorkerThread {
                     self.stats.throttled.fetch_add(events.len() as u64, Relaxed);
                 }
                 Job::Observe(events, parent) => {
-                    let _span = tracing::info_span!(parent: &parent, "policy.observe", tenant = %self.tenant, policy = %self.policy.label(), events = events.len()).entered();
+                    let _span = tracing::info_span!(parent: &parent, "policy.observe", tenant = %self.tenant, policy = %self.policy.label(), events = events.len() as i64).entered();
                     self.stats.observed.fetch_add(events.len() as u64, Relaxed);
                     if let Err(e) = self.policy.observe(&events) {
                         self.stats.failed.fetch_add(1, Relaxed);
