@@ -44,31 +44,28 @@ impl Effects {
             return;
         }
         let effects = self.clone();
-        // In the request's span: the warm-ups it leads to are that trace's.
-        let span = tracing::Span::current();
-        tokio::spawn(
-            async move {
-                let mut per_slot = Vec::with_capacity(answers.len());
-                for (slot, answer) in answers {
-                    match answer.await {
-                        // The worker is gone: the tenant's policy is shutting down.
-                        Err(_) => {}
-                        Ok(Ok(effects)) => per_slot.push(effects),
-                        Ok(Err(e)) => {
-                            effects.metrics.policy_errors.fetch_add(1, Relaxed);
-                            // A suspended policy was reported once when its circuit opened.
-                            if !e.is_circuit_open() {
-                                tracing::warn!(tenant = %tenant.name, slot, error = %e, "policy act failed");
-                            }
+        let carried_out = async move {
+            let mut per_slot = Vec::with_capacity(answers.len());
+            for (slot, answer) in answers {
+                match answer.await {
+                    // The worker is gone: the tenant's policy is shutting down.
+                    Err(_) => {}
+                    Ok(Ok(effects)) => per_slot.push(effects),
+                    Ok(Err(e)) => {
+                        effects.metrics.policy_errors.fetch_add(1, Relaxed);
+                        // A suspended policy was reported once when its circuit opened.
+                        if !e.is_circuit_open() {
+                            tracing::warn!(tenant = %tenant.name, slot, error = %e, "policy act failed");
                         }
                     }
                 }
-                for effect in merge_side_effects(per_slot) {
-                    effects.apply(&tenant, effect).await;
-                }
             }
-            .instrument(span),
-        );
+            for effect in merge_side_effects(per_slot) {
+                effects.apply(&tenant, effect).await;
+            }
+        };
+        // In the request's span: the warm-ups it leads to are that trace's.
+        tokio::spawn(carried_out.instrument(tracing::Span::current()));
     }
 
     async fn apply(&self, tenant: &Arc<Tenant>, effect: SideEffect) {

@@ -116,29 +116,31 @@ pub(super) async fn forward(
     let queued = Instant::now();
     let revoked = guard.permit.revocation();
     if let Some(queue) = &state.admission {
+        // Its span lasts from here to the place; the waits run inside it.
         let admission = tracing::info_span!("admission", tenant = %tenant.name, waited = tracing::field::Empty);
-        let admitted = async {
-            match queue.try_admit() {
-                Some(place) => Ok(place),
-                None => {
-                    tracing::Span::current().record("waited", true);
-                    let waiting = Item {
-                        kind: ItemKind::Request,
-                        key: request_id,
-                        agent,
-                        session: identity.session,
-                        last_access: request_id,
-                        tokens: identity.prompt_tokens,
-                        position: 0,
-                    };
-                    let demotion = tenant.verdicts.priority(identity.session).min(0).unsigned_abs();
-                    let applicant = applicant(&tenant, demotion, waiting, body.len()).await;
-                    unless_revoked(&state, &revoked, queue.admit(applicant)).await
-                }
+        let admitted = match queue.try_admit() {
+            Some(place) => Ok(place),
+            None => {
+                admission.record("waited", true);
+                let waiting = Item {
+                    kind: ItemKind::Request,
+                    key: request_id,
+                    agent,
+                    session: identity.session,
+                    last_access: request_id,
+                    tokens: identity.prompt_tokens,
+                    position: 0,
+                };
+                let demotion = tenant.verdicts.priority(identity.session).min(0).unsigned_abs();
+                let applicant = applicant(&tenant, demotion, waiting, body.len())
+                    .instrument(admission.clone())
+                    .await;
+                unless_revoked(&state, &revoked, queue.admit(applicant))
+                    .instrument(admission.clone())
+                    .await
             }
-        }
-        .instrument(admission)
-        .await;
+        };
+        drop(admission);
         match admitted {
             Ok(place) => guard.admission = Some(place),
             Err(e) => {

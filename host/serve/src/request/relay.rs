@@ -26,57 +26,60 @@ pub(super) fn relay_stream(
     let mut guard = Some(guard);
     let mut usage: Option<Usage> = None;
     let mut chunks = Box::pin(reply.bytes_stream());
-    async_stream(move |yield_| {
-        let relayed = async move {
-            let limits = state.upstream.limits();
-            let mut chunks_relayed = 0i64;
-            loop {
-                let next = tokio::select! {
-                    biased;
-                    // A revoked key's stream ends here, saying why; the upstream's rest is dropped.
-                    () = revoked.cancelled() => Some(Err(revoked_error(&state))),
-                    next = upstream::next_chunk(&mut chunks, limits, "mid-stream") => next,
-                };
-                let Some(chunk) = next else { break };
-                match chunk {
-                    Ok(bytes) => {
-                        // Streams report usage in pieces (the Messages API: input first, output last).
-                        if let Some(u) = api.usage_in_chunk(&bytes) {
-                            usage = Some(usage.unwrap_or_default().updated(u));
-                        }
-                        if let (Some(id), Some(g)) = (api.response_id_in_chunk(&bytes), &guard) {
-                            g.tenant.responses.record(&id);
-                        }
-                        chunks_relayed += 1;
-                        if !yield_(Ok(bytes)).await {
-                            tracing::Span::current().record("chunks", chunks_relayed);
-                            return; // client gone: dropping the guard reports it
-                        }
+    async_stream(span, move |yield_| async move {
+        let limits = state.upstream.limits();
+        // On the relay's span (current here), as an i64: the OpenTelemetry layer would write an
+        // unsigned number as text.
+        let mut chunks_relayed = 0i64;
+        loop {
+            let next = tokio::select! {
+                biased;
+                // A revoked key's stream ends here, saying why; the upstream's rest is dropped.
+                () = revoked.cancelled() => Some(Err(revoked_error(&state))),
+                next = upstream::next_chunk(&mut chunks, limits, "mid-stream") => next,
+            };
+            let Some(chunk) = next else { break };
+            match chunk {
+                Ok(bytes) => {
+                    // Streams report usage in pieces (the Messages API: input first, output last).
+                    if let Some(u) = api.usage_in_chunk(&bytes) {
+                        usage = Some(usage.unwrap_or_default().updated(u));
                     }
-                    Err(e) => {
-                        tracing::Span::current().record("otel.status_code", "ERROR");
-                        state.upstream_failed(&e);
-                        let e = e.shaped(api.error_shape());
-                        let _ = yield_(Ok(Bytes::from(format!("data: {}\n\n", e.body())))).await;
-                        if let Some(g) = guard.take() {
-                            g.finish(false, None);
-                        }
-                        return;
+                    if let (Some(id), Some(g)) = (api.response_id_in_chunk(&bytes), &guard) {
+                        g.tenant.responses.record(&id);
+                    }
+                    chunks_relayed += 1;
+                    if !yield_(Ok(bytes)).await {
+                        tracing::Span::current().record("chunks", chunks_relayed);
+                        return; // client gone: dropping the guard reports it
                     }
                 }
+                Err(e) => {
+                    tracing::Span::current().record("otel.status_code", "ERROR");
+                    state.upstream_failed(&e);
+                    let e = e.shaped(api.error_shape());
+                    let _ = yield_(Ok(Bytes::from(format!("data: {}\n\n", e.body())))).await;
+                    if let Some(g) = guard.take() {
+                        g.finish(false, None);
+                    }
+                    return;
+                }
             }
-            tracing::Span::current().record("chunks", chunks_relayed);
-            if let Some(g) = guard.take() {
-                g.finish(ok_status, usage);
-            }
-        };
-        relayed.instrument(span)
+        }
+        tracing::Span::current().record("chunks", chunks_relayed);
+        if let Some(g) = guard.take() {
+            g.finish(ok_status, usage);
+        }
     })
 }
 
 /// A minimal generator-style stream over a channel: the producer future sends items and learns
-/// when the consumer is gone, so no upstream bytes are pulled for a client that left.
-fn async_stream<F, Fut>(producer: F) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>>
+/// when the consumer is gone, so no upstream bytes are pulled for a client that left. The producer
+/// runs in `span`.
+fn async_stream<F, Fut>(
+    span: tracing::Span,
+    producer: F,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>>
 where
     F: FnOnce(Box<dyn Fn(Result<Bytes, std::io::Error>) -> SendFuture + Send>) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
@@ -86,7 +89,7 @@ where
         let tx = tx.clone();
         Box::pin(async move { tx.send(item).await.is_ok() }) as SendFuture
     });
-    tokio::spawn(producer(send));
+    tokio::spawn(producer(send).instrument(span));
     futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
 }
 
