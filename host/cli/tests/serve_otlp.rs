@@ -429,7 +429,10 @@ async fn a_requests_spans_reach_an_otlp_receiver_in_the_clients_trace() {
         }
 
         // One trace into the engine: the upstream got agentrt's spans as the parents.
-        assert_eq!(upstream_parents(&seen, trace_id, false), [upstream.span_id.clone()]);
+        assert_eq!(
+            upstream_parents(&seen, trace_id, false),
+            std::slice::from_ref(&upstream.span_id)
+        );
         let warmed = upstream_parents(&seen, trace_id, true);
         assert!(!warmed.is_empty(), "no warm-up upstream in trace {trace_id}");
         for parent in &warmed {
@@ -439,4 +442,26 @@ async fn a_requests_spans_reach_an_otlp_receiver_in_the_clients_trace() {
             );
         }
     }
+}
+
+/// A collector's gRPC port named as the protocol is refused at start, saying what to do, rather
+/// than every span lost in silence (only http/protobuf is built in).
+#[test]
+fn an_otlp_protocol_agentrt_cannot_speak_is_refused_at_start() {
+    let output = Command::new(env!("CARGO_BIN_EXE_agentrt"))
+        .args(["serve", "--upstream", "http://127.0.0.1:9", "--listen", "127.0.0.1:0"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        .output()
+        .expect("running agentrt serve");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "agentrt serve started with OTLP over gRPC: {stderr}"
+    );
+    assert!(
+        stderr.contains("OTEL_EXPORTER_OTLP_PROTOCOL=grpc") && stderr.contains("http/protobuf only"),
+        "the error names the variable and the protocol agentrt speaks: {stderr}"
+    );
 }
