@@ -292,7 +292,7 @@ fn nothing_in_sim_uses_its_experiments() {
 
 /// host/serve's layers, lowest first: a module may use its own layer's modules and those below.
 const SERVE_LAYERS: &[&[&str]] = &[
-    &["names", "clock", "table", "prometheus"],
+    &["names", "clock", "table", "prometheus", "telemetry"],
     &["front"],
     &["metrics"],
     &["identity"],

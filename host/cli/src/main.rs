@@ -24,7 +24,9 @@ mod policy_test;
 
 use agentrt_runtime::ComponentLookup;
 use clap::{CommandFactory, Parser, Subcommand};
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer as _};
 
 #[derive(Parser)]
 #[command(
@@ -83,10 +85,23 @@ fn main() -> std::process::ExitCode {
         } => "warn,agentrt_runtime::handle=error",
         _ => "warn",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_env("AGENTRT_LOG").unwrap_or_else(|_| EnvFilter::new(default_filter)))
+    let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .init();
+        .with_filter(EnvFilter::try_from_env("AGENTRT_LOG").unwrap_or_else(|_| EnvFilter::new(default_filter)));
+    // `serve` exports its spans over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set; the guard
+    // flushes the last batch when `main` returns.
+    let (otlp, _telemetry) = match &cli.command {
+        Command::Serve(_) => match agentrt_serve::telemetry::from_environment() {
+            Ok(Some((layer, guard))) => (Some(layer), Some(guard)),
+            Ok(None) => (None, None),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return std::process::ExitCode::FAILURE;
+            }
+        },
+        _ => (None, None),
+    };
+    tracing_subscriber::registry().with(log).with(otlp).init();
     let components = ComponentLookup::from_environment(embedded::EMBEDDED);
     let result = match cli.command {
         Command::Policy {

@@ -37,6 +37,13 @@ pub trait Tenancy: Send + Sync + 'static {
     /// gateway asks that slot to score, which a `--slot` worker does not offer; so it runs the slot
     /// itself — do not also configure a `--slot tools`.)
     fn registry(&self) -> Arc<PolicyRegistry>;
+
+    /// Make `span` (one tool call's) the child of the W3C trace context (`traceparent`) in
+    /// `headers`, when the server exports traces; by default nothing, and the call's span is in
+    /// whatever trace is current.
+    fn adopt_trace_parent(&self, span: &tracing::Span, headers: &HeaderMap) {
+        let _ = (span, headers);
+    }
 }
 
 /// One tenant, as the gateway sees it.

@@ -15,6 +15,7 @@ use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, MetaO
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::json;
+use tracing::Instrument as _;
 
 use agentrt_runtime::types::{Event, ToolCall, ToolReturn};
 
@@ -39,7 +40,37 @@ pub async fn call(
     request: CallToolRequestParams,
     context: RequestContext<RoleServer>,
 ) -> Result<CallToolResponse, McpError> {
+    // The tool's name and who called it; never its arguments or result.
+    let span = tracing::info_span!(
+        "mcp.tool_call",
+        server = %front.server.name,
+        tool = %request.name,
+        tenant = tracing::field::Empty,
+        agent = tracing::field::Empty,
+        session = tracing::field::Empty,
+        memo = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    if let Some(parts) = context.extensions.get::<axum::http::request::Parts>() {
+        front.gateway.tenancy.adopt_trace_parent(&span, &parts.headers);
+    }
+    let answer = call_traced(front, request, context).instrument(span.clone()).await;
+    if answer.is_err() {
+        span.record("otel.status_code", "ERROR");
+    }
+    answer
+}
+
+async fn call_traced(
+    front: &ServerFront,
+    request: CallToolRequestParams,
+    context: RequestContext<RoleServer>,
+) -> Result<CallToolResponse, McpError> {
     let caller = Caller::of(&context, &front.gateway.metrics)?;
+    tracing::Span::current()
+        .record("tenant", caller.tenant.name())
+        .record("agent", caller.agent)
+        .record("session", caller.session);
     let tenant = caller.tenant.clone();
     let counters = front.gateway.metrics.of(tenant.name(), &front.server.name);
     counters.calls.fetch_add(1, Relaxed);
@@ -59,8 +90,12 @@ pub async fn call(
 
     if let Some(memo) = memo.as_ref().filter(|_| eligibility.memoizable()) {
         match memo.lookup(&key, called, started_us).await {
-            Ok(entry) => return Ok(hit(&report, memo, &counters, entry, started, started_us)),
+            Ok(entry) => {
+                tracing::Span::current().record("memo", "hit");
+                return Ok(hit(&report, memo, &counters, entry, started, started_us));
+            }
             Err(miss) => {
+                tracing::Span::current().record("memo", "miss");
                 counters.memo_misses.fetch_add(1, Relaxed);
                 if miss == Miss::NoAnswer {
                     counters.memo_no_answer.fetch_add(1, Relaxed);

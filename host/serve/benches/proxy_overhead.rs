@@ -8,6 +8,11 @@
 //! difference between the two columns is the proxy: parsing, identity, the policy's `observe`
 //! calls, the upstream hop. The proxy runs CacheSage, the default policy; two more rows add a
 //! second (`guard`) and a third (`ttl`) policy slot, which get the same events.
+//!
+//! The process logs as `agentrt serve` does (warnings to stderr) and, when
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, exports every request's spans over OTLP as the binary
+//! would: run it with and without, and the proxy rows' difference is the spans' cost per request
+//! (docs/performance.md, "OpenTelemetry").
 
 mod support;
 
@@ -16,6 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::{chat_body, fast_upstream, percentile, start_proxy};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::Layer as _;
 
 /// Send `n` requests with `concurrency` in flight; per-request latencies and the wall time.
 async fn drive(url: &str, n: usize, concurrency: usize) -> (Vec<Duration>, Duration) {
@@ -59,6 +67,20 @@ fn main() {
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let n = args.first().copied().unwrap_or(5_000);
     let concurrency = args.get(1).copied().unwrap_or(8);
+    // The binary's subscriber (host/cli/src/main.rs): warnings to stderr, spans over OTLP when
+    // the environment asks.
+    let (otlp, telemetry) = match agentrt_serve::telemetry::from_environment() {
+        Ok(Some((layer, guard))) => (Some(layer), Some(guard)),
+        Ok(None) => (None, None),
+        Err(e) => panic!("{e:#}"),
+    };
+    let log = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_filter(tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::registry().with(log).with(otlp).init();
+    let exporting = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .ok()
+        .filter(|_| telemetry.is_some());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -98,6 +120,10 @@ fn main() {
             ));
         }
         println!("{n} requests, {concurrency} in flight, fast local upstream, CacheSage in the kv slot");
+        match &exporting {
+            Some(endpoint) => println!("OpenTelemetry: every request's spans exported over OTLP to {endpoint}"),
+            None => println!("OpenTelemetry: off (OTEL_EXPORTER_OTLP_ENDPOINT unset)"),
+        }
         println!("{:<24} {:>10} {:>10} {:>12}", "path", "p50 µs", "p99 µs", "req/s");
         for (label, p50, p99, rps) in &rows {
             println!(
@@ -115,4 +141,6 @@ fn main() {
             (p.2.as_secs_f64() - d.2.as_secs_f64()) * 1e6
         );
     });
+    // Flushes the spans still batched before the figures are trusted to have included export.
+    drop(telemetry);
 }

@@ -26,8 +26,9 @@
 //! [`app`] is the composition root ([`App::build`]: the one place that sees every capability,
 //! used by the binary, the tests and the benches); [`cli`] turns `agentrt serve`'s flags into an
 //! [`AppConfig`], and [`config_flags`] takes any of them from the config file's `[serve]`
-//! table. [`names`], [`clock`], [`table`] and [`prometheus`] are leaves every layer may use.
-//! `tests/layers.rs` keeps the order: a module may use only the layers before it.
+//! table. [`names`], [`clock`], [`table`], [`prometheus`] and [`telemetry`] (OpenTelemetry export
+//! and W3C trace context) are leaves every layer may use. `tests/layers.rs` keeps the order: a
+//! module may use only the layers before it.
 
 #![warn(missing_docs)]
 
@@ -46,6 +47,7 @@ pub mod policy;
 pub mod prometheus;
 pub mod request;
 pub mod table;
+pub mod telemetry;
 pub mod tenant;
 
 pub use app::{App, AppConfig};

@@ -71,6 +71,10 @@ impl Tenancy for ProxyTenancy {
     fn registry(&self) -> Arc<PolicyRegistry> {
         self.registry.clone()
     }
+
+    fn adopt_trace_parent(&self, span: &tracing::Span, headers: &HeaderMap) {
+        crate::telemetry::propagation::adopt_client_parent(span, headers);
+    }
 }
 
 struct ProxyTenant {

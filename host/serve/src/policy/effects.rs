@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use agentrt_runtime::merge_side_effects;
 use agentrt_runtime::types::SideEffect;
+use tracing::Instrument as _;
 
 use crate::metrics::ProxyMetrics;
 use crate::names::{DEFAULT_TENANT, KV_SLOT};
@@ -43,7 +44,7 @@ impl Effects {
             return;
         }
         let effects = self.clone();
-        tokio::spawn(async move {
+        let carried_out = async move {
             let mut per_slot = Vec::with_capacity(answers.len());
             for (slot, answer) in answers {
                 match answer.await {
@@ -62,7 +63,9 @@ impl Effects {
             for effect in merge_side_effects(per_slot) {
                 effects.apply(&tenant, effect).await;
             }
-        });
+        };
+        // In the request's span: the warm-ups it leads to are that trace's.
+        tokio::spawn(carried_out.instrument(tracing::Span::current()));
     }
 
     async fn apply(&self, tenant: &Arc<Tenant>, effect: SideEffect) {

@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
+use tracing::Instrument as _;
 
 use agentrt_runtime::types::{Event, RequestArrival, RequestFinish, WarmPrefix};
 
@@ -23,6 +24,7 @@ use crate::engine::replicas::ReplicaRouting;
 use crate::engine::upstream::{self, Upstream};
 use crate::metrics::ProxyMetrics;
 use crate::policy::feed::PolicyFeed;
+use crate::telemetry;
 use crate::tenant::Tenant;
 
 /// How many warm-ups the proxy sends, and when it holds them back
@@ -123,7 +125,20 @@ impl Warmups {
 
     /// Send one warm-up for `warm`'s anchor of `tenant`, unless something says not to now.
     pub async fn warm(&self, tenant: &Arc<Tenant>, warm: WarmPrefix) {
+        // The child of the request whose `act` asked for it; why it was skipped, if it was.
+        let span = tracing::info_span!(
+            "warmup",
+            tenant = %tenant.name,
+            anchor = warm.anchor_hash,
+            skipped = tracing::field::Empty,
+            ok = tracing::field::Empty,
+        );
+        self.warm_traced(tenant, warm).instrument(span).await
+    }
+
+    async fn warm_traced(&self, tenant: &Arc<Tenant>, warm: WarmPrefix) {
         let skip = |why: &str| {
+            tracing::Span::current().record("skipped", why);
             self.metrics.warmups_skipped.fetch_add(1, Relaxed);
             tracing::debug!(tenant = %tenant.name, anchor = warm.anchor_hash, why, "warm-up skipped");
         };
@@ -199,6 +214,8 @@ impl Warmups {
             .post_to(&base, anchor.api.path())
             .header("x-agentrt-warmup", "1")
             .body(body);
+        // The engine's span of the warm-up joins the trace of the request that caused it.
+        let request = telemetry::propagation::inject_into(&tracing::Span::current(), request);
         // Under the first-byte timeout: a hanging upstream must not hold a warm-up slot forever.
         let limits = self.upstream.limits();
         let reply = match upstream::send(request, &base, limits).await {
@@ -206,6 +223,7 @@ impl Warmups {
             _ => None,
         };
         let ok = reply.is_some();
+        tracing::Span::current().record("ok", ok);
         let usage = reply
             .as_deref()
             .and_then(|r| serde_json::from_slice::<Value>(r).ok())

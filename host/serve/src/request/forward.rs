@@ -12,6 +12,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use agentrt_runtime::types::{Event, Item, ItemKind, RequestArrival, RequestFinish};
 
@@ -24,6 +25,7 @@ use crate::engine::upstream;
 use crate::front::error::ApiError;
 use crate::identity::agent_api::AgentApi;
 use crate::names::ADMISSION_SLOT;
+use crate::telemetry;
 use crate::tenant::{Tenant, TenantPermit};
 
 /// A request that must wait for a place upstream, as its tenant's `admission` slot scores it (a
@@ -40,7 +42,8 @@ async fn applicant(tenant: &Arc<Tenant>, demotion: u32, waiting: Item, bytes: us
         return unscored;
     };
     // A policy call, off the async workers; the request waits for a place anyway.
-    let scored = tokio::task::spawn_blocking(move || slot.score(&[waiting])).await;
+    let span = tracing::info_span!("policy.score", tenant = %tenant.name, slot = ADMISSION_SLOT);
+    let scored = tokio::task::spawn_blocking(move || span.in_scope(|| slot.score(&[waiting]))).await;
     let score = match scored {
         Ok(Ok(scores)) => scores.first().copied().unwrap_or(0.0),
         _ => 0.0,
@@ -67,6 +70,11 @@ pub(super) async fn forward(
         route,
     } = prepared;
     let request_id = state.request_ids.fetch_add(1, Relaxed);
+    // On the request's span (current here).
+    tracing::Span::current()
+        .record("agent", identity.agent_name.as_str())
+        .record("session", identity.session)
+        .record("request_id", request_id);
     state.metrics.sessions_ended.fetch_add(ended.len() as u64, Relaxed);
     let mut events: Vec<Event> = ended.into_iter().map(Event::SessionEnd).collect();
     events.extend(registration);
@@ -108,9 +116,12 @@ pub(super) async fn forward(
     let queued = Instant::now();
     let revoked = guard.permit.revocation();
     if let Some(queue) = &state.admission {
+        // Its span lasts from here to the place; the waits run inside it.
+        let admission = tracing::info_span!("admission", tenant = %tenant.name, waited = tracing::field::Empty);
         let admitted = match queue.try_admit() {
             Some(place) => Ok(place),
             None => {
+                admission.record("waited", true);
                 let waiting = Item {
                     kind: ItemKind::Request,
                     key: request_id,
@@ -122,10 +133,15 @@ pub(super) async fn forward(
                     tier: agentrt_runtime::types::Tier::Gpu,
                 };
                 let demotion = tenant.verdicts.priority(identity.session).min(0).unsigned_abs();
-                let applicant = applicant(&tenant, demotion, waiting, body.len()).await;
-                unless_revoked(&state, &revoked, queue.admit(applicant)).await
+                let applicant = applicant(&tenant, demotion, waiting, body.len())
+                    .instrument(admission.clone())
+                    .await;
+                unless_revoked(&state, &revoked, queue.admit(applicant))
+                    .instrument(admission.clone())
+                    .await
             }
         };
+        drop(admission);
         match admitted {
             Ok(place) => guard.admission = Some(place),
             Err(e) => {
@@ -185,14 +201,23 @@ pub(super) async fn forward(
         .as_deref()
         .is_some_and(|c| c.starts_with("text/event-stream"));
     let mut response = if is_stream {
+        let relay = tracing::info_span!(
+            "relay",
+            streamed = true,
+            chunks = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
         Response::new(Body::from_stream(super::relay::relay_stream(
             reply,
             guard,
             status.is_success(),
             api,
+            relay,
         )))
     } else {
-        match unless_revoked(&state, &revoked, upstream::read_reply(reply, state.upstream.limits())).await {
+        let relay = tracing::info_span!("relay", streamed = false);
+        let read = upstream::read_reply(reply, state.upstream.limits());
+        match unless_revoked(&state, &revoked, read).instrument(relay).await {
             Ok(bytes) => {
                 let reply = serde_json::from_slice::<Value>(&bytes).ok();
                 let usage = reply.as_ref().and_then(|v| api.usage(v));
@@ -242,9 +267,32 @@ async fn send_to(
     session: u64,
 ) -> Result<reqwest::Response, (ApiError, bool)> {
     let base = lease.map_or(state.upstream.base(), |l| l.url());
+    // OpenTelemetry's client span, until the upstream's response head; its context goes upstream
+    // as `traceparent`, so the engine's spans are its children.
+    let span = tracing::info_span!(
+        "upstream",
+        otel.name = %format_args!("POST {path}"),
+        otel.kind = "client",
+        http.request.method = "POST",
+        server.address = base,
+        http.response.status_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
     let mut request = state.upstream.post_to(base, path).body(body.clone());
     if let Some((name, value)) = state.body.upstream_router.session_header(session) {
         request = request.header(name, value);
     }
-    upstream::send_checked(request, base, state.upstream.limits()).await
+    let request = telemetry::propagation::inject_into(&span, request);
+    let sent = upstream::send_checked(request, base, state.upstream.limits())
+        .instrument(span.clone())
+        .await;
+    match &sent {
+        Ok(response) => {
+            span.record("http.response.status_code", i64::from(response.status().as_u16()));
+        }
+        Err(_) => {
+            span.record("otel.status_code", "ERROR");
+        }
+    }
+    sent
 }

@@ -24,6 +24,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use tracing::Instrument as _;
 
 use self::forward::forward;
 use self::prepare::{parse_body, prepare_agent_call, prepare_completion};
@@ -31,6 +32,7 @@ use crate::engine::upstream;
 use crate::front::error::ApiError;
 use crate::front::limits::{closing_connection, read_body};
 use crate::identity::agent_api::AgentApi;
+use crate::telemetry;
 use crate::tenant::authenticate::{admit, tenant_of, Admitted};
 use state::failed;
 
@@ -65,37 +67,92 @@ async fn messages(State(state): State<ProxyState>, headers: HeaderMap, body: Bod
     agent_call(state, headers, body, AgentApi::Messages).await
 }
 
+/// The span of one client request (OpenTelemetry's server span): the child of the client's
+/// `traceparent` when export is on. Who is calling is recorded as it becomes known; the status
+/// when the answer's head is ready ([`finished`]).
+fn request_span(path: &str, headers: &HeaderMap) -> tracing::Span {
+    let span = tracing::info_span!(
+        "request",
+        otel.name = %format_args!("POST {path}"),
+        otel.kind = "server",
+        http.request.method = "POST",
+        http.route = path,
+        tenant = tracing::field::Empty,
+        agent = tracing::field::Empty,
+        session = tracing::field::Empty,
+        request_id = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    telemetry::propagation::adopt_client_parent(&span, headers);
+    span
+}
+
+/// `response` after its status is recorded on the current (request) span: a 5xx marks the span
+/// failed, as OpenTelemetry's HTTP conventions ask of a server.
+fn finished(response: Response) -> Response {
+    // Integers as i64: the OpenTelemetry layer records an unsigned value as its text.
+    let span = tracing::Span::current();
+    let status = response.status();
+    span.record("http.response.status_code", i64::from(status.as_u16()));
+    if status.is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
+    response
+}
+
 /// A call in one of the APIs with agent identity: chat completions, Responses, Messages.
 async fn agent_call(state: ProxyState, headers: HeaderMap, body: Body, api: AgentApi) -> Response {
+    let span = request_span(api.path(), &headers);
+    agent_call_traced(state, headers, body, api).instrument(span).await
+}
+
+async fn agent_call_traced(state: ProxyState, headers: HeaderMap, body: Body, api: AgentApi) -> Response {
     state.metrics.requests.fetch_add(1, Relaxed);
     let shape = api.error_shape();
     let (admitted, body) = match admit_then_read(&state, &headers, body).await {
         Ok(read) => read,
-        Err(e) => return closing_connection(failed(&state, e.shaped(shape))),
+        Err(e) => return finished(closing_connection(failed(&state, e.shaped(shape)))),
     };
     let Admitted { tenant, permit } = admitted;
+    tracing::Span::current().record("tenant", tenant.name.as_str());
     // The proxy's overhead counts from here: the client's upload time is not the proxy's.
     let received = Instant::now();
-    match prepare_agent_call(&state, tenant, &headers, body, api).await {
+    let identity = tracing::info_span!("identity", tenant = %tenant.name, agent = tracing::field::Empty, session = tracing::field::Empty);
+    let prepared = prepare_agent_call(&state, tenant, &headers, body, api)
+        .instrument(identity)
+        .await;
+    finished(match prepared {
         Ok(prepared) => forward(state, api.path(), api, prepared, permit, received).await,
         Err(e) => failed(&state, e.shaped(shape)),
-    }
+    })
 }
 
 async fn completions(State(state): State<ProxyState>, headers: HeaderMap, body: Body) -> Response {
+    let span = request_span("/v1/completions", &headers);
+    completions_traced(state, headers, body).instrument(span).await
+}
+
+async fn completions_traced(state: ProxyState, headers: HeaderMap, body: Body) -> Response {
     state.metrics.requests.fetch_add(1, Relaxed);
     let (admitted, body) = match admit_then_read(&state, &headers, body).await {
         Ok(read) => read,
-        Err(e) => return closing_connection(failed(&state, e)),
+        Err(e) => return finished(closing_connection(failed(&state, e))),
     };
     let Admitted { tenant, permit } = admitted;
+    tracing::Span::current().record("tenant", tenant.name.as_str());
     // The proxy's overhead counts from here: the client's upload time is not the proxy's.
     let received = Instant::now();
-    let prepared = match parse_body(&state, &tenant, body).await {
-        Ok(json) => prepare_completion(&state, tenant, &headers, json),
-        Err(e) => Err(e),
-    };
-    match prepared {
+    let identity = tracing::info_span!("identity", tenant = %tenant.name, agent = tracing::field::Empty, session = tracing::field::Empty);
+    let prepared = async {
+        match parse_body(&state, &tenant, body).await {
+            Ok(json) => prepare_completion(&state, tenant, &headers, json),
+            Err(e) => Err(e),
+        }
+    }
+    .instrument(identity)
+    .await;
+    finished(match prepared {
         // Plain completions report usage in chat completions' words.
         Ok(prepared) => {
             forward(
@@ -109,7 +166,7 @@ async fn completions(State(state): State<ProxyState>, headers: HeaderMap, body: 
             .await
         }
         Err(e) => failed(&state, e),
-    }
+    })
 }
 
 async fn models(State(state): State<ProxyState>, headers: HeaderMap) -> Response {

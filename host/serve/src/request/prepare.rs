@@ -214,6 +214,10 @@ fn prepare(
     registration: Option<Event>,
     shape: PromptShape,
 ) -> Prepared {
+    // On the identity span (current here): who is calling, never what they asked.
+    tracing::Span::current()
+        .record("agent", identity.agent_name.as_str())
+        .record("session", identity.session);
     let ended = tenant.agents.record_session(identity.session).forgotten;
     let continues = tenant.continuations.observe(identity.session, agent, shape);
     if state.body.engine_priorities && api.has_priority() {

@@ -3,6 +3,7 @@
 //! the request's key is revoked, and nothing pulled from the upstream for a client that left.
 
 use axum::body::Bytes;
+use tracing::Instrument as _;
 
 use super::finish::FinishGuard;
 use super::state::revoked_error;
@@ -18,14 +19,18 @@ pub(super) fn relay_stream(
     guard: FinishGuard,
     ok_status: bool,
     api: AgentApi,
+    span: tracing::Span,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
     let state = guard.state.clone();
     let revoked = guard.permit.revocation();
     let mut guard = Some(guard);
     let mut usage: Option<Usage> = None;
     let mut chunks = Box::pin(reply.bytes_stream());
-    async_stream(move |yield_| async move {
+    async_stream(span, move |yield_| async move {
         let limits = state.upstream.limits();
+        // On the relay's span (current here), as an i64: the OpenTelemetry layer would write an
+        // unsigned number as text.
+        let mut chunks_relayed = 0i64;
         loop {
             let next = tokio::select! {
                 biased;
@@ -43,11 +48,14 @@ pub(super) fn relay_stream(
                     if let (Some(id), Some(g)) = (api.response_id_in_chunk(&bytes), &guard) {
                         g.tenant.responses.record(&id);
                     }
+                    chunks_relayed += 1;
                     if !yield_(Ok(bytes)).await {
+                        tracing::Span::current().record("chunks", chunks_relayed);
                         return; // client gone: dropping the guard reports it
                     }
                 }
                 Err(e) => {
+                    tracing::Span::current().record("otel.status_code", "ERROR");
                     state.upstream_failed(&e);
                     let e = e.shaped(api.error_shape());
                     let _ = yield_(Ok(Bytes::from(format!("data: {}\n\n", e.body())))).await;
@@ -58,6 +66,7 @@ pub(super) fn relay_stream(
                 }
             }
         }
+        tracing::Span::current().record("chunks", chunks_relayed);
         if let Some(g) = guard.take() {
             g.finish(ok_status, usage);
         }
@@ -65,8 +74,12 @@ pub(super) fn relay_stream(
 }
 
 /// A minimal generator-style stream over a channel: the producer future sends items and learns
-/// when the consumer is gone, so no upstream bytes are pulled for a client that left.
-fn async_stream<F, Fut>(producer: F) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>>
+/// when the consumer is gone, so no upstream bytes are pulled for a client that left. The producer
+/// runs in `span`.
+fn async_stream<F, Fut>(
+    span: tracing::Span,
+    producer: F,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>>
 where
     F: FnOnce(Box<dyn Fn(Result<Bytes, std::io::Error>) -> SendFuture + Send>) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
@@ -76,7 +89,7 @@ where
         let tx = tx.clone();
         Box::pin(async move { tx.send(item).await.is_ok() }) as SendFuture
     });
-    tokio::spawn(producer(send));
+    tokio::spawn(producer(send).instrument(span));
     futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
 }
 

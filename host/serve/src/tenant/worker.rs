@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
+use tracing::Span;
 
 use agentrt_runtime::types::{Event, SideEffect};
 use agentrt_runtime::{PolicyError, PolicyHandle};
@@ -31,9 +32,12 @@ use crate::tenant::quotas::{LiveQuotas, RateBudget};
 /// Jobs a tenant's worker holds at most; what comes beyond is dropped and counted.
 pub const DEFAULT_QUEUE_JOBS: usize = 1024;
 
+/// A job and the span of the request that queued it: the call's own span is its child, so an
+/// exported trace shows the policy calls a request caused, though they run after it on this
+/// thread.
 enum Job {
-    Observe(Vec<Event>),
-    Act(oneshot::Sender<Result<Vec<SideEffect>, PolicyError>>),
+    Observe(Vec<Event>, Span),
+    Act(oneshot::Sender<Result<Vec<SideEffect>, PolicyError>>, Span),
 }
 
 /// What a worker did, for `/metrics`.
@@ -123,7 +127,7 @@ impl PolicyWorker {
     /// Queue `events` for the policy; never waits. False if they were dropped (queue full).
     pub fn observe(&self, events: Vec<Event>) -> bool {
         let n = events.len() as u64;
-        if self.enqueue(Job::Observe(events)) {
+        if self.enqueue(Job::Observe(events, Span::current())) {
             true
         } else {
             self.stats.dropped.fetch_add(n, Relaxed);
@@ -138,7 +142,7 @@ impl PolicyWorker {
             return None;
         }
         let (reply, answer) = oneshot::channel();
-        if self.enqueue(Job::Act(reply)) {
+        if self.enqueue(Job::Act(reply, Span::current())) {
             Some(answer)
         } else {
             self.act_pending.store(false, Relaxed);
@@ -177,10 +181,11 @@ impl WorkerThread {
             let within_budget = self.budget.available(f64::from(self.quotas.get().policy_cpu_ms_per_s));
             let started = Instant::now();
             match job {
-                Job::Observe(events) if !within_budget => {
+                Job::Observe(events, _) if !within_budget => {
                     self.stats.throttled.fetch_add(events.len() as u64, Relaxed);
                 }
-                Job::Observe(events) => {
+                Job::Observe(events, parent) => {
+                    let _span = tracing::info_span!(parent: &parent, "policy.observe", tenant = %self.tenant, policy = %self.policy.label(), events = events.len() as i64).entered();
                     self.stats.observed.fetch_add(events.len() as u64, Relaxed);
                     if let Err(e) = self.policy.observe(&events) {
                         self.stats.failed.fetch_add(1, Relaxed);
@@ -190,7 +195,8 @@ impl WorkerThread {
                         }
                     }
                 }
-                Job::Act(reply) => {
+                Job::Act(reply, parent) => {
+                    let _span = tracing::info_span!(parent: &parent, "policy.act", tenant = %self.tenant, policy = %self.policy.label(), within_budget).entered();
                     // Cleared before the call: a request arriving during it queues the next `act`,
                     // which will see its events.
                     self.act_pending.store(false, Relaxed);
