@@ -65,10 +65,12 @@ pub fn info(name: &str, description: &str) -> PolicyInfo {
     }
 }
 
-/// Recency as a score: the most recently used item gets 0, older items get minus their age in
-/// engine clock ticks. Ages are taken relative to the newest item of the batch so that the f32
-/// result stays exact (integers up to 2^24) however long the engine has been running.
+/// Recency as a score: the least recently used item of the batch gets 0, newer items the engine
+/// clock ticks since it. Taken relative to the batch's oldest item so that the f32 result stays
+/// exact (integers up to 2^24) however long the engine has been running, and never negative: a
+/// negative score on a host-tier block means "not worth storing" (contract 0.3), which recency
+/// alone never says.
 pub fn recency_scores(items: &[Item]) -> Vec<f32> {
-    let newest = items.iter().map(|i| i.last_access).max().unwrap_or(0);
-    items.iter().map(|i| 0.0 - (newest - i.last_access) as f32).collect()
+    let oldest = items.iter().map(|i| i.last_access).min().unwrap_or(0);
+    items.iter().map(|i| (i.last_access - oldest) as f32).collect()
 }

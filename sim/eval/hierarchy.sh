@@ -28,19 +28,37 @@ units=(
     "cc100|--capacity-fraction 0.05|134540|"
     "mc-conv|--capacity-fraction 0.05|1132584|--target-utilisation 0.5"
 )
+# UNITS="fleet cc100" picks units by trace name, in that order.
+if [[ -n "${UNITS:-}" ]]; then
+    picked=()
+    for name in $UNITS; do
+        for u in "${units[@]}"; do [[ "${u%%|*}" == "$name" ]] && picked+=("$u"); done
+    done
+    units=("${picked[@]}")
+fi
+
+# One replay, unless its JSON exists or another run of this script has claimed it: the script
+# resumes where it stopped, and several copies may share the work.
+replay() {
+    local name="$1"
+    shift
+    [[ -f "$out/$name.json" ]] && return 0
+    mkdir "$out/$name.claimed" 2>/dev/null || return 0
+    "$bin" "$@" --json "$out/$name.json" >"$out/$name.txt" 2>&1 || echo "$name failed: see $out/$name.txt"
+    rmdir "$out/$name.claimed"
+}
 run_unit() {
     IFS='|' read -r trace cache host load <<<"$1"
     local tag="$trace-${cache##* }"
     local common=(sim run --trace "$out/$trace.jsonl" $cache $load --components "$components")
-    "$bin" "${common[@]}" --policies lru,cachesage,belady --json "$out/$tag-none.json" >"$out/$tag-none.txt" 2>&1
+    replay "$tag-none" "${common[@]}" --policies lru,cachesage,belady
     for hp in lru arc; do
-        "$bin" "${common[@]}" --policies lru,cachesage --host-blocks "$host" --host-policy "$hp" \
-            --json "$out/$tag-$hp.json" >"$out/$tag-$hp.txt" 2>&1
+        replay "$tag-$hp" "${common[@]}" --policies lru,cachesage --host-blocks "$host" --host-policy "$hp"
     done
-    "$bin" "${common[@]}" --policies lru,cachesage,cachesage:host-admission=true,belady --host-blocks "$host" \
-        --host-policy policy --json "$out/$tag-policy.json" >"$out/$tag-policy.txt" 2>&1
+    replay "$tag-policy" "${common[@]}" --policies lru,cachesage,cachesage:host-admission=true,belady \
+        --host-blocks "$host" --host-policy policy
     echo "$tag done"
 }
-export -f run_unit
+export -f run_unit replay
 export bin out components
 printf '%s\n' "${units[@]}" | xargs -P "${JOBS:-1}" -I{} bash -c 'run_unit "$0"' {}
