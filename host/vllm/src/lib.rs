@@ -44,5 +44,5 @@ pub use eviction::{EvictionOptions, EvictionService};
 pub use kv_events::{BlockSink, Forward, KvEventSubscriber, KvEventsConfig, SocketMode};
 pub use metrics::{EvictionCounts, EvictionMetrics, KvEventCounts, KvEventMetrics};
 pub use pins::PinTable;
-pub use ranker::{EngineRanker, SharedCache, TenantCache, TenantDirectory};
+pub use ranker::{EngineRanker, HostRanking, SharedCache, TenantCache, TenantDirectory};
 pub use replica_view::{AnchorEvents, ReplicaView};
