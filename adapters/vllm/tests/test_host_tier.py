@@ -7,7 +7,7 @@ eviction service process with real policy components. No GPU: the scheduler side
 
 Policies: ``probe`` (a test fixture of the 0.3 line) scores ``key + bias``, so its host-tier
 ranking (lowest block hash first) differs from LRU's and ``bias`` < 0 makes it decline the
-blocks whose hash is below ``-bias``; ``callrate-py`` is a component of the 0.2 line.
+blocks whose hash is below ``-bias``; ``callrate-c`` is a component of the 0.2 line (C SDK).
 """
 
 from __future__ import annotations
@@ -223,12 +223,14 @@ def test_the_eviction_window_is_lrus_head_and_not_the_pool(start_host):
     items, want = evictions[0]
     assert want == 4
     assert len(items) == MIN_WINDOW < POOL
-    lru_head = [key_hash64(k) for r in range(POOL // 20) for k in keys(1000 * r, 20)][:MIN_WINDOW]
+    # vLLM's LRU re-ranks a finished request's blocks tail first, so a prompt's last block is
+    # the oldest of its request (the prefix outlives its tail).
+    lru_head = [key_hash64(k) for r in range(POOL // 20) for k in reversed(keys(1000 * r, 20))][:MIN_WINDOW]
     assert [it[0] for it in items] == lru_head
     ranks = [it[2] for it in items]
     assert ranks == sorted(ranks), "last_access: oldest first"
     assert all(it[4] == BLOCK_TOKENS for it in items)
-    assert items[1][5] == BLOCK_TOKENS, "position: the block's first token in its prompt"
+    assert items[0][5] == 19 * BLOCK_TOKENS, "position: the block's first token in its prompt"
     client.close()
     host.stop()
 
@@ -315,7 +317,7 @@ def test_past_the_deadline_is_exactly_vllms_lru(start_host):
 
 
 def test_a_0_2_line_component_leaves_the_host_tier_to_lru(start_host):
-    host = start_host("callrate-py")
+    host = start_host("callrate-c")
     client = client_for(host)
     manager = agentrt_manager(client)
     driver = Driver(manager)
