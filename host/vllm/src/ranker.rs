@@ -382,13 +382,10 @@ impl EngineRanker for SharedCache {
         }
         let mut evict_first = Vec::with_capacity(items.len());
         // Few tenants: a scan of the queue heads per victim is cheaper than a heap.
-        while let Some(q) = (0..queues.len())
-            .filter(|&q| !queues[q].is_empty())
-            .min_by_key(|&q| {
-                let head = queues[q][0];
-                (!declined[head], items[head].last_access)
-            })
-        {
+        while let Some(q) = (0..queues.len()).filter(|&q| !queues[q].is_empty()).min_by_key(|&q| {
+            let head = queues[q][0];
+            (!declined[head], items[head].last_access)
+        }) {
             evict_first.push(queues[q].pop_front().expect("a non-empty queue"));
         }
         evict_first.reverse();

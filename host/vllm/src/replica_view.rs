@@ -131,7 +131,11 @@ impl ReplicaView {
             if is_host_tier(event) {
                 // Host-memory copies: folded like any block, but not the replica's GPU residents
                 // (anchors and clears track the GPU cache). A host-tier clear is forwarded as is.
-                let third = if op == BlockOp::Removed { event[2] } else { self.fold(event[2]) };
+                let third = if op == BlockOp::Removed {
+                    event[2]
+                } else {
+                    self.fold(event[2])
+                };
                 out.extend_from_slice(&[event[0], hash, third]);
                 continue;
             }

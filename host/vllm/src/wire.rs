@@ -314,10 +314,7 @@ pub fn decode_request(kind: u8, body: &[u8]) -> Result<Request, WireError> {
                         TIER_GPU => Tier::Gpu,
                         TIER_HOST => Tier::Host,
                         other => {
-                            return Err(b.err(format!(
-                                "item {} has tier {other} (0 = gpu, 1 = host)",
-                                items.len()
-                            )))
+                            return Err(b.err(format!("item {} has tier {other} (0 = gpu, 1 = host)", items.len())))
                         }
                     },
                 });

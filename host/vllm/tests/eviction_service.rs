@@ -193,7 +193,12 @@ fn host_item(block_hash: u64, wire_agent: u32, last_access: u64) -> wire::WireIt
 }
 
 /// A RANK answered with its declined list.
-async fn rank_host(plugin: &mut Plugin, request_id: u32, want: u32, items: Vec<wire::WireItem>) -> (Vec<u32>, Vec<u32>) {
+async fn rank_host(
+    plugin: &mut Plugin,
+    request_id: u32,
+    want: u32,
+    items: Vec<wire::WireItem>,
+) -> (Vec<u32>, Vec<u32>) {
     plugin
         .send(&Request::Rank {
             request_id,
@@ -211,7 +216,10 @@ async fn rank_host(plugin: &mut Plugin, request_id: u32, want: u32, items: Vec<w
         } => {
             assert_eq!(got, request_id);
             assert!(!fallback);
-            (evict_first, declined.expect("a host-tier RANK is answered with its declined list"))
+            (
+                evict_first,
+                declined.expect("a host-tier RANK is answered with its declined list"),
+            )
         }
         other => panic!("expected RANKED, got {other:?}"),
     }
@@ -226,7 +234,12 @@ async fn host_tier_candidates_are_ranked_by_the_policy_and_negative_scores_decli
     let service = EvictionService::bind(socket_path(&dir), policy).unwrap();
     let mut plugin = Plugin::connect(&service).await;
     // Recency says 300 (oldest) first; the policy says the lowest key first.
-    let items = vec![host_item(300, 0, 1), host_item(20, 0, 9), host_item(150, 0, 5), host_item(60, 0, 7)];
+    let items = vec![
+        host_item(300, 0, 1),
+        host_item(20, 0, 9),
+        host_item(150, 0, 5),
+        host_item(60, 0, 7),
+    ];
     let (evict_first, declined) = rank_host(&mut plugin, 1, 2, items.clone()).await;
     assert_eq!(evict_first, vec![1, 3], "the policy's order, not LRU's");
     assert_eq!(declined, vec![1, 3], "keys 20 and 60 score below zero");
@@ -243,7 +256,10 @@ async fn host_tier_candidates_are_ranked_by_the_policy_and_negative_scores_decli
             items: vec![item(20, 0, 1), item(300, 0, 2)],
         })
         .await;
-    let wire::Reply::Ranked { evict_first, declined, .. } = plugin.recv().await else {
+    let wire::Reply::Ranked {
+        evict_first, declined, ..
+    } = plugin.recv().await
+    else {
         panic!("expected RANKED");
     };
     assert_eq!((evict_first, declined), (vec![0], None));
@@ -257,7 +273,9 @@ async fn a_0_2_component_leaves_the_host_tier_in_lru_order_and_stores_everything
     let (engine, _cache) = engine();
     let dir = tempfile::tempdir().unwrap();
     assert!(
-        !agentrt_tests::load(&engine, "callrate-py").contract_line().knows_tiers(),
+        !agentrt_tests::load(&engine, "callrate-py")
+            .contract_line()
+            .knows_tiers(),
         "callrate-py is built with the Python SDK's 0.2 line"
     );
     let policy = Arc::new(start(&engine, "callrate-py", &[]));
@@ -294,7 +312,11 @@ async fn hello_agrees_on_the_highest_protocol_both_speak() {
     let dir = tempfile::tempdir().unwrap();
     let policy = Arc::new(start(&engine, "lru", &[]));
     let service = EvictionService::bind(socket_path(&dir), policy).unwrap();
-    for (plugin_speaks, agreed) in [(1, 1), (wire::PROTOCOL_VERSION, wire::PROTOCOL_VERSION), (9, wire::PROTOCOL_VERSION)] {
+    for (plugin_speaks, agreed) in [
+        (1, 1),
+        (wire::PROTOCOL_VERSION, wire::PROTOCOL_VERSION),
+        (9, wire::PROTOCOL_VERSION),
+    ] {
         let mut plugin = Plugin {
             stream: tokio::net::UnixStream::connect(service.path()).await.unwrap(),
         };
@@ -304,6 +326,10 @@ async fn hello_agrees_on_the_highest_protocol_both_speak() {
                 vllm_version: "0.32.0+cpu".into(),
             })
             .await;
-        assert_eq!(plugin.recv().await, wire::Reply::HelloOk { protocol: agreed }, "plugin {plugin_speaks}");
+        assert_eq!(
+            plugin.recv().await,
+            wire::Reply::HelloOk { protocol: agreed },
+            "plugin {plugin_speaks}"
+        );
     }
 }
