@@ -362,7 +362,11 @@ impl Connection {
                 tracing::warn!(error = %e, items = items.len(), "policy failed on the host tier; answering in LRU order, storing everything");
             }
         }
-        add(&self.shared.metrics.host_tier_declined, ranked.declined.len() as u64);
+        // Declines are acted on in admission asks (`want` 0); an eviction's RANK carries them too
+        // but only its order is used, so only the former count.
+        if want == 0 {
+            add(&self.shared.metrics.host_tier_declined, ranked.declined.len() as u64);
+        }
         let evict_first = ranked
             .ranking
             .order

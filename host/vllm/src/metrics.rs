@@ -50,7 +50,8 @@ pub struct EvictionCounts {
     pub plugin_missed: u64,
     /// RANKs of host-memory-tier candidates (eviction from the host pool, or admission to it).
     pub host_tier_ranks: u64,
-    /// Host-tier candidates the policy declined to store (scored below zero).
+    /// Blocks the policy declined to store (scored below zero) in admission asks (host-tier RANKs
+    /// with `want` 0).
     pub host_tier_declined: u64,
 }
 
