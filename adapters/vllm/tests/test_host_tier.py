@@ -256,7 +256,9 @@ def test_a_negative_score_declines_a_store(start_host):
     out = manager.prepare_store(offered, ctx)
     assert out.keys_to_store == [] and out.evicted_keys == []
     client.close()
-    counts = host.stop()["eviction"]
+    stopped = host.stop()
+    assert "eviction" in stopped, (host.proc.returncode, host.stderr[-3000:])
+    counts = stopped["eviction"]
     assert counts["host_tier_declined"] == 2 * (len(offered) - len(stored))
 
 
@@ -352,3 +354,89 @@ def test_eviction_policy_other_than_lru_is_refused_with_a_clear_error():
     spec = OffloadingSpecFactory.create_spec(config("AgentrtOffloadingSpec", eviction_policy="arc"))
     with pytest.raises(ValueError, match="eviction_policy='arc' is not supported"):
         spec.get_manager()
+
+
+def test_ranked_answers_decode_in_both_layouts():
+    """A GPU answer keeps protocol 1's bytes; a host-tier answer appends its declined list."""
+    gpu = struct.pack("<IBI2I", 7, 0, 2, 1, 0)
+    assert wire.decode_ranked(gpu) == (7, False, [1, 0], None)
+    host = struct.pack("<IBI1II2I", 8, wire.FLAG_DECLINED, 1, 2, 2, 0, 3)
+    assert wire.decode_ranked(host) == (8, False, [2], [0, 3])
+    with pytest.raises(ValueError, match="declined"):
+        wire.decode_ranked(struct.pack("<IBI1II1I", 9, wire.FLAG_DECLINED, 1, 2, 2, 0))
+    with pytest.raises(ValueError, match="trailing"):
+        wire.decode_ranked(gpu + b"\0")
+    item = wire.rank(1, 1, 0, [(5, 6, 7, 8, 16, 32)], wire.TIER_HOST)[17:]
+    assert wire.ITEM.unpack(item) == (5, 6, 7, 8, 16, 32, wire.TIER_HOST)
+    assert wire.block_word0(wire.OP_STORED, 3, 16, wire.TIER_HOST) == (1 << 4) | (16 << 8) | (3 << 32)
+
+
+class Protocol1Host:
+    """MOCK for what the real service no longer is: a host of protocol 1 (before tiers). It
+    answers HELLO with 1 and every RANK with evict-first indices and no declined list, as the old
+    host did. Records the RANK items' tier fields and the BLOCKS words it got."""
+
+    def __init__(self, path) -> None:
+        import socket
+        import threading
+
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(path))
+        self.server.listen(1)
+        self.tiers: list[int] = []
+        self.block_words = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.server.accept()
+        reader = wire.FrameReader()
+        while data := conn.recv(1 << 16):
+            reader.feed(data)
+            while (frame := reader.next()) is not None:
+                kind, body = frame
+                if kind == wire.KIND_HELLO:
+                    conn.sendall(wire.frame(wire.KIND_HELLO_OK, struct.pack("<H", 1)))
+                elif kind == wire.KIND_BLOCKS:
+                    self.block_words += len(body) // 8
+                elif kind == wire.KIND_RANK:
+                    rid, want, _missed = struct.unpack_from("<III", body, 0)
+                    n = (len(body) - 12) // wire.ITEM.size
+                    self.tiers += [wire.ITEM.unpack_from(body, 12 + i * wire.ITEM.size)[6] for i in range(n)]
+                    order = list(range(min(want, n)))
+                    conn.sendall(wire.frame(wire.KIND_RANKED, struct.pack(f"<IBI{len(order)}I", rid, 0, len(order), *order)))
+
+
+def test_a_protocol_1_host_is_not_asked_about_the_host_tier(tmp_path):
+    old = Protocol1Host(tmp_path / "old.sock")
+    client = EvictionClient(str(tmp_path / "old.sock"), 2.0, "test")
+    manager = agentrt_manager(client)
+    driver = Driver(manager)
+    stock = Driver(stock_manager())
+    universe = workload(driver)
+    workload(stock)
+    assert driver.resident(universe) == stock.resident(universe), "LRU, everything stored"
+    assert client.host_protocol == 1
+    # The first question went out before the host's HELLO_OK was read; its answer carried no
+    # declined list and was not taken for one about the host tier. None after that.
+    assert len(old.tiers) <= 20 and set(old.tiers) == {wire.TIER_HOST}
+    assert client.stats["host_tier_unsupported"] >= 2
+    client.flush()
+    assert old.block_words == 0, "no host-tier events to a host that would count them as GPU blocks"
+    client.close()
+
+
+def test_the_spec_connects_from_the_plugins_environment(start_host, monkeypatch):
+    from agentrt_vllm import patch
+    from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+
+    host = start_host("probe")
+    monkeypatch.setitem(patch._state, "client", None)  # the block-pool patch did not install
+    monkeypatch.setenv("AGENTRT_EVICTION_SOCKET", str(host.socket_path))
+    monkeypatch.setenv("AGENTRT_EVICTION_DEADLINE_MS", "2000")
+    manager = OffloadingSpecFactory.create_spec(config("AgentrtOffloadingSpec")).get_manager()
+    assert manager.client is not None and manager.client.deadline_s == 2.0
+    driver = Driver(manager)
+    workload(driver)
+    assert manager.agentrt_stats["host_victims_from_policy"] == manager.agentrt_stats["host_evictions"] > 0
+    manager.client.close()
+    assert host.stop()["eviction"]["connections"] == 1
