@@ -255,10 +255,17 @@ class AgentrtOffloadingManager(CPUOffloadingManager):
     def prepare_load(self, keys: Collection[OffloadKey], req_context: ReqContext):
         spec = super().prepare_load(keys, req_context)
         if self.client is not None:
+            tag = self.tags(req_context.req_id)
             for key in keys:
                 block = self.blocks.get(key)
-                if block is not None:
-                    self._event(wire.OP_TOUCHED, block)
+                if block is None:
+                    continue
+                if tag is not None and block.session != tag.session:
+                    # Another session reuses it: shared content, no one session's (as the GPU
+                    # tracker reports it, wit/policy.wit's item.session).
+                    block.session = 0
+                agent = tag.agent if tag is not None else 0
+                self.client.block_event(wire.OP_TOUCHED, agent, block.position, block.hash, 0, wire.TIER_HOST)
         return spec
 
     def reset_cache(self) -> None:

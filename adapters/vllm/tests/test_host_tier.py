@@ -283,6 +283,13 @@ def test_agent_session_and_position_reach_the_policy(start_host):
     assert [(it[0], it[1], it[3], it[5]) for it in admission] == [
         (key_hash64(k), wire.fnv1a64("s1"), planner, i * BLOCK_TOKENS) for i, k in enumerate(ks)
     ]
+    assert all(manager.blocks[k].session == wire.fnv1a64("s1") for k in ks)
+    # Another session's request loads them back: shared content, no one session's.
+    tags["req-other"] = RequestTag(planner, wire.fnv1a64("s2"), False)
+    ctx = ReqContext(req_id="req-other")
+    manager.prepare_load(ks[:2], ctx)
+    manager.complete_load(ks[:2], ctx)
+    assert [manager.blocks[k].session for k in ks] == [0, 0, wire.fnv1a64("s1")]
     client.close()
     counts = host.stop()["eviction"]
     assert counts["agents_defined"] == 1
