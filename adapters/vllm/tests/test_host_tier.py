@@ -184,9 +184,8 @@ def test_the_policys_host_tier_ranking_decides_the_victims(start_host):
     resident = driver.resident(universe)
     assert len(resident) == POOL, "the same number of chunks freed as vLLM's"
     assert resident != stock.resident(universe), "the policy, not LRU, chose"
-    # Each eviction dropped the lowest-hashed chunks of LRU's evict-first window: every dropped
-    # chunk hashes below every chunk that stayed... within the windows it was offered in. Over
-    # the whole run: what stayed of the pre-overflow content has higher hashes on average.
+    # Each eviction dropped the lowest-hashed chunks of the window it offered, so over the run
+    # the dropped chunks hash lower, on average, than what stayed of the first 300.
     dropped = [k for k in universe if k not in resident]
     assert len(dropped) == len(universe) - POOL
     assert np.mean([key_hash64(k) for k in dropped]) < np.mean([key_hash64(k) for k in resident if k in universe[:300]])
