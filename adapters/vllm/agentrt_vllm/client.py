@@ -30,6 +30,9 @@ class EvictionClient:
         self.next_id = 1
         self.missed = 0  # RANKs given up since the last one sent (reported to the host)
         self.refused = False  # the host speaks another protocol
+        # The protocol the host agreed to (HELLO_OK), per connection; None until it answers.
+        # Host-tier questions and events need 2.
+        self.host_protocol: int | None = None
         self._last_attempt = -1e9
         self._defined: dict[str, int] = {}
         self._pending_defs: list[bytes] = []
@@ -43,6 +46,7 @@ class EvictionClient:
             "late_replies": 0,
             "block_events_sent": 0,
             "block_events_dropped": 0,
+            "host_tier_unsupported": 0,  # host-tier RANKs a protocol-1 host answered (ignored)
             "rank_wait_us_total": 0,  # time spent waiting for answers that came in time
             "rank_wait_us_max": 0,
         }
@@ -69,6 +73,7 @@ class EvictionClient:
                 log.warning("agentrt: cannot reach eviction service at %s (%s); using vLLM's order", self.path, e)
             return False
         self.sock = sock
+        self.host_protocol = None
         self.reader = wire.FrameReader()
         # Agent ids are per connection: define them again on the new one.
         self._pending_defs = [wire.agent(wid, name) for name, wid in self._defined.items()]
@@ -119,8 +124,15 @@ class EvictionClient:
             self._pending_defs.append(wire.agent(wid, name))
         return wid
 
-    def block_event(self, op: int, wire_agent: int, position: int, block_hash: int, parent_hash: int) -> None:
-        self.events.extend((wire.block_word0(op, wire_agent, position), block_hash, parent_hash))
+    def block_event(
+        self, op: int, wire_agent: int, position: int, block_hash: int, parent_hash: int, tier: int = wire.TIER_GPU
+    ) -> None:
+        if tier != wire.TIER_GPU and (self.host_protocol or 0) < 2:
+            # A host that has not (yet) said it knows tiers would count a host-memory copy as a
+            # GPU block: such events are dropped until it has.
+            self.stats["block_events_dropped"] += 1
+            return
+        self.events.extend((wire.block_word0(op, wire_agent, position, tier), block_hash, parent_hash))
 
     def _outgoing(self) -> bytes:
         parts = self._pending_defs
@@ -144,14 +156,35 @@ class EvictionClient:
     # -- ranking --------------------------------------------------------------------------------
     def rank(self, items: list[tuple], want: int) -> list[int] | None:
         """Indices of ``items`` to evict first, or ``None`` (no answer in time: use vLLM's order)."""
+        answer = self._ask(items, want, wire.TIER_GPU)
+        return None if answer is None else answer[0]
+
+    def rank_host(self, items: list[tuple], want: int) -> tuple[list[int], list[int]] | None:
+        """Host-memory-tier candidates: ``(indices to drop first, at most want; indices the policy
+        declines to store)``, or ``None`` (no answer in time, or a host that knows no tiers: use
+        vLLM's order and store everything)."""
+        answer = self._ask(items, want, wire.TIER_HOST)
+        if answer is None:
+            return None
+        order, declined = answer
+        if declined is None:
+            # A protocol-1 host ranked these as GPU blocks: not an answer about the host tier.
+            self.stats["host_tier_unsupported"] += 1
+            return None
+        return order, declined
+
+    def _ask(self, items: list[tuple], want: int, tier: int) -> tuple[list[int], list[int] | None] | None:
         if not self.connected():
+            return None
+        if tier != wire.TIER_GPU and self.host_protocol is not None and self.host_protocol < 2:
+            self.stats["host_tier_unsupported"] += 1
             return None
         started = time.monotonic()
         deadline = started + self.deadline_s
         request_id = self.next_id
         self.next_id = (self.next_id + 1) & 0xFFFFFFFF or 1
         self.stats["rank_requests"] += 1
-        payload = self._outgoing() + wire.rank(request_id, want, self.missed, items)
+        payload = self._outgoing() + wire.rank(request_id, want, self.missed, items, tier)
         if not self._send(payload, deadline):
             return None
         self.missed = 0
@@ -166,7 +199,7 @@ class EvictionClient:
         self.stats["rank_wait_us_max"] = max(self.stats["rank_wait_us_max"], waited)
         return answer
 
-    def _await(self, request_id: int, deadline: float) -> list[int] | None:
+    def _await(self, request_id: int, deadline: float) -> tuple[list[int], list[int] | None] | None:
         assert self.sock is not None
         while True:
             try:
@@ -199,16 +232,17 @@ class EvictionClient:
                 return None
             self.reader.feed(data)
 
-    def _on_frame(self, kind: int, body: bytes, request_id: int) -> list[int] | None:
+    def _on_frame(self, kind: int, body: bytes, request_id: int) -> tuple[list[int], list[int] | None] | None:
         try:
             if kind == wire.KIND_RANKED:
-                rid, _fallback, order = wire.decode_ranked(body)
+                rid, _fallback, order, declined = wire.decode_ranked(body)
                 if rid == request_id:
-                    return order
+                    return order, declined
                 self.stats["late_replies"] += 1
             elif kind == wire.KIND_HELLO_OK:
                 protocol = wire.decode_hello_ok(body)
-                if protocol != wire.PROTOCOL_VERSION:
+                self.host_protocol = protocol
+                if protocol not in wire.KNOWN_PROTOCOLS:
                     log.error(
                         "agentrt: eviction service speaks protocol %d, plugin %d: not using it",
                         protocol,

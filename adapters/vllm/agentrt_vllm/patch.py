@@ -20,6 +20,7 @@ import functools
 import logging
 import os
 import weakref
+from collections import OrderedDict
 
 from .client import EvictionClient
 from .tracker import PoolTracker, RequestTag
@@ -33,6 +34,27 @@ SUPPORTED_VERSIONS = ("0.32.0", "0.33.0")
 
 _state: dict = {"installed": False, "client": None, "current": None}
 _trackers: "weakref.WeakSet[PoolTracker]" = weakref.WeakSet()
+# Request id -> RequestTag of the requests the scheduler allocated for lately: the host-tier
+# manager (offload.py) sees only a request id. Bounded: the oldest ids go first.
+_request_tags: "OrderedDict[str, RequestTag]" = OrderedDict()
+MAX_REMEMBERED_REQUESTS = 4096
+
+
+def remember_request(request_id: str, tag: RequestTag) -> None:
+    _request_tags[request_id] = tag
+    _request_tags.move_to_end(request_id)
+    while len(_request_tags) > MAX_REMEMBERED_REQUESTS:
+        _request_tags.popitem(last=False)
+
+
+def tag_of(request_id: str) -> RequestTag | None:
+    """The agent and session of a request the block pool allocated for lately, by its id."""
+    return _request_tags.get(request_id)
+
+
+def shared_client() -> EvictionClient | None:
+    """The engine process's connection to the eviction service (``None`` when not installed)."""
+    return _state["client"]
 
 
 def vllm_version() -> str:
@@ -200,6 +222,8 @@ def install(socket_path: str, deadline_ms: float = 2.0, max_candidates: int = 25
     def allocate_slots(self, request, *args, **kwargs):
         t = getattr(self.block_pool, "_agentrt", None)
         _state["current"] = request_tag(request, t.client) if t is not None else None
+        if _state["current"] is not None:
+            remember_request(request.request_id, _state["current"])
         try:
             return orig_allocate(self, request, *args, **kwargs)
         finally:

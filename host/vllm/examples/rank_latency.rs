@@ -40,6 +40,7 @@ fn main() -> anyhow::Result<()> {
             wire_agent: (i % 4) as u32,
             tokens: 32,
             position: 0,
+            tier: agentrt_runtime::types::Tier::Gpu,
         })
         .collect();
     let mut samples = Vec::with_capacity(rounds);

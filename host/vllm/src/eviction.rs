@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agentrt_runtime::packed::{op_and_agent, WORDS_PER_EVENT};
-use agentrt_runtime::types::{BlockOp, Item, ItemKind, SideEffect};
+use agentrt_runtime::types::{BlockOp, Item, ItemKind, SideEffect, Tier};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::task::{JoinHandle, JoinSet};
@@ -238,20 +238,17 @@ impl Connection {
         };
         match request {
             Request::Hello { protocol, vllm_version } => {
-                if protocol != wire::PROTOCOL_VERSION {
+                // The highest version both speak: a protocol-1 plugin (GPU only) gets 1.
+                let agreed = protocol.min(wire::PROTOCOL_VERSION);
+                if agreed < wire::MIN_PROTOCOL_VERSION {
                     tracing::warn!(
                         plugin = protocol,
                         host = wire::PROTOCOL_VERSION,
-                        "plugin speaks another protocol version; it will refuse to use us"
+                        "plugin speaks a protocol version this host does not; it will refuse to use us"
                     );
                 }
-                tracing::info!(vllm = %vllm_version, protocol, "plugin hello");
-                wire::encode_reply(
-                    &Reply::HelloOk {
-                        protocol: wire::PROTOCOL_VERSION,
-                    },
-                    out,
-                );
+                tracing::info!(vllm = %vllm_version, protocol, agreed, "plugin hello");
+                wire::encode_reply(&Reply::HelloOk { protocol: agreed }, out);
             }
             Request::Agent { wire_agent, name } => {
                 let handle = self.shared.agents.resolve(&name, self.shared.policy.as_ref());
@@ -327,9 +324,12 @@ impl Connection {
                 last_access: w.last_access,
                 tokens: w.tokens,
                 position: w.position,
-                tier: agentrt_runtime::types::Tier::Gpu,
+                tier: w.tier,
             })
             .collect();
+        if items.iter().any(|i| i.tier == Tier::Host) {
+            return self.rank_host(request_id, want, &items);
+        }
         let ranking = self.shared.policy.rank(&items);
         if let Some(e) = &ranking.fallback {
             add(&self.shared.metrics.policy_fallbacks, 1);
@@ -346,6 +346,40 @@ impl Connection {
             request_id,
             fallback: ranking.fallback.is_some(),
             evict_first,
+            declined: None,
+        }
+    }
+
+    /// Host-memory-tier candidates: the host pool's eviction order (`want` of them) and the
+    /// stores the policy declines. Pins are not applied: they protect GPU residency, and a pinned
+    /// agent's blocks stay on the GPU whatever the host pool keeps.
+    fn rank_host(&mut self, request_id: u32, want: u32, items: &[Item]) -> Reply {
+        add(&self.shared.metrics.host_tier_ranks, 1);
+        let ranked = self.shared.policy.rank_host(items);
+        if let Some(e) = &ranked.ranking.fallback {
+            add(&self.shared.metrics.policy_fallbacks, 1);
+            if !e.is_circuit_open() {
+                tracing::warn!(error = %e, items = items.len(), "policy failed on the host tier; answering in LRU order, storing everything");
+            }
+        }
+        // Declines are acted on in admission asks (`want` 0); an eviction's RANK carries them too
+        // but only its order is used, so only the former count.
+        if want == 0 {
+            add(&self.shared.metrics.host_tier_declined, ranked.declined.len() as u64);
+        }
+        let evict_first = ranked
+            .ranking
+            .order
+            .iter()
+            .rev()
+            .take(want as usize)
+            .map(|&i| i as u32)
+            .collect();
+        Reply::Ranked {
+            request_id,
+            fallback: ranked.ranking.fallback.is_some(),
+            evict_first,
+            declined: Some(ranked.declined.iter().map(|&i| i as u32).collect()),
         }
     }
 }

@@ -8,7 +8,9 @@
 //!   which patches vLLM's block pool. The plugin tags cached blocks with their agent, reports
 //!   touches, and asks — at most once per scheduler step — which cached blocks to evict first;
 //!   the service answers with [`PolicyHandle::rank`](agentrt_runtime::PolicyHandle::rank).
-//!   Protocol: [`wire`].
+//!   The plugin's host-memory-tier manager (vLLM's offloading connector) asks the same way about
+//!   host-tier candidates: which copies to drop first, which blocks not to store
+//!   ([`EngineRanker::rank_host`]). Protocol: [`wire`].
 //! - [`ReplicaView`]: with several replicas, one per replica between its plugin connection (and
 //!   KV events) and the ranker they share, so the policy sees each replica's blocks as its own.
 //! - [`KvEventSubscriber`]: subscribes to vLLM's ZMQ KV-event publisher, decodes its msgpack
@@ -44,5 +46,5 @@ pub use eviction::{EvictionOptions, EvictionService};
 pub use kv_events::{BlockSink, Forward, KvEventSubscriber, KvEventsConfig, SocketMode};
 pub use metrics::{EvictionCounts, EvictionMetrics, KvEventCounts, KvEventMetrics};
 pub use pins::PinTable;
-pub use ranker::{EngineRanker, SharedCache, TenantCache, TenantDirectory};
+pub use ranker::{EngineRanker, HostRanking, SharedCache, TenantCache, TenantDirectory};
 pub use replica_view::{AnchorEvents, ReplicaView};

@@ -23,6 +23,8 @@ pub struct EvictionMetrics {
     pub(crate) rank_items: AtomicU64,
     pub(crate) policy_fallbacks: AtomicU64,
     pub(crate) plugin_missed: AtomicU64,
+    pub(crate) host_tier_ranks: AtomicU64,
+    pub(crate) host_tier_declined: AtomicU64,
 }
 
 /// A copy of [`EvictionMetrics`] at one moment.
@@ -46,6 +48,11 @@ pub struct EvictionCounts {
     pub policy_fallbacks: u64,
     /// RANKs the plugin reports it stopped waiting for (its deadline passed): it used vLLM's order.
     pub plugin_missed: u64,
+    /// RANKs of host-memory-tier candidates (eviction from the host pool, or admission to it).
+    pub host_tier_ranks: u64,
+    /// Blocks the policy declined to store (scored below zero) in admission asks (host-tier RANKs
+    /// with `want` 0).
+    pub host_tier_declined: u64,
 }
 
 impl EvictionMetrics {
@@ -61,6 +68,8 @@ impl EvictionMetrics {
             rank_items: get(&self.rank_items),
             policy_fallbacks: get(&self.policy_fallbacks),
             plugin_missed: get(&self.plugin_missed),
+            host_tier_ranks: get(&self.host_tier_ranks),
+            host_tier_declined: get(&self.host_tier_declined),
         }
     }
 }

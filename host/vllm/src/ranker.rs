@@ -10,14 +10,38 @@
 //! past its limit, else above its guarantee. A tenant whose policy fails is ranked in LRU order —
 //! its own blocks only. The guarantee is enforced here, at eviction; vLLM's admission does not yet
 //! hold back a request that would cut into another tenant's guarantee (the simulator does).
+//!
+//! **The host-memory tier** ([`EngineRanker::rank_host`]). Shares divide the GPU cache; the host
+//! tier is not under them: its blocks are not counted as a tenant's GPU blocks, and a host-tier
+//! ranking gives each candidate to its owning tenant's policy (the default tenant's for an agent
+//! no tenant named; LRU for a tenant not started). The tenants' own evict-first orders are merged
+//! by recency — the candidate whose queue head is oldest goes next, every block some tenant
+//! declines to store ahead of the rest — so that with every tenant on LRU the merged order is the
+//! host pool's own LRU.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 
 use agentrt_runtime::packed::{op_and_agent, WORDS_PER_EVENT};
 use agentrt_runtime::shares::{victim_tenant, Share, Usage};
-use agentrt_runtime::types::{BlockOp, Event, Item};
-use agentrt_runtime::{lru_order, PolicyError, PolicyHandle, Ranking};
+use agentrt_runtime::types::{BlockOp, Event, Item, Tier};
+use agentrt_runtime::{keep_order, lru_order, PolicyError, PolicyHandle, Ranking};
+
+/// A ranking of host-tier candidates, with the stores the policy declines.
+#[derive(Debug)]
+pub struct HostRanking {
+    /// Keep-most → evict-first, as for the GPU.
+    pub ranking: Ranking,
+    /// Indices of the items scored below zero: blocks not worth a copy in host memory
+    /// (`wit/policy.wit`: `item`). Empty when the policy failed: then everything is stored.
+    pub declined: Vec<usize>,
+}
+
+/// Whether a packed block event (its words) happened in the host tier: word 0's bits 4..8 hold
+/// the tier's ordinal (`tier` in `wit/policy.wit`: gpu = 0, host = 1).
+pub fn is_host_tier(event: &[u64]) -> bool {
+    (event[0] >> 4) & 0xf == 1
+}
 
 /// Ranks the engine's eviction candidates and hears its block events.
 pub trait EngineRanker: Send + Sync {
@@ -47,6 +71,18 @@ pub trait EngineRanker: Send + Sync {
     fn count_evictors_on(&self, _replica: u64, evictors: &[u32]) {
         self.count_evictors(evictors)
     }
+    /// Host-tier candidates (`item.tier == host`): which resident copies to drop first and which
+    /// blocks are not worth storing. A ranker that cannot tell declines nothing.
+    fn rank_host(&self, items: &[Item]) -> HostRanking {
+        HostRanking {
+            ranking: self.rank(items),
+            declined: Vec::new(),
+        }
+    }
+    /// One replica's host-tier candidates (see [`EngineRanker::observe_blocks_on`]).
+    fn rank_host_on(&self, _replica: u64, items: &[Item]) -> HostRanking {
+        self.rank_host(items)
+    }
 }
 
 impl EngineRanker for PolicyHandle {
@@ -61,6 +97,29 @@ impl EngineRanker for PolicyHandle {
     }
     fn announce(&self, events: &[Event]) -> Result<(), PolicyError> {
         self.observe(events)
+    }
+    /// The policy's scores: its order, and the host-tier items below zero. A component of the 0.2
+    /// line scores host-tier items 0 ([`PolicyHandle::score`]): LRU order, everything stored.
+    fn rank_host(&self, items: &[Item]) -> HostRanking {
+        match self.score(items) {
+            Ok(scores) => HostRanking {
+                ranking: Ranking {
+                    order: keep_order(items, &scores),
+                    fallback: None,
+                },
+                declined: (0..items.len())
+                    .filter(|&i| items[i].tier == Tier::Host && scores[i] < 0.0)
+                    .collect(),
+            },
+            // Store everything, in LRU order (PolicyHandle::rank's fallback).
+            Err(e) => HostRanking {
+                ranking: Ranking {
+                    order: lru_order(items),
+                    fallback: Some(e),
+                },
+                declined: Vec::new(),
+            },
+        }
     }
 }
 
@@ -184,6 +243,22 @@ impl EngineRanker for SharedCache {
                 let Some((op, agent)) = op_and_agent(event) else {
                     continue;
                 };
+                if is_host_tier(event) {
+                    // The host tier is not divided by the shares: its copies are no tenant's GPU
+                    // blocks. Its events go to the owner's policy (a clear: to every tenant's).
+                    if op == BlockOp::AllCleared {
+                        let mut told: Vec<Arc<str>> = cached.keys().map(|(_, t)| t.clone()).collect();
+                        told.extend(self.shares().keys().map(|t| Arc::from(t.as_str())));
+                        told.sort();
+                        told.dedup();
+                        for tenant in told {
+                            by_tenant.entry(tenant).or_default().extend_from_slice(event);
+                        }
+                    } else {
+                        by_tenant.entry(self.owner(agent)).or_default().extend_from_slice(event);
+                    }
+                    continue;
+                }
                 if op == BlockOp::AllCleared {
                     for ((_, _), tenant) in cached.iter_mut().filter(|((r, _), _)| *r == replica) {
                         tenant.blocks = 0;
@@ -273,6 +348,54 @@ impl EngineRanker for SharedCache {
 
     fn count_evictors(&self, evictors: &[u32]) {
         self.count_evictors_on(0, evictors)
+    }
+
+    /// No shares: each candidate goes to its owner's policy; the owners' evict-first orders are
+    /// merged by recency, declined stores first (see the module's doc).
+    fn rank_host(&self, items: &[Item]) -> HostRanking {
+        let mut groups: HashMap<Arc<str>, Vec<usize>> = HashMap::new();
+        for (i, item) in items.iter().enumerate() {
+            groups.entry(self.owner(item.agent)).or_default().push(i);
+        }
+        let mut declined = vec![false; items.len()];
+        let mut queues: Vec<VecDeque<usize>> = Vec::new();
+        let mut fallback = None;
+        for (tenant, mine) in groups {
+            let own: Vec<Item> = mine.iter().map(|&i| items[i]).collect();
+            let ranked = match self.directory.policy_of(&tenant) {
+                Some(policy) => policy.rank_host(&own),
+                None => HostRanking {
+                    ranking: Ranking {
+                        order: lru_order(&own),
+                        fallback: None,
+                    },
+                    declined: Vec::new(),
+                },
+            };
+            if fallback.is_none() {
+                fallback = ranked.ranking.fallback;
+            }
+            for k in ranked.declined {
+                declined[mine[k]] = true;
+            }
+            queues.push(ranked.ranking.order.into_iter().rev().map(|k| mine[k]).collect());
+        }
+        let mut evict_first = Vec::with_capacity(items.len());
+        // Few tenants: a scan of the queue heads per victim is cheaper than a heap.
+        while let Some(q) = (0..queues.len()).filter(|&q| !queues[q].is_empty()).min_by_key(|&q| {
+            let head = queues[q][0];
+            (!declined[head], items[head].last_access)
+        }) {
+            evict_first.push(queues[q].pop_front().expect("a non-empty queue"));
+        }
+        evict_first.reverse();
+        HostRanking {
+            ranking: Ranking {
+                order: evict_first,
+                fallback,
+            },
+            declined: (0..items.len()).filter(|&i| declined[i]).collect(),
+        }
     }
 
     fn count_evictors_on(&self, replica: u64, evictors: &[u32]) {

@@ -25,7 +25,7 @@ use agentrt_runtime::types::{BlockEvent, BlockOp, Event, Item};
 use agentrt_runtime::{PolicyError, Ranking};
 
 use crate::kv_events::BlockSink;
-use crate::ranker::EngineRanker;
+use crate::ranker::{is_host_tier, EngineRanker, HostRanking};
 
 /// Blocks a view tracks per replica at most (a real engine's cache holds far fewer); past it new
 /// blocks are folded and forwarded but not tracked, so a clear cannot name them.
@@ -128,6 +128,17 @@ impl ReplicaView {
                 continue;
             };
             let hash = self.fold(event[1]);
+            if is_host_tier(event) {
+                // Host-memory copies: folded like any block, but not the replica's GPU residents
+                // (anchors and clears track the GPU cache). A host-tier clear is forwarded as is.
+                let third = if op == BlockOp::Removed {
+                    event[2]
+                } else {
+                    self.fold(event[2])
+                };
+                out.extend_from_slice(&[event[0], hash, third]);
+                continue;
+            }
             match op {
                 BlockOp::Stored => {
                     let starts = event[2] == 0 && (event[0] >> 8) & 0xff_ffff == 0;
@@ -213,6 +224,17 @@ impl EngineRanker for ReplicaView {
             })
             .collect();
         self.inner.rank_on(self.replica, &folded)
+    }
+
+    fn rank_host(&self, items: &[Item]) -> HostRanking {
+        let folded: Vec<Item> = items
+            .iter()
+            .map(|item| Item {
+                key: self.fold(item.key),
+                ..*item
+            })
+            .collect();
+        self.inner.rank_host_on(self.replica, &folded)
     }
 
     fn announce(&self, events: &[Event]) -> Result<(), PolicyError> {

@@ -16,15 +16,32 @@
 //! | kind | direction | body |
 //! |---|---|---|
 //! | `0x01` HELLO  | plugin → host | `u16 protocol`, `u16 n`, `n` bytes UTF-8 (vLLM version, for logs) |
-//! | `0x81` HELLO_OK | host → plugin | `u16 protocol` |
+//! | `0x81` HELLO_OK | host → plugin | `u16 protocol`: the highest version both sides speak (see below) |
 //! | `0x02` AGENT  | plugin → host | `u32 wire_agent` (high bit set), `u16 n`, `n` bytes UTF-8 agent name |
 //! | `0x03` BLOCKS | plugin → host | `k × 3 u64`: block events packed exactly as for `observe-blocks` (op, position, agent in word 0; hash; parent hash), the agent field holding a wire agent id — except that a *removed* event's third word holds the wire agent of the request whose allocation evicted the block (0: none known), which the host counts per tenant and zeroes before any policy sees it |
 //! | `0x04` RANK   | plugin → host | `u32 request_id`, `u32 want`, `u32 missed`, `k ×` item (below) |
-//! | `0x84` RANKED | host → plugin | `u32 request_id`, `u8 flags` (bit 0: the policy failed, LRU order), `u32 n`, `n × u32` item indices, evict-first first |
+//! | `0x84` RANKED | host → plugin | `u32 request_id`, `u8 flags` (bit 0: the policy failed, LRU order; bit 1: a declined list follows), `u32 n`, `n × u32` item indices, evict-first first; with flag bit 1: `u32 d`, `d × u32` indices of items the policy declines to store |
 //!
 //! A RANK item is 40 bytes: `u64 block_hash`, `u64 session`, `u64 last_access`, `u32 wire_agent`,
-//! `u32 tokens`, `u32 position` (the block's first token offset in its prompt), `u32 reserved` (0). RANKED returns `min(want, k)` indices. `missed` counts the RANKs the plugin gave up
-//! waiting for since its previous RANK, so the host's counters show deadline misses too.
+//! `u32 tokens`, `u32 position` (the block's first token offset in its prompt), `u32 tier` (0 =
+//! the GPU prefix cache, 1 = the host-memory tier; protocol 1 called this field `reserved` and
+//! always sent 0, so an old plugin's items are GPU items). RANKED returns `min(want, k)` indices.
+//! `missed` counts the RANKs the plugin gave up waiting for since its previous RANK, so the host's
+//! counters show deadline misses too.
+//!
+//! **The host tier** (protocol 2). vLLM's offloading connector keeps a second copy of computed
+//! blocks in host memory; the plugin's host-tier manager asks, over this same connection, which
+//! resident copies to drop first (a RANK of host-tier items, answered as for the GPU) and which
+//! blocks about to be copied are worth storing (a RANK of host-tier items with `want` 0: the
+//! answer's declined list names the items the policy scored below zero, `wit/policy.wit`'s rule).
+//! A RANK that holds host-tier items is answered with flag bit 1 and the declined list (empty when
+//! the policy declines nothing or failed); a RANK of GPU items alone never carries it, so a
+//! protocol-1 plugin never sees it. BLOCKS events carry their tier in word 0's bits 4..8, as the
+//! packed form of `observe-blocks` does.
+//!
+//! **Versions.** HELLO_OK answers the highest protocol both sides speak: `min(plugin's, host's)`.
+//! A protocol-1 plugin (GPU only) gets 1 and works as before; a protocol-2 plugin that gets 1 (an
+//! older host) keeps its host tier in vLLM's own order and stores everything.
 //!
 //! **Wire agent ids.** A request names its agent in `vllm_xargs.agentrt_agent` either as an integer
 //! (an agent handle the proxy already assigned: sent as is, high bit clear) or as a string (the
@@ -41,8 +58,13 @@
 
 use std::fmt;
 
+use agentrt_runtime::types::Tier;
+
 /// Bumped on any incompatible change; HELLO carries it and the host refuses another.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
+
+/// The oldest protocol this host still answers (GPU items only).
+pub const MIN_PROTOCOL_VERSION: u16 = 1;
 
 /// Largest frame either side accepts (a RANK of 64 Ki items is 2.5 MiB).
 pub const MAX_FRAME: usize = 4 << 20;
@@ -71,6 +93,15 @@ pub const KIND_RANKED: u8 = 0x84;
 /// RANKED flag: the policy failed and the order is LRU's.
 pub const FLAG_FALLBACK: u8 = 1;
 
+/// RANKED flag: a declined list follows the indices (host-tier RANKs, protocol 2).
+pub const FLAG_DECLINED: u8 = 2;
+
+/// A RANK item's `tier` field for the GPU prefix cache (what protocol 1's `reserved` 0 meant).
+pub const TIER_GPU: u32 = 0;
+
+/// A RANK item's `tier` field for the host-memory tier.
+pub const TIER_HOST: u32 = 1;
+
 /// One candidate in a RANK frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WireItem {
@@ -86,6 +117,8 @@ pub struct WireItem {
     pub tokens: u32,
     /// The offset of the block's first token in its prompt.
     pub position: u32,
+    /// Whose decision this is: the GPU prefix cache's or the host-memory tier's.
+    pub tier: Tier,
 }
 
 /// A decoded plugin → host message.
@@ -136,6 +169,10 @@ pub enum Reply {
         fallback: bool,
         /// Indices into the RANK's items, the block to evict first first.
         evict_first: Vec<u32>,
+        /// Indices of host-tier items the policy declines to store (scored below zero). `Some`
+        /// (possibly empty) answers a RANK that held host-tier items, `None` one of GPU items
+        /// only: only the former carries the list on the wire ([`FLAG_DECLINED`]).
+        declined: Option<Vec<u32>>,
     },
 }
 
@@ -273,8 +310,14 @@ pub fn decode_request(kind: u8, body: &[u8]) -> Result<Request, WireError> {
                     wire_agent: b.u32("item agent")?,
                     tokens: b.u32("item tokens")?,
                     position: b.u32("item position")?,
+                    tier: match b.u32("item tier")? {
+                        TIER_GPU => Tier::Gpu,
+                        TIER_HOST => Tier::Host,
+                        other => {
+                            return Err(b.err(format!("item {} has tier {other} (0 = gpu, 1 = host)", items.len())))
+                        }
+                    },
                 });
-                b.u32("item reserved")?;
             }
             Request::Rank {
                 request_id,
@@ -309,10 +352,21 @@ pub fn decode_reply(kind: u8, body: &[u8]) -> Result<Reply, WireError> {
             for _ in 0..n {
                 evict_first.push(b.u32("index")?);
             }
+            let declined = if flags & FLAG_DECLINED != 0 {
+                let d = b.u32("declined count")? as usize;
+                let mut declined = Vec::with_capacity(d.min(1 << 16));
+                for _ in 0..d {
+                    declined.push(b.u32("declined index")?);
+                }
+                Some(declined)
+            } else {
+                None
+            };
             Reply::Ranked {
                 request_id,
                 fallback: flags & FLAG_FALLBACK != 0,
                 evict_first,
+                declined,
             }
         }
         other => {
@@ -357,13 +411,24 @@ pub fn encode_reply(reply: &Reply, out: &mut Vec<u8>) {
             request_id,
             fallback,
             evict_first,
+            declined,
         } => {
             let at = start_frame(out, KIND_RANKED);
             out.extend_from_slice(&request_id.to_le_bytes());
-            out.push(if *fallback { FLAG_FALLBACK } else { 0 });
+            let mut flags = if *fallback { FLAG_FALLBACK } else { 0 };
+            if declined.is_some() {
+                flags |= FLAG_DECLINED;
+            }
+            out.push(flags);
             out.extend_from_slice(&(evict_first.len() as u32).to_le_bytes());
             for index in evict_first {
                 out.extend_from_slice(&index.to_le_bytes());
+            }
+            if let Some(declined) = declined {
+                out.extend_from_slice(&(declined.len() as u32).to_le_bytes());
+                for index in declined {
+                    out.extend_from_slice(&index.to_le_bytes());
+                }
             }
             finish_frame(out, at);
         }
@@ -409,7 +474,11 @@ pub fn encode_request(request: &Request, out: &mut Vec<u8>) {
                 out.extend_from_slice(&item.wire_agent.to_le_bytes());
                 out.extend_from_slice(&item.tokens.to_le_bytes());
                 out.extend_from_slice(&item.position.to_le_bytes());
-                out.extend_from_slice(&0u32.to_le_bytes());
+                let tier = match item.tier {
+                    Tier::Gpu => TIER_GPU,
+                    Tier::Host => TIER_HOST,
+                };
+                out.extend_from_slice(&tier.to_le_bytes());
             }
             finish_frame(out, at);
         }
@@ -450,8 +519,108 @@ mod tests {
                 wire_agent: 2,
                 tokens: 32,
                 position: 64,
+                tier: Tier::Gpu,
             }],
         });
+        roundtrip_request(Request::Rank {
+            request_id: 10,
+            want: 0,
+            missed: 0,
+            items: vec![WireItem {
+                block_hash: 3,
+                session: 0,
+                last_access: 1,
+                wire_agent: 0,
+                tokens: 16,
+                position: 0,
+                tier: Tier::Host,
+            }],
+        });
+    }
+
+    /// A RANK as a protocol-1 plugin packs it: the item's last field, `reserved`, is 0.
+    fn protocol1_rank(last_field: u32) -> Vec<u8> {
+        let mut body = Vec::new();
+        for word in [7u32, 1, 0] {
+            body.extend_from_slice(&word.to_le_bytes());
+        }
+        for word in [0xabcu64, 5, 99] {
+            body.extend_from_slice(&word.to_le_bytes());
+        }
+        for word in [2u32, 16, 32, last_field] {
+            body.extend_from_slice(&word.to_le_bytes());
+        }
+        body
+    }
+
+    #[test]
+    fn an_old_plugins_reserved_zero_is_the_gpu_tier() {
+        let Request::Rank { items, .. } = decode_request(KIND_RANK, &protocol1_rank(0)).unwrap() else {
+            panic!("not a RANK");
+        };
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0].tier, Tier::Gpu);
+        assert_eq!((items[0].block_hash, items[0].position), (0xabc, 32));
+        let Request::Rank { items, .. } = decode_request(KIND_RANK, &protocol1_rank(1)).unwrap() else {
+            panic!("not a RANK");
+        };
+        assert_eq!(items[0].tier, Tier::Host);
+        let e = decode_request(KIND_RANK, &protocol1_rank(2)).unwrap_err();
+        assert!(e.what.contains("item 0 has tier 2"), "{e}");
+    }
+
+    #[test]
+    fn encoded_items_carry_their_tier_in_the_old_reserved_field() {
+        for (tier, field) in [(Tier::Gpu, 0u32), (Tier::Host, 1)] {
+            let mut buf = Vec::new();
+            encode_request(
+                &Request::Rank {
+                    request_id: 7,
+                    want: 1,
+                    missed: 0,
+                    items: vec![WireItem {
+                        block_hash: 0xabc,
+                        session: 5,
+                        last_access: 99,
+                        wire_agent: 2,
+                        tokens: 16,
+                        position: 32,
+                        tier,
+                    }],
+                },
+                &mut buf,
+            );
+            assert_eq!(&buf[5..], &protocol1_rank(field)[..], "{tier:?}");
+        }
+    }
+
+    #[test]
+    fn a_gpu_answer_keeps_protocol_1s_layout_and_a_host_answer_adds_the_declined_list() {
+        let mut gpu = Vec::new();
+        encode_reply(
+            &Reply::Ranked {
+                request_id: 4,
+                fallback: false,
+                evict_first: vec![2, 0],
+                declined: None,
+            },
+            &mut gpu,
+        );
+        // u32 request_id, u8 flags = 0, u32 n, n × u32: what a protocol-1 plugin decodes.
+        assert_eq!(gpu.len(), 4 + 1 + 9 + 8);
+        assert_eq!(gpu[4 + 1 + 4], 0, "no flag bit a protocol-1 plugin does not know");
+        let mut host = Vec::new();
+        encode_reply(
+            &Reply::Ranked {
+                request_id: 5,
+                fallback: false,
+                evict_first: vec![],
+                declined: Some(vec![1, 3]),
+            },
+            &mut host,
+        );
+        assert_eq!(host[4 + 1 + 4], FLAG_DECLINED);
+        assert_eq!(host.len(), 4 + 1 + 9 + 4 + 8);
     }
 
     #[test]
@@ -462,6 +631,19 @@ mod tests {
                 request_id: 4,
                 fallback: true,
                 evict_first: vec![2, 0, 1],
+                declined: None,
+            },
+            Reply::Ranked {
+                request_id: 6,
+                fallback: false,
+                evict_first: vec![1],
+                declined: Some(vec![0, 1]),
+            },
+            Reply::Ranked {
+                request_id: 8,
+                fallback: true,
+                evict_first: vec![],
+                declined: Some(vec![]),
             },
         ] {
             let mut buf = Vec::new();

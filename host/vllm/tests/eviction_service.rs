@@ -183,3 +183,153 @@ async fn the_socket_file_is_replaced_on_bind_and_removed_on_drop() {
     drop(service);
     assert!(!path.exists());
 }
+
+/// `item` in the host-memory tier.
+fn host_item(block_hash: u64, wire_agent: u32, last_access: u64) -> wire::WireItem {
+    wire::WireItem {
+        tier: agentrt_runtime::types::Tier::Host,
+        ..item(block_hash, wire_agent, last_access)
+    }
+}
+
+/// A RANK answered with its declined list.
+async fn rank_host(
+    plugin: &mut Plugin,
+    request_id: u32,
+    want: u32,
+    items: Vec<wire::WireItem>,
+) -> (Vec<u32>, Vec<u32>) {
+    plugin
+        .send(&Request::Rank {
+            request_id,
+            want,
+            missed: 0,
+            items,
+        })
+        .await;
+    match plugin.recv().await {
+        wire::Reply::Ranked {
+            request_id: got,
+            fallback,
+            evict_first,
+            declined,
+        } => {
+            assert_eq!(got, request_id);
+            assert!(!fallback);
+            (
+                evict_first,
+                declined.expect("a host-tier RANK is answered with its declined list"),
+            )
+        }
+        other => panic!("expected RANKED, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_tier_candidates_are_ranked_by_the_policy_and_negative_scores_decline_stores() {
+    let (engine, _cache) = engine();
+    let dir = tempfile::tempdir().unwrap();
+    // probe scores key + bias: keys below 100 score below zero.
+    let policy = Arc::new(start(&engine, "probe", &[("bias", "-100")]));
+    let service = EvictionService::bind(socket_path(&dir), policy).unwrap();
+    let mut plugin = Plugin::connect(&service).await;
+    // Recency says 300 (oldest) first; the policy says the lowest key first.
+    let items = vec![
+        host_item(300, 0, 1),
+        host_item(20, 0, 9),
+        host_item(150, 0, 5),
+        host_item(60, 0, 7),
+    ];
+    let (evict_first, declined) = rank_host(&mut plugin, 1, 2, items.clone()).await;
+    assert_eq!(evict_first, vec![1, 3], "the policy's order, not LRU's");
+    assert_eq!(declined, vec![1, 3], "keys 20 and 60 score below zero");
+    // Admission asks with want 0: no eviction order, only the declines.
+    let (evict_first, declined) = rank_host(&mut plugin, 2, 0, items).await;
+    assert!(evict_first.is_empty());
+    assert_eq!(declined, vec![1, 3]);
+    // GPU items on the same connection: no declined list, as protocol 1 had it.
+    plugin
+        .send(&Request::Rank {
+            request_id: 3,
+            want: 1,
+            missed: 0,
+            items: vec![item(20, 0, 1), item(300, 0, 2)],
+        })
+        .await;
+    let wire::Reply::Ranked {
+        evict_first, declined, ..
+    } = plugin.recv().await
+    else {
+        panic!("expected RANKED");
+    };
+    assert_eq!((evict_first, declined), (vec![0], None));
+    let counts = service.counts();
+    assert_eq!(counts.host_tier_ranks, 2);
+    assert_eq!(counts.host_tier_declined, 2, "counted in admission asks only");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_2_component_leaves_the_host_tier_in_lru_order_and_stores_everything() {
+    let (engine, _cache) = engine();
+    let dir = tempfile::tempdir().unwrap();
+    assert!(
+        !agentrt_tests::load(&engine, "callrate-py")
+            .contract_line()
+            .knows_tiers(),
+        "callrate-py is built with the Python SDK's 0.2 line"
+    );
+    let policy = Arc::new(start(&engine, "callrate-py", &[]));
+    let service = EvictionService::bind(socket_path(&dir), policy).unwrap();
+    let mut plugin = Plugin::connect(&service).await;
+    let items = vec![host_item(300, 0, 5), host_item(20, 0, 9), host_item(150, 0, 1)];
+    let (evict_first, declined) = rank_host(&mut plugin, 1, 3, items).await;
+    assert_eq!(evict_first, vec![2, 0, 1], "least recently used first");
+    assert!(declined.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pins_protect_gpu_residency_only() {
+    let (engine, _cache) = engine();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = Arc::new(start(&engine, "lru", &[]));
+    let service = EvictionService::bind(socket_path(&dir), policy).unwrap();
+    service.apply(&SideEffect::Pin(Pin {
+        agent: 7,
+        session: 0,
+        ttl_ms: u32::MAX,
+    }));
+    let mut plugin = Plugin::connect(&service).await;
+    let (gpu_fallback, gpu) = plugin.rank(1, 1, vec![item(1, 7, 1), item(2, 0, 9)]).await;
+    assert!(!gpu_fallback);
+    assert_eq!(gpu, vec![1], "the pinned agent's block is kept on the GPU");
+    let (host, _) = rank_host(&mut plugin, 2, 1, vec![host_item(1, 7, 1), host_item(2, 0, 9)]).await;
+    assert_eq!(host, vec![0], "the host pool keeps its own LRU order");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hello_agrees_on_the_highest_protocol_both_speak() {
+    let (engine, _cache) = engine();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = Arc::new(start(&engine, "lru", &[]));
+    let service = EvictionService::bind(socket_path(&dir), policy).unwrap();
+    for (plugin_speaks, agreed) in [
+        (1, 1),
+        (wire::PROTOCOL_VERSION, wire::PROTOCOL_VERSION),
+        (9, wire::PROTOCOL_VERSION),
+    ] {
+        let mut plugin = Plugin {
+            stream: tokio::net::UnixStream::connect(service.path()).await.unwrap(),
+        };
+        plugin
+            .send(&Request::Hello {
+                protocol: plugin_speaks,
+                vllm_version: "0.32.0+cpu".into(),
+            })
+            .await;
+        assert_eq!(
+            plugin.recv().await,
+            wire::Reply::HelloOk { protocol: agreed },
+            "plugin {plugin_speaks}"
+        );
+    }
+}

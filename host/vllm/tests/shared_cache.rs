@@ -220,3 +220,57 @@ async fn evictions_are_counted_against_the_tenant_that_suffered_and_the_tenant_t
         "(tenant, blocks, evicted, caused)"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_tier_is_outside_the_shares_each_owner_ranks_its_own_merged_by_recency() {
+    let guarantee = Share {
+        min_blocks: 3,
+        max_blocks: u64::MAX,
+    };
+    let mut s = setup("probe", "probe", &[("alpha", guarantee)]).await;
+    // Copies reaching host memory are no tenant's GPU blocks.
+    let mut words = Vec::new();
+    for (agent, hash) in [(1, 50), (1, 10), (10, 300), (10, 5)] {
+        let mut event = stored(agent, hash);
+        event[0] |= 1 << 4; // tier ordinal 1: host
+        words.extend(event);
+    }
+    s.plugin.send(&Request::Blocks(words)).await;
+    let host = |hash, agent, last| agentrt_vllm::wire::WireItem {
+        tier: agentrt_runtime::types::Tier::Host,
+        ..item(hash, agent, last)
+    };
+    // Each policy (probe: lowest key first): alpha's says 10 before 50, beta's 5 before 300.
+    let items = vec![host(50, 1, 40), host(10, 1, 90), host(300, 10, 20), host(5, 10, 60)];
+    s.plugin
+        .send(&Request::Rank {
+            request_id: 1,
+            want: 4,
+            missed: 0,
+            items,
+        })
+        .await;
+    let agentrt_vllm::wire::Reply::Ranked {
+        fallback,
+        evict_first,
+        declined,
+        ..
+    } = s.plugin.recv().await
+    else {
+        panic!("expected RANKED");
+    };
+    assert!(!fallback);
+    // The owners' queues merged by the recency of their heads: beta's 5 (60) before alpha's 10
+    // (90); then beta's 300 (20), alpha's 10, alpha's 50 — each owner's own order kept, and no
+    // share puts alpha's guarantee in the way.
+    assert_eq!(evict_first, vec![3, 2, 1, 0]);
+    assert_eq!(declined, Some(vec![]));
+    let held: u64 = s.cache.tenants().iter().map(|(_, c, _)| c.blocks).sum();
+    assert_eq!(held, 0, "host-tier copies are not counted as GPU blocks");
+    let (alpha, beta) = (
+        common::probe_seen(&s.alpha.snapshot().unwrap()),
+        common::probe_seen(&s.beta.snapshot().unwrap()),
+    );
+    assert_eq!(alpha.blocks[0], 2, "alpha's policy heard its own two host-tier stores");
+    assert_eq!(beta.block_hash_sum, 305, "beta's heard its own");
+}

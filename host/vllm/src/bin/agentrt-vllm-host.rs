@@ -124,9 +124,10 @@ async fn main() -> anyhow::Result<()> {
         });
     }
 
-    println!("ready");
+    // Handlers first: a SIGTERM right after "ready" must still print the counts line.
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    println!("ready");
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}

@@ -107,6 +107,7 @@ impl Plugin {
                 request_id: got,
                 fallback,
                 evict_first,
+                ..
             } => {
                 assert_eq!(got, request_id);
                 (fallback, evict_first)
@@ -124,6 +125,7 @@ pub fn item(block_hash: u64, wire_agent: u32, last_access: u64) -> WireItem {
         wire_agent,
         tokens: 32,
         position: 0,
+        tier: agentrt_runtime::types::Tier::Gpu,
     }
 }
 
