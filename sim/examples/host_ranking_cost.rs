@@ -76,7 +76,11 @@ fn main() -> anyhow::Result<()> {
         .skip(1)
         .map(|a| a.parse().map_err(|e| anyhow::anyhow!("{a:?}: {e}")))
         .collect::<anyhow::Result<_>>()?;
-    let sizes = if sizes.is_empty() { vec![100_000, 1_000_000] } else { sizes };
+    let sizes = if sizes.is_empty() {
+        vec![100_000, 1_000_000]
+    } else {
+        sizes
+    };
     let host = PolicyHost::new(ComponentLookup::from_environment(EmbeddedSet::NONE))?;
     println!("| host blocks | ranking | µs per store (16 evicted) | items scored per store | failed calls |");
     println!("|---:|---|---:|---:|---:|");
@@ -84,7 +88,10 @@ fn main() -> anyhow::Result<()> {
         let first = (n / OFFER) as u64;
         let mut pool = fill(n, HostPolicyKind::Lru);
         let (s, evicted) = measure(&mut pool, first, &mut NoRanker);
-        println!("| {n} | vLLM lru (no policy) | {:.1} | 0 | 0 |", s * 1e6 / STORES as f64);
+        println!(
+            "| {n} | vLLM lru (no policy) | {:.1} | 0 | 0 |",
+            s * 1e6 / STORES as f64
+        );
         assert_eq!(evicted, STORES * OFFER as u64, "every store evicts {OFFER}");
         for component in ["lru", "cachesage"] {
             let mut policy = host.start(component, component, &[], 16, Rerank::EveryMs(100.0))?;

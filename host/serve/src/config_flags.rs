@@ -293,7 +293,10 @@ mod tests {
     #[test]
     fn a_value_of_the_wrong_shape_or_refused_by_the_flag_is_an_error_naming_the_key() {
         let cases = [
-            ("no-engine-tags = \"yes\"", "no-engine-tags: --no-engine-tags is a switch"),
+            (
+                "no-engine-tags = \"yes\"",
+                "no-engine-tags: --no-engine-tags is a switch",
+            ),
             (
                 "policy = [\"lru\", \"ttl\"]",
                 "policy: --policy takes one value, not a list",

@@ -81,12 +81,18 @@ impl CacheSage {
 
     /// Host-tier candidates: the model's expected use while the guard follows it (never below 0:
     /// a negative score declines a store), `-1` for a dead session's block when `host-admission`
-    /// is on; vLLM's own order (all 0) while the guard follows LRU.
+    /// is on; vLLM's own order (all 0) while the guard follows LRU. Scoring them teaches the
+    /// model nothing: their `last-access` is the host pool's stamp, not the engine's clock.
     fn host_scores(&mut self, items: &[Item]) -> Vec<f32> {
         if self.guard.mode() == guard::Expert::Lru {
             return vec![0.0; items.len()];
         }
-        let model = self.model_scores(items);
+        let model = match &mut self.model {
+            Model::Scaled(m) => m.score_host(items),
+            // The classic model ranks by agents' transition counts over the engine's clock; it
+            // has nothing to say of host-tier copies: vLLM's order.
+            Model::Classic(_) => vec![0.0; items.len()],
+        };
         let dead = |m: &Model, i: &Item| match m {
             Model::Scaled(m) => m.is_dead(i),
             Model::Classic(_) => false,

@@ -151,3 +151,37 @@ fn an_unparsable_host_admission_is_refused_by_key() {
     let err = Harness::<CacheSage>::new([("host-admission", "sometimes")]).unwrap_err();
     assert!(err.contains("host-admission"), "{err}");
 }
+
+#[test]
+fn ranking_the_host_tier_leaves_the_gpu_ranking_as_it_was() {
+    // The host pool's stamps are on another clock, far from the engine's: read as times they
+    // would move the model's clock and change every later GPU-tier score.
+    let (mut plain, mut told) = (learned(&[]), learned(&[]));
+    // Both have mapped engine stamps to times: stamp 100 now, 200 a call later.
+    for h in [&mut plain, &mut told] {
+        h.score(&[block(2, 500, 0, 100, Tier::Gpu)]);
+        h.observe(&call(500, 2, 20 * 30_000 + 6_000));
+        h.score(&[block(2, 500, 0, 200, Tier::Gpu)]);
+    }
+    let far: Vec<Item> = candidates(Tier::Host)
+        .into_iter()
+        .map(|i| Item {
+            last_access: 1 << 40,
+            ..i
+        })
+        .collect();
+    told.score(&far);
+    // Time goes on and the engine's stamps with it: an unknown agent's block is ranked by its age.
+    let gpu = [
+        block(2, 500, 0, 300, Tier::Gpu),
+        block(1, 500, ANCHOR + 64, 280, Tier::Gpu),
+        block(7, 0, 0, 250, Tier::Gpu),
+    ];
+    for h in [&mut plain, &mut told] {
+        h.observe(&call(500, 3, 20 * 30_000 + 12_000));
+        h.score(&gpu);
+        h.observe(&call(500, 1, 20 * 30_000 + 18_000));
+    }
+    assert_eq!(plain.score(&gpu), told.score(&gpu));
+    assert_eq!(plain.snapshot(), told.snapshot());
+}

@@ -60,6 +60,14 @@ const WARMUP_MIN_LEAD_MS: f32 = 100.0;
 /// Most warm-up tokens that can be saved up (the largest anchors are ~14 k tokens).
 const WARMUP_BUCKET_MAX: f32 = 16_384.0;
 
+/// Whose clock an item's `last-access` is on: the engine's (GPU-tier items, which the model maps
+/// to times) or the host pool's recency stamps (host-tier items, comparable only to each other).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stamps {
+    Gpu,
+    Host,
+}
+
 #[derive(Debug, Clone)]
 pub struct Scaled {
     params: Params,
@@ -347,6 +355,28 @@ impl Scaled {
         if let Some(newest) = items.iter().map(|i| i.last_access).max() {
             self.clock.record(newest, self.now_us);
         }
+        let scores = self.expected_use(items, Stamps::Gpu);
+        self.frontier.record(&scores, self.now_us);
+        scores
+    }
+
+    /// Host-tier candidates (contract 0.3), by the same expected use: the anchors of agents due
+    /// and live sessions' content above the rest. Their `last-access` is the host pool's own
+    /// recency stamp, not the engine's clock, so nothing here reads it as a time or learns from
+    /// it: what only recency would rank scores 0, and the host's ties go in its LRU order. Nor
+    /// do host-tier scores move the warm-up frontier, which is the GPU cache's.
+    pub fn score_host(&mut self, items: &[Item]) -> Vec<f32> {
+        if !self.has_structure() {
+            return vec![0.0; items.len()];
+        }
+        self.expected_use(items, Stamps::Host)
+    }
+
+    fn expected_use(&mut self, items: &[Item], stamps: Stamps) -> Vec<f32> {
+        let recency = |m: &Self, item: &Item| match stamps {
+            Stamps::Gpu => m.recency_rate(item),
+            Stamps::Host => 0.0,
+        };
         self.refresh_rates();
         let p_back = self.p_back();
         let mut by_session: HashMap<u64, Vec<(u32, f32)>> = HashMap::new();
@@ -354,7 +384,7 @@ impl Scaled {
             .iter()
             .map(|item| {
                 let Some(agent) = self.agents.get(item.agent) else {
-                    return self.recency_rate(item);
+                    return recency(self, item);
                 };
                 if agent.is_anchor_position(item.position, item.tokens) {
                     return self.anchor_rate(agent);
@@ -364,7 +394,11 @@ impl Scaled {
                     // many ask) is reused only when its agent runs — at most the anchor's rate —
                     // and only by the sessions that want that content, which nothing here
                     // counts: its own recency estimates that share.
-                    return self.anchor_rate(agent).min(self.recency_rate(item));
+                    return match stamps {
+                        Stamps::Gpu => self.anchor_rate(agent).min(self.recency_rate(item)),
+                        // Without a time for it, what the anchor's rate bounds is all there is.
+                        Stamps::Host => self.anchor_rate(agent),
+                    };
                 }
                 let (s, weight) = match (self.sessions.get(item.session), self.ended.get(item.session)) {
                     (Some(s), _) => (s, 1.0),
@@ -379,7 +413,8 @@ impl Scaled {
                     // Its request is here (perhaps queued, its prefix hit not yet taken).
                     return keeps * 1000.0 / MIN_LEAD_MS;
                 }
-                let stale = s.in_flight == 0
+                let stale = stamps == Stamps::Gpu
+                    && s.in_flight == 0
                     && s.agent == item.agent
                     && self
                         .clock
@@ -391,7 +426,7 @@ impl Scaled {
                     // end of an earlier prompt, a history the call dropped), so not what the
                     // agent's next call carries forward — what it is worth is what its recency
                     // says. (Another agent's blocks wait for that agent's turn.)
-                    return self.recency_rate(item);
+                    return recency(self, item);
                 }
                 let rates = by_session
                     .entry(item.session)
@@ -402,7 +437,6 @@ impl Scaled {
                     .map_or(0.0, |(_, r)| r * keeps)
             })
             .collect();
-        self.frontier.record(&scores, self.now_us);
         scores
     }
 
