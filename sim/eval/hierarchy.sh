@@ -55,7 +55,7 @@ run_unit() {
     for hp in lru arc; do
         replay "$tag-$hp" "${common[@]}" --policies lru,cachesage --host-blocks "$host" --host-policy "$hp"
     done
-    replay "$tag-policy" "${common[@]}" --policies lru,cachesage,cachesage:host-admission=true,belady \
+    replay "$tag-policy" "${common[@]}" --policies lru,cachesage,belady \
         --host-blocks "$host" --host-policy policy
     echo "$tag done"
 }

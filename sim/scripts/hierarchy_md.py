@@ -5,7 +5,7 @@
 
 One row per (trace, cache, GPU policy, host tier): GPU, host and all hits, prompt tokens
 recomputed, loads, warm-ups served by a load and the tokens they loaded, blocks declined, TTFT.
-Then, per trace, CacheSage over both tiers (each configuration run) against vLLM's host `lru` and `arc` and the share of
+Then, per trace, CacheSage over both tiers against vLLM's host `lru` and `arc` and the share of
 the gap to two-tier Bélády it closes.
 """
 import json
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 HOST_TIERS = ["none", "lru", "arc", "policy"]
-SHORT = {"cachesage:host-admission=true": "cachesage, host-admission", "belady": "Bélády"}
+SHORT = {"belady": "Bélády"}
 
 
 def units(folder: Path):
@@ -61,13 +61,13 @@ def main():
             if not d:
                 continue
             for name, s in d["policies"].items():
-                if host == "none" and name == "belady":
+                if (host == "none" and name == "belady") or name not in ("lru", "cachesage", "belady"):
                     continue
                 print(row(trace, cache, name, host, s))
         p = by_host.get("policy", {}).get("policies", {})
         if "belady" not in p:
             continue
-        for best in [n for n in p if n.startswith("cachesage")]:
+        for best in [n for n in p if n == "cachesage"]:
             cs, ceiling = all_hits(p[best]), all_hits(p["belady"])
             for vllm in ("lru", "arc"):
                 base = by_host.get(vllm, {}).get("policies", {}).get("lru")

@@ -21,11 +21,12 @@
 //! accesses the model may lose first).
 //!
 //! **Two tiers** (contract 0.3): the host-memory tier's candidates are ranked by the same model —
-//! what will be used soon stays on the GPU, what will be used later in host memory — and, with
-//! `host-admission=true`, a block of a session the model holds dead is not copied to host memory
-//! at all. The guard's verdict covers both: while it follows LRU on the GPU, the host tier gets
-//! vLLM's own order (every score 0) and every block is stored. The host tier has no regret count
-//! of its own: its evidence is the GPU tier's, where the model's bets are tested first.
+//! what will be used soon stays on the GPU, what will be used later in host memory. It declines no
+//! store: a block is offered to the host tier while its request runs, when its session is live by
+//! definition, and which sessions will never be continued is not something the model predicts.
+//! The guard's verdict covers both tiers: while it follows LRU on the GPU, the host tier gets
+//! vLLM's own order (every score 0). The host tier has no regret count of its own: its evidence is
+//! the GPU tier's, where the model's bets are tested first.
 
 pub mod anchor;
 pub mod classic;
@@ -49,8 +50,6 @@ pub enum Model {
 pub struct CacheSage {
     pub model: Model,
     pub guard: guard::Guard,
-    /// Decline to copy dead sessions' blocks to the host tier (`host-admission`, default false).
-    pub host_admission: bool,
 }
 
 impl Default for CacheSage {
@@ -58,13 +57,12 @@ impl Default for CacheSage {
         Self {
             model: Model::Scaled(Box::default()),
             guard: guard::Guard::new(guard::GuardParams::default()),
-            host_admission: false,
         }
     }
 }
 
-/// The `init` keys of the guard and of the host tier; the rest go to the model.
-const POLICY_KEYS: [&str; 3] = ["guard", "guard-margin", "host-admission"];
+/// The `init` keys of the guard; the rest go to the model.
+const POLICY_KEYS: [&str; 2] = ["guard", "guard-margin"];
 
 impl CacheSage {
     /// Size of the learned state: the snapshot's length.
@@ -80,8 +78,8 @@ impl CacheSage {
     }
 
     /// Host-tier candidates: the model's expected use while the guard follows it (never below 0:
-    /// a negative score declines a store), `-1` for a dead session's block when `host-admission`
-    /// is on; vLLM's own order (all 0) while the guard follows LRU. Scoring them teaches the
+    /// a negative score would decline a store), vLLM's own order (all 0) while the guard follows
+    /// LRU. Scoring them teaches the
     /// model nothing: their `last-access` is the host pool's stamp, not the engine's clock.
     fn host_scores(&mut self, items: &[Item]) -> Vec<f32> {
         if self.guard.mode() == guard::Expert::Lru {
@@ -93,22 +91,9 @@ impl CacheSage {
             // has nothing to say of host-tier copies: vLLM's order.
             Model::Classic(_) => vec![0.0; items.len()],
         };
-        let dead = |m: &Model, i: &Item| match m {
-            Model::Scaled(m) => m.is_dead(i),
-            Model::Classic(_) => false,
-        };
-        items
-            .iter()
-            .zip(model)
-            .map(|(item, score)| {
-                if self.host_admission && dead(&self.model, item) {
-                    -1.0
-                } else if score.is_finite() {
-                    score.max(0.0)
-                } else {
-                    0.0
-                }
-            })
+        model
+            .into_iter()
+            .map(|score| if score.is_finite() { score.max(0.0) } else { 0.0 })
             .collect()
     }
 }
@@ -153,7 +138,6 @@ impl Policy for CacheSage {
         *self = CacheSage {
             model,
             guard: guard::Guard::new(params),
-            host_admission: config.parse_or("host-admission", false)?,
         };
         Ok(())
     }

@@ -1,6 +1,6 @@
 //! CacheSage over two tiers, driven through the packed paths the host uses: host-tier events do
-//! not move the model, host-tier candidates are ranked by the same model, and with
-//! `host-admission` a dead session's content is declined (a negative score).
+//! not move the model, host-tier candidates are ranked by the same model (never declined), and
+//! ranking them leaves the GPU tier's ranking as it was.
 
 use agentrt_sdk::testing::Harness;
 use agentrt_sdk::{AgentRegistered, BlockEvent, BlockOp, Event, Item, ItemKind, RequestArrival, Tier};
@@ -104,39 +104,19 @@ fn host_tier_block_events_leave_the_model_and_the_guard_as_they_were() {
 }
 
 #[test]
-fn the_host_tier_is_ranked_by_the_same_model_and_stores_everything_by_default() {
+fn the_host_tier_is_ranked_by_the_same_model_and_every_block_is_stored() {
     let mut h = learned(&[]);
     let gpu = h.score(&candidates(Tier::Gpu));
     let host = h.score(&candidates(Tier::Host));
     // Same order of preference: the coming agent's anchor above the ended session's content.
     assert!(host[0] > host[2], "{host:?}");
     assert!(gpu[0] > gpu[2], "{gpu:?}");
-    assert!(
-        host.iter().all(|s| *s >= 0.0),
-        "without host-admission every block is stored: {host:?}"
-    );
-}
-
-#[test]
-fn with_host_admission_a_dead_sessions_own_content_is_declined_and_anchors_are_not() {
-    let mut h = learned(&[("host-admission", "true")]);
-    let host = h.score(&candidates(Tier::Host));
-    assert!(
-        host[2] < 0.0,
-        "an ended session's content is not worth storing: {host:?}"
-    );
-    assert!(host[0] >= 0.0 && host[1] >= 0.0, "anchors are stored: {host:?}");
-    // The GPU tier's ranking never declines anything: negative scores mean nothing there.
-    let gpu = h.score(&candidates(Tier::Gpu));
-    assert!(gpu.iter().all(|s| *s >= 0.0), "{gpu:?}");
+    assert!(host.iter().all(|s| *s >= 0.0), "CacheSage declines no store: {host:?}");
 }
 
 #[test]
 fn a_mixed_batch_scores_as_its_tiers_do_apart() {
-    let (mut apart, mut mixed) = (
-        learned(&[("host-admission", "true")]),
-        learned(&[("host-admission", "true")]),
-    );
+    let (mut apart, mut mixed) = (learned(&[]), learned(&[]));
     let mut want = apart.score(&candidates(Tier::Gpu)).to_vec();
     want.extend(apart.score(&candidates(Tier::Host)));
     let batch: Vec<Item> = candidates(Tier::Gpu)
@@ -144,12 +124,6 @@ fn a_mixed_batch_scores_as_its_tiers_do_apart() {
         .chain(candidates(Tier::Host))
         .collect();
     assert_eq!(mixed.score(&batch), want);
-}
-
-#[test]
-fn an_unparsable_host_admission_is_refused_by_key() {
-    let err = Harness::<CacheSage>::new([("host-admission", "sometimes")]).unwrap_err();
-    assert!(err.contains("host-admission"), "{err}");
 }
 
 #[test]

@@ -440,21 +440,6 @@ impl Scaled {
         scores
     }
 
-    /// Whether `item` is the own content of a session reported ended that the model expects no
-    /// use of: not an anchor, not shared, and ended sessions have not been coming back. What is
-    /// merely unknown is not dead.
-    pub fn is_dead(&self, item: &Item) -> bool {
-        if !self.has_structure() || item.session == 0 || self.p_back() > 0.0 {
-            return false;
-        }
-        let Some(agent) = self.agents.get(item.agent) else {
-            return false;
-        };
-        !agent.is_anchor_position(item.position, item.tokens)
-            && self.sessions.get(item.session).is_none()
-            && self.ended.get(item.session).is_some()
-    }
-
     /// `1 / age`, in uses per second, for a block nothing else is known about.
     fn recency_rate(&self, item: &Item) -> f32 {
         match self.clock.time_of(item.last_access) {
