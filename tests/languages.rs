@@ -80,6 +80,13 @@ fn arrival(step: u64, agent: u32, warmup: bool) -> Event {
     })
 }
 
+/// Every agent of the trace, registered with the anchor its arrivals name.
+fn registrations() -> Vec<Event> {
+    (1..=AGENTS)
+        .map(|a| register(a, &format!("agent-{a}"), 0xa000 + u64::from(a)))
+        .collect()
+}
+
 /// A batch of candidates: known, unknown (99) and no (0) agents, clock values spread over and
 /// beyond the recency window, some equal.
 fn items(rng: &mut Rng, clock: u64) -> Vec<Item> {
@@ -107,13 +114,7 @@ fn replay(engine: &PolicyEngine, component: &Arc<PolicyComponent>, name: &str, m
     let mut policy = start(engine, component, name);
     let mut rng = Rng::new(12);
     let mut said = Vec::new();
-    policy
-        .observe(
-            &(1..=AGENTS)
-                .map(|a| register(a, &format!("agent-{a}"), 0xa000 + u64::from(a)))
-                .collect::<Vec<_>>(),
-        )
-        .unwrap();
+    policy.observe(&registrations()).unwrap();
     for step in 1..=STEPS {
         // Skewed: agent 1 most, agent 8 least; one arrival in 12 is a warm-up.
         let agent = 1 + (rng.below(u64::from(AGENTS)) * rng.below(u64::from(AGENTS)) / u64::from(AGENTS)) as u32;
@@ -286,13 +287,7 @@ fn a_component_of_the_0_2_line_hears_only_the_gpu_tier() {
         })
     };
     for policy in [&plain, &told] {
-        policy
-            .observe(
-                &(1..=AGENTS)
-                    .map(|a| register(a, &format!("agent-{a}"), 0xa000 + u64::from(a)))
-                    .collect::<Vec<_>>(),
-            )
-            .unwrap();
+        policy.observe(&registrations()).unwrap();
     }
     for step in 1..=40 {
         let agent = 1 + (step as u32 % 2);

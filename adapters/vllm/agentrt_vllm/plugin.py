@@ -14,25 +14,20 @@ from __future__ import annotations
 import logging
 import os
 
+from .settings import eviction_settings
+
 log = logging.getLogger("vllm.agentrt_vllm")
 
 
 def register() -> None:
-    path = os.environ.get("AGENTRT_EVICTION_SOCKET")
-    if not path:
-        log.debug("agentrt: AGENTRT_EVICTION_SOCKET unset; plugin inactive")
-        return
-    try:
-        deadline_ms = float(os.environ.get("AGENTRT_EVICTION_DEADLINE_MS", "2"))
-        max_candidates = int(os.environ.get("AGENTRT_EVICTION_MAX_CANDIDATES", "256"))
-    except ValueError as e:
-        log.error("agentrt: bad AGENTRT_EVICTION_* setting (%s); plugin inactive", e)
+    settings = eviction_settings(log)
+    if settings is None:
         return
     from .patch import install
 
     install(
-        path,
-        deadline_ms=deadline_ms,
-        max_candidates=max_candidates,
+        settings.socket_path,
+        deadline_ms=settings.deadline_ms,
+        max_candidates=settings.max_candidates,
         force=os.environ.get("AGENTRT_VLLM_ALLOW_UNTESTED") == "1",
     )
