@@ -1,6 +1,7 @@
 //! Loading: bad input fails with an error that names the problem; good input is compiled once and
 //! then served from the artifact cache.
 
+use agentrt_runtime::CONTRACT;
 use agentrt_tests::*;
 
 fn load_error(bytes: &[u8]) -> String {
@@ -22,7 +23,8 @@ fn a_core_module_is_refused_as_not_a_component() {
 #[test]
 fn another_world_is_refused_naming_the_missing_export() {
     let err = load_error(&component_bytes("other-world"));
-    assert!(err.contains("missing export `agentrt:policy/guest@0.2.0`"), "{err}");
+    let guest = CONTRACT.replace(":policy@", ":policy/guest@");
+    assert!(err.contains(&format!("missing export `{guest}`")), "{err}");
     assert!(err.contains("`greet`"), "says what it exports instead: {err}");
 }
 
@@ -98,7 +100,7 @@ fn the_world_shape_lists_imports_and_exports() {
     let lru = load(&engine, "lru");
     let world = lru.world(engine.wasmtime());
     let (name, funcs) = &world.exports[0];
-    assert_eq!(name, "agentrt:policy/guest@0.2.0");
+    assert_eq!(name, &CONTRACT.replace(":policy@", ":policy/guest@"));
     for f in [
         "info",
         "init",

@@ -15,22 +15,24 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::anchors::AnchorRule;
-use super::blocks::segments;
+use super::hashed::{self, HashedRequest, Naming};
 use super::record::{read_jsonl, Record};
-use super::threads::{Call, Thread};
+use super::threads::Thread;
 
 /// Bailian's block size (tokens).
 pub const BLOCK_TOKENS: u32 = 16;
 
 struct Request {
-    line: usize,
     chat: i64,
     parent: i64,
-    at_ms: f64,
-    input: u32,
-    output: u32,
     kind: String,
-    ids: Vec<u64>,
+    blocks: HashedRequest,
+}
+
+impl std::borrow::Borrow<HashedRequest> for Request {
+    fn borrow(&self) -> &HashedRequest {
+        &self.blocks
+    }
 }
 
 fn read(path: &Path) -> anyhow::Result<Vec<Request>> {
@@ -48,20 +50,27 @@ fn read(path: &Path) -> anyhow::Result<Vec<Request>> {
             return Err(r.err("chat_id", format!("{chat} already used on line {first}")));
         }
         out.push(Request {
-            line,
             chat,
             parent: match r.get("parent_chat_id") {
                 None => -1,
                 Some(_) => r.i64("parent_chat_id")?,
             },
-            at_ms: r.time("timestamp")? * 1000.0,
-            input,
-            output: r.u32("output_length")?,
             kind: r.str_opt("type")?.unwrap_or("text").to_string(),
-            ids: r.ids("hash_ids")?,
+            blocks: HashedRequest {
+                line,
+                at_ms: r.time("timestamp")? * 1000.0,
+                input,
+                output: r.u32("output_length")?,
+                ids: r.ids("hash_ids")?,
+            },
         });
     }
-    out.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms).then(a.line.cmp(&b.line)));
+    out.sort_by(|a, b| {
+        a.blocks
+            .at_ms
+            .total_cmp(&b.blocks.at_ms)
+            .then(a.blocks.line.cmp(&b.blocks.line))
+    });
     Ok(out)
 }
 
@@ -80,67 +89,26 @@ pub fn import(path: &Path, anchors: AnchorRule) -> anyhow::Result<Vec<Thread>> {
         i
     };
     let mut session_of_root: HashMap<usize, usize> = HashMap::new();
-    let mut threads: Vec<Vec<usize>> = Vec::new();
-    let mut session_of = Vec::with_capacity(requests.len());
+    let mut sessions: Vec<Vec<usize>> = Vec::new();
     for i in 0..requests.len() {
         let s = *session_of_root.entry(root(i)).or_insert_with(|| {
-            threads.push(Vec::new());
-            threads.len() - 1
+            sessions.push(Vec::new());
+            sessions.len() - 1
         });
-        session_of.push(s);
-        threads[s].push(i);
+        sessions[s].push(i);
     }
-    let prompts: Vec<(usize, &[u64])> = requests
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (session_of[i], &r.ids[..]))
-        .collect();
-    let anchor_blocks = anchors.anchor_blocks(&prompts);
-    let mut out = Vec::with_capacity(threads.len());
-    for members in threads {
-        let mut calls = Vec::with_capacity(members.len());
-        for (k, &i) in members.iter().enumerate() {
-            let r = &requests[i];
-            let anchor = anchor_blocks[i];
-            let name = |j: usize, id: u64| {
-                if j < anchor {
-                    format!("sys/bl/{id}")
-                } else {
-                    format!("bl/{id}")
-                }
-            };
-            let prompt = segments(
-                &r.ids,
-                BLOCK_TOKENS,
-                r.input,
-                &name,
-                &format!("bl/chat-{}/tail", r.chat),
-            )
-            .map_err(|e| anyhow::anyhow!("{} line {}: {e}", path.display(), r.line))?;
-            let agent = match anchor {
-                0 => format!("bl/{}", r.kind),
-                n => format!("bl/{}/agent-{}", r.kind, r.ids[n - 1]),
-            };
-            calls.push(Call {
-                agent,
-                gap_ms: if k == 0 {
-                    0.0
-                } else {
-                    r.at_ms - requests[members[k - 1]].at_ms
-                },
-                prompt,
-                output_tokens: r.output,
-                tool_call: false,
-            });
-        }
-        let first = &requests[members[0]];
-        out.push(Thread {
-            session: format!("bl/chat-{}", first.chat),
-            start_ms: first.at_ms,
-            calls,
-        });
-    }
-    Ok(out)
+    let naming = Naming {
+        path,
+        prefix: "bl",
+        block_tokens: BLOCK_TOKENS,
+        agent: &|i, anchor| match anchor {
+            None => format!("bl/{}", requests[i].kind),
+            Some(id) => format!("bl/{}/agent-{id}", requests[i].kind),
+        },
+        tail: &|i| format!("bl/chat-{}/tail", requests[i].chat),
+        session: &|first| format!("bl/chat-{}", requests[first].chat),
+    };
+    hashed::threads(&requests, &sessions, anchors, &naming)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 pub mod anchors;
 pub mod bailian;
 pub mod blocks;
+pub mod hashed;
 pub mod kv_cache_tester;
 pub mod mooncake;
 pub mod record;

@@ -15,10 +15,9 @@ use std::path::Path;
 use clap::ValueEnum;
 
 use super::anchors::AnchorRule;
-use super::blocks::segments;
+use super::hashed::{self, HashedRequest, Naming};
 use super::record::{read_jsonl, Record};
-use super::threads::{Call, Thread};
-use crate::trace::Segment;
+use super::threads::Thread;
 
 /// Mooncake's block size (tokens).
 pub const BLOCK_TOKENS: u32 = 512;
@@ -36,13 +35,7 @@ pub enum SessionRule {
 /// unrelated requests with one system prompt share.
 const MIN_CHAIN_BLOCKS: usize = 2;
 
-struct Request {
-    line: usize,
-    at_ms: f64,
-    input: u32,
-    output: u32,
-    ids: Vec<u64>,
-}
+type Request = HashedRequest;
 
 fn read(path: &Path) -> anyhow::Result<Vec<Request>> {
     let file = path.display().to_string();
@@ -98,73 +91,35 @@ pub fn import(path: &Path, sessions: SessionRule, anchors: AnchorRule) -> anyhow
         SessionRule::Request => vec![None; requests.len()],
         SessionRule::Chained => chain(&requests),
     };
-    // Session index of each request: its predecessor's, or a new one.
+    // Each request joins its predecessor's session, or starts one.
     let mut session_of = vec![0usize; requests.len()];
-    let mut threads: Vec<(usize, Vec<usize>)> = Vec::new();
+    let mut sessions: Vec<Vec<usize>> = Vec::new();
     for i in 0..requests.len() {
         let s = match previous[i] {
             Some(q) => session_of[q],
             None => {
-                threads.push((i, Vec::new()));
-                threads.len() - 1
+                sessions.push(Vec::new());
+                sessions.len() - 1
             }
         };
         session_of[i] = s;
-        threads[s].1.push(i);
+        sessions[s].push(i);
     }
-    let prompts: Vec<(usize, &[u64])> = requests
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (session_of[i], &r.ids[..]))
-        .collect();
-    let anchor_blocks = anchors.anchor_blocks(&prompts);
     let stem = path
         .file_stem()
         .map_or("mooncake".into(), |s| s.to_string_lossy().to_string());
-    let mut out = Vec::with_capacity(threads.len());
-    for (first, members) in threads {
-        let mut calls = Vec::with_capacity(members.len());
-        for (k, &i) in members.iter().enumerate() {
-            let r = &requests[i];
-            let anchor = anchor_blocks[i];
-            let name = |j: usize, id: u64| {
-                if j < anchor {
-                    format!("sys/mc/{id}")
-                } else {
-                    format!("mc/{id}")
-                }
-            };
-            let prompt: Vec<Segment> = segments(
-                &r.ids,
-                BLOCK_TOKENS,
-                r.input,
-                &name,
-                &format!("mc/line-{}/tail", r.line),
-            )
-            .map_err(|e| anyhow::anyhow!("{} line {}: {e}", path.display(), r.line))?;
-            let agent = match anchor {
-                0 => "mc/user".to_string(),
-                n => format!("mc/agent-{}", r.ids[n - 1]),
-            };
-            calls.push(Call {
-                agent,
-                gap_ms: if k == 0 {
-                    0.0
-                } else {
-                    r.at_ms - requests[members[k - 1]].at_ms
-                },
-                prompt,
-                output_tokens: r.output,
-                tool_call: false,
-            });
-        }
-        out.push(Thread {
-            session: format!("{stem}/{}", requests[first].line),
-            start_ms: requests[first].at_ms,
-            calls,
-        });
-    }
-    Ok(out)
+    let naming = Naming {
+        path,
+        prefix: "mc",
+        block_tokens: BLOCK_TOKENS,
+        agent: &|_, anchor| match anchor {
+            None => "mc/user".to_string(),
+            Some(id) => format!("mc/agent-{id}"),
+        },
+        tail: &|i| format!("mc/line-{}/tail", requests[i].line),
+        session: &|first| format!("{stem}/{}", requests[first].line),
+    };
+    hashed::threads(&requests, &sessions, anchors, &naming)
 }
 
 #[cfg(test)]
