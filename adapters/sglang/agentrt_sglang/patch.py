@@ -55,17 +55,9 @@ def request_tag(req, client: EvictionClient) -> RequestTag | None:
     session."""
     if req is None:
         return None
-    cached = getattr(req, "_agentrt_tag", None)
-    if cached is not None and cached[0] is client:
-        return cached[1]
     params = getattr(req, "sampling_params", None)
     tags = getattr(params, "custom_params", None) if params is not None else None
-    tag = RequestTag.of(tags, getattr(req, "session_id", None), client)
-    try:
-        req._agentrt_tag = (client, tag)  # agent wire ids belong to one client
-    except AttributeError:
-        pass
-    return tag
+    return RequestTag.of_request(req, tags, client)
 
 
 class serving:

@@ -16,6 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testing"))
 import eviction_host  # noqa: E402  (adapters/testing: shared with the vLLM suite)
+from eviction_host import host_binary_fixture, start_host  # noqa: E402,F401  (the shared fixtures)
 
 try:
     import sglang.srt.mem_cache.radix_cache  # noqa: F401
@@ -27,28 +28,7 @@ except ImportError as e:
     )
 
 
-class _SkippedModule(pytest.Module):
-    """A test module that is not imported (it needs SGLang): reported as skipped, with the reason."""
-
-    def collect(self):
-        raise pytest.skip.Exception(SGLANG_MISSING, allow_module_level=True)
-
-
-def pytest_pycollect_makemodule(module_path, parent):
-    if SGLANG_MISSING is not None:
-        return _SkippedModule.from_parent(parent, path=module_path)
-
-
-@pytest.fixture(scope="session")
-def host_binary() -> Path:
-    return eviction_host.host_binary()
-
-
-@pytest.fixture
-def start_host(host_binary, tmp_path):
-    start, stop_all = eviction_host.host_factory(host_binary, tmp_path)
-    yield start
-    stop_all()
+pytest_pycollect_makemodule = eviction_host.skip_every_module_unless(SGLANG_MISSING)
 
 
 @pytest.fixture(scope="session")

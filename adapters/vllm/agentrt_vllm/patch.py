@@ -75,17 +75,9 @@ def check_version(version: str) -> bool:
 
 def request_tag(request, client: EvictionClient) -> RequestTag:
     """Agent, session and warm-up flag from ``sampling_params.extra_args`` (``vllm_xargs``)."""
-    cached = getattr(request, "_agentrt_tag", None)
-    if cached is not None and cached[0] is client:
-        return cached[1]
     params = getattr(request, "sampling_params", None)
     extra = getattr(params, "extra_args", None) if params is not None else None
-    tag = RequestTag.of(extra, getattr(request, "session_id", None), client)
-    try:
-        request._agentrt_tag = (client, tag)  # agent wire ids belong to one client
-    except AttributeError:
-        pass
-    return tag
+    return RequestTag.of_request(request, extra, client)
 
 
 def _guard(pool, what: str, fn, *args) -> None:

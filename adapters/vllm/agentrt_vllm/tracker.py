@@ -56,6 +56,21 @@ class RequestTag:
             session = 0
         return cls(agent, session, bool(tags.get("agentrt_warmup", False)))
 
+    @classmethod
+    def of_request(cls, request, tags, client: EvictionClient) -> "RequestTag":
+        """:meth:`of` for an engine's request object (its ``session_id`` stands in for the
+        session), remembered on the request: the engine asks for a request's tag at every block it
+        caches. The memo is keyed on the client because agent wire ids belong to one client."""
+        cached = getattr(request, "_agentrt_tag", None)
+        if cached is not None and cached[0] is client:
+            return cached[1]
+        tag = cls.of(tags, getattr(request, "session_id", None), client)
+        try:
+            request._agentrt_tag = (client, tag)
+        except AttributeError:  # a request type with __slots__: compute it again next time
+            pass
+        return tag
+
 
 class BlockInfo:
     __slots__ = ("hash", "parent", "agent", "session", "position", "tokens")

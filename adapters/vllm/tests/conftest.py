@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testing"))
 import eviction_host  # noqa: E402  (adapters/testing: the eviction service, shared with the SGLang suite)
 from eviction_host import REPO, TARGET, Host, component, components_dir  # noqa: E402,F401
+from eviction_host import host_binary_fixture, start_host  # noqa: E402,F401  (the shared fixtures)
 
 try:
     import vllm  # noqa: F401
@@ -31,30 +32,7 @@ except ImportError as e:
     VLLM_MISSING = f"vLLM is not installed here ({e}): run adapters/vllm/setup-venv.sh and use .venv-vllm/bin/python"
 
 
-class _SkippedModule(pytest.Module):
-    """A test module that is not imported (it needs vLLM): reported as skipped, with the reason.
-    (``pytest.importorskip`` at this conftest's top level aborts pytest 9 instead of skipping.)"""
-
-    def collect(self):
-        raise pytest.skip.Exception(VLLM_MISSING, allow_module_level=True)
-
-
-def pytest_pycollect_makemodule(module_path, parent):
-    if VLLM_MISSING is not None:
-        return _SkippedModule.from_parent(parent, path=module_path)
-
-
-@pytest.fixture(scope="session")
-def host_binary() -> Path:
-    """<target>/debug/agentrt-vllm-host, built if needed (AGENTRT_VLLM_HOST_BIN overrides)."""
-    return eviction_host.host_binary()
-
-
-@pytest.fixture
-def start_host(host_binary, tmp_path):
-    start, stop_all = eviction_host.host_factory(host_binary, tmp_path)
-    yield start
-    stop_all()
+pytest_pycollect_makemodule = eviction_host.skip_every_module_unless(VLLM_MISSING)
 
 
 def free_port() -> int:

@@ -156,6 +156,17 @@ def workload(driver: Driver) -> list:
     return universe
 
 
+def run_beside_stock(client: EvictionClient | None):
+    """The workload through agentrt's manager on ``client`` and through vLLM's own LRU manager:
+    ``(manager, what agentrt's keeps, what vLLM's keeps)``."""
+    manager = agentrt_manager(client)
+    driver = Driver(manager)
+    universe = workload(driver)
+    stock = Driver(stock_manager())
+    workload(stock)
+    return manager, driver.resident(universe), stock.resident(universe)
+
+
 def client_for(host, deadline_s: float = 2.0) -> EvictionClient:
     # A generous deadline: these tests check decisions, not latency (a loaded 2-core machine
     # can deschedule the host for milliseconds).
@@ -297,12 +308,8 @@ def test_agent_session_and_position_reach_the_policy(start_host):
 
 def test_host_down_is_exactly_vllms_lru(tmp_path):
     client = EvictionClient(str(tmp_path / "nobody.sock"), 0.002, "test")
-    manager = agentrt_manager(client)
-    driver = Driver(manager)
-    stock = Driver(stock_manager())
-    universe = workload(driver)
-    workload(stock)
-    assert driver.resident(universe) == stock.resident(universe)
+    manager, resident, stock_resident = run_beside_stock(client)
+    assert resident == stock_resident
     assert manager.agentrt_stats["host_victims_from_policy"] == 0
     assert manager.agentrt_stats["host_eviction_fallbacks"] > 0
 
@@ -311,12 +318,8 @@ def test_past_the_deadline_is_exactly_vllms_lru(start_host):
     """A host that answers too late (the probe burns CPU in every score) is not waited for."""
     host = start_host("probe", "--init", "burn=200000000")
     client = client_for(host, deadline_s=0.0005)
-    manager = agentrt_manager(client)
-    driver = Driver(manager)
-    stock = Driver(stock_manager())
-    universe = workload(driver)
-    workload(stock)
-    assert driver.resident(universe) == stock.resident(universe)
+    manager, resident, stock_resident = run_beside_stock(client)
+    assert resident == stock_resident
     # Every score burns past the host's own CPU deadline (20 ms) too, so once its breaker opens
     # the host may answer fast — in LRU order, declining nothing: the same pool either way.
     assert client.stats["deadline_missed"] > 0
@@ -328,12 +331,8 @@ def test_past_the_deadline_is_exactly_vllms_lru(start_host):
 def test_a_0_2_line_component_leaves_the_host_tier_to_lru(start_host):
     host = start_host("callrate-c")
     client = client_for(host)
-    manager = agentrt_manager(client)
-    driver = Driver(manager)
-    stock = Driver(stock_manager())
-    universe = workload(driver)
-    workload(stock)
-    assert driver.resident(universe) == stock.resident(universe)
+    manager, resident, stock_resident = run_beside_stock(client)
+    assert resident == stock_resident
     stats = manager.agentrt_stats
     assert stats["host_victims_from_policy"] == stats["host_evictions"] > 0, "answered, in LRU order"
     assert stats["host_declined"] == 0
@@ -344,12 +343,8 @@ def test_a_0_2_line_component_leaves_the_host_tier_to_lru(start_host):
 def test_an_lru_component_through_the_host_is_exactly_vllms_lru(start_host):
     host = start_host("lru")
     client = client_for(host)
-    manager = agentrt_manager(client)
-    driver = Driver(manager)
-    stock = Driver(stock_manager())
-    universe = workload(driver)
-    workload(stock)
-    assert driver.resident(universe) == stock.resident(universe)
+    manager, resident, stock_resident = run_beside_stock(client)
+    assert resident == stock_resident
     assert manager.agentrt_stats["host_victims_from_policy"] > 0
     client.close()
     host.stop()
@@ -416,12 +411,8 @@ class Protocol1Host:
 def test_a_protocol_1_host_is_not_asked_about_the_host_tier(tmp_path):
     old = Protocol1Host(tmp_path / "old.sock")
     client = EvictionClient(str(tmp_path / "old.sock"), 2.0, "test")
-    manager = agentrt_manager(client)
-    driver = Driver(manager)
-    stock = Driver(stock_manager())
-    universe = workload(driver)
-    workload(stock)
-    assert driver.resident(universe) == stock.resident(universe), "LRU, everything stored"
+    manager, resident, stock_resident = run_beside_stock(client)
+    assert resident == stock_resident, "LRU, everything stored"
     assert client.host_protocol == 1
     # The first question went out before the host's HELLO_OK was read; its answer carried no
     # declined list and was not taken for one about the host tier. None after that.
