@@ -83,7 +83,7 @@ impl WorkerStats {
 /// worker lets its thread finish the queue and exit.
 pub struct PolicyWorker {
     jobs: SyncSender<Job>,
-    /// An `act` is queued or running: another request need not queue one.
+    /// An `act` is queued behind every event queued so far: another request need not queue one.
     act_pending: Arc<AtomicBool>,
     stats: Arc<WorkerStats>,
 }
@@ -128,6 +128,11 @@ impl PolicyWorker {
     pub fn observe(&self, events: Vec<Event>) -> bool {
         let n = events.len() as u64;
         if self.enqueue(Job::Observe(events, Span::current())) {
+            // An `act` still queued sits ahead of these events and will not see them, so it
+            // cannot answer for them: the next `act()` queues a new one behind them. (Without
+            // this a request's finish could be heard only by the *next* request's act: a
+            // session over its budget got one call more than it should.)
+            self.act_pending.store(false, Relaxed);
             true
         } else {
             self.stats.dropped.fetch_add(n, Relaxed);
@@ -136,7 +141,8 @@ impl PolicyWorker {
     }
 
     /// Ask the policy for side effects. `None` when no new `act` was queued: one is already
-    /// pending (its answer serves this request too) or the queue is full.
+    /// queued behind every event queued so far (its answer serves this request too), or the
+    /// queue is full.
     pub fn act(&self) -> Option<oneshot::Receiver<Result<Vec<SideEffect>, PolicyError>>> {
         if self.act_pending.swap(true, Relaxed) {
             return None;
