@@ -64,6 +64,23 @@ impl<'a> Reader<'a> {
         let version = u16::from_le_bytes([state[4], state[5]]);
         Ok((Self { rest: &state[6..] }, version))
     }
+
+    /// [`Reader::new`] for a policy that reads exactly one format: anything else is refused,
+    /// naming the policy (`what`), the format found and the one it reads.
+    pub fn of_format(
+        state: &'a [u8],
+        magic: [u8; 4],
+        format: u16,
+        what: &str,
+    ) -> Result<Self, String> {
+        let (reader, version) = Self::new(state, magic)?;
+        if version != format {
+            return Err(format!(
+                "unknown {what} snapshot format {version} (this version reads {format})"
+            ));
+        }
+        Ok(reader)
+    }
     fn take<const N: usize>(&mut self) -> Result<[u8; N], String> {
         if self.rest.len() < N {
             return Err("snapshot is truncated".to_string());
@@ -120,5 +137,14 @@ mod tests {
         let (mut short, _) = Reader::new(&bytes[..10], *b"TEST").unwrap();
         assert_eq!((short.u8().unwrap(), short.u16().unwrap()), (1, 2));
         assert!(short.u32().unwrap_err().contains("truncated"));
+    }
+
+    #[test]
+    fn of_format_refuses_another_format_naming_it() {
+        let bytes = Writer::new(*b"TEST", 3).finish();
+        Reader::of_format(&bytes, *b"TEST", 3, "test").unwrap().finish().unwrap();
+        let err = Reader::of_format(&bytes, *b"TEST", 2, "test").err().unwrap();
+        assert_eq!(err, "unknown test snapshot format 3 (this version reads 2)");
+        assert!(Reader::of_format(&bytes, *b"OTHR", 3, "test").is_err());
     }
 }

@@ -79,3 +79,30 @@ impl<P: Policy> Harness<P> {
 pub fn rank(items: &[Item], scores: &[f32]) -> Vec<usize> {
     crate::ranking::keep_order(scores, |i| items[i].last_access)
 }
+
+/// A GPU-tier KV block of one agent (1), in no session, 16 tokens at position 0: the item most
+/// eviction tests rank, told apart by its key and last access.
+pub fn gpu_block(key: u64, last_access: u64) -> Item {
+    Item {
+        kind: crate::ItemKind::KvBlock,
+        key,
+        agent: 1,
+        session: 0,
+        last_access,
+        tokens: 16,
+        position: 0,
+        tier: crate::Tier::Gpu,
+    }
+}
+
+/// A GPU-tier block event of agent 1 at the root of the prefix tree (no parent, position 0).
+pub fn gpu_block_event(op: crate::BlockOp, block_hash: u64) -> BlockEvent {
+    BlockEvent {
+        op,
+        agent: 1,
+        block_hash,
+        parent_hash: 0,
+        position: 0,
+        tier: crate::Tier::Gpu,
+    }
+}

@@ -230,10 +230,7 @@ impl Policy for Arc {
         if state.is_empty() {
             return Ok(()); // from a stateless policy (LRU): start afresh
         }
-        let (mut r, version) = Reader::new(state, MAGIC)?;
-        if version != FORMAT {
-            return Err(format!("unknown ARC snapshot format {version}"));
-        }
+        let mut r = Reader::of_format(state, MAGIC, FORMAT, "ARC")?;
         let p = r.f32()?;
         r.finish()?;
         if !(p.is_finite() && p >= 0.0) {
@@ -249,32 +246,8 @@ agentrt_sdk::export_policy!(Arc);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentrt_sdk::testing::{rank, Harness};
-    use agentrt_sdk::{EngineLoad, ItemKind};
-
-    fn block(key: u64, last_access: u64) -> Item {
-        Item {
-            kind: ItemKind::KvBlock,
-            key,
-            agent: 1,
-            session: 0,
-            last_access,
-            tokens: 16,
-            position: 0,
-            tier: agentrt_sdk::Tier::Gpu,
-        }
-    }
-
-    fn ev(op: BlockOp, hash: u64) -> BlockEvent {
-        BlockEvent {
-            op,
-            agent: 1,
-            block_hash: hash,
-            parent_hash: 0,
-            position: 0,
-            tier: agentrt_sdk::Tier::Gpu,
-        }
-    }
+    use agentrt_sdk::testing::{gpu_block as block, gpu_block_event as ev, rank, Harness};
+    use agentrt_sdk::EngineLoad;
 
     fn load(total: u32) -> Event {
         Event::EngineLoad(EngineLoad {

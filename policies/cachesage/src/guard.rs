@@ -519,31 +519,8 @@ impl Guard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentrt_sdk::{EngineLoad, ItemKind};
-
-    fn item(key: u64, last_access: u64) -> Item {
-        Item {
-            kind: ItemKind::KvBlock,
-            key,
-            agent: 1,
-            session: 0,
-            last_access,
-            tokens: 16,
-            position: 0,
-            tier: agentrt_sdk::Tier::Gpu,
-        }
-    }
-
-    fn block(op: BlockOp, hash: u64) -> BlockEvent {
-        BlockEvent {
-            op,
-            agent: 1,
-            block_hash: hash,
-            parent_hash: 0,
-            position: 0,
-            tier: agentrt_sdk::Tier::Gpu,
-        }
-    }
+    use agentrt_sdk::testing::{gpu_block as item, gpu_block_event as block};
+    use agentrt_sdk::EngineLoad;
 
     fn guard() -> Guard {
         let mut g = Guard::new(GuardParams::default());

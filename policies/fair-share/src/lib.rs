@@ -202,10 +202,7 @@ impl Policy for FairShare {
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<(), String> {
-        let (mut r, version) = Reader::new(state, MAGIC)?;
-        if version != FORMAT {
-            return Err(format!("unknown fair-share snapshot format {version}"));
-        }
+        let mut r = Reader::of_format(state, MAGIC, FORMAT, "fair-share")?;
         let now_us = r.u64()?;
         let n = r.u32()?;
         let mut sessions = HashMap::with_capacity((n as usize).min(self.max_sessions));

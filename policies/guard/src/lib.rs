@@ -202,10 +202,7 @@ impl Policy for Guard {
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<(), String> {
-        let (mut r, version) = Reader::new(state, MAGIC)?;
-        if version != FORMAT {
-            return Err(format!("unknown guard snapshot format {version}"));
-        }
+        let mut r = Reader::of_format(state, MAGIC, FORMAT, "guard")?;
         let tenant_tokens = r.u64()?;
         let tenant_denied = r.u8()? != 0;
         let clock = r.u64()?;

@@ -28,21 +28,7 @@ agentrt_sdk::export_policy!(Lru);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentrt_sdk::testing::{rank, Harness};
-    use agentrt_sdk::ItemKind;
-
-    fn block(key: u64, last_access: u64) -> Item {
-        Item {
-            kind: ItemKind::KvBlock,
-            key,
-            agent: 1,
-            session: 0,
-            last_access,
-            tokens: 16,
-            position: 0,
-            tier: agentrt_sdk::Tier::Gpu,
-        }
-    }
+    use agentrt_sdk::testing::{gpu_block as block, rank, Harness};
 
     #[test]
     fn ranks_most_recent_first() {

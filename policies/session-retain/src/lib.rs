@@ -147,10 +147,7 @@ impl Policy for SessionRetain {
         if state.is_empty() {
             return Ok(()); // from a stateless policy (LRU): start afresh
         }
-        let (mut r, version) = Reader::new(state, MAGIC)?;
-        if version != FORMAT {
-            return Err(format!("unknown session-retain snapshot format {version}"));
-        }
+        let mut r = Reader::of_format(state, MAGIC, FORMAT, "session-retain")?;
         let n = r.u32()?;
         let mut fresh = SessionRetain {
             max_sessions: self.max_sessions,

@@ -161,10 +161,7 @@ impl Policy for ToolMemo {
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<(), String> {
-        let (mut r, version) = Reader::new(state, MAGIC)?;
-        if version != FORMAT {
-            return Err(format!("unknown tool-memo snapshot format {version}"));
-        }
+        let mut r = Reader::of_format(state, MAGIC, FORMAT, "tool-memo")?;
         let now_us = r.u64()?;
         let n = r.u32()?;
         let mut keys = HashMap::with_capacity(n as usize);

@@ -122,10 +122,7 @@ impl Policy for Ttl {
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<(), String> {
-        let (mut r, version) = Reader::new(state, MAGIC)?;
-        if version != FORMAT {
-            return Err(format!("unknown TTL snapshot format {version}"));
-        }
+        let mut r = Reader::of_format(state, MAGIC, FORMAT, "TTL")?;
         // The configured TTL wins over the snapshot's: a new version may be configured differently.
         let _snapshot_ttl = r.u64()?;
         self.now_us = r.u64()?;
