@@ -6,18 +6,7 @@ use std::path::PathBuf;
 
 fn main() -> anyhow::Result<()> {
     let out = std::env::args().nth(1).map_or_else(std::env::temp_dir, PathBuf::from);
-    let policies: Vec<String> = [
-        "lru",
-        "ttl",
-        "arc",
-        "session-retain",
-        "cachesage",
-        "cachesage-evict",
-        "cachesage-classic",
-        "belady",
-    ]
-    .map(String::from)
-    .into();
+    let policies: Vec<String> = agentrt_sim::harness::DEFAULT_POLICY_NAMES.map(String::from).into();
     let workloads: Vec<String> = ["swe-agent", "map-reduce", "fleet"].map(String::from).into();
     let rate = |w: usize, p: usize| 0.2 + 0.07 * p as f64 + 0.05 * w as f64;
     let bars: Vec<Vec<f64>> = (0..workloads.len())

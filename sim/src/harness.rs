@@ -20,21 +20,21 @@ use crate::policy_limits::ReplayLimits;
 use crate::prepare::PreparedTrace;
 use crate::scheduler::{RunResult, Sim, SimConfig};
 
+/// The names of the evaluation's policies, in report order.
+pub const DEFAULT_POLICY_NAMES: [&str; 8] = [
+    "lru",
+    "ttl",
+    "arc",
+    "session-retain",
+    "cachesage",
+    "cachesage-evict",
+    "cachesage-classic",
+    "belady",
+];
+
 /// The policies of the evaluation, in report order.
 pub fn default_policies() -> Vec<PolicySpec> {
-    [
-        "lru",
-        "ttl",
-        "arc",
-        "session-retain",
-        "cachesage",
-        "cachesage-evict",
-        "cachesage-classic",
-        "belady",
-    ]
-    .iter()
-    .map(|n| PolicySpec::parse(n))
-    .collect()
+    DEFAULT_POLICY_NAMES.iter().map(|n| PolicySpec::parse(n)).collect()
 }
 
 /// Loads components once and starts policies.

@@ -286,16 +286,7 @@ mod tests {
     }
 
     /// The policies `sim table` compares, in its order.
-    const TABLE_POLICIES: [&str; 8] = [
-        "lru",
-        "ttl",
-        "arc",
-        "session-retain",
-        "cachesage",
-        "cachesage-evict",
-        "cachesage-classic",
-        "belady",
-    ];
+    const TABLE_POLICIES: [&str; 8] = crate::harness::DEFAULT_POLICY_NAMES;
 
     /// Made-up names, long and wide, more than a row holds, one longer than any legend.
     fn many_long_names() -> Vec<String> {

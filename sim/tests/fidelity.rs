@@ -2,24 +2,14 @@
 //! on the same sequence of scheduler calls. Runs `sim/fidelity/replay_vllm.py` with the vLLM venv
 //! (`adapters/vllm/setup-venv.sh` makes it at `.venv-vllm/`); skips, saying why, without it.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod support;
 
 use agentrt_sim::policies::NativeLru;
 use agentrt_sim::prepare::PreparedTrace;
 use agentrt_sim::scheduler::{OpLog, Sim, SimConfig};
 use agentrt_sim::trace::Trace;
 use agentrt_sim::workloads::{generate, GenParams, Workload};
-
-/// The venv's interpreter: `$AGENTRT_VLLM_VENV` (as `adapters/vllm/setup-venv.sh` and `.ci/run`
-/// use it), else the repository's `.venv-vllm`.
-fn venv_python() -> Option<PathBuf> {
-    let venv = std::env::var_os("AGENTRT_VLLM_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv-vllm"));
-    let p = venv.join("bin/python");
-    p.is_file().then_some(p)
-}
+use support::{replay_in_vllm, venv_python};
 
 /// A trace mixing every workload, so that anchors, multi-turn history and tool loops all occur.
 fn mixed_trace() -> Trace {
@@ -66,25 +56,18 @@ fn simulator_lru_hits_equal_vllm_block_pool_hits() {
     );
     assert!(sim.preemptions > 0, "preemption must be exercised too");
 
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fidelity/replay_vllm.py");
-    let out = Command::new(&python)
-        .arg(&script)
-        .arg(&ops_path)
-        .args(["--num-blocks", &blocks.to_string(), "--block-size", "16"])
-        .env("VLLM_TARGET_DEVICE", "cpu")
-        .output()
-        .expect("running the vLLM replay");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let report: serde_json::Value = stdout
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| {
-            panic!(
-                "no JSON from the replay; stderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
+    let blocks_arg = blocks.to_string();
+    let (report, out) = replay_in_vllm(
+        &python,
+        "replay_vllm.py",
+        &[
+            ops_path.as_os_str(),
+            "--num-blocks".as_ref(),
+            blocks_arg.as_ref(),
+            "--block-size".as_ref(),
+            "16".as_ref(),
+        ],
+    );
     assert_eq!(report["mismatches"], serde_json::json!([]), "vLLM disagreed: {report}");
     // Every admission (re-admissions after preemption included) found the same hit in both.
     let sim_admissions: Vec<u64> = std::fs::read_to_string(&ops_path)

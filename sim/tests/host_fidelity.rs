@@ -6,22 +6,15 @@
 //! vLLM venv (`$AGENTRT_VLLM_VENV`, else `.venv-vllm`); skips, saying why, without it.
 
 use std::io::Write;
-use std::path::PathBuf;
-use std::process::Command;
 
 use agentrt_sim::offload::host_policy::{HostKey, HostPolicyKind};
 use agentrt_sim::offload::host_pool::{HostPool, KeyAt, Lookup};
 use agentrt_sim::offload::ranked::{BlockOwner, NoRanker};
 use agentrt_sim::rng::Rng;
 use serde_json::{json, Value};
+use support::{replay_in_vllm, venv_python};
 
-fn venv_python() -> Option<PathBuf> {
-    let venv = std::env::var_os("AGENTRT_VLLM_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv-vllm"));
-    let p = venv.join("bin/python");
-    p.is_file().then_some(p)
-}
+mod support;
 
 /// One request as the connector drives it: its prompt's keys, how far they were offered, the
 /// load or stores it has in flight.
@@ -199,7 +192,6 @@ fn host_pool_lru_and_arc_answer_as_vllms_cpu_offloading_manager() {
         eprintln!("SKIPPED: no vLLM venv at $AGENTRT_VLLM_VENV or .venv-vllm (run adapters/vllm/setup-venv.sh): the host-tier fidelity check against vLLM did not run");
         return;
     };
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fidelity/replay_host_pool.py");
     for policy in [HostPolicyKind::Lru, HostPolicyKind::Arc] {
         let (ops, counts) = ops_for(policy, 24);
         // The sequence must exercise what it checks.
@@ -214,23 +206,7 @@ fn host_pool_lru_and_arc_answer_as_vllms_cpu_offloading_manager() {
         }
         f.flush().unwrap();
         drop(f);
-        let out = Command::new(&python)
-            .arg(&script)
-            .arg(&path)
-            .env("VLLM_TARGET_DEVICE", "cpu")
-            .output()
-            .expect("running the vLLM host-pool replay");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let report: Value = stdout
-            .lines()
-            .rev()
-            .find_map(|l| serde_json::from_str(l).ok())
-            .unwrap_or_else(|| {
-                panic!(
-                    "no JSON from the replay; stderr:\n{}",
-                    String::from_utf8_lossy(&out.stderr)
-                )
-            });
+        let (report, out) = replay_in_vllm(&python, "replay_host_pool.py", &[path.as_os_str()]);
         assert_eq!(report["mismatches"], json!([]), "vLLM disagreed ({policy:?}): {report}");
         assert_eq!(report["evictions"].as_u64(), Some(counts.evicted as u64));
         assert_eq!(report["refused"].as_u64(), Some(counts.refused as u64));

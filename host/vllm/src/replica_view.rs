@@ -113,6 +113,17 @@ impl ReplicaView {
         fold(hash, self.salt)
     }
 
+    /// Candidates with this replica's hashes, for the shared policy to rank.
+    fn fold_items(&self, items: &[Item]) -> Vec<Item> {
+        items
+            .iter()
+            .map(|item| Item {
+                key: self.fold(item.key),
+                ..*item
+            })
+            .collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Resident>> {
         self.resident.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -216,25 +227,11 @@ impl EngineRanker for ReplicaView {
     }
 
     fn rank(&self, items: &[Item]) -> Ranking {
-        let folded: Vec<Item> = items
-            .iter()
-            .map(|item| Item {
-                key: self.fold(item.key),
-                ..*item
-            })
-            .collect();
-        self.inner.rank_on(self.replica, &folded)
+        self.inner.rank_on(self.replica, &self.fold_items(items))
     }
 
     fn rank_host(&self, items: &[Item]) -> HostRanking {
-        let folded: Vec<Item> = items
-            .iter()
-            .map(|item| Item {
-                key: self.fold(item.key),
-                ..*item
-            })
-            .collect();
-        self.inner.rank_host_on(self.replica, &folded)
+        self.inner.rank_host_on(self.replica, &self.fold_items(items))
     }
 
     fn announce(&self, events: &[Event]) -> Result<(), PolicyError> {
