@@ -67,12 +67,7 @@ impl<'a> Reader<'a> {
 
     /// [`Reader::new`] for a policy that reads exactly one format: anything else is refused,
     /// naming the policy (`what`), the format found and the one it reads.
-    pub fn of_format(
-        state: &'a [u8],
-        magic: [u8; 4],
-        format: u16,
-        what: &str,
-    ) -> Result<Self, String> {
+    pub fn of_format(state: &'a [u8], magic: [u8; 4], format: u16, what: &str) -> Result<Self, String> {
         let (reader, version) = Self::new(state, magic)?;
         if version != format {
             return Err(format!(
@@ -142,7 +137,10 @@ mod tests {
     #[test]
     fn of_format_refuses_another_format_naming_it() {
         let bytes = Writer::new(*b"TEST", 3).finish();
-        Reader::of_format(&bytes, *b"TEST", 3, "test").unwrap().finish().unwrap();
+        Reader::of_format(&bytes, *b"TEST", 3, "test")
+            .unwrap()
+            .finish()
+            .unwrap();
         let err = Reader::of_format(&bytes, *b"TEST", 2, "test").err().unwrap();
         assert_eq!(err, "unknown test snapshot format 3 (this version reads 2)");
         assert!(Reader::of_format(&bytes, *b"OTHR", 3, "test").is_err());

@@ -63,7 +63,15 @@ async fn an_act_asked_after_a_finish_hears_it_though_an_earlier_act_is_still_que
 
     let first = first.await.unwrap().unwrap();
     let second = second.await.unwrap().unwrap();
-    assert_eq!(denied_sessions(&first), Vec::<u64>::new(), "the first act ran before the finish");
-    assert_eq!(denied_sessions(&second), vec![9], "the act behind the finish denies the session");
+    assert_eq!(
+        denied_sessions(&first),
+        Vec::<u64>::new(),
+        "the first act ran before the finish"
+    );
+    assert_eq!(
+        denied_sessions(&second),
+        vec![9],
+        "the act behind the finish denies the session"
+    );
     assert_eq!(worker.stats().throttled(), 0);
 }
