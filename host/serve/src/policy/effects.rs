@@ -1,10 +1,9 @@
 //! Carrying out what a tenant's policies answer, off the critical path: after each request
 //! arrives and finishes, every slot of the tenant is asked to `act()` (on its worker; a slot whose
 //! `act` is already queued behind the request's events answers with that call), the answers are
-//! merged
-//! ([`merge_side_effects`]: `deny` wins, one warm-up per anchor, the first slot's priority), and
-//! each effect is carried out — a priority or a denial recorded on the tenant, a warm-up sent, a
-//! pin handed to the engine adapter.
+//! merged ([`merge_side_effects`]: `deny` wins, one warm-up per anchor, the first slot's
+//! priority), and each effect is carried out — a priority or a denial recorded on the tenant, a
+//! warm-up sent, a pin handed to the engine adapter.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
