@@ -56,17 +56,10 @@ fn simulator_lru_hits_equal_vllm_block_pool_hits() {
     );
     assert!(sim.preemptions > 0, "preemption must be exercised too");
 
-    let blocks_arg = blocks.to_string();
     let (report, out) = replay_in_vllm(
         &python,
         "replay_vllm.py",
-        &[
-            ops_path.as_os_str(),
-            "--num-blocks".as_ref(),
-            blocks_arg.as_ref(),
-            "--block-size".as_ref(),
-            "16".as_ref(),
-        ],
+        &[&ops_path, &"--num-blocks", &blocks.to_string(), &"--block-size", &"16"],
     );
     assert_eq!(report["mismatches"], serde_json::json!([]), "vLLM disagreed: {report}");
     // Every admission (re-admissions after preemption included) found the same hit in both.

@@ -206,7 +206,7 @@ fn host_pool_lru_and_arc_answer_as_vllms_cpu_offloading_manager() {
         }
         f.flush().unwrap();
         drop(f);
-        let (report, out) = replay_in_vllm(&python, "replay_host_pool.py", &[path.as_os_str()]);
+        let (report, out) = replay_in_vllm(&python, "replay_host_pool.py", &[&path]);
         assert_eq!(report["mismatches"], json!([]), "vLLM disagreed ({policy:?}): {report}");
         assert_eq!(report["evictions"].as_u64(), Some(counts.evicted as u64));
         assert_eq!(report["refused"].as_u64(), Some(counts.refused as u64));

@@ -1,7 +1,8 @@
 //! What the fidelity tests share: finding the vLLM venv and running one of `sim/fidelity/`'s
 //! replay scripts in it.
 
-use std::path::PathBuf;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -19,11 +20,11 @@ pub fn venv_python() -> Option<PathBuf> {
 /// Runs `sim/fidelity/<script>` with `args` under vLLM's CPU build and returns the report (the
 /// last JSON line it printed) with the process's output; panics with its stderr when there is
 /// no report.
-pub fn replay_in_vllm(python: &PathBuf, script: &str, args: &[&std::ffi::OsStr]) -> (Value, Output) {
+pub fn replay_in_vllm(python: &Path, script: &str, args: &[&dyn AsRef<OsStr>]) -> (Value, Output) {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fidelity").join(script);
     let out = Command::new(python)
         .arg(&script)
-        .args(args)
+        .args(args.iter().map(|a| a.as_ref()))
         .env("VLLM_TARGET_DEVICE", "cpu")
         .output()
         .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
