@@ -43,7 +43,7 @@ fn arrival(agent: u32, session: u64) -> Event {
 /// early auditor session that ended. Leaves session 1000 at the coder.
 fn learn_chain(policy: &PolicyHandle) {
     let mut events: Vec<Event> = [PLANNER, CODER, TESTER, AUDITOR].into_iter().map(registered).collect();
-    events.extend([arrival(AUDITOR, 999), Event::SessionEnd(999)]);
+    events.extend([arrival(AUDITOR, 999), session_end(999)]);
     for pair in 0..10u64 {
         let (a, b) = (2 * pair, 2 * pair + 1);
         for _round in 0..2 {
@@ -52,7 +52,7 @@ fn learn_chain(policy: &PolicyHandle) {
                 events.push(arrival(agent, b));
             }
         }
-        events.extend([Event::SessionEnd(a), Event::SessionEnd(b)]);
+        events.extend([session_end(a), session_end(b)]);
     }
     events.extend([arrival(PLANNER, 1000), arrival(CODER, 1000)]);
     policy.observe(&events).unwrap();
@@ -148,7 +148,7 @@ fn ranks_exactly_like_lru_on_random_transitions() {
         let session = rng.below(40);
         events.push(arrival(1 + rng.below(u64::from(agents)) as u32, session));
         if rng.below(10) == 0 {
-            events.push(Event::SessionEnd(session));
+            events.push(session_end(session));
         }
     }
     policy.observe(&events).unwrap();

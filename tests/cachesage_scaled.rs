@@ -57,7 +57,7 @@ fn session(agents: &[u32], session: u64, start_ms: u64, ends: bool) -> Vec<Event
         .flat_map(|(i, &a)| call(a, session, true, start_ms + i as u64 * 3_000))
         .collect();
     if ends {
-        events.push(Event::SessionEnd(session));
+        events.push(session_end(session));
     }
     events
 }

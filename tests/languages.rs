@@ -265,7 +265,7 @@ fn a_component_of_the_0_2_line_hears_only_the_gpu_tier() {
     use agentrt_runtime::types::{BlockEvent, BlockOp, Tier};
     let (engine, _cache) = engine();
     let reference = Arc::new(engine.load_file(&component("callrate").unwrap()).unwrap());
-    assert_eq!(reference.contract_line(), ContractLine::V0_3);
+    assert_eq!(reference.contract_line(), ContractLine::V0_4);
     let Some((name, path)) = LANGUAGES[1..].iter().find_map(|n| component(n).ok().map(|p| (*n, p))) else {
         eprintln!("skipped: no component of another language was built (see the notes beside them)");
         return;

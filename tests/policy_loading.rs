@@ -43,6 +43,64 @@ fn truncated_bytes_are_refused() {
     assert!(err.contains("truncated"), "{err}");
 }
 
+/// A component of the previous line still loads, and hears what it always heard: every session
+/// end as `session-end(session-id)` whatever its reason, no waits or handoffs, blocks of both
+/// tiers (0.3 knows the host tier).
+#[test]
+fn a_0_3_component_loads_and_hears_what_it_heard() {
+    use agentrt_runtime::compat::ContractLine;
+    use agentrt_runtime::types::*;
+    let (engine, _cache) = engine();
+    let component = load(&engine, "contract-0-3");
+    assert_eq!(component.contract_line(), ContractLine::V0_3);
+    let policy = agentrt_runtime::PolicyHandle::start(&engine, component, agentrt_runtime::SlotConfig::new("t/kv"))
+        .expect("a 0.3 component starts");
+    let end = |session, reason| {
+        Event::SessionEnd(SessionEnd {
+            session,
+            reason,
+            at_us: 5,
+        })
+    };
+    let block = |tier| {
+        Event::Block(BlockEvent {
+            op: BlockOp::Stored,
+            agent: 1,
+            block_hash: 9,
+            parent_hash: 0,
+            position: 0,
+            tier,
+        })
+    };
+    policy
+        .observe(&[
+            register(1, "planner", 0xaaaa),
+            end(1, EndReason::Closed),
+            Event::SessionWait(SessionWait {
+                session: 2,
+                agent: 1,
+                kind: WaitKind::Tool,
+                tool: 3,
+                expected_us: 0,
+                hinted: false,
+                at_us: 5,
+            }),
+            Event::Handoff(Handoff {
+                session: 2,
+                from_agent: 1,
+                to_agent: 1,
+                at_us: 5,
+            }),
+            end(2, EndReason::Idle),
+            end(3, EndReason::Evicted),
+            block(Tier::Gpu),
+            block(Tier::Host),
+        ])
+        .unwrap();
+    let heard = String::from_utf8(policy.snapshot().unwrap()).unwrap();
+    assert_eq!(heard, "agent-registered 1\nblock 2\nsession-end 3\n");
+}
+
 #[test]
 fn non_wasm_is_refused() {
     let err = load_error(b"#!/bin/sh\necho hello\n");

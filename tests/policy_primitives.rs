@@ -47,7 +47,26 @@ fn all_event_kinds() -> Vec<Event> {
             latency_us: 900,
             ok: true,
         }),
-        Event::SessionEnd(10),
+        Event::SessionWait(SessionWait {
+            session: 10,
+            agent: 2,
+            kind: WaitKind::Tool,
+            tool: 3,
+            expected_us: 2_000_000,
+            hinted: true,
+            at_us: 10,
+        }),
+        Event::Handoff(Handoff {
+            session: 10,
+            from_agent: 2,
+            to_agent: 1,
+            at_us: 10,
+        }),
+        Event::SessionEnd(SessionEnd {
+            session: 10,
+            reason: EndReason::Closed,
+            at_us: 10,
+        }),
         Event::EngineLoad(EngineLoad {
             queue_depth: 3,
             running: 2,
@@ -113,11 +132,12 @@ fn probe_round_trips_every_primitive() {
     let effects = probe.act().unwrap();
     assert_eq!(effects.len(), 7);
     assert!(matches!(&effects[0], SideEffect::WarmPrefix(w) if w.agent == 2 && w.anchor_hash == 0xbbbb));
-    assert!(matches!(&effects[3], SideEffect::Preload(p) if p.model == "model-8"));
-    assert!(matches!(&effects[5], SideEffect::SetPriority(p) if p.priority == -8));
-    assert!(matches!(&effects[6], SideEffect::Deny(d) if d.reason == "saw 8 events"));
+    assert!(matches!(&effects[3], SideEffect::Preload(p) if p.model == "model-10"));
+    assert!(matches!(&effects[5], SideEffect::SetPriority(p) if p.priority == -10));
+    assert!(matches!(&effects[6], SideEffect::Deny(d) if d.reason == "saw 10 events"));
 
-    // snapshot: 8 typed non-block events, 1 typed + 4 packed block events, 1200 prompt tokens.
+    // snapshot: 10 typed non-block events (waits and handoffs included: the packed path carries
+    // every kind), 1 typed + 4 packed block events, 1200 prompt tokens.
     let state = probe.snapshot().unwrap();
     let fresh = start(&engine, "probe", &[]);
     fresh.restore(&state).unwrap();

@@ -39,6 +39,16 @@ impl<P: Policy> Dispatcher<P> {
         }
     }
 
+    /// Events packed as `observe-packed` sends them: routed as [`Self::observe`] routes them.
+    pub fn observe_packed(&mut self, words: &[u64]) {
+        for event in packed::events::decode(words) {
+            match &event {
+                Event::Block(block) => self.policy.observe_block(block),
+                other => self.policy.observe(other),
+            }
+        }
+    }
+
     pub fn observe_blocks(&mut self, words: &[u64]) {
         for block in packed::decode(words) {
             self.policy.observe_block(&block);

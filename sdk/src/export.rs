@@ -61,6 +61,9 @@ macro_rules! export_policy {
                 fn observe(events: Vec<Event>) {
                     POLICY.with(|d| d.observe(&events))
                 }
+                fn observe_packed(packed: Vec<u64>) {
+                    POLICY.with(|d| d.observe_packed(&packed))
+                }
                 fn observe_blocks(packed: Vec<u64>) {
                     POLICY.with(|d| d.observe_blocks(&packed))
                 }

@@ -31,8 +31,24 @@ impl<P: Policy> Harness<P> {
         Ok(Self { dispatcher })
     }
 
+    /// Send events as the host sends a batch to a 0.4 component: `agent-registered` through
+    /// `observe`, every run of other events between them through `observe-packed`.
     pub fn observe(&mut self, events: &[Event]) {
-        self.dispatcher.observe(events);
+        let mut words = Vec::new();
+        for event in events {
+            if !packed::events::encode(event, &mut words) {
+                self.observe_packed(&mut words);
+                self.dispatcher.observe(core::slice::from_ref(event));
+            }
+        }
+        self.observe_packed(&mut words);
+    }
+
+    fn observe_packed(&mut self, words: &mut Vec<u64>) {
+        if !words.is_empty() {
+            self.dispatcher.observe_packed(words);
+            words.clear();
+        }
     }
 
     /// Send block events through the packed path, as the host does for high-rate producers.
@@ -105,4 +121,18 @@ pub fn gpu_block_event(op: crate::BlockOp, block_hash: u64) -> BlockEvent {
         position: 0,
         tier: crate::Tier::Gpu,
     }
+}
+
+/// A session ended as the host infers most ends: idle for its window (reason `idle`, at time 0).
+pub fn session_end(session: u64) -> Event {
+    session_end_for(session, crate::EndReason::Idle)
+}
+
+/// A session ended for `reason`, at time 0.
+pub fn session_end_for(session: u64, reason: crate::EndReason) -> Event {
+    Event::SessionEnd(crate::SessionEnd {
+        session,
+        reason,
+        at_us: 0,
+    })
 }

@@ -57,7 +57,9 @@ impl Ownership {
             Event::RequestFinish(f) => Some(self.agent(f.agent)),
             Event::ToolCall(t) => Some(self.agent(t.agent)),
             Event::ToolReturn(t) => Some(self.agent(t.agent)),
-            Event::SessionEnd(id) => Some(self.session.get(id).copied().unwrap_or(0)),
+            Event::SessionEnd(e) => Some(self.session.get(&e.session).copied().unwrap_or(0)),
+            Event::SessionWait(w) => Some(self.session.get(&w.session).copied().unwrap_or(0)),
+            Event::Handoff(h) => Some(self.session.get(&h.session).copied().unwrap_or(0)),
             Event::Block(b) => Some(self.agent(b.agent)),
             Event::EngineLoad(_) => None,
         }

@@ -24,7 +24,9 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io::Write;
 use std::time::Instant;
 
-use agentrt_runtime::types::{AgentRegistered, EngineLoad, Event, RequestArrival, RequestFinish, SideEffect, ToolCall};
+use agentrt_runtime::types::{
+    AgentRegistered, EndReason, EngineLoad, Event, RequestArrival, RequestFinish, SessionEnd, SideEffect, ToolCall,
+};
 
 use crate::audit::EvictionAudit;
 use crate::kv_cache_manager::{KvCacheManager, SeqKv};
@@ -296,6 +298,15 @@ pub struct Sim<'a> {
     host_finished: Vec<usize>,
 }
 
+/// `session-end` of `session` for `reason`, at simulated time `at_ns`.
+fn session_end(session: u64, reason: EndReason, at_ns: u64) -> Event {
+    Event::SessionEnd(SessionEnd {
+        session,
+        reason,
+        at_us: us(at_ns),
+    })
+}
+
 fn us(ns: u64) -> u64 {
     ns / 1000
 }
@@ -436,7 +447,8 @@ impl<'a> Sim<'a> {
             };
             self.last_activity[s as usize] = None;
             self.result.sessions_ended += 1;
-            self.policy.event(Event::SessionEnd(self.trace.sessions[s as usize].id));
+            let session = self.trace.sessions[s as usize].id;
+            self.policy.event(session_end(session, EndReason::Idle, self.now_ns));
         }
     }
 
@@ -875,7 +887,8 @@ impl<'a> Sim<'a> {
             }
             None if self.cfg.session_ends == SessionEnds::Oracle => {
                 self.result.sessions_ended += 1;
-                self.policy.event(Event::SessionEnd(session.id));
+                // The oracle knows the session is over for certain, as a framework does.
+                self.policy.event(session_end(session.id, EndReason::Closed, now));
             }
             None => {}
         }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use agentrt_runtime::types::*;
 use agentrt_runtime::{packed, EngineOptions, PolicyEngine, PolicyHandle, PoolingOptions, SandboxLimits, SlotConfig};
-use agentrt_tests::{component_path, Rng};
+use agentrt_tests::{component_path, session_end, Rng};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 fn engine(pooling: bool, cache: &tempfile::TempDir) -> PolicyEngine {
@@ -312,7 +312,7 @@ fn teach_fleet(policy: &PolicyHandle) -> u64 {
             }));
         }
         if session < 20_000 - FLEET_LIVE_SESSIONS {
-            events.push(Event::SessionEnd(session));
+            events.push(session_end(session));
         }
         if events.len() > 4096 {
             policy.observe(&events).unwrap();

@@ -152,7 +152,7 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
                 );
             }
         }
-        events.push(Event::SessionEnd(session + 1));
+        events.push(closed(session + 1, (session + 1) * SESSION_EVERY_MS));
     }
     // The auditor runs on its own now and then: once early on, once just now. Then a new loop
     // session stops mid-way: the planner and the coder ran; the tester is next, in a second or
@@ -162,7 +162,7 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
     for (n, at_ms) in [5_000, end_ms - 2_000].into_iter().enumerate() {
         let session = sessions as u64 + 1 + n as u64;
         call(AUDITOR, session, at_ms, &mut events);
-        events.push(Event::SessionEnd(session));
+        events.push(closed(session, at_ms + CALL_MS));
     }
     for agent in 0..2 {
         call(agent, sessions as u64 + 3, end_ms + agent as u64 * STEP_MS, &mut events);
@@ -255,4 +255,13 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
     }
     println!("Its learned state is {} bytes.\n", policy.snapshot()?.len());
     Ok(())
+}
+
+/// The framework says `session` is over (a graph run reached its end), at `at_ms`.
+fn closed(session: u64, at_ms: u64) -> Event {
+    Event::SessionEnd(SessionEnd {
+        session,
+        reason: EndReason::Closed,
+        at_us: at_ms * 1000,
+    })
 }

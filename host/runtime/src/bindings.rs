@@ -11,6 +11,14 @@ wasmtime::component::bindgen!({
     additional_derives: [PartialEq],
 });
 
+/// `agentrt:policy@0.3.0`, generated from the text kept in `wit/compat/0.3.0`.
+pub mod v0_3 {
+    wasmtime::component::bindgen!({
+        path: "../../wit/compat/0.3.0",
+        world: "policy",
+    });
+}
+
 /// `agentrt:policy@0.2.0`, generated from the text kept in `wit/compat/0.2.0`.
 pub mod v0_2 {
     wasmtime::component::bindgen!({

@@ -57,7 +57,8 @@ type SnapshotFunc = TypedFunc<(), (BoundedList<u8, MAX_SNAPSHOT_BYTES>,)>;
 
 /// The generated bindings of the contract line the component was built against.
 enum Bindings {
-    V0_3(crate::bindings::Policy),
+    V0_4(crate::bindings::Policy),
+    V0_3(crate::bindings::v0_3::Policy),
     V0_2(crate::bindings::v0_2::Policy),
 }
 
@@ -111,8 +112,11 @@ impl PolicyInstance {
         };
         let instance = component.pre().instantiate(&mut store).map_err(unavailable)?;
         let bindings = match component.contract_line() {
+            compat::ContractLine::V0_4 => {
+                Bindings::V0_4(crate::bindings::Policy::new(&mut store, &instance).map_err(unavailable)?)
+            }
             compat::ContractLine::V0_3 => {
-                Bindings::V0_3(crate::bindings::Policy::new(&mut store, &instance).map_err(unavailable)?)
+                Bindings::V0_3(crate::bindings::v0_3::Policy::new(&mut store, &instance).map_err(unavailable)?)
             }
             compat::ContractLine::V0_2 => {
                 Bindings::V0_2(crate::bindings::v0_2::Policy::new(&mut store, &instance).map_err(unavailable)?)
@@ -219,24 +223,56 @@ impl PolicyInstance {
 
     pub(crate) fn info(&mut self) -> Result<PolicyInfo, PolicyError> {
         self.call(Primitive::Info, |g, _, s| match g {
-            Bindings::V0_3(p) => p.agentrt_policy_guest().call_info(s),
+            Bindings::V0_4(p) => p.agentrt_policy_guest().call_info(s),
+            Bindings::V0_3(p) => p.agentrt_policy_guest().call_info(s).map(compat::info_from_v0_3),
             Bindings::V0_2(p) => p.agentrt_policy_guest().call_info(s).map(compat::info_from_v0_2),
         })
     }
 
     fn init(&mut self, config: &[(String, String)]) -> Result<(), PolicyError> {
         self.call(Primitive::Init, |g, _, s| match g {
+            Bindings::V0_4(p) => p.agentrt_policy_guest().call_init(s, config),
             Bindings::V0_3(p) => p.agentrt_policy_guest().call_init(s, config),
             Bindings::V0_2(p) => p.agentrt_policy_guest().call_init(s, config),
         })?
         .map_err(|m| self.rejected(Primitive::Init, m))
     }
 
+    /// Events to the guest: to a 0.4 guest `agent-registered` typed and every run of other
+    /// events between registrations packed (`observe-packed`: one copy across the boundary instead
+    /// of a lowering per field), in order; to older guests typed, in their line's words.
     pub(crate) fn observe(&mut self, events: &[Event]) -> Result<(), PolicyError> {
         self.call(Primitive::Observe, |g, _, s| match g {
-            Bindings::V0_3(p) => p.agentrt_policy_guest().call_observe(s, events),
+            Bindings::V0_4(p) => {
+                let guest = p.agentrt_policy_guest();
+                let mut words = Vec::with_capacity(events.len() * 6);
+                let mut rest = events;
+                while let Some(split) = rest.iter().position(|e| !crate::packed::encode_event(e, &mut words)) {
+                    if !words.is_empty() {
+                        guest.call_observe_packed(&mut *s, &words)?;
+                        words.clear();
+                    }
+                    guest.call_observe(&mut *s, &rest[split..=split])?;
+                    rest = &rest[split + 1..];
+                }
+                if words.is_empty() {
+                    return Ok(());
+                }
+                guest.call_observe_packed(s, &words)
+            }
+            Bindings::V0_3(p) => {
+                let events: Vec<_> = events.iter().filter_map(compat::event_v0_3).collect();
+                if events.is_empty() {
+                    return Ok(());
+                }
+                p.agentrt_policy_guest().call_observe(s, &events)
+            }
             Bindings::V0_2(p) => {
-                let events: Vec<_> = events.iter().filter_map(compat::event_v0_2).collect();
+                let events: Vec<_> = events
+                    .iter()
+                    .filter_map(compat::event_v0_3)
+                    .filter_map(compat::event_v0_2)
+                    .collect();
                 if events.is_empty() {
                     return Ok(());
                 }
@@ -247,6 +283,7 @@ impl PolicyInstance {
 
     pub(crate) fn observe_blocks(&mut self, packed: &[u64]) -> Result<(), PolicyError> {
         self.call(Primitive::ObserveBlocks, |g, _, s| match g {
+            Bindings::V0_4(p) => p.agentrt_policy_guest().call_observe_blocks(s, packed),
             Bindings::V0_3(p) => p.agentrt_policy_guest().call_observe_blocks(s, packed),
             Bindings::V0_2(p) => {
                 let packed = compat::blocks_v0_2(packed);
@@ -264,7 +301,11 @@ impl PolicyInstance {
     pub(crate) fn score(&mut self, items: &[Item], typed: bool) -> Result<Vec<f32>, PolicyError> {
         let scores = if typed {
             self.call(Primitive::Score, |g, _, s| match g {
-                Bindings::V0_3(p) => p.agentrt_policy_guest().call_score(s, items),
+                Bindings::V0_4(p) => p.agentrt_policy_guest().call_score(s, items),
+                Bindings::V0_3(p) => {
+                    let items: Vec<_> = items.iter().map(compat::item_v0_3).collect();
+                    p.agentrt_policy_guest().call_score(s, &items)
+                }
                 Bindings::V0_2(p) => {
                     let items: Vec<_> = items.iter().map(compat::item_v0_2).collect();
                     p.agentrt_policy_guest().call_score(s, &items)
@@ -314,6 +355,7 @@ impl PolicyInstance {
 
     pub(crate) fn restore(&mut self, state: &[u8]) -> Result<(), PolicyError> {
         self.call(Primitive::Restore, |g, _, s| match g {
+            Bindings::V0_4(p) => p.agentrt_policy_guest().call_restore(s, state),
             Bindings::V0_3(p) => p.agentrt_policy_guest().call_restore(s, state),
             Bindings::V0_2(p) => p.agentrt_policy_guest().call_restore(s, state),
         })?

@@ -68,21 +68,86 @@ pub mod types {
     pub use crate::bindings::agentrt::policy::types::*;
 }
 
-/// Packing of block events for [`PolicyHandle::observe_blocks`].
+/// Packing of block events for [`PolicyHandle::observe_blocks`], and of every event without a
+/// string for `observe-packed` (the SDK's layout, from the host's types).
 pub mod packed {
-    use crate::types::{BlockEvent, BlockOp};
+    use crate::types::{BlockEvent, BlockOp, Event};
+    use agentrt_sdk::packed::events as words;
     pub use agentrt_sdk::packed::WORDS_PER_EVENT;
 
-    /// Append one block event's words.
-    pub fn encode(event: &BlockEvent, out: &mut Vec<u64>) {
-        out.extend_from_slice(&agentrt_sdk::packed::words(
+    /// Append one event's `observe-packed` words; `false` (nothing appended) for
+    /// `agent-registered`, which goes through `observe`.
+    pub fn encode_event(event: &Event, out: &mut Vec<u64>) -> bool {
+        match event {
+            Event::AgentRegistered(_) => return false,
+            Event::RequestArrival(r) => words::request_arrival(
+                out,
+                r.request_id,
+                r.agent,
+                r.session,
+                r.anchor_hash,
+                r.prompt_tokens,
+                r.continues.map(|c| (c.shared_tokens, c.previous_tokens)),
+                r.warmup,
+                r.at_us,
+            ),
+            Event::RequestFinish(r) => words::request_finish(
+                out,
+                r.request_id,
+                r.agent,
+                r.session,
+                r.prompt_tokens,
+                r.cached_tokens,
+                r.output_tokens,
+                r.warmup,
+                r.ok,
+                r.at_us,
+            ),
+            Event::ToolCall(t) => words::tool_call(out, t.session, t.agent, t.tool, t.args_hash, t.at_us),
+            Event::ToolReturn(t) => words::tool_return(
+                out,
+                t.session,
+                t.agent,
+                t.tool,
+                t.args_hash,
+                t.result_tokens,
+                t.latency_us,
+                t.ok,
+            ),
+            Event::SessionEnd(e) => words::session_end(out, e.session, e.reason as u8, e.at_us),
+            Event::EngineLoad(l) => {
+                words::engine_load(out, l.queue_depth, l.running, l.free_blocks, l.total_blocks, l.at_us)
+            }
+            Event::Block(b) => words::block(out, block_words(b)),
+            Event::SessionWait(w) => words::session_wait(
+                out,
+                w.session,
+                w.agent,
+                w.kind as u8,
+                w.tool,
+                w.expected_us,
+                w.hinted,
+                w.at_us,
+            ),
+            Event::Handoff(h) => words::handoff(out, h.session, h.from_agent, h.to_agent, h.at_us),
+        }
+        true
+    }
+
+    fn block_words(event: &BlockEvent) -> [u64; WORDS_PER_EVENT] {
+        agentrt_sdk::packed::words(
             event.op as u8,
             event.tier as u8,
             event.agent,
             event.position,
             event.block_hash,
             event.parent_hash,
-        ));
+        )
+    }
+
+    /// Append one block event's words.
+    pub fn encode(event: &BlockEvent, out: &mut Vec<u64>) {
+        out.extend_from_slice(&block_words(event));
     }
 
     /// The op and agent of one packed event (its words), for routing events without decoding them

@@ -140,7 +140,7 @@ impl App {
         let tenants = Arc::new(config.tenants);
         let replicas = ReplicaRouting::from_args(&config.replicas, Tokenizer::new(upstream.clone()))?;
         let engine = EngineAdapters::start(&config.engine, &tenants, replicas.as_ref(), &config.replicas).await?;
-        let feed = PolicyFeed::new(tenants.clone(), replicas.clone(), metrics.clone());
+        let feed = PolicyFeed::new(tenants.clone(), replicas.clone(), metrics.clone(), clock);
         let warmups = Arc::new(Warmups::new(
             config.warmup,
             WarmupDeps {

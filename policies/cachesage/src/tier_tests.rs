@@ -55,7 +55,7 @@ fn learned(config: &[(&str, &str)]) -> Harness<CacheSage> {
         for (i, agent) in [1, 2, 3].into_iter().enumerate() {
             h.observe(&call(100 + s, agent, s * 30_000 + i as u64 * 6_000));
         }
-        h.observe(&[Event::SessionEnd(100 + s)]);
+        h.observe(&[agentrt_sdk::testing::session_end(100 + s)]);
     }
     h.observe(&call(500, 1, 20 * 30_000));
     h

@@ -140,10 +140,10 @@ impl Policy for FairShare {
                 use_.tokens += f64::from(r.output_tokens);
                 use_.in_flight = use_.in_flight.saturating_sub(1);
             }
-            Event::SessionEnd(session) => {
-                if let Some(u) = self.sessions.get(session) {
+            Event::SessionEnd(end) => {
+                if let Some(u) = self.sessions.get(&end.session) {
                     if u.in_flight == 0 {
-                        self.sessions.remove(session);
+                        self.sessions.remove(&end.session);
                     }
                 }
             }

@@ -166,8 +166,8 @@ impl Policy for Guard {
         match event {
             Event::RequestArrival(r) if !r.warmup => self.on_arrival(r),
             Event::RequestFinish(r) if !r.warmup => self.on_finish(r),
-            Event::SessionEnd(session) => {
-                self.sessions.remove(session);
+            Event::SessionEnd(end) => {
+                self.sessions.remove(&end.session);
             }
             _ => {}
         }

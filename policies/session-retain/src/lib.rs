@@ -123,7 +123,7 @@ impl Policy for SessionRetain {
                     live.active_us = live.active_us.max(r.at_us);
                 }
             }
-            Event::SessionEnd(s) => self.end(*s),
+            Event::SessionEnd(e) => self.end(e.session),
             _ => {}
         }
     }
@@ -201,7 +201,7 @@ mod tests {
     fn live_sessions_blocks_go_after_ended_ones_lru_within_each() {
         let mut p = Harness::<SessionRetain>::new([]).unwrap();
         p.observe(&[arrival(7, 1, 0), arrival(8, 2, 0)]);
-        p.observe(&[Event::SessionEnd(8)]);
+        p.observe(&[agentrt_sdk::testing::session_end(8)]);
         let items = [
             block(1, 1, 7, 1), // live, old
             block(2, 2, 8, 9), // ended, newest
@@ -215,7 +215,7 @@ mod tests {
             "live first (by recency), then the rest by recency"
         );
         // With no live session at all it is LRU exactly.
-        p.observe(&[Event::SessionEnd(7)]);
+        p.observe(&[agentrt_sdk::testing::session_end(7)]);
         let lru: Vec<usize> = rank(&items, &agentrt_sdk::recency_scores(&items));
         assert_eq!(rank(&items, &p.score(&items)), lru);
     }

@@ -93,8 +93,8 @@ impl Policy for Ttl {
             Event::RequestFinish(r) if !r.warmup => self.protect(r.session, r.at_us),
             Event::RequestFinish(r) => self.now_us = self.now_us.max(r.at_us),
             Event::EngineLoad(l) => self.now_us = self.now_us.max(l.at_us),
-            Event::SessionEnd(s) => {
-                self.until.remove(s);
+            Event::SessionEnd(end) => {
+                self.until.remove(&end.session);
             }
             _ => {}
         }
@@ -213,7 +213,7 @@ mod tests {
         assert!(!ttl.policy().is_protected(5));
         ttl.observe(&[finish(5, 10, false)]);
         assert!(ttl.policy().is_protected(5));
-        ttl.observe(&[Event::SessionEnd(5)]);
+        ttl.observe(&[agentrt_sdk::testing::session_end(5)]);
         assert!(!ttl.policy().is_protected(5));
     }
 

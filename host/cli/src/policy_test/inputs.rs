@@ -5,8 +5,8 @@
 
 use agentrt_runtime::packed;
 use agentrt_runtime::types::{
-    AgentRegistered, BlockEvent, BlockOp, Continuation, EngineLoad, Event, Item, ItemKind, RequestArrival,
-    RequestFinish, ToolCall, ToolReturn,
+    AgentRegistered, BlockEvent, BlockOp, Continuation, EndReason, EngineLoad, Event, Handoff, Item, ItemKind,
+    RequestArrival, RequestFinish, SessionEnd, SessionWait, ToolCall, ToolReturn, WaitKind,
 };
 
 /// Agents the stream registers: handles 1..=AGENTS.
@@ -80,6 +80,22 @@ pub fn stream() -> Vec<Event> {
                 latency_us: 20_000,
                 ok: turn != 3,
             }));
+            // What the framework says of the pause and of who runs next, as hints do (0.4).
+            events.push(Event::SessionWait(SessionWait {
+                session,
+                agent,
+                kind: if turn % 3 == 2 { WaitKind::User } else { WaitKind::Tool },
+                tool: 0x7001 + u64::from(turn % 2),
+                expected_us: if turn % 2 == 0 { 20_000 } else { 0 },
+                hinted: turn % 2 == 0,
+                at_us: at_us + 2_000,
+            }));
+            events.push(Event::Handoff(Handoff {
+                session,
+                from_agent: agent,
+                to_agent: agent % AGENTS + 1,
+                at_us: at_us + 3_000,
+            }));
             for i in 0..ANCHOR_BLOCKS {
                 events.push(Event::Block(BlockEvent {
                     op: if session == 1 {
@@ -117,9 +133,20 @@ pub fn stream() -> Vec<Event> {
             total_blocks: 1000,
             at_us,
         }));
-        events.push(Event::SessionEnd(session));
+        events.push(session_end(
+            session,
+            END_REASONS[session as usize % END_REASONS.len()],
+            at_us,
+        ));
     }
     events
+}
+
+/// Every reason a session ends for, so a policy hears each in the stream.
+const END_REASONS: [EndReason; 3] = [EndReason::Closed, EndReason::Idle, EndReason::Evicted];
+
+fn session_end(session: u64, reason: EndReason, at_us: u64) -> Event {
+    Event::SessionEnd(SessionEnd { session, reason, at_us })
 }
 
 /// Block events in the packed form: each session's own blocks stored after the anchors, some
@@ -238,7 +265,22 @@ pub fn unknown_agent_events() -> Vec<Event> {
             ok: false,
             at_us: 0,
         }));
-        events.push(Event::SessionEnd(session));
+        events.push(Event::SessionWait(SessionWait {
+            session,
+            agent,
+            kind: WaitKind::Tool,
+            tool: u64::MAX,
+            expected_us: u64::MAX,
+            hinted: true,
+            at_us: 0,
+        }));
+        events.push(Event::Handoff(Handoff {
+            session,
+            from_agent: agent,
+            to_agent: agent,
+            at_us: 0,
+        }));
+        events.push(session_end(session, END_REASONS[i % END_REASONS.len()], 0));
     }
     events.push(Event::Block(BlockEvent {
         op: BlockOp::AllCleared,

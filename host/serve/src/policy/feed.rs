@@ -7,8 +7,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentrt_runtime::types::Event;
+use agentrt_runtime::types::{EndReason, Event, SessionEnd};
 
+use crate::clock::Clock;
 use crate::engine::replicas::ReplicaRouting;
 use crate::metrics::ProxyMetrics;
 use crate::tenant::{Tenant, Tenants};
@@ -19,16 +20,23 @@ pub struct PolicyFeed {
     tenants: Arc<Tenants>,
     replicas: Option<Arc<ReplicaRouting>>,
     metrics: Arc<ProxyMetrics>,
+    clock: Clock,
 }
 
 impl PolicyFeed {
     /// A feed into `tenants`' slots that also clears ended sessions from `replicas`' hint table
-    /// when there are several replicas.
-    pub fn new(tenants: Arc<Tenants>, replicas: Option<Arc<ReplicaRouting>>, metrics: Arc<ProxyMetrics>) -> Self {
+    /// when there are several replicas; session ends are stamped by `clock`.
+    pub fn new(
+        tenants: Arc<Tenants>,
+        replicas: Option<Arc<ReplicaRouting>>,
+        metrics: Arc<ProxyMetrics>,
+        clock: Clock,
+    ) -> Self {
         Self {
             tenants,
             replicas,
             metrics,
+            clock,
         }
     }
 
@@ -38,7 +46,7 @@ impl PolicyFeed {
         if let Some(replicas) = &self.replicas {
             // An ended session's replica is no longer a hint (idle ends, and table overflow).
             replicas.sessions_ended(events.iter().filter_map(|e| match e {
-                Event::SessionEnd(session) => Some(*session),
+                Event::SessionEnd(end) => Some(end.session),
                 _ => None,
             }));
         }
@@ -57,10 +65,20 @@ impl PolicyFeed {
                 continue;
             }
             ended += sessions.len();
-            let events: Vec<Event> = sessions.into_iter().map(Event::SessionEnd).collect();
+            let at_us = self.clock.now_us();
+            let events: Vec<Event> = sessions
+                .into_iter()
+                .map(|session| session_end(session, EndReason::Idle, at_us))
+                .collect();
             self.tell(&tenant, events);
         }
         self.metrics.sessions_ended.fetch_add(ended as u64, Relaxed);
         ended
     }
+}
+
+/// `session-end` for `session`: `idle` from the sweep above, `evicted` for a session pushed out of
+/// its tenant's full session table (the host stopped following it; it may well be alive).
+pub fn session_end(session: u64, reason: EndReason, at_us: u64) -> Event {
+    Event::SessionEnd(SessionEnd { session, reason, at_us })
 }

@@ -6,12 +6,13 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use agentrt_runtime::types::{Event, RequestFinish};
+use agentrt_runtime::types::{EndReason, Event, RequestFinish};
 
 use super::state::ProxyState;
 use crate::engine::admission::AdmissionPermit;
 use crate::engine::replicas::Lease;
 use crate::identity::agent_api::Usage;
+use crate::policy::feed::session_end;
 use crate::tenant::{Tenant, TenantPermit};
 
 /// Reports a request's end to its policy exactly once: when the response completed, or — if the
@@ -55,7 +56,12 @@ impl FinishGuard {
         // A long request keeps its session alive: idleness counts from the last answer too.
         let ended = self.tenant.agents.record_session(finish.session).forgotten;
         self.state.metrics.sessions_ended.fetch_add(ended.len() as u64, Relaxed);
-        events.extend(ended.into_iter().map(Event::SessionEnd));
+        let at_us = finish.at_us;
+        events.extend(
+            ended
+                .into_iter()
+                .map(|session| session_end(session, EndReason::Evicted, at_us)),
+        );
         self.state.feed.tell(&self.tenant, events);
         // In flight until its end has reached the policy: a caller that sees 0 sees every finish.
         self.state.metrics.in_flight.fetch_sub(1, Relaxed);

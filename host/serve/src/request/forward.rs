@@ -14,7 +14,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use agentrt_runtime::types::{Event, Item, ItemKind, RequestArrival, RequestFinish};
+use agentrt_runtime::types::{EndReason, Event, Item, ItemKind, RequestArrival, RequestFinish};
 
 use super::finish::FinishGuard;
 use super::prepare::Prepared;
@@ -25,6 +25,7 @@ use crate::engine::upstream;
 use crate::front::error::ApiError;
 use crate::identity::agent_api::AgentApi;
 use crate::names::ADMISSION_SLOT;
+use crate::policy::feed::session_end;
 use crate::telemetry;
 use crate::tenant::{Tenant, TenantPermit};
 
@@ -76,7 +77,11 @@ pub(super) async fn forward(
         .record("session", identity.session)
         .record("request_id", request_id);
     state.metrics.sessions_ended.fetch_add(ended.len() as u64, Relaxed);
-    let mut events: Vec<Event> = ended.into_iter().map(Event::SessionEnd).collect();
+    let at_us = state.clock.now_us();
+    let mut events: Vec<Event> = ended
+        .into_iter()
+        .map(|session| session_end(session, EndReason::Evicted, at_us))
+        .collect();
     events.extend(registration);
     events.push(Event::RequestArrival(RequestArrival {
         request_id,
@@ -86,7 +91,7 @@ pub(super) async fn forward(
         prompt_tokens: identity.prompt_tokens,
         continues,
         warmup: false,
-        at_us: state.clock.now_us(),
+        at_us,
     }));
     state.feed.tell(&tenant, events);
     state.metrics.in_flight.fetch_add(1, Relaxed);

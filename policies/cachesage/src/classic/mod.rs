@@ -252,7 +252,7 @@ impl Policy for CacheSage {
             // Warm-ups are the policy's own doing: learning them would teach it its own guesses.
             Event::RequestArrival(r) if !r.warmup => self.learn_arrival(r),
             Event::RequestFinish(r) if !r.warmup => self.sessions.finished(r.session),
-            Event::SessionEnd(session) => self.learn_session_end(*session),
+            Event::SessionEnd(end) => self.learn_session_end(end.session),
             _ => {}
         }
     }

@@ -21,7 +21,11 @@ fn arrival(agent: u32, session: u64, warmup: bool) -> Event {
 
 fn learn_pairs(h: &mut Harness<CacheSage>, sessions: u64, warmup: bool) {
     for s in 0..sessions {
-        h.observe(&[arrival(1, s, warmup), arrival(2, s, warmup), Event::SessionEnd(s)]);
+        h.observe(&[
+            arrival(1, s, warmup),
+            arrival(2, s, warmup),
+            agentrt_sdk::testing::session_end(s),
+        ]);
     }
 }
 
@@ -145,7 +149,7 @@ fn learn_two_turns(h: &mut Harness<CacheSage>) {
             finish(1, s),
             arrival_continuing(2, s, 300, 900),
             finish(2, s),
-            Event::SessionEnd(s),
+            agentrt_sdk::testing::session_end(s),
         ]);
     }
     h.observe(&[

@@ -164,8 +164,8 @@ impl Scaled {
             // Warm-ups are the policy's own doing: learning them would teach it its own guesses.
             Event::RequestArrival(r) if !r.warmup => self.learn_arrival(r),
             Event::RequestFinish(r) if !r.warmup => self.learn_finish(r),
-            Event::SessionEnd(session) => {
-                if let Some(s) = self.sessions.remove(*session) {
+            Event::SessionEnd(end) => {
+                if let Some(s) = self.sessions.remove(end.session) {
                     if let Some(a) = self.agents.get_mut(s.agent) {
                         a.learn_end();
                     }

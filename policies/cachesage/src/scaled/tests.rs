@@ -62,7 +62,7 @@ fn pipeline_session(m: &mut Scaled, session: u64, start_ms: u64, agents: [u32; 3
         call(m, session, a, true, start_ms + i as u64 * 6_000, 1_000);
     }
     if end {
-        m.observe(&Event::SessionEnd(session));
+        m.observe(&agentrt_sdk::testing::session_end(session));
     }
 }
 
@@ -213,7 +213,7 @@ fn snapshot_round_trips_and_stays_inside_its_budget_at_ten_thousand_agents() {
         call(&mut m, s, a, true, s * 10, 5);
         call(&mut m, s, b, true, s * 10 + 6, 2);
         if s < 18_000 {
-            m.observe(&Event::SessionEnd(s));
+            m.observe(&agentrt_sdk::testing::session_end(s));
         }
     }
     let snap = m.snapshot();

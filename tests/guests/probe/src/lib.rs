@@ -441,7 +441,7 @@ mod tests {
         assert_eq!(faulty("score-spin").score(&[]).len(), 0, "spins only on items");
 
         let mut lossy = faulty("lossy-snapshot");
-        lossy.observe(&[Event::SessionEnd(1)]);
+        lossy.observe(&[agentrt_sdk::testing::session_end(1)]);
         let snap = lossy.snapshot();
         lossy.restore(&snap).unwrap();
         assert_ne!(lossy.snapshot(), snap);
@@ -455,7 +455,8 @@ mod tests {
         assert!(fine.restore(&fine.snapshot()).is_ok(), "its own snapshot restores");
         let junk = std::panic::catch_unwind(move || faulty("restore-trap").restore(b"junk"));
         assert!(junk.is_err(), "traps on junk");
-        let observe = std::panic::catch_unwind(|| faulty("observe-trap").observe(&[Event::SessionEnd(1)]));
+        let observe =
+            std::panic::catch_unwind(|| faulty("observe-trap").observe(&[agentrt_sdk::testing::session_end(1)]));
         assert!(observe.is_err());
 
         let init = std::panic::catch_unwind(|| Harness::<Probe>::new([("fault", "init-trap"), ("junk", "1")]));

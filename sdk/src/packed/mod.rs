@@ -16,8 +16,11 @@
 //! Crossing the Wasm boundary as `list<u64>` costs a few ns per event against ~20 ns for a
 //! `list<block-event>`, because the host copies the words with one memcpy instead of lowering a
 //! record per event (docs/background.md §9). The host encodes with [`words`]; the SDK decodes with [`decode`].
+//! Every other event without a string has a packed form too: [`events`] (`observe-packed`, 0.4.0).
 
 use crate::{BlockEvent, BlockOp, Item, ItemKind, Tier};
+
+pub mod events;
 
 /// Words per packed event.
 pub const WORDS_PER_EVENT: usize = 3;
@@ -25,7 +28,7 @@ pub const WORDS_PER_EVENT: usize = 3;
 /// Largest position the packed form carries; larger ones saturate to it.
 pub const MAX_POSITION: u32 = (1 << 24) - 1;
 
-fn op_ordinal(op: BlockOp) -> u8 {
+pub(crate) fn op_ordinal(op: BlockOp) -> u8 {
     match op {
         BlockOp::Stored => 0,
         BlockOp::Touched => 1,
