@@ -34,8 +34,8 @@ def plain_engine(installed):
     return engine
 
 
-def attached_engine(installed, socket_path, deadline_s=0.05):
-    engine = harness.Engine(40, step_hook=installed.begin_step)
+def attached_engine(installed, socket_path, deadline_s=0.05, num_blocks=40):
+    engine = harness.Engine(num_blocks, step_hook=installed.begin_step)
     engine.pool._agentrt = None
     tracker = installed.attach(engine.pool, EvictionClient(str(socket_path), deadline_s, "test"))
     return engine, tracker
@@ -166,3 +166,30 @@ def test_unknown_vllm_version_is_refused(installed, monkeypatch, caplog):
     assert dict(vars(BlockPool)) == before, "nothing was patched"
     assert installed.check_version("0.32.0+cpu") and installed.check_version("0.33.0")
     assert not installed.check_version("0.31.9")
+
+
+def test_a_block_hit_and_freed_again_within_a_step_keeps_its_recency(installed, start_host):
+    """The plugin ranks once per scheduler step. A block that a request hits and frees again later
+    in that step is the most recently used one by then: stock vLLM evicts another, and so must the
+    plugin under `lru` (the ranking taken earlier in the step names it among the oldest)."""
+    prompts = [harness.prompt(900 + i, harness.BLOCK_SIZE + 1) for i in range(8)]  # one full block each
+
+    def drive(engine, begin_step) -> set:
+        engine.step_hook = None
+        for p in prompts[:5]:  # five cached blocks, oldest first, one step each
+            begin_step()
+            engine.run_request(p, agent="worker")
+        begin_step()  # one step from here on
+        engine.run_request(prompts[5], agent="worker")  # evicts prompts[0]'s block: the ranking is taken
+        assert engine.run_request(prompts[1], agent="worker") == harness.BLOCK_SIZE  # a hit, freed again
+        engine.run_request(prompts[6], agent="worker")  # evicts again: the oldest is prompts[2]'s
+        return cached_hashes(engine)
+
+    stock = drive(harness.Engine(7), lambda: None)
+    host = start_host("lru")
+    engine, tracker = attached_engine(installed, host.socket_path, deadline_s=1.0, num_blocks=7)
+    assert drive(engine, installed.begin_step) == stock, "the plugin evicted another block than vLLM"
+    assert engine.cached_prefix_tokens(prompts[1]) == harness.BLOCK_SIZE, "the block hit last was evicted"
+    assert tracker.stats["victims_from_policy"] == 2
+    tracker.client.close()
+    host.stop()
