@@ -120,6 +120,10 @@ class PoolTracker:
             "fallback_steps": 0,
             "ranking_exhausted": 0,
             "stale_ranks_skipped": 0,
+            # vLLM's other paths that give a block a hash or take it away
+            "partial_blocks_cached": 0,
+            "block_hashes_moved": 0,
+            "blocks_unpinned": 0,
         }
 
     # -- steps -----------------------------------------------------------------------------------
@@ -218,6 +222,7 @@ class PoolTracker:
         hash stored, tagged with the request."""
         if blk.is_null:
             return
+        self.stats["partial_blocks_cached"] += 1
         known = self.info.get(blk.block_id)
         h = key_hash64(blk.block_hash) if blk.block_hash is not None else None
         if known is not None and known.hash == h:
@@ -236,6 +241,7 @@ class PoolTracker:
     def on_hashes_moved(self, src, dst) -> None:
         """``move_block_hashes``: ``src``'s cache entries now name ``dst`` (a private copy; the
         content and its hash are unchanged, so nothing is reported to the host)."""
+        self.stats["block_hashes_moved"] += 1
         info = self.info.pop(src.block_id, None)
         lru = self.free_by_agent.get(info.agent if info is not None else 0)
         if lru is not None:
@@ -249,6 +255,7 @@ class PoolTracker:
         """``unpin_blocks``: released blocks that stay readable until vLLM reuses them. vLLM makes
         them last-resort candidates; the plugin leaves them to vLLM (never ranked, never moved)."""
         for blk in blocks:
+            self.stats["blocks_unpinned"] += 1
             self.stale.add(blk.block_id)
             info = self.info.get(blk.block_id)
             lru = self.free_by_agent.get(info.agent if info is not None else 0)

@@ -123,6 +123,33 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     Path(out).write_text(json.dumps(totals))
 
 
+class _PluginErrors(logging.Handler):
+    """The plugin never raises into vLLM: a tracker hook that fails is logged (``log.exception``)
+    and the pool falls back to vLLM's order. In this suite such a log is a failure of the test."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture(autouse=True)
+def agentrt_plugin_errors():
+    handler = _PluginErrors()
+    logger = logging.getLogger("vllm.agentrt_vllm")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+    if handler.records:
+        first = handler.records[0]
+        detail = logging.Formatter().formatException(first.exc_info) if first.exc_info else ""
+        pytest.fail(f"the agentrt plugin failed inside vLLM: {first.getMessage()}\n{detail}", pytrace=False)
+
+
 # --- what vLLM's tests/conftest.py gives these modules -------------------------------------------
 
 

@@ -193,3 +193,52 @@ def test_a_block_hit_and_freed_again_within_a_step_keeps_its_recency(installed, 
     assert tracker.stats["victims_from_policy"] == 2
     tracker.client.close()
     host.stop()
+
+
+def test_vllms_other_hashing_paths_keep_the_plugins_view_of_the_pool(installed, tmp_path):
+    """``cache_partial_block`` (a prompt's tail, Mamba checkpoints), ``move_block_hashes``
+    (copy-on-write) and ``unpin_blocks`` (HiSparse) give a block a hash, move it or release a block
+    that stays readable: the plugin reports and tags what it must, and never offers an unpinned
+    block to the policy."""
+    from engine_checks import check_tracker
+    from vllm.v1.core.block_pool import BlockPool
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher
+    from vllm.utils.hashing import sha256
+    from vllm.v1.request import Request
+    from vllm.sampling_params import SamplingParams
+
+    pool = BlockPool(num_gpu_blocks=8, enable_caching=True, hash_block_size=16)
+    pool._agentrt = None
+    tracker = installed.attach(pool, EvictionClient(str(tmp_path / "nobody.sock"), 0.01, "test"))
+    sent = []
+    tracker.client.block_event = lambda op, agent, position, h, parent: sent.append((op, agent, position, h, parent))
+    harness.Engine(2)  # vLLM's none-hash, which the request's hasher chains from
+    request = Request(
+        request_id="r", prompt_token_ids=harness.prompt(3, 48),
+        sampling_params=SamplingParams(max_tokens=1, extra_args={"agentrt_agent": "coder"}),
+        pooling_params=None, block_hasher=get_request_block_hasher(16, sha256),
+    )
+    coder = tracker.client.wire_agent("coder")
+    first, tail = pool.get_new_blocks(2)
+
+    pool.cache_partial_block(request, tail, num_tokens=48, kv_cache_group_id=0, block_size=32)
+    h48 = int.from_bytes(request.block_hashes[2][-8:], "big")
+    h32 = int.from_bytes(request.block_hashes[1][-8:], "big")
+    assert sent == [(wire.OP_STORED, coder, 32, h48, h32)], "the tail's partial entry, the request's, after its first block"
+    check_tracker(tracker, pool, "after cache_partial_block")
+
+    copy = pool.get_new_blocks(1)[0]
+    pool.move_block_hashes(tail, copy)
+    assert tracker.info[copy.block_id].agent == coder and tail.block_id not in tracker.info
+    check_tracker(tracker, pool, "after move_block_hashes")
+
+    sent.clear()
+    pool.cache_partial_block(request, copy, num_tokens=32, kv_cache_group_id=0, block_size=32, replace_existing_hashes=True)
+    assert [(op, h) for op, _, _, h, _ in sent] == [(wire.OP_REMOVED, h48), (wire.OP_STORED, h32)]
+    check_tracker(tracker, pool, "after a replacing cache_partial_block")
+
+    pool.unpin_blocks([copy], lambda block: None)
+    assert copy.ref_cnt == 0 and copy.block_hash is not None
+    assert copy.block_id not in [block_id for block_id, _, _ in tracker._candidates(1)], "an unpinned block was offered"
+    assert tracker.stats["partial_blocks_cached"] == 2 and tracker.stats["block_hashes_moved"] == 1
+    assert tracker.stats["blocks_unpinned"] == 1
