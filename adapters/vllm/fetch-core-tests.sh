@@ -24,8 +24,8 @@ dest="${AGENTRT_VLLM_CORE_TESTS:-$HOME/.cache/agentrt/vllm-$VLLM_VERSION-core-te
 marker="$dest/.agentrt-core-tests"
 want="vllm=$VLLM_VERSION sha256=$SDIST_SHA256"
 
-step() { printf '[core-tests %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
-die() { printf '[core-tests] FAILED: %s\n' "$*" >&2; exit 1; }
+TAG=vllm-core-tests
+source "$(cd "$(dirname "$0")" && pwd)/../lib/pip-venv.sh" # step, die
 trap 'die "command failed at line $LINENO (see output above)"' ERR
 
 # test_kv_cache_utils.py::test_is_kv_cache_spec_uniform imports vLLM in a `python -O` child under a

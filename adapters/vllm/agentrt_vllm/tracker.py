@@ -228,7 +228,7 @@ class PoolTracker:
         if known is not None and known.hash == h:
             return
         if known is not None:
-            self.on_evicted(blk, tag)
+            self.on_evicted(blk, None)  # overwritten by its own request: not evicted for room
         if h is None:
             return
         agent = tag.agent if tag is not None else 0
