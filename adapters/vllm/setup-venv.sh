@@ -11,6 +11,9 @@
 # torch==2.13.0 (PyPI's build, which runs on CPU), and a metadata shim makes
 # `importlib.metadata.version("vllm")` answer (vLLM reads its own version that way).
 #
+# Last, vLLM's own tests/v1/core from the same version's sdist (fetch-core-tests.sh, its own marker),
+# for tests/test_vllm_core_suite.py.
+#
 # Idempotent: a marker file records the recipe version and the plugin's pyproject hash; when both
 # match, the script only checks that vLLM imports and exits (a few seconds). Any failure stops it
 # with a message naming the step.
@@ -50,6 +53,7 @@ import vllm.v1.core.block_pool  # noqa: F401  (the module the plugin patches)
 import agentrt_vllm  # noqa: F401
 print("vllm", md.version("vllm"), "ok")
 PY
+    bash "$here/fetch-core-tests.sh" "$venv"
     exit 0
 fi
 
@@ -132,3 +136,4 @@ print("torch", torch.__version__, "| vllm", md.version("vllm"), "| plugins", eps
 PY
 echo "$want" > "$marker"
 step "done in $((SECONDS - start)) s; venv size $(du -sh "$venv" | cut -f1)"
+bash "$here/fetch-core-tests.sh" "$venv"

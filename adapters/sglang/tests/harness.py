@@ -49,26 +49,56 @@ class Engine:
 
     def run_request(self, tokens: list[int], agent=None, session=None, warmup=False, salt=None, sglang_session=None) -> int:
         """One request through the tree. Returns its prefix-hit tokens."""
+        flight = self.begin(tokens, agent, session, warmup, salt, sglang_session)
+        assert flight is not None, "allocation failed: pool too small for the request"
+        self.finish(flight)
+        return flight.hit
+
+    def begin(self, tokens: list[int], agent=None, session=None, warmup=False, salt=None, sglang_session=None):
+        """Admit a request: match its prefix, lock it, evict if the pool is short, allocate the
+        rest. ``None`` (nothing held) when even eviction cannot make room."""
         req = request(agent, session, warmup, sglang_session)
         cache = self.cache
         match = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens), cache_salt=salt), req=req))
-        hit, last = match.device_prefix_len, match.last_device_node
-        cache.inc_lock_ref(last)
-        need = len(tokens) - hit
-        short = need - self.allocator.available_size()
+        flight = InFlight(req, list(tokens), salt, match.device_prefix_len, match.last_device_node)
+        cache.inc_lock_ref(flight.last)
+        flight.prefix = cache.path_device_indices(flight.last)
+        if not self.grow(flight, len(tokens) - flight.hit):
+            cache.dec_lock_ref(flight.last)
+            return None
+        return flight
+
+    def grow(self, flight, n: int) -> bool:
+        """``n`` more KV slots for a request in flight (its prefill, or decoded tokens), evicting
+        if the pool is short; False, with nothing taken, when eviction cannot free enough."""
+        short = n - self.allocator.available_size()
         if short > 0:
-            self.evicted_tokens += cache.evict(EvictParams(num_tokens=short)).num_tokens_evicted
-        new = self.allocator.alloc(need)
-        assert new is not None, "allocation failed: pool too small for the request"
-        value = torch.cat([cache.path_device_indices(last), new.to(torch.int64)])
-        with serving(req):
-            # What RadixCache._insert_cache does for a finished request (it needs the scheduler's
-            # req_to_token pool to find the values; here they are at hand).
-            result = cache.insert(InsertParams(key=RadixKey(array("q", tokens), cache_salt=salt), value=value))
-        if result.prefix_len > hit:
-            self.allocator.free(value[hit : result.prefix_len])
-        cache.dec_lock_ref(last)
-        return hit
+            self.evicted_tokens += self.cache.evict(EvictParams(num_tokens=short)).num_tokens_evicted
+        new = self.allocator.alloc(n)
+        if new is None:
+            return False
+        flight.slots.append(new.to(torch.int64))
+        return True
+
+    def finish(self, flight) -> None:
+        """What ``RadixCache._insert_cache`` does for a finished request: insert its KV (``checkpoint``),
+        free what the tree already had, unlock its prefix."""
+        cache = self.cache
+        value = torch.cat([flight.prefix, *flight.slots])
+        key = RadixKey(array("q", flight.tokens[: len(value)]), cache_salt=flight.salt)
+        with serving(flight.req):
+            result = cache.insert(InsertParams(key=key, value=value))
+        if result.prefix_len > flight.hit:
+            self.allocator.free(value[flight.hit : result.prefix_len])
+        cache.dec_lock_ref(flight.last)
+
+    def retract(self, flight) -> None:
+        """What SGLang's scheduler does to a request it retracts for room: its own KV freed,
+        nothing inserted, its prefix unlocked."""
+        for slots in flight.slots:
+            self.allocator.free(slots)
+        flight.slots = []
+        self.cache.dec_lock_ref(flight.last)
 
     def cached_prefix_tokens(self, tokens: list[int], salt=None) -> int:
         """How many of ``tokens`` are cached (a lookup without a request: no touch reported)."""
@@ -86,6 +116,19 @@ class Engine:
                 out.add(path)
             stack.extend((child, path) for child in node.children.values())
         return out
+
+
+class InFlight:
+    """A request between admission and finish: its locked prefix and the slots it allocated."""
+
+    def __init__(self, req, tokens: list[int], salt, hit: int, last) -> None:
+        self.req = req
+        self.tokens = tokens
+        self.salt = salt
+        self.hit = hit
+        self.last = last
+        self.prefix = None
+        self.slots: list = []
 
 
 def prompt(seed: int, n_tokens: int) -> list[int]:

@@ -10,6 +10,11 @@ Hook points (vLLM 0.32, ``vllm/v1/core``):
 - ``BlockPool.free_blocks``: cached blocks join the queue tail (per-agent LRU lists).
 - ``BlockPool.get_new_blocks``: before vLLM pops, move the policy's victims to the head.
 - ``BlockPool._maybe_evict_cached_block`` / ``reset_prefix_cache``: removals.
+- ``BlockPool.cache_partial_block`` (hybrid/Mamba checkpoints, a prompt tail inside a block when
+  the block size is a multiple of the hash block size): a block gets a new primary hash.
+- ``BlockPool.move_block_hashes`` (copy-on-write): a block's cache entries move to its copy.
+- ``BlockPool.unpin_blocks`` (HiSparse): released blocks vLLM keeps as its last resort; the plugin
+  leaves them to vLLM.
 - ``KVCacheManager.allocate_slots``: remember the request whose blocks ``touch`` sees.
 - ``Scheduler.schedule``: a step begins (one ranking per step; flush block events).
 """
@@ -23,7 +28,7 @@ import weakref
 from collections import OrderedDict
 
 from .client import EvictionClient
-from .tracker import PoolTracker, RequestTag
+from .tracker import PoolTracker, RequestTag, prefix_hash64
 
 log = logging.getLogger("vllm.agentrt_vllm")
 
@@ -208,6 +213,8 @@ def install(socket_path: str, deadline_ms: float = 2.0, max_candidates: int = 25
             _guard(self, "reset", t.on_reset)
         return done
 
+    _patch_rehashing_paths(BlockPool)
+
     orig_allocate = KVCacheManager.allocate_slots
 
     @functools.wraps(orig_allocate)
@@ -240,6 +247,51 @@ def install(socket_path: str, deadline_ms: float = 2.0, max_candidates: int = 25
     _state["installed"] = True
     log.info("agentrt: vLLM %s block pool patched (deadline %.1f ms)", version, deadline_ms)
     return True
+
+
+def _patch_rehashing_paths(BlockPool) -> None:
+    """The paths of vLLM 0.32's block pool that give a block a hash, or take it away, other than
+    ``cache_full_blocks`` and eviction; each is wrapped when the vLLM at hand has it."""
+    orig_partial = getattr(BlockPool, "cache_partial_block", None)
+    if orig_partial is not None:
+
+        @functools.wraps(orig_partial)
+        def cache_partial_block(self, request, block, num_tokens, kv_cache_group_id, block_size, *args, **kwargs):
+            key = orig_partial(self, request, block, num_tokens, kv_cache_group_id, block_size, *args, **kwargs)
+            t = self._agentrt
+            if t is not None and key is not None:
+                position = (num_tokens - 1) // block_size * block_size
+                parent = prefix_hash64(request.block_hashes, position // self.hash_block_size)
+                tag = request_tag(request, t.client)
+                _guard(self, "partial block", t.on_rehashed, tag, block, position, num_tokens - position, parent)
+            return key
+
+        BlockPool.cache_partial_block = cache_partial_block
+
+    orig_move = getattr(BlockPool, "move_block_hashes", None)
+    if orig_move is not None:
+
+        @functools.wraps(orig_move)
+        def move_block_hashes(self, src_block, dst_block):
+            orig_move(self, src_block, dst_block)
+            t = self._agentrt
+            if t is not None:
+                _guard(self, "moving block hashes", t.on_hashes_moved, src_block, dst_block)
+
+        BlockPool.move_block_hashes = move_block_hashes
+
+    orig_unpin = getattr(BlockPool, "unpin_blocks", None)
+    if orig_unpin is not None:
+
+        @functools.wraps(orig_unpin)
+        def unpin_blocks(self, blocks, on_reuse):
+            blocks = list(blocks)
+            orig_unpin(self, blocks, on_reuse)
+            t = self._agentrt
+            if t is not None:
+                _guard(self, "unpinning", t.on_unpinned, blocks)
+
+        BlockPool.unpin_blocks = unpin_blocks
 
 
 def stats() -> dict:

@@ -4,9 +4,13 @@ vLLM's free queue is one LRU list of every free block; evicting means popping it
 tracker keeps, next to it, each agent's *cached* free blocks in LRU order (``dict`` insertion
 order), so gathering eviction candidates touches only the oldest few blocks of each agent and
 never walks the whole free list. When an allocation is about to evict cached blocks, the tracker
-asks the host to rank candidates (once per scheduler step), then moves the chosen victims to the
-queue head (``remove`` + ``prepend_n``) so that vLLM's own pop takes them. The number of blocks
-evicted is exactly what vLLM would have evicted; only which ones changes.
+asks the host to rank candidates (once per scheduler step), then puts each chosen victim into the
+head slot that a cached block held (``remove`` + ``prepend_n``) so that vLLM's own pop takes them.
+The number of blocks evicted is exactly what vLLM would have evicted and the uncached blocks come
+out in vLLM's order; only which cached blocks go changes.
+
+A ranking is a snapshot: a ranked block that is hit, or freed again, later in the same step is
+more recent than the ranking says, so it loses its rank for the rest of the step (``stale``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,14 @@ def key_hash64(key: bytes) -> int:
     bits, big-endian, of the block hash) from the block's ``BlockHashWithGroupId`` key, which is
     the hash followed by a 4-byte group id."""
     return int.from_bytes(key[-12:-4], "big")
+
+
+def prefix_hash64(block_hashes, n: int) -> int:
+    """The u64 of the chain hash over a request's first ``n`` hash blocks (0 when ``n`` is 0 or
+    past what the request has hashed): the parent of the block that starts there."""
+    if n <= 0 or n > len(block_hashes):
+        return 0
+    return int.from_bytes(block_hashes[n - 1][-8:], "big")
 
 
 class RequestTag:
@@ -99,12 +111,19 @@ class PoolTracker:
         self.ranked_step = -1
         self.ranking: list[tuple[int, int]] = []  # (block_id, hash) evict-first
         self.ranking_pos = 0
+        # block ids used (hit, allocated, freed again) since the ranking was taken: not victims
+        self.stale: set[int] = set()
         self.stats = {
             "evictions_needed": 0,
             "victims_from_policy": 0,
             "victims_from_vllm": 0,
             "fallback_steps": 0,
             "ranking_exhausted": 0,
+            "stale_ranks_skipped": 0,
+            # vLLM's other paths that give a block a hash or take it away
+            "partial_blocks_cached": 0,
+            "block_hashes_moved": 0,
+            "blocks_unpinned": 0,
         }
 
     # -- steps -----------------------------------------------------------------------------------
@@ -114,6 +133,7 @@ class PoolTracker:
         self.step += 1
         self.ranking = []
         self.ranking_pos = 0
+        self.stale.clear()
         self.client.flush()
 
     # -- bookkeeping hooks -------------------------------------------------------------------------
@@ -145,6 +165,8 @@ class PoolTracker:
         for blk in blocks:
             if blk.is_null:
                 continue
+            if self.ranking:
+                self.stale.add(blk.block_id)
             info = self.info.get(blk.block_id)
             if blk.ref_cnt == 0 and info is not None:
                 lru = self.free_by_agent.get(info.agent)
@@ -162,6 +184,8 @@ class PoolTracker:
         for blk in blocks:
             if blk.ref_cnt != 0 or blk.block_hash is None or blk.is_null:
                 continue
+            if self.ranking:
+                self.stale.add(blk.block_id)  # used since the ranking: the newest now
             info = self.info.get(blk.block_id)
             agent = info.agent if info is not None else 0
             self.clock += 1
@@ -188,11 +212,61 @@ class PoolTracker:
         self.info.clear()
         self.free_by_agent.clear()
         self.ranking = []
+        self.stale.clear()
         self.client.block_event(wire.OP_ALL_CLEARED, 0, 0, 0, 0)
+
+    def on_rehashed(self, tag: RequestTag | None, blk, position: int, tokens: int, parent: int) -> None:
+        """``cache_partial_block`` registered a partial prefix entry on ``blk`` (a block of
+        ``tag``'s request, ``tokens`` tokens from ``position``), which may have replaced the hashes
+        the block had: the old content, if any, is reported removed and the block's new primary
+        hash stored, tagged with the request."""
+        if blk.is_null:
+            return
+        self.stats["partial_blocks_cached"] += 1
+        known = self.info.get(blk.block_id)
+        h = key_hash64(blk.block_hash) if blk.block_hash is not None else None
+        if known is not None and known.hash == h:
+            return
+        if known is not None:
+            self.on_evicted(blk, None)  # overwritten by its own request: not evicted for room
+        if h is None:
+            return
+        agent = tag.agent if tag is not None else 0
+        session = tag.session if tag is not None else 0
+        self.info[blk.block_id] = BlockInfo(h, parent, agent, session, position, tokens)
+        self.client.block_event(wire.OP_STORED, agent, position, h, parent)
+        if blk.ref_cnt == 0:  # cached while free: an eviction candidate from now on
+            self.on_freed([blk])
+
+    def on_hashes_moved(self, src, dst) -> None:
+        """``move_block_hashes``: ``src``'s cache entries now name ``dst`` (a private copy; the
+        content and its hash are unchanged, so nothing is reported to the host)."""
+        self.stats["block_hashes_moved"] += 1
+        info = self.info.pop(src.block_id, None)
+        lru = self.free_by_agent.get(info.agent if info is not None else 0)
+        if lru is not None:
+            lru.pop(src.block_id, None)
+        if info is not None and dst.block_hash is not None:
+            self.info[dst.block_id] = info
+            if dst.ref_cnt == 0:
+                self.on_freed([dst])
+
+    def on_unpinned(self, blocks) -> None:
+        """``unpin_blocks``: released blocks that stay readable until vLLM reuses them. vLLM makes
+        them last-resort candidates; the plugin leaves them to vLLM (never ranked, never moved)."""
+        for blk in blocks:
+            self.stats["blocks_unpinned"] += 1
+            self.stale.add(blk.block_id)
+            info = self.info.get(blk.block_id)
+            lru = self.free_by_agent.get(info.agent if info is not None else 0)
+            if lru is not None:
+                lru.pop(blk.block_id, None)
 
     # -- eviction ----------------------------------------------------------------------------------
     def before_allocate(self, num_blocks: int) -> None:
-        """Arrange the free-queue head so that popping ``num_blocks`` evicts the policy's choice."""
+        """Arrange the free-queue head so that popping ``num_blocks`` evicts the policy's choice:
+        each victim takes the head slot of a cached block vLLM would have evicted, so the uncached
+        blocks keep their places (vLLM hands them out last-in-first-out, for locality)."""
         queue = self.pool.free_block_queue
         if num_blocks <= 0 or num_blocks > queue.num_free_blocks:
             return
@@ -202,7 +276,8 @@ class PoolTracker:
         while len(head) < num_blocks and blk is not None and blk is not tail:
             head.append(blk)
             blk = blk.next_free_block
-        need = sum(1 for b in head if b.block_hash is not None)
+        slots = [i for i, b in enumerate(head) if b.block_hash is not None]
+        need = len(slots)
         if need == 0:
             return  # vLLM's pop evicts nothing
         self.stats["evictions_needed"] += need
@@ -210,17 +285,18 @@ class PoolTracker:
         if not victims:
             self.stats["victims_from_vllm"] += need
             return
-        chosen_ids = {b.block_id for b in victims}
-        # Fill up with vLLM's own head: its uncached blocks first, then its cached ones if the
-        # policy's list ran short.
-        rest = [b for b in head if b.block_hash is None and b.block_id not in chosen_ids]
-        short = need - len(victims)
-        if short > 0:
-            extra = [b for b in head if b.block_hash is not None and b.block_id not in chosen_ids][:short]
-            self.stats["victims_from_vllm"] += len(extra)
-            rest.extend(extra)
         self.stats["victims_from_policy"] += len(victims)
-        front = victims + rest
+        if len(victims) < need:
+            # The ranking ran short: vLLM's own cached head blocks make up the rest, in its order.
+            chosen_ids = {b.block_id for b in victims}
+            extra = [head[i] for i in slots if head[i].block_id not in chosen_ids][: need - len(victims)]
+            self.stats["victims_from_vllm"] += len(extra)
+            victims = victims + extra
+        front = list(head)
+        for i, victim in zip(slots, victims):
+            front[i] = victim
+        if all(a is b for a, b in zip(front, head)):
+            return  # the policy chose vLLM's own victims, in vLLM's order
         for b in front:
             queue.remove(b)
         queue.prepend_n(front)
@@ -229,6 +305,7 @@ class PoolTracker:
         """Up to ``need`` free cached blocks to evict, from this step's ranking."""
         if self.ranked_step != self.step:
             self.ranked_step = self.step
+            self.stale.clear()
             self.ranking = self._fetch_ranking(need)
             self.ranking_pos = 0
             if not self.ranking:
@@ -238,6 +315,9 @@ class PoolTracker:
         while len(out) < need and self.ranking_pos < len(self.ranking):
             block_id, h = self.ranking[self.ranking_pos]
             self.ranking_pos += 1
+            if block_id in self.stale:
+                self.stats["stale_ranks_skipped"] += 1
+                continue
             blk = blocks[block_id]
             info = self.info.get(block_id)
             # Still free, still cached with the same contents?
@@ -254,6 +334,8 @@ class PoolTracker:
             return []
         per_agent = max(need, self.max_candidates // len(agents))
         blocks = self.pool.blocks
+        # Blocks released by unpin_blocks: vLLM's last resort, left to vLLM.
+        readers = getattr(self.pool, "_reuse_watchers", None) or ()
         out = []
         for agent in agents:
             lru = self.free_by_agent[agent]
@@ -261,7 +343,7 @@ class PoolTracker:
             taken = 0
             for block_id, last_access in lru.items():
                 blk = blocks[block_id]
-                if blk.ref_cnt != 0 or blk.block_hash is None:
+                if blk.ref_cnt != 0 or blk.block_hash is None or block_id in readers:
                     stale.append(block_id)
                     continue
                 out.append((block_id, self.info.get(block_id), last_access))

@@ -43,8 +43,9 @@ class Engine:
     def pool(self):
         return self.manager.block_pool
 
-    def run_request(self, tokens: list[int], agent=None, session=None, warmup=False) -> int:
-        """One request through admission, prefill and finish. Returns its prefix-hit tokens."""
+    def run_request(self, tokens: list[int], agent=None, session=None, warmup=False, on_allocate=None) -> int:
+        """One request through admission, prefill and finish. Returns its prefix-hit tokens;
+        ``on_allocate`` gets the ids of the blocks the allocation handed out, in order."""
         if self.step_hook is not None:
             self.step_hook()
         extra = {}
@@ -66,6 +67,8 @@ class Engine:
         new_tokens = len(tokens) - hit_tokens
         blocks = self.manager.allocate_slots(req, new_tokens, hit_tokens, computed)
         assert blocks is not None, "allocation failed: pool too small for the request"
+        if on_allocate is not None:
+            on_allocate(blocks.get_block_ids()[0])
         req.num_computed_tokens = len(tokens)
         self.manager.free(req)
         return hit_tokens

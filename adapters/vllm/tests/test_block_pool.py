@@ -34,8 +34,8 @@ def plain_engine(installed):
     return engine
 
 
-def attached_engine(installed, socket_path, deadline_s=0.05):
-    engine = harness.Engine(40, step_hook=installed.begin_step)
+def attached_engine(installed, socket_path, deadline_s=0.05, num_blocks=40):
+    engine = harness.Engine(num_blocks, step_hook=installed.begin_step)
     engine.pool._agentrt = None
     tracker = installed.attach(engine.pool, EvictionClient(str(socket_path), deadline_s, "test"))
     return engine, tracker
@@ -166,3 +166,79 @@ def test_unknown_vllm_version_is_refused(installed, monkeypatch, caplog):
     assert dict(vars(BlockPool)) == before, "nothing was patched"
     assert installed.check_version("0.32.0+cpu") and installed.check_version("0.33.0")
     assert not installed.check_version("0.31.9")
+
+
+def test_a_block_hit_and_freed_again_within_a_step_keeps_its_recency(installed, start_host):
+    """The plugin ranks once per scheduler step. A block that a request hits and frees again later
+    in that step is the most recently used one by then: stock vLLM evicts another, and so must the
+    plugin under `lru` (the ranking taken earlier in the step names it among the oldest)."""
+    prompts = [harness.prompt(900 + i, harness.BLOCK_SIZE + 1) for i in range(8)]  # one full block each
+
+    def drive(engine, begin_step) -> set:
+        engine.step_hook = None
+        for p in prompts[:5]:  # five cached blocks, oldest first, one step each
+            begin_step()
+            engine.run_request(p, agent="worker")
+        begin_step()  # one step from here on
+        engine.run_request(prompts[5], agent="worker")  # evicts prompts[0]'s block: the ranking is taken
+        assert engine.run_request(prompts[1], agent="worker") == harness.BLOCK_SIZE  # a hit, freed again
+        engine.run_request(prompts[6], agent="worker")  # evicts again: the oldest is prompts[2]'s
+        return cached_hashes(engine)
+
+    stock = drive(harness.Engine(7), lambda: None)
+    host = start_host("lru")
+    engine, tracker = attached_engine(installed, host.socket_path, deadline_s=1.0, num_blocks=7)
+    assert drive(engine, installed.begin_step) == stock, "the plugin evicted another block than vLLM"
+    assert engine.cached_prefix_tokens(prompts[1]) == harness.BLOCK_SIZE, "the block hit last was evicted"
+    assert tracker.stats["victims_from_policy"] == 2
+    tracker.client.close()
+    host.stop()
+
+
+def test_vllms_other_hashing_paths_keep_the_plugins_view_of_the_pool(installed, tmp_path):
+    """``cache_partial_block`` (a prompt's tail, Mamba checkpoints), ``move_block_hashes``
+    (copy-on-write) and ``unpin_blocks`` (HiSparse) give a block a hash, move it or release a block
+    that stays readable: the plugin reports and tags what it must, and never offers an unpinned
+    block to the policy."""
+    from engine_checks import check_tracker
+    from vllm.v1.core.block_pool import BlockPool
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher
+    from vllm.utils.hashing import sha256
+    from vllm.v1.request import Request
+    from vllm.sampling_params import SamplingParams
+
+    pool = BlockPool(num_gpu_blocks=8, enable_caching=True, hash_block_size=16)
+    pool._agentrt = None
+    tracker = installed.attach(pool, EvictionClient(str(tmp_path / "nobody.sock"), 0.01, "test"))
+    sent = []
+    tracker.client.block_event = lambda op, agent, position, h, parent: sent.append((op, agent, position, h, parent))
+    harness.Engine(2)  # vLLM's none-hash, which the request's hasher chains from
+    request = Request(
+        request_id="r", prompt_token_ids=harness.prompt(3, 48),
+        sampling_params=SamplingParams(max_tokens=1, extra_args={"agentrt_agent": "coder"}),
+        pooling_params=None, block_hasher=get_request_block_hasher(16, sha256),
+    )
+    coder = tracker.client.wire_agent("coder")
+    first, tail = pool.get_new_blocks(2)
+
+    pool.cache_partial_block(request, tail, num_tokens=48, kv_cache_group_id=0, block_size=32)
+    h48 = int.from_bytes(request.block_hashes[2][-8:], "big")
+    h32 = int.from_bytes(request.block_hashes[1][-8:], "big")
+    assert sent == [(wire.OP_STORED, coder, 32, h48, h32)], "the tail's partial entry, the request's, after its first block"
+    check_tracker(tracker, pool, "after cache_partial_block")
+
+    copy = pool.get_new_blocks(1)[0]
+    pool.move_block_hashes(tail, copy)
+    assert tracker.info[copy.block_id].agent == coder and tail.block_id not in tracker.info
+    check_tracker(tracker, pool, "after move_block_hashes")
+
+    sent.clear()
+    pool.cache_partial_block(request, copy, num_tokens=32, kv_cache_group_id=0, block_size=32, replace_existing_hashes=True)
+    assert [(op, h) for op, _, _, h, _ in sent] == [(wire.OP_REMOVED, h48), (wire.OP_STORED, h32)]
+    check_tracker(tracker, pool, "after a replacing cache_partial_block")
+
+    pool.unpin_blocks([copy], lambda block: None)
+    assert copy.ref_cnt == 0 and copy.block_hash is not None
+    assert copy.block_id not in [block_id for block_id, _, _ in tracker._candidates(1)], "an unpinned block was offered"
+    assert tracker.stats["partial_blocks_cached"] == 2 and tracker.stats["block_hashes_moved"] == 1
+    assert tracker.stats["blocks_unpinned"] == 1
