@@ -102,7 +102,7 @@ async fn a_broken_file_is_refused_with_where_and_the_previous_settings_stay() {
         ("[tenants.alpha]\napi_keys = [\"key-a\"]\nmax_in_flite = 3\n", "line 3"),
         (
             "[tenants.alpha]\napi_keys = [\"key-a\"]\n[tenants.beta]\napi_keys = [\"key-a\"]\n",
-            "[tenants.beta] api_keys",
+            "[tenants.beta] api-keys",
         ),
         (
             "[tenants.alpha]\napi_keys = [\"key-a\"]\nshare = { min_blocks = 5 }\n",

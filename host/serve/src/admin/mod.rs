@@ -5,7 +5,8 @@
 //! byte of the body is read, and an upload is read under `--max-upload-bytes` (64 MiB by default).
 //!
 //! - `PUT /admin/tenants/{tenant}/policy[?fresh=true][&slot=NAME]` — body: a policy component
-//!   (`.wasm`) for slot NAME (`kv` when absent; another slot must be one `--slot` gives, else 404).
+//!   (`.wasm`), or the name of one `--policy` would find (`ttl`; [`policy_body`]), for slot NAME
+//!   (`kv` when absent; another slot must be one `--slot` gives, else 404).
 //!   A new tenant starts with it (another slot's upload: with the defaults, then swapped); an
 //!   existing one hot-swaps to it, carrying learned state over
 //!   (`fresh=true`: start the new policy from scratch, e.g. a different policy). A component that
@@ -22,6 +23,10 @@
 //! - `POST /admin/reload` (operator only) — read the config file again ([`crate::tenant::reload`]): 200
 //!   with the tenants and shares now in force, 400 naming what is wrong (nothing changed), 409
 //!   without `--config`.
+//!
+//! docs/admin-api.md shows every route with a `curl` example.
+
+mod policy_body;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -42,7 +47,7 @@ use crate::tenant::reload::Reloads;
 use crate::tenant::report as tenant_report;
 use crate::tenant::Tenant;
 use crate::tenant::Tenants;
-use agentrt_runtime::{PolicyError, RegistryError};
+use agentrt_runtime::{ComponentLookup, PolicyError, Primitive, RegistryError};
 
 /// What the admin routes need: the tenants, the reloader of `--config` (when there is one), and
 /// the upload limit.
@@ -55,6 +60,9 @@ pub struct AdminState {
     pub reloads: Option<Arc<Reloads>>,
     /// `--max-upload-bytes`.
     pub max_upload_bytes: usize,
+    /// Where a policy named in an upload's body is found (`--policy`'s lookup); `None`: names
+    /// are refused, only a component's bytes are taken.
+    pub components: Option<Arc<ComponentLookup>>,
 }
 
 /// The admin API's routes.
@@ -99,9 +107,15 @@ async fn put_policy(
     }
     let engine = state.tenants.registry().engine().clone();
     let name = format!("admin upload for {tenant}");
-    let component = match tokio::task::spawn_blocking(move || engine.load_bytes(&name, &body)).await {
+    let lookup = state.components.clone();
+    let loaded = tokio::task::spawn_blocking(move || match policy_body::read(&body)? {
+        policy_body::PolicyBody::Component(bytes) => engine.load_bytes(&name, bytes).map_err(|e| e.to_string()),
+        policy_body::PolicyBody::Name(named) => policy_body::load_named(&engine, lookup.as_deref(), named),
+    })
+    .await;
+    let component = match loaded {
         Ok(Ok(c)) => Arc::new(c),
-        Ok(Err(e)) => return ApiError::bad_request(e.to_string()).into_response(),
+        Ok(Err(e)) => return ApiError::bad_request(e).into_response(),
         Err(e) => return ApiError::bad_request(format!("loading failed: {e}")).into_response(),
     };
     // A new tenant starts with the upload itself: if it does not start, no tenant is left behind
@@ -165,12 +179,36 @@ async fn put_policy(
         ))
         .into_response(),
         Ok(Err(e)) => {
-            ApiError::bad_request(format!("swap refused, the previous policy keeps running: {e}")).into_response()
+            let fresh = if failed_restoring(&e) {
+                "; the new policy could not take the running one's learned state (a different policy \
+                 reads it differently): add ?fresh=true to start it from scratch"
+            } else {
+                ""
+            };
+            ApiError::bad_request(format!("swap refused, the previous policy keeps running: {e}{fresh}"))
+                .into_response()
         }
         Err(e) => {
             ApiError::internal(format!("swap did not finish, the previous policy keeps running: {e}")).into_response()
         }
     }
+}
+
+/// Whether a swap failed in the new policy's `restore` of the old one's state.
+fn failed_restoring(e: &RegistryError) -> bool {
+    let RegistryError::Policy(e) = e else { return false };
+    let primitive = match e {
+        PolicyError::Trap { primitive, .. }
+        | PolicyError::DeadlineExceeded { primitive, .. }
+        | PolicyError::FuelExhausted { primitive, .. }
+        | PolicyError::OutOfMemory { primitive, .. }
+        | PolicyError::Rejected { primitive, .. }
+        | PolicyError::BadOutput { primitive, .. }
+        | PolicyError::ResultTooLarge { primitive, .. }
+        | PolicyError::CircuitOpen { primitive, .. } => primitive,
+        PolicyError::Unavailable { .. } | PolicyError::PoolFull { .. } => return false,
+    };
+    *primitive == Primitive::Restore
 }
 
 #[derive(serde::Deserialize)]
@@ -265,7 +303,7 @@ async fn reload(State(state): State<AdminState>, headers: HeaderMap) -> Response
     };
     match reloads.reload_off_workers().await {
         Ok(done) => {
-            tracing::info!(tenants = ?done.tenants, shares = ?done.shares, stopped = ?done.stopped, "settings reloaded (admin API)");
+            tracing::info!("settings reloaded (admin API): {}", done.summary());
             Json(done).into_response()
         }
         Err(e) => {

@@ -1,31 +1,48 @@
-//! Passing a streamed answer through chunk by chunk: usage noticed as it passes (the policy hears
-//! it at the end), the stream cut with an SSE error event when the upstream fails, falls silent or
-//! the request's key is revoked, and nothing pulled from the upstream for a client that left.
+//! Passing a streamed answer through event by event: usage noticed as it passes (the policy hears
+//! it at the end; the usage chunk the proxy asked for on the client's behalf is dropped,
+//! [`super::stream_usage`]), the stream cut with an SSE error event when the upstream fails, falls
+//! silent or the request's key is revoked, and nothing pulled from the upstream for a client that
+//! left.
 
 use axum::body::Bytes;
 use tracing::Instrument as _;
 
 use super::finish::FinishGuard;
 use super::state::revoked_error;
+use super::stream_usage::{without_usage_chunk, SseFramer};
 use crate::engine::upstream;
 use crate::identity::agent_api::{AgentApi, Usage};
 
-/// Pass an SSE stream through chunk by chunk, noticing the usage chunk (when the client asked for
-/// one) and the end. If the upstream fails or falls silent (`--upstream-idle-timeout-ms`)
-/// mid-stream the client gets an SSE error event, so it never mistakes a cut stream for a
-/// complete one.
+/// How a streamed answer is relayed.
+pub(super) struct RelayOptions {
+    /// Whether the upstream answered with a success status.
+    pub ok_status: bool,
+    /// The API whose events carry the usage.
+    pub api: AgentApi,
+    /// Drop the usage chunk: the proxy asked for it, the client did not.
+    pub strip_usage: bool,
+}
+
+/// Pass an SSE stream through as whole events, noticing the usage and the end. If the upstream
+/// fails or falls silent (`--upstream-idle-timeout-ms`) mid-stream the client gets an SSE error
+/// event, so it never mistakes a cut stream for a complete one.
 pub(super) fn relay_stream(
     reply: reqwest::Response,
     guard: FinishGuard,
-    ok_status: bool,
-    api: AgentApi,
+    options: RelayOptions,
     span: tracing::Span,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    let RelayOptions {
+        ok_status,
+        api,
+        strip_usage,
+    } = options;
     let state = guard.state.clone();
     let revoked = guard.permit.revocation();
     let mut guard = Some(guard);
     let mut usage: Option<Usage> = None;
     let mut chunks = Box::pin(reply.bytes_stream());
+    let mut framer = SseFramer::default();
     async_stream(span, move |yield_| async move {
         let limits = state.upstream.limits();
         // On the relay's span (current here), as an i64: the OpenTelemetry layer would write an
@@ -39,6 +56,14 @@ pub(super) fn relay_stream(
                 next = upstream::next_chunk(&mut chunks, limits, "mid-stream") => next,
             };
             let Some(chunk) = next else { break };
+            // Whole events only; the end of a stream flushes what is left as it came.
+            let chunk = match chunk {
+                Ok(bytes) => match framer.push(bytes) {
+                    Some(events) => Ok(events),
+                    None => continue,
+                },
+                Err(e) => Err(e),
+            };
             match chunk {
                 Ok(bytes) => {
                     // Streams report usage in pieces (the Messages API: input first, output last).
@@ -48,6 +73,9 @@ pub(super) fn relay_stream(
                     if let (Some(id), Some(g)) = (api.response_id_in_chunk(&bytes), &guard) {
                         g.tenant.responses.record(&id);
                     }
+                    let Some(bytes) = (if strip_usage { without_usage_chunk(bytes) } else { Some(bytes) }) else {
+                        continue;
+                    };
                     chunks_relayed += 1;
                     if !yield_(Ok(bytes)).await {
                         tracing::Span::current().record("chunks", chunks_relayed);
@@ -65,6 +93,12 @@ pub(super) fn relay_stream(
                     return;
                 }
             }
+        }
+        if let Some(rest) = std::mem::take(&mut framer).finish() {
+            if !yield_(Ok(rest)).await {
+                return;
+            }
+            chunks_relayed += 1;
         }
         tracing::Span::current().record("chunks", chunks_relayed);
         if let Some(g) = guard.take() {

@@ -172,6 +172,9 @@ impl Setup {
             mcp,
             upstream_router: self.upstream_router,
             engine_kind: self.engine,
+            components: Some(std::sync::Arc::new(agentrt_runtime::ComponentLookup::from_environment(
+                agentrt_runtime::EmbeddedSet::NONE,
+            ))),
             ..AppConfig::new(tenants, &self.upstream.unwrap_or(stub_url))
         };
         let app = App::build(config).await.unwrap();
