@@ -338,7 +338,7 @@ async fn the_admin_api_is_authenticated_and_swaps_policies_safely() {
         .await
         .unwrap();
     assert_eq!(garbage.status(), 400);
-    assert!(garbage.text().await.unwrap().contains("not a WebAssembly binary"));
+    assert!(garbage.text().await.unwrap().contains("neither a Wasm component"));
     let tenant = p.app.tenants().get_or_start("default").unwrap();
     assert_eq!(
         tenant.policy.info().name,
