@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use crate::workspace::Workspace;
 use crate::{cargo, components, run};
@@ -57,8 +57,8 @@ fn policy_components(workspace: &Workspace) -> Result<Vec<PathBuf>> {
     Ok(found)
 }
 
-/// The vLLM plugin's wheel, into `dist`.
-fn build_wheel(workspace: &Workspace, dist: &Path) -> Result<()> {
+/// The vLLM plugin's wheel, into `dist`; its path.
+pub fn build_wheel(workspace: &Workspace, dist: &Path) -> Result<PathBuf> {
     let venv_python = workspace.root.join(".venv-vllm/bin/python");
     let mut pip = if venv_python.exists() {
         let mut pip = workspace.command(&venv_python);
@@ -75,7 +75,11 @@ fn build_wheel(workspace: &Workspace, dist: &Path) -> Result<()> {
     run(&mut pip).context("building the vLLM plugin's wheel (adapters/vllm)")?;
     // pip leaves setuptools' build folder in the source tree; it is no part of the checkout.
     let _ = std::fs::remove_dir_all(workspace.root.join("adapters/vllm/build"));
-    Ok(())
+    let wheel = std::fs::read_dir(dist)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|e| e == "whl"))
+        .with_context(|| format!("pip left no wheel in {}", dist.display()))?;
+    Ok(wheel)
 }
 
 fn copy(from: &Path, to: &Path) -> Result<()> {
@@ -100,8 +104,5 @@ fn listing(dist: &Path) -> Result<Vec<String>> {
         }
     }
     lines.sort();
-    if !lines.iter().any(|l| l.contains(".whl ")) {
-        bail!("no wheel in {}", dist.display());
-    }
     Ok(lines)
 }

@@ -103,9 +103,15 @@ fn vllm_adapter_tests(workspace: &Workspace) -> Result<()> {
         eprintln!("xtask: SKIPPED the vLLM adapter tests: no .venv-vllm (run `bash adapters/vllm/setup-venv.sh`)");
         return Ok(());
     }
+    // The end-to-end tests run the plugin as operators install it: the wheel `dist` builds.
+    let wheels = workspace.target.join("dist-test-wheel");
+    let _ = std::fs::remove_dir_all(&wheels);
+    std::fs::create_dir_all(&wheels)?;
+    let wheel = dist::build_wheel(workspace, &wheels)?;
     let status = workspace
         .command(&python)
         .args(["-m", "pytest", "adapters/vllm/tests", "-q", "-rs"])
+        .env("AGENTRT_VLLM_WHEEL", &wheel)
         .status()
         .context("starting pytest")?;
     // Exit 5 means pytest collected nothing (every module skipped itself): not a failure.
