@@ -38,7 +38,9 @@ fn docker_compose_config(file: &str, env: &[(&str, &str)]) -> Option<std::proces
             panic!("docker-compose did not start ({e}); run deploy/setup-compose.sh")
         }
         Err(e) => {
-            eprintln!("SKIPPED the compose schema check: docker-compose did not start ({e}); run deploy/setup-compose.sh");
+            eprintln!(
+                "SKIPPED the compose schema check: docker-compose did not start ({e}); run deploy/setup-compose.sh"
+            );
             None
         }
     }
@@ -47,7 +49,9 @@ fn docker_compose_config(file: &str, env: &[(&str, &str)]) -> Option<std::proces
 #[test]
 fn docker_compose_validates_both_files_and_the_gpu_one_asks_for_its_secrets() {
     for (file, env) in [(CPU, &[][..]), (GPU, &GPU_ENV[..])] {
-        let Some(out) = docker_compose_config(file, env) else { return };
+        let Some(out) = docker_compose_config(file, env) else {
+            return;
+        };
         assert!(
             out.status.success(),
             "{file} is not a valid compose file:\n{}",
@@ -57,7 +61,10 @@ fn docker_compose_validates_both_files_and_the_gpu_one_asks_for_its_secrets() {
     // Without its secrets the GPU file refuses to start, naming the one missing.
     let out = docker_compose_config(GPU, &[]).expect("ran above");
     let said = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && said.contains("set AGENTRT_ADMIN_TOKEN"), "{said}");
+    assert!(
+        !out.status.success() && said.contains("set AGENTRT_ADMIN_TOKEN"),
+        "{said}"
+    );
 }
 
 /// vLLM's command and environment, the proxy's parsed flags, in `file`.
@@ -79,8 +86,15 @@ fn vllm_gets_the_flags_the_dashboard_needs_and_agrees_with_the_proxy() {
         assert_eq!(proxy.eviction_socket.as_deref(), Some(Path::new(&socket)), "{file}");
         let events: Value = serde_json::from_str(flag_value(&vllm, "--kv-events-config")).expect("JSON");
         assert_eq!(proxy.kv_events.as_deref(), events["endpoint"].as_str(), "{file}");
-        assert_eq!(proxy.kv_events_replay.as_deref(), events["replay_endpoint"].as_str(), "{file}");
-        assert_eq!(events["topic"], "kv", "{file}: agentrt serve subscribes to the topic kv");
+        assert_eq!(
+            proxy.kv_events_replay.as_deref(),
+            events["replay_endpoint"].as_str(),
+            "{file}"
+        );
+        assert_eq!(
+            events["topic"], "kv",
+            "{file}: agentrt serve subscribes to the topic kv"
+        );
         let upstream = format!("http://{}:{}", flag_value(&vllm, "--host"), flag_value(&vllm, "--port"));
         assert_eq!(proxy.upstream, upstream, "{file}");
         let port = proxy.listen.port();
@@ -89,16 +103,25 @@ fn vllm_gets_the_flags_the_dashboard_needs_and_agrees_with_the_proxy() {
             "{file}: vllm's service publishes the proxy's port {port}"
         );
         let volume = |lines: &[String]| lines.iter().any(|l| l.trim() == "- agentrt-run:/run/agentrt");
-        assert!(volume(&service) && volume(&compose_service_of(file, "agentrt")), "{file}: the shared socket volume");
+        assert!(
+            volume(&service) && volume(&compose_service_of(file, "agentrt")),
+            "{file}: the shared socket volume"
+        );
     }
 }
 
 #[test]
 fn every_service_has_a_healthcheck() {
-    for (file, services) in [(CPU, &["vllm", "agentrt"][..]), (GPU, &["vllm", "agentrt", "prometheus", "grafana"][..])] {
+    for (file, services) in [
+        (CPU, &["vllm", "agentrt"][..]),
+        (GPU, &["vllm", "agentrt", "prometheus", "grafana"][..]),
+    ] {
         for name in services {
             let service = compose_service_of(file, name);
-            let test = json_array(&compose_value(&service, "test"), &format!("{file}: {name}'s healthcheck"));
+            let test = json_array(
+                &compose_value(&service, "test"),
+                &format!("{file}: {name}'s healthcheck"),
+            );
             assert_eq!(test[0], "CMD", "{file}: {name}");
         }
         // The proxy's checks /healthz on the port it listens on.
@@ -114,7 +137,12 @@ fn every_service_has_a_healthcheck() {
 #[test]
 fn the_gpu_image_installs_the_wheel_dist_builds_on_a_vllm_the_plugin_knows() {
     let instructions = instructions_of("deploy/gpu/Dockerfile.vllm");
-    let from = instructions.iter().find(|i| i.keyword == "FROM").expect("a FROM").rest.clone();
+    let from = instructions
+        .iter()
+        .find(|i| i.keyword == "FROM")
+        .expect("a FROM")
+        .rest
+        .clone();
     let tag = from
         .split_whitespace()
         .next()
@@ -125,7 +153,10 @@ fn the_gpu_image_installs_the_wheel_dist_builds_on_a_vllm_the_plugin_knows() {
         .lines()
         .find_map(|l| l.strip_prefix("SUPPORTED_VERSIONS = "))
         .expect("patch.py names its supported versions");
-    assert!(supported.contains(&format!("\"{tag}\"")), "vLLM {tag} is not one of {supported}");
+    assert!(
+        supported.contains(&format!("\"{tag}\"")),
+        "vLLM {tag} is not one of {supported}"
+    );
 
     // The wheel's file name as pip names it from adapters/vllm/pyproject.toml.
     let pyproject = read("adapters/vllm/pyproject.toml");
@@ -144,12 +175,21 @@ fn the_gpu_image_installs_the_wheel_dist_builds_on_a_vllm_the_plugin_knows() {
     );
     assert_eq!(sources, [format!("{prefix}*.whl")]);
     let ignore = read("deploy/gpu/Dockerfile.vllm.dockerignore");
-    assert!(ignore.lines().any(|l| l == format!("!{prefix}*.whl")), "the build context lets the wheel in");
+    assert!(
+        ignore.lines().any(|l| l == format!("!{prefix}*.whl")),
+        "the build context lets the wheel in"
+    );
     let dist = read("xtask/src/dist.rs");
-    assert!(dist.contains("\"adapters/vllm\""), "cargo xtask dist builds the wheel from adapters/vllm");
+    assert!(
+        dist.contains("\"adapters/vllm\""),
+        "cargo xtask dist builds the wheel from adapters/vllm"
+    );
     let compose = compose_service_of(GPU, "vllm");
     assert_eq!(compose_value(&compose, "dockerfile"), "deploy/gpu/Dockerfile.vllm");
-    assert!(compose.iter().any(|l| l.trim() == "- driver: nvidia"), "the GPU reservation");
+    assert!(
+        compose.iter().any(|l| l.trim() == "- driver: nvidia"),
+        "the GPU reservation"
+    );
 }
 
 #[test]
@@ -170,7 +210,9 @@ fn prometheus_scrapes_the_proxy_with_its_token_and_grafana_shows_the_dashboard()
         "the container writes the proxy's metrics token where prometheus.yml reads it: {entrypoint}"
     );
     let agentrt = compose_service_of(GPU, "agentrt");
-    assert!(agentrt.iter().any(|l| l.trim_start().starts_with("AGENTRT_METRICS_TOKEN:")));
+    assert!(agentrt
+        .iter()
+        .any(|l| l.trim_start().starts_with("AGENTRT_METRICS_TOKEN:")));
     let grafana = compose_service_of(GPU, "grafana");
     for mount in [
         "- ../grafana/agentrt.json:/var/lib/grafana/dashboards/agentrt.json:ro",

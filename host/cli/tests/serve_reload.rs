@@ -21,7 +21,14 @@ impl Serve {
     fn logged(&self, text: &str) -> Vec<String> {
         let start = Instant::now();
         loop {
-            let found: Vec<String> = self.log.lock().unwrap().iter().filter(|l| l.contains(text)).cloned().collect();
+            let found: Vec<String> = self
+                .log
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.contains(text))
+                .cloned()
+                .collect();
             if !found.is_empty() || start.elapsed() > Duration::from_secs(5) {
                 return found;
             }
@@ -124,9 +131,17 @@ fn sighup_reloads_the_tenants_and_a_broken_file_changes_nothing() {
         "no --eviction-socket: no engine plugin will ask which KV blocks to evict",
         "the upstream http://127.0.0.1:9 does not answer",
     ] {
-        assert_eq!(serve.logged(warning).len(), 1, "{warning}: {:?}", serve.log.lock().unwrap());
+        assert_eq!(
+            serve.logged(warning).len(),
+            1,
+            "{warning}: {:?}",
+            serve.log.lock().unwrap()
+        );
     }
-    assert!(!serve.log.lock().unwrap().iter().any(|l| l.contains('\x1b')), "no colour codes in a log file");
+    assert!(
+        !serve.log.lock().unwrap().iter().any(|l| l.contains('\x1b')),
+        "no colour codes in a log file"
+    );
 
     // The old spelling still works, with a warning naming the key.
     std::fs::write(&config, "[tenants.beta]\napi_keys = [\"key-b\"]\n").unwrap();

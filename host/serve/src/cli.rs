@@ -473,9 +473,9 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         let servers: Vec<&str> = options.servers.iter().map(|s| s.name.as_str()).collect();
         eprintln!("agentrt serve: MCP gateway at /mcp/{{{}}}", servers.join(","));
     }
-    let checked_upstream = crate::engine::upstream::Upstream::new(&args.upstream, args.upstream_api_key.clone(), limits.clone());
-    let (eviction_socket, replica_sockets) =
-        (args.eviction_socket.clone(), !args.replicas.eviction_sockets.is_empty());
+    let checked_upstream =
+        crate::engine::upstream::Upstream::new(&args.upstream, args.upstream_api_key.clone(), limits.clone());
+    let (eviction_socket, replica_sockets) = (args.eviction_socket.clone(), !args.replicas.eviction_sockets.is_empty());
     let config = AppConfig {
         upstream_api_key: args.upstream_api_key,
         limits,

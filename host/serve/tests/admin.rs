@@ -338,10 +338,16 @@ async fn a_policy_is_swapped_by_name_and_a_state_it_cannot_take_names_fresh() {
     let (status, missing) = put_body(&p, "default", "", "no-such-policy").await;
     assert_eq!(status, 400);
     assert!(
-        missing["error"]["message"].as_str().unwrap().contains("no policy component named `no-such-policy`"),
+        missing["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no policy component named `no-such-policy`"),
         "{missing}"
     );
     let (status, path) = put_body(&p, "default", "", "/etc/passwd").await;
     assert_eq!(status, 400, "a path is never read: {path}");
-    assert!(path["error"]["message"].as_str().unwrap().contains("curl --data ttl"), "{path}");
+    assert!(
+        path["error"]["message"].as_str().unwrap().contains("curl --data ttl"),
+        "{path}"
+    );
 }

@@ -25,7 +25,9 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
 fn routes_in(text: &str) -> Vec<String> {
     let mut found = Vec::new();
     for piece in text.split(".route(\"").skip(1) {
-        let Some((path, rest)) = piece.split_once('"') else { continue };
+        let Some((path, rest)) = piece.split_once('"') else {
+            continue;
+        };
         let method = rest.trim_start_matches([',', ' ', '\n']);
         let method: String = method.chars().take_while(char::is_ascii_alphabetic).collect();
         if path.starts_with('/') && !method.is_empty() {
@@ -44,7 +46,10 @@ fn router_routes() -> BTreeSet<String> {
         .flat_map(|f| routes_in(&std::fs::read_to_string(f).unwrap()))
         .collect();
     let gateway = std::fs::read_to_string(repo().join("host/mcp/src/routes.rs")).unwrap();
-    assert!(gateway.contains("format!(\"/mcp/{}\""), "the gateway's route moved: update this test");
+    assert!(
+        gateway.contains("format!(\"/mcp/{}\""),
+        "the gateway's route moved: update this test"
+    );
     routes.insert("POST /mcp/{server}".to_string());
     routes
 }
@@ -69,8 +74,14 @@ fn every_route_of_the_router_is_documented_with_an_example_and_no_other() {
     let documented = documented_routes();
     let missing: Vec<_> = routes.difference(&documented).collect();
     let stale: Vec<_> = documented.difference(&routes).collect();
-    assert!(missing.is_empty(), "routes without a section in docs/admin-api.md: {missing:?}");
-    assert!(stale.is_empty(), "docs/admin-api.md documents routes the router lacks: {stale:?}");
+    assert!(
+        missing.is_empty(),
+        "routes without a section in docs/admin-api.md: {missing:?}"
+    );
+    assert!(
+        stale.is_empty(),
+        "docs/admin-api.md documents routes the router lacks: {stale:?}"
+    );
 
     // Each section shows the route called with curl.
     let doc = std::fs::read_to_string(repo().join("docs/admin-api.md")).unwrap();

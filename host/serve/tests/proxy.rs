@@ -119,7 +119,10 @@ async fn a_streamed_call_is_counted_whether_or_not_the_client_asked_for_usage() 
     let mut asked = chat("s", "t", "tiny", true);
     asked["stream_options"] = json!({"include_usage": true});
     let text = streamed_text(post_json(&p, &asked, &[]).await).await;
-    assert!(text.contains("\"prompt_tokens\":12"), "the client asked for usage: {text}");
+    assert!(
+        text.contains("\"prompt_tokens\":12"),
+        "the client asked for usage: {text}"
+    );
     settle(&p).await;
     assert_eq!((tenant.prompt_tokens(), tenant.cached_tokens()), (24, 16));
 }

@@ -170,4 +170,3 @@ pub fn flag_value<'a>(args: &'a [String], flag: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {flag} in {args:?}"));
     &args[at + 1]
 }
-

@@ -29,7 +29,9 @@ pub fn read(body: &[u8]) -> Result<PolicyBody<'_>, String> {
     let name = std::str::from_utf8(body).map(str::trim).unwrap_or_default();
     let plain = !name.is_empty()
         && name.len() <= MAX_NAME_BYTES
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         && !name.ends_with(".wasm")
         && !name.starts_with('.');
     if plain {
@@ -45,7 +47,11 @@ pub fn read(body: &[u8]) -> Result<PolicyBody<'_>, String> {
 /// The component `name` names, loaded by `engine`, found by `lookup` as `--policy NAME` would be.
 /// The error names what was missing, not where the proxy looked (the caller may be a tenant's
 /// admin).
-pub fn load_named(engine: &PolicyEngine, lookup: Option<&ComponentLookup>, name: &str) -> Result<PolicyComponent, String> {
+pub fn load_named(
+    engine: &PolicyEngine,
+    lookup: Option<&ComponentLookup>,
+    name: &str,
+) -> Result<PolicyComponent, String> {
     let Some(lookup) = lookup else {
         return Err(format!(
             "this proxy looks up no components by name; send the bytes of {name}.wasm instead"
@@ -66,7 +72,10 @@ mod tests {
 
     #[test]
     fn a_body_is_a_component_a_name_or_refused_saying_which_it_must_be() {
-        assert_eq!(read(b"\0asm\x0d\0\x01\0").unwrap(), PolicyBody::Component(b"\0asm\x0d\0\x01\0"));
+        assert_eq!(
+            read(b"\0asm\x0d\0\x01\0").unwrap(),
+            PolicyBody::Component(b"\0asm\x0d\0\x01\0")
+        );
         assert_eq!(read(b"ttl").unwrap(), PolicyBody::Name("ttl"));
         assert_eq!(read(b"fair-share\n").unwrap(), PolicyBody::Name("fair-share"));
         for refused in [&b""[..], b"../etc/passwd", b"/tmp/x", b"mine.wasm", b"a b", b"\xff\xfe"] {

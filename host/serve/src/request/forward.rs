@@ -213,7 +213,9 @@ pub(super) async fn forward(
             api,
             strip_usage,
         };
-        Response::new(Body::from_stream(super::relay::relay_stream(reply, guard, options, relay)))
+        Response::new(Body::from_stream(super::relay::relay_stream(
+            reply, guard, options, relay,
+        )))
     } else {
         let relay = tracing::info_span!("relay", streamed = false);
         let read = upstream::read_reply(reply, state.upstream.limits());

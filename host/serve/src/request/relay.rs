@@ -73,7 +73,11 @@ pub(super) fn relay_stream(
                     if let (Some(id), Some(g)) = (api.response_id_in_chunk(&bytes), &guard) {
                         g.tenant.responses.record(&id);
                     }
-                    let Some(bytes) = (if strip_usage { without_usage_chunk(bytes) } else { Some(bytes) }) else {
+                    let Some(bytes) = (if strip_usage {
+                        without_usage_chunk(bytes)
+                    } else {
+                        Some(bytes)
+                    }) else {
                         continue;
                     };
                     chunks_relayed += 1;

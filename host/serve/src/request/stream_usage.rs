@@ -127,9 +127,13 @@ mod tests {
             quiet["stream_options"],
             json!({"include_usage": true, "continuous_usage_stats": false})
         );
-        let mut asked = json!({"stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true}});
+        let mut asked =
+            json!({"stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true}});
         assert!(!ask_for_usage(&mut asked));
-        assert_eq!(asked["stream_options"]["continuous_usage_stats"], true, "the client's own choice");
+        assert_eq!(
+            asked["stream_options"]["continuous_usage_stats"], true,
+            "the client's own choice"
+        );
         let mut declined = json!({"stream": true, "stream_options": {"include_usage": false}});
         assert!(ask_for_usage(&mut declined));
         let mut whole = json!({"stream": false});

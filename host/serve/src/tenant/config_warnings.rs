@@ -92,10 +92,11 @@ fn holds_secrets(file: &ConfigFile) -> bool {
         .tenants
         .values()
         .any(|t| !t.api_keys.is_empty() || !t.admin_tokens.is_empty());
-    let serve = file
-        .serve
-        .as_ref()
-        .is_some_and(|serve| serve.keys().any(|k| SECRET_FLAGS.contains(&k.replace('_', "-").as_str())));
+    let serve = file.serve.as_ref().is_some_and(|serve| {
+        serve
+            .keys()
+            .any(|k| SECRET_FLAGS.contains(&k.replace('_', "-").as_str()))
+    });
     tenants || serve
 }
 
@@ -126,7 +127,9 @@ mod tests {
                     [tenants.team_a]\napi_keys = [\"sk-secret\"]\nshare = { min_blocks = 1 }\n";
         let found = warnings_of(text, 0o600);
         assert_eq!(found.len(), 4, "{found:?}");
-        assert!(found[0].contains("[serve] `upstream_max_in_flight` is the old spelling; write `upstream-max-in-flight`"));
+        assert!(
+            found[0].contains("[serve] `upstream_max_in_flight` is the old spelling; write `upstream-max-in-flight`")
+        );
         assert!(found[1].contains("[defaults] `max_in_flight`"), "{found:?}");
         assert!(found[2].contains("[tenants.team_a] `api_keys`"), "{found:?}");
         assert!(found[3].contains("[tenants.team_a] share.`min_blocks`"), "{found:?}");
@@ -140,10 +143,19 @@ mod tests {
         let keyed = "[tenants.alpha]\napi-keys = [\"sk-secret\"]\n";
         let found = warnings_of(keyed, 0o644);
         assert_eq!(found.len(), 1, "{found:?}");
-        assert!(found[0].contains("mode 644") && found[0].contains("chmod 600"), "{found:?}");
+        assert!(
+            found[0].contains("mode 644") && found[0].contains("chmod 600"),
+            "{found:?}"
+        );
         assert!(!found[0].contains("sk-secret"));
-        assert!(warnings_of(keyed, 0o640).is_empty(), "the group may read it: the operator's choice");
-        assert!(warnings_of("unauthenticated = true\n", 0o644).is_empty(), "nothing secret in it");
+        assert!(
+            warnings_of(keyed, 0o640).is_empty(),
+            "the group may read it: the operator's choice"
+        );
+        assert!(
+            warnings_of("unauthenticated = true\n", 0o644).is_empty(),
+            "nothing secret in it"
+        );
         assert_eq!(warnings_of("[serve]\nadmin-token = \"t\"\n", 0o604).len(), 1);
     }
 }

@@ -59,7 +59,12 @@ pub fn changes(old: &TenantSettings, new: &TenantSettings) -> Vec<String> {
 }
 
 fn keys_by_tenant(settings: &TenantSettings) -> BTreeMap<&str, BTreeSet<&str>> {
-    secrets_by_tenant(settings.keys.iter().map(|(key, tenant)| (key.as_str(), tenant.as_str())))
+    secrets_by_tenant(
+        settings
+            .keys
+            .iter()
+            .map(|(key, tenant)| (key.as_str(), tenant.as_str())),
+    )
 }
 
 fn secrets_by_tenant<'a>(pairs: impl Iterator<Item = (&'a str, &'a str)>) -> BTreeMap<&'a str, BTreeSet<&'a str>> {
@@ -93,7 +98,11 @@ fn quota_changes(whose: &str, before: &Quotas, after: &Quotas) -> Vec<String> {
             before.policy_cpu_ms_per_s.into(),
             after.policy_cpu_ms_per_s.into(),
         ),
-        ("warmup-tokens-per-s", before.warmup_tokens_per_s, after.warmup_tokens_per_s),
+        (
+            "warmup-tokens-per-s",
+            before.warmup_tokens_per_s,
+            after.warmup_tokens_per_s,
+        ),
         (
             "admission-weight",
             before.admission_weight.into(),

@@ -113,7 +113,9 @@ impl FlagSettings {
         for (i, hash) in file.public.anchors.iter().enumerate() {
             public_anchors.insert(parse_anchor_hash(hash).map_err(|e| format!("[public] anchors[{i}]: {e}"))?);
         }
-        let defaults = file.defaults.over(self.defaults, "[defaults]", LimitSource::FileDefaults)?;
+        let defaults = file
+            .defaults
+            .over(self.defaults, "[defaults]", LimitSource::FileDefaults)?;
         let mut quotas = HashMap::new();
         // The file's admin tokens, to name their place if one serves another role too.
         let mut file_tokens: Vec<(String, String)> = Vec::new();
@@ -528,7 +530,9 @@ api-keys = ["sk-beta-1", "sk-beta-2"]
         let settings = flags().merge(ConfigFile::parse(file).unwrap()).unwrap();
         assert_eq!(settings.quotas_of("alpha").max_in_flight_from, LimitSource::FileTenant);
         assert_eq!(settings.quotas_of("beta").max_in_flight_from, LimitSource::FileDefaults);
-        let flags_only = flags().merge(ConfigFile::parse("[tenants.beta]\napi-keys = [\"b\"]\n").unwrap()).unwrap();
+        let flags_only = flags()
+            .merge(ConfigFile::parse("[tenants.beta]\napi-keys = [\"b\"]\n").unwrap())
+            .unwrap();
         assert_eq!(flags_only.quotas_of("beta").max_in_flight_from, LimitSource::Flag);
         assert_eq!(
             LimitSource::FileTenant.describe("alpha"),

@@ -88,8 +88,10 @@ impl Report for ReplicaRouting {
         if engines.is_empty() {
             return;
         }
-        let counts: Vec<(Option<&str>, agentrt_vllm::EvictionCounts)> =
-            engines.iter().map(|(name, m)| (Some(name.as_str()), m.counts())).collect();
+        let counts: Vec<(Option<&str>, agentrt_vllm::EvictionCounts)> = engines
+            .iter()
+            .map(|(name, m)| (Some(name.as_str()), m.counts()))
+            .collect();
         crate::engine::plugin_metrics::render_plugin_series(out, "agentrt_replica", &counts);
     }
 }
