@@ -149,10 +149,7 @@ fn the_gpu_image_installs_the_wheel_dist_builds_on_a_vllm_the_plugin_knows() {
         .and_then(|image| image.strip_prefix("vllm/vllm-openai:v"))
         .unwrap_or_else(|| panic!("not the official vLLM image: FROM {from}"));
     let patch = read("adapters/vllm/agentrt_vllm/patch.py");
-    let supported = patch
-        .lines()
-        .find_map(|l| l.strip_prefix("SUPPORTED_VERSIONS = "))
-        .expect("patch.py names its supported versions");
+    let supported = line_value(&patch, "SUPPORTED_VERSIONS = ", ")").expect("patch.py names its supported versions");
     assert!(
         supported.contains(&format!("\"{tag}\"")),
         "vLLM {tag} is not one of {supported}"
@@ -160,11 +157,7 @@ fn the_gpu_image_installs_the_wheel_dist_builds_on_a_vllm_the_plugin_knows() {
 
     // The wheel's file name as pip names it from adapters/vllm/pyproject.toml.
     let pyproject = read("adapters/vllm/pyproject.toml");
-    let name = pyproject
-        .lines()
-        .find_map(|l| l.strip_prefix("name = \""))
-        .and_then(|n| n.strip_suffix('"'))
-        .expect("the plugin's name");
+    let name = line_value(&pyproject, "name = \"", "\"").expect("the plugin's name");
     let prefix = format!("target/dist/{}-", name.replace('-', "_"));
     let (_, sources, _) = copy_parts(
         &instructions

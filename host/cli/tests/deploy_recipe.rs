@@ -206,11 +206,7 @@ fn the_prebuilt_image_runs_like_the_dockerfiles_and_ships_the_same_components() 
         .map(|s| Path::new(&s).file_stem().unwrap().to_string_lossy().into_owned())
         .collect();
     let script = read("deploy/build-image.sh");
-    let array = script
-        .lines()
-        .find_map(|l| l.strip_prefix("components=("))
-        .and_then(|l| l.strip_suffix(')'))
-        .expect("build-image.sh has a line components=(...)");
+    let array = line_value(&script, "components=(", ")").expect("build-image.sh has a line components=(...)");
     let mut staged: Vec<String> = array.split_whitespace().map(str::to_string).collect();
     copied.sort();
     staged.sort();

@@ -170,3 +170,10 @@ pub fn flag_value<'a>(args: &'a [String], flag: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {flag} in {args:?}"));
     &args[at + 1]
 }
+
+/// The text between `start` and `end` on the first line of `text` that starts with `start`.
+pub fn line_value<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(start))
+        .and_then(|l| l.strip_suffix(end))
+}
