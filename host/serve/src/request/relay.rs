@@ -12,6 +12,7 @@ use super::state::revoked_error;
 use super::stream_usage::{without_usage_chunk, SseFramer};
 use crate::engine::upstream;
 use crate::identity::agent_api::{AgentApi, Usage};
+use crate::tenant::Tenant;
 
 /// How a streamed answer is relayed.
 pub(super) struct RelayOptions {
@@ -40,9 +41,13 @@ pub(super) fn relay_stream(
     let state = guard.state.clone();
     let revoked = guard.permit.revocation();
     let mut guard = Some(guard);
-    let mut usage: Option<Usage> = None;
     let mut chunks = Box::pin(reply.bytes_stream());
-    let mut framer = SseFramer::default();
+    let mut events = Events {
+        framer: SseFramer::default(),
+        api,
+        strip_usage,
+        usage: None,
+    };
     async_stream(span, move |yield_| async move {
         let limits = state.upstream.limits();
         // On the relay's span (current here), as an i64: the OpenTelemetry layer would write an
@@ -56,28 +61,9 @@ pub(super) fn relay_stream(
                 next = upstream::next_chunk(&mut chunks, limits, "mid-stream") => next,
             };
             let Some(chunk) = next else { break };
-            // Whole events only; the end of a stream flushes what is left as it came.
-            let chunk = match chunk {
-                Ok(bytes) => match framer.push(bytes) {
-                    Some(events) => Ok(events),
-                    None => continue,
-                },
-                Err(e) => Err(e),
-            };
             match chunk {
                 Ok(bytes) => {
-                    // Streams report usage in pieces (the Messages API: input first, output last).
-                    if let Some(u) = api.usage_in_chunk(&bytes) {
-                        usage = Some(usage.unwrap_or_default().updated(u));
-                    }
-                    if let (Some(id), Some(g)) = (api.response_id_in_chunk(&bytes), &guard) {
-                        g.tenant.responses.record(&id);
-                    }
-                    let Some(bytes) = (if strip_usage {
-                        without_usage_chunk(bytes)
-                    } else {
-                        Some(bytes)
-                    }) else {
+                    let Some(bytes) = events.pass(bytes, guard.as_ref().map(|g| &*g.tenant)) else {
                         continue;
                     };
                     chunks_relayed += 1;
@@ -98,7 +84,8 @@ pub(super) fn relay_stream(
                 }
             }
         }
-        if let Some(rest) = std::mem::take(&mut framer).finish() {
+        // The end of a stream flushes what is left as it came.
+        if let Some(rest) = std::mem::take(&mut events.framer).finish() {
             if !yield_(Ok(rest)).await {
                 return;
             }
@@ -106,9 +93,38 @@ pub(super) fn relay_stream(
         }
         tracing::Span::current().record("chunks", chunks_relayed);
         if let Some(g) = guard.take() {
-            g.finish(ok_status, usage);
+            g.finish(ok_status, events.usage);
         }
     })
+}
+
+/// A stream's whole events as they pass: the usage they carry, the stored response they name, and
+/// what of them the client gets.
+struct Events {
+    framer: SseFramer,
+    api: AgentApi,
+    /// Drop the usage chunk the proxy asked for on the client's behalf.
+    strip_usage: bool,
+    /// The usage so far (streams report it in pieces: the Messages API input first, output last).
+    usage: Option<Usage>,
+}
+
+impl Events {
+    /// The whole events `bytes` completes, as the client gets them; `None`: nothing to send yet.
+    fn pass(&mut self, bytes: Bytes, tenant: Option<&Tenant>) -> Option<Bytes> {
+        let events = self.framer.push(bytes)?;
+        if let Some(u) = self.api.usage_in_chunk(&events) {
+            self.usage = Some(self.usage.unwrap_or_default().updated(u));
+        }
+        if let (Some(id), Some(tenant)) = (self.api.response_id_in_chunk(&events), tenant) {
+            tenant.responses.record(&id);
+        }
+        if self.strip_usage {
+            without_usage_chunk(events)
+        } else {
+            Some(events)
+        }
+    }
 }
 
 /// A minimal generator-style stream over a channel: the producer future sends items and learns
