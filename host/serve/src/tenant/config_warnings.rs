@@ -6,8 +6,6 @@
 
 use std::path::Path;
 
-use crate::tenant::settings::ConfigFile;
-
 /// The `[serve]` keys whose values are secrets (their flags hide their values too).
 const SECRET_FLAGS: [&str; 6] = [
     "admin-token",
@@ -18,9 +16,12 @@ const SECRET_FLAGS: [&str; 6] = [
     "tenant-admin",
 ];
 
-/// The warnings for the config file at `path`, whose text is `text` and which parsed as `file`.
-pub fn warnings(path: &Path, text: &str, file: &ConfigFile) -> Vec<String> {
-    let mut warnings: Vec<String> = old_spellings(text)
+/// The warnings for the config file at `path`, whose text is `text` (a file that parses).
+pub fn warnings(path: &Path, text: &str) -> Vec<String> {
+    let Ok(root) = toml::from_str::<toml::Table>(text) else {
+        return Vec::new();
+    };
+    let mut warnings: Vec<String> = old_spellings(&root)
         .into_iter()
         .map(|(table, key)| {
             format!(
@@ -32,7 +33,7 @@ pub fn warnings(path: &Path, text: &str, file: &ConfigFile) -> Vec<String> {
         })
         .collect();
     if let Some(mode) = readable_by_others(path) {
-        if holds_secrets(file) {
+        if holds_secrets(&root) {
             warnings.push(format!(
                 "{}: every user on this machine may read it (mode {mode:03o}) and it holds API keys or \
                  tokens; make it the proxy's own: chmod 600 {}",
@@ -46,17 +47,14 @@ pub fn warnings(path: &Path, text: &str, file: &ConfigFile) -> Vec<String> {
 
 /// The file's keys spelled with `_` where a `-` is meant, as (table, key): the tables of the
 /// file's schema and `[serve]` (whose keys are flags' names), never a tenant's name.
-fn old_spellings(text: &str) -> Vec<(String, String)> {
-    let Ok(root) = toml::from_str::<toml::Table>(text) else {
-        return Vec::new();
-    };
+fn old_spellings(root: &toml::Table) -> Vec<(String, String)> {
     let mut found = Vec::new();
     let mut check = |table: &str, keys: &toml::Table| {
         for key in keys.keys().filter(|k| k.contains('_')) {
             found.push((table.to_string(), key.clone()));
         }
     };
-    check("", &root);
+    check("", root);
     for name in ["serve", "defaults", "public"] {
         if let Some(toml::Value::Table(t)) = root.get(name) {
             check(&format!("[{name}] "), t);
@@ -87,12 +85,23 @@ fn readable_by_others(_path: &Path) -> Option<u32> {
     None
 }
 
-fn holds_secrets(file: &ConfigFile) -> bool {
-    let tenants = file
-        .tenants
-        .values()
-        .any(|t| !t.api_keys.is_empty() || !t.admin_tokens.is_empty());
-    let serve = file.serve.as_ref().is_some_and(|serve| {
+/// Whether a tenant has API keys or admin tokens, or `[serve]` a secret flag (either spelling).
+fn holds_secrets(root: &toml::Table) -> bool {
+    let non_empty = |t: &toml::Table, key: &str| {
+        [key.to_string(), key.replace('-', "_")]
+            .iter()
+            .any(|k| t.get(k).and_then(toml::Value::as_array).is_some_and(|a| !a.is_empty()))
+    };
+    let tenants = root
+        .get("tenants")
+        .and_then(toml::Value::as_table)
+        .is_some_and(|tenants| {
+            tenants
+                .values()
+                .filter_map(toml::Value::as_table)
+                .any(|t| non_empty(t, "api-keys") || non_empty(t, "admin-tokens"))
+        });
+    let serve = root.get("serve").and_then(toml::Value::as_table).is_some_and(|serve| {
         serve
             .keys()
             .any(|k| SECRET_FLAGS.contains(&k.replace('_', "-").as_str()))
@@ -118,7 +127,7 @@ mod tests {
 
     fn warnings_of(text: &str, mode: u32) -> Vec<String> {
         let (_dir, path) = written(text, mode);
-        warnings(&path, text, &ConfigFile::parse(text).unwrap())
+        warnings(&path, text)
     }
 
     #[test]

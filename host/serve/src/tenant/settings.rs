@@ -247,7 +247,7 @@ impl ConfigFile {
     pub fn load(path: &Path) -> Result<Self, String> {
         let text = crate::tenant::config_file::read_settled(path)?;
         let mut file = Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        file.warnings = crate::tenant::config_warnings::warnings(path, &text, &file);
+        file.warnings = crate::tenant::config_warnings::warnings(path, &text);
         Ok(file)
     }
 
