@@ -6,7 +6,11 @@ Each node is a plain ``ChatOpenAI`` with its own system prompt. The only agentrt
 no session ids: the proxy names each agent by its anchor (system prompt + tools) and each run of
 the graph by its task (the first user message, which every node sends first).
 
-    python examples/langgraph/graph.py --base-url http://127.0.0.1:8080/v1 --tasks 3
+    python examples/langgraph/graph.py --base-url http://127.0.0.1:8080/v1 --tasks 3 [--stream]
+
+With ``--stream`` every node streams its answer (``ChatOpenAI(streaming=True)``), as most agent
+frameworks call a model; LangChain then asks for no usage (it does only against OpenAI's own
+URL), and the proxy still counts each call's prompt and cached tokens.
 
 Needs ``langgraph`` and ``langchain-openai`` (adapters/vllm/setup-venv.sh installs them into
 .venv-vllm).
@@ -43,12 +47,14 @@ class TaskState(TypedDict, total=False):
     review: str
 
 
-def build_graph(base_url: str, model: str = "tiny", api_key: str = "not-needed", max_tokens: int = 16):
-    """The compiled graph. Every node is a ChatOpenAI aimed at ``base_url`` (the proxy)."""
+def build_graph(base_url: str, model: str = "tiny", api_key: str = "not-needed", max_tokens: int = 16,
+                stream: bool = False):
+    """The compiled graph. Every node is a ChatOpenAI aimed at ``base_url`` (the proxy), streaming
+    its answers when ``stream``."""
 
     def llm() -> ChatOpenAI:
         return ChatOpenAI(model=model, base_url=base_url, api_key=api_key, max_tokens=max_tokens, temperature=0,
-                          max_retries=0)
+                          max_retries=0, streaming=stream)
 
     planner, coder, reviewer = llm(), llm(), llm()
 
@@ -92,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--tasks", type=int, default=3, help=f"how many tasks to run (at most {len(TASKS)})")
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--stream", action="store_true", help="stream every answer, as most frameworks do")
     args = parser.parse_args(argv)
-    graph = build_graph(args.base_url, args.model, max_tokens=args.max_tokens)
+    graph = build_graph(args.base_url, args.model, max_tokens=args.max_tokens, stream=args.stream)
     for task in TASKS[: args.tasks]:
         result = graph.invoke({"task": task})
         print(f"TASK    {task}\nPLAN    {result['plan']!r}\nPATCH   {result['patch']!r}\nREVIEW  {result['review']!r}\n")

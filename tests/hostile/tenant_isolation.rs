@@ -219,6 +219,7 @@ async fn a_tenant_at_its_in_flight_limit_gets_429_and_other_tenants_do_not() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let refused = post_json(&p, &chat("s", "t", "tiny", false), &[("authorization", &alice)]).await;
         let status = refused.status();
+        assert_eq!(refused.headers()["retry-after"], "1", "a 429 says when to try again");
         let body = refused.text().await.unwrap();
         let bob = post_json(
             &p,

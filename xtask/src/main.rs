@@ -13,6 +13,8 @@
 //! - `demo` — build the components and the `agentrt` binary, run its demo, then the short version
 //!   of the evaluation table (`agentrt sim table --quick`, plots in `<target>/sim-quick/`).
 //! - `bench` — build the components, then run the criterion benchmarks.
+//! - `dist` — what an operator deploys, into `<target>/dist/`: the release `agentrt`, the policy
+//!   components beside it and the vLLM plugin's wheel ([`dist`]).
 //!
 //! `<target>` is `CARGO_TARGET_DIR` (relative to the workspace root when relative), `target` by
 //! default ([`workspace`]). Every command xtask starts is told it, and `AGENTRT_COMPONENTS_DIR`,
@@ -25,6 +27,7 @@
 mod c_policies;
 mod component_encoding;
 mod components;
+mod dist;
 mod go_policies;
 mod js_policies;
 mod policy_sources;
@@ -40,7 +43,7 @@ use anyhow::{bail, Context, Result};
 use crate::workspace::Workspace;
 
 const USAGE: &str =
-    "usage: cargo xtask <build-policies [--root DIR] | test | demo | bench> [extra args for the underlying command]";
+    "usage: cargo xtask <build-policies [--root DIR] | test | demo | bench | dist> [extra args for the underlying command]";
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
@@ -84,6 +87,7 @@ fn main() -> Result<()> {
             let out = workspace.target.join("sim-quick");
             run(agentrt(&["sim", "table", "--quick", "--out"]).arg(out))
         }
+        "dist" if rest.is_empty() => dist::dist(&workspace).map(|_| ()),
         "bench" => {
             components::build_all(&workspace)?;
             run(workspace.command(cargo()).args(["bench", "--workspace"]).args(&rest))
@@ -99,9 +103,15 @@ fn vllm_adapter_tests(workspace: &Workspace) -> Result<()> {
         eprintln!("xtask: SKIPPED the vLLM adapter tests: no .venv-vllm (run `bash adapters/vllm/setup-venv.sh`)");
         return Ok(());
     }
+    // The end-to-end tests run the plugin as operators install it: the wheel `dist` builds.
+    let wheels = workspace.target.join("dist-test-wheel");
+    let _ = std::fs::remove_dir_all(&wheels);
+    std::fs::create_dir_all(&wheels)?;
+    let wheel = dist::build_wheel(workspace, &wheels)?;
     let status = workspace
         .command(&python)
         .args(["-m", "pytest", "adapters/vllm/tests", "-q", "-rs"])
+        .env("AGENTRT_VLLM_WHEEL", &wheel)
         .status()
         .context("starting pytest")?;
     // Exit 5 means pytest collected nothing (every module skipped itself): not a failure.

@@ -144,13 +144,41 @@ def tiny_model_that_ends(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def plugin_site(tmp_path_factory) -> Path:
+    """The plugin as an operator installs it: this checkout's ``adapters/vllm`` built into a wheel
+    (what ``cargo xtask dist`` ships; ``AGENTRT_VLLM_WHEEL`` names a built one instead) and
+    installed into a folder of its own, which every ``vllm serve`` here finds first on its
+    ``PYTHONPATH`` — so the end-to-end tests run the wheel, not the venv's editable install."""
+    out = tmp_path_factory.mktemp("plugin-wheel")
+    wheel = os.environ.get("AGENTRT_VLLM_WHEEL")
+    if not wheel:
+        pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "wheel", "--no-deps",
+               "--no-build-isolation", "--quiet", "--wheel-dir", str(out), str(REPO / "adapters/vllm")]
+        subprocess.run(pip, check=True, capture_output=True)
+        shutil.rmtree(REPO / "adapters/vllm/build", ignore_errors=True)
+        (wheel,) = [str(w) for w in out.glob("agentrt_vllm-*.whl")]
+    site = out / "site"
+    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "--no-deps", "--quiet",
+                    "--target", str(site), wheel], check=True, capture_output=True)
+    # What a vLLM process started with this PYTHONPATH imports and loads as its plugin.
+    probe = ("import agentrt_vllm, importlib.metadata as md; "
+             "(ep,) = [e for e in md.entry_points(group='vllm.general_plugins') if e.name == 'agentrt']; "
+             "print(agentrt_vllm.__file__, ep.dist._path)")
+    seen = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(site)},
+                          check=True, capture_output=True, text=True).stdout.split()
+    assert all(p.startswith(str(site)) for p in seen), f"vLLM would not load the wheel from {site}: {seen}"
+    return site
+
+
 class VllmServer:
-    """`vllm serve` on the tiny model (CPU), optionally with the agentrt plugin and KV events."""
+    """`vllm serve` on the tiny model (CPU), optionally with the agentrt plugin and KV events;
+    the plugin from ``plugin_site`` (the wheel) when given."""
 
     def __init__(self, model: Path, log_path: Path, *, blocks: int = 80, eviction_socket: Path | None = None,
                  kv_endpoint: str | None = None, kv_replay: str | None = None, port: int | None = None,
                  deadline_ms: float | None = None, extra_args: tuple[str, ...] = (),
-                 env_extra: dict[str, str] | None = None) -> None:
+                 env_extra: dict[str, str] | None = None, plugin_site: Path | None = None) -> None:
         import json
 
         self.port = port or free_port()
@@ -163,6 +191,8 @@ class VllmServer:
             env["AGENTRT_EVICTION_SOCKET"] = str(eviction_socket)
         if deadline_ms is not None:
             env["AGENTRT_EVICTION_DEADLINE_MS"] = str(deadline_ms)
+        if plugin_site is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(plugin_site), env.get("PYTHONPATH")]))
         env.update(env_extra or {})
         args = [str(Path(sys.executable).parent / "vllm"), "serve", str(model), "--served-model-name", "tiny",
                 "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32", "--enforce-eager",
@@ -270,7 +300,7 @@ class Stack:
 
     def __init__(self, binary: Path, model: Path, workdir: Path, *, policy: str, blocks: int, admin_token: str | None,
                  deadline_ms: float | None, serve_args: tuple[str, ...], vllm_args: tuple[str, ...],
-                 log_level: str | None) -> None:
+                 log_level: str | None, plugin_site: Path | None = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
         self.socket = workdir / "evict.sock"
@@ -287,7 +317,7 @@ class Stack:
         try:
             self.vllm = VllmServer(model, workdir / "vllm.log", blocks=blocks, eviction_socket=self.socket,
                                    kv_endpoint=self.kv_endpoint, kv_replay=self.kv_replay, port=http,
-                                   deadline_ms=deadline_ms, extra_args=vllm_args)
+                                   deadline_ms=deadline_ms, extra_args=vllm_args, plugin_site=plugin_site)
             self.vllm.wait_ready()
         except BaseException:
             self.stop()
@@ -300,7 +330,7 @@ class Stack:
 
 
 @pytest.fixture
-def start_stack(agentrt_binary, tiny_model, tmp_path):
+def start_stack(agentrt_binary, tiny_model, plugin_site, tmp_path):
     """Factory: ``start_stack(policy="cachesage", blocks=80, ...)`` → a running :class:`Stack`.
     Every stack is stopped at teardown (the test may stop one earlier to start the next cold)."""
     stacks: list[Stack] = []
@@ -310,7 +340,8 @@ def start_stack(agentrt_binary, tiny_model, tmp_path):
               log_level: str | None = None, model: Path | None = None) -> Stack:
         stack = Stack(agentrt_binary, model or tiny_model, tmp_path / f"stack-{len(stacks)}-{policy}", policy=policy,
                       blocks=blocks, admin_token=admin_token, deadline_ms=deadline_ms, serve_args=serve_args,
-                      vllm_args=("--enable-prompt-tokens-details", *vllm_args), log_level=log_level)
+                      vllm_args=("--enable-prompt-tokens-details", *vllm_args), log_level=log_level,
+                      plugin_site=plugin_site)
         stacks.append(stack)
         return stack
 

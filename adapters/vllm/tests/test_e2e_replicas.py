@@ -84,7 +84,7 @@ def served_prompt_tokens(replicas: dict[str, VllmServer]) -> dict[str, float]:
 
 
 def test_an_agents_next_call_lands_on_the_replica_holding_its_anchor(agentrt_binary, tiny_model, tmp_path,
-                                                                      selection_service):
+                                                                      selection_service, plugin_site):
     replicas: dict[str, VllmServer] = {}
     serve = None
     try:
@@ -93,7 +93,7 @@ def test_an_agents_next_call_lands_on_the_replica_holding_its_anchor(agentrt_bin
                 tiny_model, tmp_path / f"vllm-{name}.log", blocks=80, kv_endpoint=f"ipc://{tmp_path}/kv-{name}",
                 eviction_socket=tmp_path / f"evict-{name}.sock",
                 extra_args=("--enable-prompt-tokens-details",),
-                env_extra={"VLLM_CPU_OMP_THREADS_BIND": str(i)})
+                env_extra={"VLLM_CPU_OMP_THREADS_BIND": str(i)}, plugin_site=plugin_site)
         for r in replicas.values():
             r.wait_ready(timeout=600)
         args = ["--router", selection_service, "--router-model", "tiny", "--router-block-size", str(BLOCK),

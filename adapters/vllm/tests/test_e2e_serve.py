@@ -356,12 +356,22 @@ def load_langgraph_example():
 
 
 def test_a_langgraph_graph_through_agentrt_serve(start_stack):
-    """examples/langgraph unchanged but for base_url: the proxy must name its three ChatOpenAI nodes
-    as three agents and each run of the graph as one session, and every call must succeed."""
+    """The operator's path, walked by a real framework: examples/langgraph unchanged but for
+    base_url, every node streaming its answer without asking for usage (as LangChain does against
+    any URL but OpenAI's), through the proxy in front of vLLM with the plugin (installed from its
+    wheel) ranking evictions. The proxy must name the three ChatOpenAI nodes as three agents and
+    each run of the graph as one session; every call must succeed; the prompt and cached tokens of
+    the streamed calls must reach `/metrics` while the client gets no usage chunk it did not ask
+    for; and `/metrics` must show the plugin connected and its rankings answered."""
+    from langchain_core.messages import HumanMessage
+    from langchain_openai import ChatOpenAI
+
     example = load_langgraph_example()
     stack = start_stack("cachesage", admin_token="e2e-admin")
-    graph = example.build_graph(stack.serve.base + "/v1", max_tokens=8)
-    tasks = example.TASKS[:3]
+    graph = example.build_graph(stack.serve.base + "/v1", max_tokens=8, stream=True)
+    # Tasks long enough (~20 blocks each, in each node's prompt) that the 80-block cache must evict.
+    rng = random.Random(3)
+    tasks = [f"{task} Context: {_words(rng, 300)}" for task in example.TASKS[:3]]
     for task in tasks:
         result = graph.invoke({"task": task})  # ChatOpenAI(max_retries=0): a failed call raises here
         assert all(isinstance(result[k], str) for k in ("plan", "patch", "review")), result
@@ -370,11 +380,28 @@ def test_a_langgraph_graph_through_agentrt_serve(start_stack):
     (tenant,) = listing["tenants"]
     assert tenant["agents"] == 3, f"three ChatOpenAI nodes with three system prompts are three agents: {tenant}"
     assert tenant["sessions"] == len(tasks), f"one session per task: {tenant}"
+
+    # One more streamed call, read as LangChain reads it: no usage reaches a client that did not ask.
+    answer = ChatOpenAI(model="tiny", base_url=stack.serve.base + "/v1", api_key="not-needed", max_tokens=4,
+                        streaming=True, max_retries=0).invoke([HumanMessage(tasks[0])])
+    assert not answer.usage_metadata, f"the client got a usage chunk it did not ask for: {answer.usage_metadata}"
+
+    time.sleep(0.5)  # the last finish reaches the tenant's counters
     proxy = stack.serve.metrics()
-    assert proxy["agentrt_proxy_requests_total"] == 3 * len(tasks)
+    text = stack.serve.metrics_text()
+    print("eviction path:", {k: v for k, v in proxy.items() if k.startswith("agentrt_engine_")})
+    print("tokens:", {k: v for k, v in proxy.items() if k.startswith("agentrt_tenant_") and "tokens" in k})
+    assert proxy["agentrt_proxy_requests_total"] == 3 * len(tasks) + 1
     assert proxy["agentrt_proxy_requests_failed_total"] == 0
     assert proxy["agentrt_proxy_upstream_errors_total"] == 0
     assert proxy["agentrt_proxy_bad_requests_total"] == 0
+    # Every call streamed and none asked for usage: without the proxy asking, these stay 0.
+    assert proxy["agentrt_tenant_prompt_tokens_total"] > 3 * len(tasks) * 300, proxy
+    assert proxy["agentrt_tenant_cached_tokens_total"] > 0, "each node's second call hits its anchor"
+    assert proxy["agentrt_engine_plugin_connected"] >= 1, "the plugin is connected"
+    assert proxy["agentrt_engine_rank_requests_total"] > 0, "vLLM asked the policy which blocks to evict"
+    assert proxy["agentrt_engine_rank_fallbacks_total"] == 0
+    assert series(text, "agentrt_policy_calls_total", 'primitive="score"') > 0, "the policy ranked them"
     vllm = stack.vllm.metrics()
     assert vllm.get("vllm:request_success_total", 0) >= 3 * len(tasks), "vLLM finished every call"
 
@@ -431,10 +458,21 @@ def test_tenants_never_hit_each_others_prompts_unless_the_anchor_is_public(start
     assert beta_on_public >= 64, "a public anchor's blocks serve every tenant"
 
 
+def streamed(base: str, path: str, body: dict) -> str:
+    """The text of a streamed call's answer, whole."""
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        assert r.status == 200
+        return r.read().decode()
+
+
 def test_responses_and_messages_apis_through_the_proxy(start_stack):
     """Agent SDKs speak the Responses API (OpenAI Agents SDK) and the Anthropic Messages API; vLLM
     serves both. Through the proxy each call is identified (one agent per system prompt), its
-    usage counted, streamed or not, and the second call of an agent hits its cached anchor."""
+    usage counted, streamed or not, and the second call of an agent hits its cached anchor. A
+    streamed chat completion or completion that does not ask for usage is counted too, and its
+    client gets no usage chunk."""
     from conftest import http_json
 
     stack = start_stack("lru", admin_token="adm")
@@ -453,21 +491,44 @@ def test_responses_and_messages_apis_through_the_proxy(start_stack):
             return (usage.get("input_tokens_details") or {}).get("cached_tokens") or 0
         return usage.get("cache_read_input_tokens") or 0
 
+    def counted() -> tuple[float, float]:
+        time.sleep(0.3)  # a stream's finish is told after its last byte
+        proxy = stack.serve.metrics()
+        return proxy.get("agentrt_tenant_prompt_tokens_total", 0), proxy.get("agentrt_tenant_cached_tokens_total", 0)
+
     for path, body in calls.items():
         first = http_json(stack.serve.base + path, body(False))
         second = http_json(stack.serve.base + path, body(False))
         assert first[0] == 200 and second[0] == 200, (first, second)
         print(f"\n{path}: cached tokens {cached(path, first[1])} → {cached(path, second[1])}")
         assert cached(path, second[1]) >= 64, f"{path}: the agent's second call hits its anchor"
-        req = urllib.request.Request(stack.serve.base + path, data=json.dumps(body(True)).encode(),
-                                     headers={"content-type": "application/json"})
-        with urllib.request.urlopen(req, timeout=120) as r:
-            assert r.status == 200
-            streamed = r.read().decode()
-        assert "data:" in streamed, streamed[:500]
+        before = counted()
+        answer = streamed(stack.serve.base, path, body(True))
+        assert "data:" in answer, answer[:500]
+        after = counted()
+        assert after[0] > before[0] and after[1] >= before[1] + 64, f"{path}: the streamed call counted: {before} → {after}"
+
+    # Chat completions and completions stream usage only when asked; the proxy asks for it.
+    quiet = {
+        "/v1/chat/completions": {"model": "tiny", "max_tokens": 4, "temperature": 0, "stream": True,
+                                 "messages": [{"role": "system", "content": researcher},
+                                              {"role": "user", "content": "Summarise the notes."}]},
+        "/v1/completions": {"model": "tiny", "max_tokens": 4, "temperature": 0, "stream": True,
+                            "prompt": researcher},
+    }
+    for path, body in quiet.items():
+        for _ in range(2):  # the second one hits the first one's blocks
+            before = counted()
+            answer = streamed(stack.serve.base, path, body)
+            after = counted()
+            assert answer.rstrip().endswith("data: [DONE]"), answer[-300:]
+            assert '"usage"' not in answer, f"{path}: a usage chunk the client did not ask for: {answer[-500:]}"
+            assert after[0] > before[0], f"{path}: the streamed call's prompt tokens were not counted"
+        assert after[1] >= before[1] + 64, f"{path}: the streamed call's cached tokens were not counted"
     status, tenants = http_json(stack.serve.base + "/admin/tenants", headers={"authorization": "Bearer adm"})
     assert status == 200, tenants
-    assert tenants["tenants"][0]["agents"] == 2, tenants
+    # Responses, Messages, the chat completion (the researcher's anchor again) and the completion.
+    assert tenants["tenants"][0]["agents"] == 3, tenants
     proxy = stack.serve.metrics()
     assert proxy["agentrt_proxy_requests_failed_total"] == 0
     assert proxy["agentrt_tenant_cached_tokens_total"] >= 128, proxy

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = """
 import vllm.plugins
 vllm.plugins.load_general_plugins()
@@ -30,3 +32,35 @@ def test_inactive_without_a_socket():
 
 def test_patches_the_block_pool_when_configured(tmp_path):
     assert run({"AGENTRT_EVICTION_SOCKET": str(tmp_path / "x.sock")}) == "installed True wrapped"
+
+
+UNKNOWN_VERSION = """
+from agentrt_vllm import patch
+patch.vllm_version = lambda: "0.31.9"  # stands in for an unknown vLLM: the one fault this cannot cause otherwise
+import vllm.plugins
+vllm.plugins.load_general_plugins()
+from vllm.v1.core.block_pool import BlockPool
+print("installed", patch._state["installed"], "wrapped" if hasattr(BlockPool.get_new_blocks, "__wrapped__") else "plain")
+"""
+
+
+def run_unknown(env_extra: dict) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRT_")}
+    env.update(env_extra)
+    return subprocess.run([sys.executable, "-c", UNKNOWN_VERSION], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_an_unknown_vllm_stops_with_an_error_naming_the_way_on(tmp_path):
+    out = run_unknown({"AGENTRT_EVICTION_SOCKET": str(tmp_path / "x.sock")})
+    assert out.returncode != 0, out.stdout
+    assert "vLLM 0.31.9 is not a version the agentrt plugin was tested with" in out.stderr, out.stderr[-2000:]
+    assert "AGENTRT_VLLM_ALLOW_UNTESTED=1" in out.stderr and "unset AGENTRT_EVICTION_SOCKET" in out.stderr
+
+
+def test_an_unknown_vllm_is_let_through_when_the_operator_allows_it():
+    from agentrt_vllm.plugin import UntestedVllmError, version_gate
+
+    version_gate("0.31.9", ("0.32.0",), allowed=True)  # warns, does not raise
+    version_gate("0.32.0+cpu", ("0.32.0",), allowed=False)
+    with pytest.raises(UntestedVllmError, match="AGENTRT_VLLM_ALLOW_UNTESTED=1"):
+        version_gate("0.31.9", ("0.32.0",), allowed=False)

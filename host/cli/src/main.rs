@@ -79,13 +79,18 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse_from(argv);
     // `policy test` feeds hostile input on purpose and reports each failure in its own lines:
     // the host's line per discarded instance would only repeat them. A policy's own log stays.
+    // `serve` also says what an operator must know while it runs — a reload and what it changed,
+    // the engine plugin connecting, the eviction socket listening — at `info`, from its own crates.
     let default_filter = match &cli.command {
         Command::Policy {
             command: PolicyCommand::Test(_),
         } => "warn,agentrt_runtime::handle=error",
+        Command::Serve(_) => "warn,agentrt_serve=info,agentrt_vllm=info",
         _ => "warn",
     };
+    // Colours only for a person at a terminal: a log file or a collector gets plain text.
     let log = tracing_subscriber::fmt::layer()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .with_filter(EnvFilter::try_from_env("AGENTRT_LOG").unwrap_or_else(|_| EnvFilter::new(default_filter)));
     // `serve` exports its spans over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set; the guard

@@ -9,10 +9,32 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// `agentrt serve` on a free port; killed when dropped.
+/// `agentrt serve` on a free port, its log lines kept; killed when dropped.
 struct Serve {
     child: Child,
     addr: String,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Serve {
+    /// The log lines that contain `text`, once one does (within a few seconds).
+    fn logged(&self, text: &str) -> Vec<String> {
+        let start = Instant::now();
+        loop {
+            let found: Vec<String> = self
+                .log
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.contains(text))
+                .cloned()
+                .collect();
+            if !found.is_empty() || start.elapsed() > Duration::from_secs(5) {
+                return found;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for Serve {
@@ -35,20 +57,28 @@ fn start(config: &std::path::Path) -> Serve {
         ])
         .arg("--config")
         .arg(config)
-        .env("AGENTRT_LOG", "info")
+        // The log as an operator gets it: the default filter, to a pipe (not a terminal).
+        .env_remove("AGENTRT_LOG")
         .stderr(Stdio::piped())
         .spawn()
         .expect("starting agentrt serve");
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let addr = loop {
         let line = lines.next().expect("agentrt serve exited before listening").unwrap();
+        log.lock().unwrap().push(line.clone());
         if let Some(rest) = line.split("listening on http://").nth(1) {
             break rest.split_whitespace().next().unwrap().to_string();
         }
     };
-    // Keep draining its log so it never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Serve { child, addr }
+    // Keep reading its log so it never blocks on a full pipe.
+    let kept = log.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            kept.lock().unwrap().push(line);
+        }
+    });
+    Serve { child, addr, log }
 }
 
 /// The status of `GET /v1/models` with `key`: 401 for a key no tenant has; anything else (here
@@ -90,11 +120,30 @@ fn eventually(serve: &Serve, key: &str, done: impl Fn(u16) -> bool) -> u16 {
 fn sighup_reloads_the_tenants_and_a_broken_file_changes_nothing() {
     let dir = tempfile_dir();
     let config = dir.join("tenants.toml");
-    std::fs::write(&config, "[tenants.alpha]\napi_keys = [\"key-a\"]\n").unwrap();
+    std::fs::write(&config, "[tenants.alpha]\napi-keys = [\"key-a\"]\n").unwrap();
+    set_mode(&config, 0o644);
     let mut serve = start(&config);
     assert_ne!(status_with(&serve, "key-a"), 401);
     assert_eq!(status_with(&serve, "key-b"), 401);
+    // What an operator must hear at start, in plain text (the log is a pipe, not a terminal).
+    for warning in [
+        "every user on this machine may read it (mode 644) and it holds API keys or tokens",
+        "no --eviction-socket: no engine plugin will ask which KV blocks to evict",
+        "the upstream http://127.0.0.1:9 does not answer",
+    ] {
+        assert_eq!(
+            serve.logged(warning).len(),
+            1,
+            "{warning}: {:?}",
+            serve.log.lock().unwrap()
+        );
+    }
+    assert!(
+        !serve.log.lock().unwrap().iter().any(|l| l.contains('\x1b')),
+        "no colour codes in a log file"
+    );
 
+    // The old spelling still works, with a warning naming the key.
     std::fs::write(&config, "[tenants.beta]\napi_keys = [\"key-b\"]\n").unwrap();
     hang_up(&serve);
     assert_ne!(
@@ -103,6 +152,15 @@ fn sighup_reloads_the_tenants_and_a_broken_file_changes_nothing() {
         "beta's key works after SIGHUP"
     );
     assert_eq!(status_with(&serve, "key-a"), 401, "alpha's key is gone");
+    let reloaded = serve.logged("settings reloaded (SIGHUP)");
+    assert!(
+        reloaded.iter().any(|l| l.ends_with(
+            "settings reloaded (SIGHUP): tenant alpha removed (its keys revoked); tenant beta added (1 API key)"
+        )),
+        "a reload says what changed, never a key: {reloaded:?}"
+    );
+    let spelling = serve.logged("`api_keys` is the old spelling");
+    assert!(spelling.iter().any(|l| l.contains("write `api-keys`")), "{spelling:?}");
 
     std::fs::write(&config, "[tenants.beta]\napi_kes = [\"key-c\"]\n").unwrap();
     hang_up(&serve);
@@ -142,6 +200,7 @@ fn the_config_files_serve_table_gives_the_flags_and_an_unknown_key_is_refused() 
     };
     let serve = Serve {
         child,
+        log: Default::default(),
         addr: listening
             .split("listening on http://")
             .nth(1)
@@ -158,7 +217,7 @@ fn the_config_files_serve_table_gives_the_flags_and_an_unknown_key_is_refused() 
 
     std::fs::write(
         &config,
-        "[serve]\nupstream = \"http://127.0.0.1:9\"\nmax_connections = 5\n",
+        "[serve]\nupstream = \"http://127.0.0.1:9\"\nmax-conections = 5\n",
     )
     .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_agentrt"))
@@ -170,9 +229,14 @@ fn the_config_files_serve_table_gives_the_flags_and_an_unknown_key_is_refused() 
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("[serve] max_connections: unknown key `max_connections` (did you mean `max-connections`?)"),
+        stderr.contains("[serve] max-conections: unknown key `max-conections`"),
         "{stderr}"
     );
+}
+
+fn set_mode(path: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
 /// A fresh folder under the system's temporary one (no tempfile dependency for one test).

@@ -72,6 +72,9 @@ pub struct AppConfig {
     pub engine: EngineConfig,
     /// The MCP gateway (`--mcp-server`).
     pub mcp: Option<crate::mcp::GatewayOptions>,
+    /// Where the admin API finds a policy an upload names (`--policy`'s lookup); `None`: uploads
+    /// must carry the component's bytes.
+    pub components: Option<Arc<agentrt_runtime::ComponentLookup>>,
 }
 
 impl AppConfig {
@@ -95,6 +98,7 @@ impl AppConfig {
             admission: None,
             engine: EngineConfig::default(),
             mcp: None,
+            components: None,
         }
     }
 }
@@ -185,6 +189,7 @@ impl App {
             tenants: tenants.clone(),
             reloads: reloads.clone(),
             max_upload_bytes: config.limits.max_upload_bytes,
+            components: config.components,
         };
         // The order `/metrics` shows them in.
         let mut reports: Vec<Arc<dyn Report>> = vec![
@@ -195,6 +200,9 @@ impl App {
             connections.clone(),
             Arc::new(TenantsReport(tenants.clone())),
         ];
+        if let Some(eviction) = engine.eviction_metrics() {
+            reports.push(Arc::new(crate::engine::plugin_metrics::EngineEvictionReport(eviction)));
+        }
         if let Some(cache) = &engine.cache {
             reports.push(Arc::new(EngineCacheReport(cache.clone())));
         }

@@ -215,6 +215,7 @@ impl QuotaArgs {
     pub fn quotas(&self) -> Quotas {
         Quotas {
             max_in_flight: self.tenant_max_in_flight,
+            max_in_flight_from: crate::tenant::quotas::LimitSource::Flag,
             policy_cpu_ms_per_s: self.policy_cpu_ms_per_s,
             warmup_tokens_per_s: self.tenant_warmup_tokens_per_s,
             // Per tenant in --config (`admission_weight`); every tenant's is 1 otherwise.
@@ -453,7 +454,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
     let (settings, reloader) = initial_settings(args.config, flags).map_err(|e| anyhow::anyhow!(e))?;
     if settings.keys.is_empty() {
         eprintln!(
-            "agentrt serve: no API keys (--tenant, or api_keys in --config): every request is served \
+            "agentrt serve: no API keys (--tenant, or api-keys in --config): every request is served \
              unauthenticated as tenant `{DEFAULT_TENANT}`, and its cache_salt goes upstream as the client sent it"
         );
     }
@@ -472,6 +473,9 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         let servers: Vec<&str> = options.servers.iter().map(|s| s.name.as_str()).collect();
         eprintln!("agentrt serve: MCP gateway at /mcp/{{{}}}", servers.join(","));
     }
+    let checked_upstream =
+        crate::engine::upstream::Upstream::new(&args.upstream, args.upstream_api_key.clone(), limits.clone());
+    let (eviction_socket, replica_sockets) = (args.eviction_socket.clone(), !args.replicas.eviction_sockets.is_empty());
     let config = AppConfig {
         upstream_api_key: args.upstream_api_key,
         limits,
@@ -497,6 +501,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
             shares,
         },
         mcp,
+        components: Some(Arc::new(components.clone())),
         ..AppConfig::new(tenants, &args.upstream)
     };
     let app = App::build(config).await?;
@@ -513,6 +518,13 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         args.upstream,
         args.policy
     );
+    use crate::engine::startup_checks::{self, EvictionPath};
+    let eviction = match (eviction_socket, app.engine().eviction_metrics()) {
+        (Some(path), Some(metrics)) => EvictionPath::Socket(path, metrics),
+        _ if replica_sockets => EvictionPath::Replicas,
+        _ => EvictionPath::None,
+    };
+    startup_checks::spawn(eviction, checked_upstream);
     if args.session_idle_ms > 0 {
         app.end_idle_sessions_every(std::time::Duration::from_millis(args.session_idle_ms));
     }

@@ -22,8 +22,10 @@
 //! tenants' tables only, and refuses a file whose `[serve]` changed
 //! ([`crate::tenant::reload`]), so a file is never half in effect.
 //!
-//! An unknown key is an error naming it (and the flag meant, for `snake_case` spellings); a value
-//! of the wrong shape or one the flag's parser refuses is an error naming the file and the key.
+//! A key spelled with `_` for `-` (`upstream_max_in_flight`) is read as the flag it names, with a
+//! warning in the log ([`crate::tenant::config_warnings`]); an unknown key is an error naming it;
+//! a value of the wrong shape or one the flag's parser refuses is an error naming the file and the
+//! key.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -98,21 +100,24 @@ pub fn flags_of_table(
     let mut argv = Vec::new();
     for (key, value) in table {
         let at = format!("{shown}: [{SERVE_TABLE}] {key}");
-        if key == CONFIG_FLAG {
+        // `upstream_max_in_flight` is the old spelling of `upstream-max-in-flight`: still read
+        // (the log says so, crate::tenant::config_warnings).
+        let long = key.replace('_', "-");
+        if long == CONFIG_FLAG {
             return Err(format!(
                 "{at}: the config file cannot name another config file; give --config on the command line"
             ));
         }
         let Some(arg) = command
             .get_arguments()
-            .find(|a| a.get_long() == Some(key.as_str()) && a.get_id() != CONFIG_FLAG)
+            .find(|a| a.get_long() == Some(long.as_str()) && a.get_id() != CONFIG_FLAG)
         else {
-            return Err(unknown_key(command, key, &at));
+            return Err(unknown_key(key, &at));
         };
         if given_elsewhere(arg.get_id().as_str()) {
             continue;
         }
-        let flag = format!("--{key}");
+        let flag = format!("--{long}");
         if !arg.get_action().takes_values() {
             // A switch: `true` turns it on; `false` is its default.
             match value {
@@ -156,20 +161,10 @@ pub fn flags_of_table(
     Ok(argv)
 }
 
-/// The error for a key that is no flag, with the flag meant when the key is one spelled with
-/// `_` instead of `-`.
-fn unknown_key(command: &Command, key: &str, at: &str) -> String {
-    let dashed = key.replace('_', "-");
-    let meant = command
-        .get_arguments()
-        .any(|a| a.get_long() == Some(dashed.as_str()) && dashed != CONFIG_FLAG);
-    let hint = if meant {
-        format!(" (did you mean `{dashed}`?)")
-    } else {
-        String::new()
-    };
+/// The error for a key that is no flag.
+fn unknown_key(key: &str, at: &str) -> String {
     format!(
-        "{at}: unknown key `{key}`{hint}: the keys of [{SERVE_TABLE}] are the long names of \
+        "{at}: unknown key `{key}`: the keys of [{SERVE_TABLE}] are the long names of \
          `agentrt serve`'s flags without `--` (`agentrt serve --help` lists them)"
     )
 }
@@ -284,8 +279,9 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("agentrt.toml"), "the error names the file: {e}");
-        let e = parse("[serve]\nmax_connections = 5\n", &["--upstream", "http://x"]).unwrap_err();
-        assert!(e.contains("did you mean `max-connections`?"), "{e}");
+        // The old underscored spelling is the flag it names (the log warns).
+        let args = parse("[serve]\nmax_connections = 5\n", &["--upstream", "http://x"]).unwrap();
+        assert_eq!(args.limits.max_connections, 5);
         let e = parse("[serve]\nconfig = \"other.toml\"\n", &["--upstream", "http://x"]).unwrap_err();
         assert!(e.contains("cannot name another config file"), "{e}");
     }

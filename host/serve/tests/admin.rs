@@ -305,3 +305,49 @@ async fn hot_swaps_under_concurrent_load_fail_no_request_and_carry_the_learned_s
     assert_eq!(beta.policy.metrics().swaps(), 0);
     assert_eq!(beta.policy.predict(1).unwrap().len(), 2);
 }
+
+/// `PUT /admin/tenants/{tenant}/policy{query}` with `body` as it is, under the operator's token.
+async fn put_body(p: &Proxy, tenant: &str, query: &str, body: &'static str) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .put(format!("{}/admin/tenants/{tenant}/policy{query}", p.url))
+        .bearer_auth("s3cret")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_is_swapped_by_name_and_a_state_it_cannot_take_names_fresh() {
+    let p = Setup::new("cachesage").start().await;
+    call(&p, "none", "planner", "s-1").await;
+    settle(&p).await;
+    // CacheSage's state is not LRU's: the swap is refused, and the answer says how to go ahead.
+    let (status, refused) = put_body(&p, "default", "", "lru").await;
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        message.contains("keeps running") && message.contains("?fresh=true"),
+        "{message}"
+    );
+    let (status, swapped) = put_body(&p, "default", "?fresh=true", "lru\n").await;
+    assert_eq!(status, 200, "{swapped}");
+    assert_eq!(swapped["policy"], "lru");
+
+    let (status, missing) = put_body(&p, "default", "", "no-such-policy").await;
+    assert_eq!(status, 400);
+    assert!(
+        missing["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no policy component named `no-such-policy`"),
+        "{missing}"
+    );
+    let (status, path) = put_body(&p, "default", "", "/etc/passwd").await;
+    assert_eq!(status, 400, "a path is never read: {path}");
+    assert!(
+        path["error"]["message"].as_str().unwrap().contains("curl --data ttl"),
+        "{path}"
+    );
+}

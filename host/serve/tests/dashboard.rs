@@ -1,6 +1,6 @@
 //! The Grafana dashboard (`deploy/grafana/agentrt.json`) queries only series `agentrt serve`
-//! exposes: two proxies on loopback — tenants on a policy behind the admission queue, and tenants
-//! behind two replicas (the queue does not combine with replicas yet) — serve a request per
+//! exposes: two proxies on loopback — tenants on a policy behind the admission queue, with an
+//! eviction socket for the engine plugin, and tenants behind two replicas (the queue does not combine with replicas yet) — serve a request per
 //! tenant, and every `agentrt_*` name in a panel's or variable's query must be a series one of
 //! their `/metrics` shows.
 
@@ -95,8 +95,10 @@ async fn scrape_after_a_request_per_tenant(p: &Proxy) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_series_the_dashboard_queries_is_on_metrics() {
+    let sockets = tempfile::tempdir().unwrap();
     let queued = Setup {
         admission: Some((4, Duration::from_secs(5))),
+        eviction_socket: Some(sockets.path().join("evict.sock")),
         ..two_tenants("lru")
     }
     .start()

@@ -94,6 +94,39 @@ async fn streams_pass_through_chunk_by_chunk() {
     );
 }
 
+/// The text of a streamed answer, whole.
+async fn streamed_text(response: reqwest::Response) -> String {
+    assert_eq!(response.status(), 200);
+    String::from_utf8(response.bytes().await.unwrap().to_vec()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_call_is_counted_whether_or_not_the_client_asked_for_usage() {
+    let p = proxy("lru").await;
+    // Most frameworks stream without `stream_options`: the proxy asks the engine for usage and
+    // drops the usage chunk before the client sees it.
+    let quiet = streamed_text(post_json(&p, &chat("s", "t", "tiny", true), &[]).await).await;
+    assert!(!quiet.contains("usage"), "the client did not ask for usage: {quiet}");
+    assert!(quiet.ends_with("data: [DONE]\n\n"), "{quiet}");
+    assert_eq!(
+        p.stub.user_requests()[0].body["stream_options"],
+        json!({"include_usage": true, "continuous_usage_stats": false})
+    );
+    settle(&p).await;
+    let tenant = p.app.tenants().get("default").unwrap();
+    assert_eq!((tenant.prompt_tokens(), tenant.cached_tokens()), (12, 8));
+
+    let mut asked = chat("s", "t", "tiny", true);
+    asked["stream_options"] = json!({"include_usage": true});
+    let text = streamed_text(post_json(&p, &asked, &[]).await).await;
+    assert!(
+        text.contains("\"prompt_tokens\":12"),
+        "the client asked for usage: {text}"
+    );
+    settle(&p).await;
+    assert_eq!((tenant.prompt_tokens(), tenant.cached_tokens()), (24, 16));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_get_a_clear_error_and_the_proxy_keeps_serving() {
     let p = proxy("lru").await;
@@ -308,7 +341,7 @@ async fn the_admin_api_is_authenticated_and_swaps_policies_safely() {
         .await
         .unwrap();
     assert_eq!(garbage.status(), 400);
-    assert!(garbage.text().await.unwrap().contains("not a WebAssembly binary"));
+    assert!(garbage.text().await.unwrap().contains("neither a Wasm component"));
     let tenant = p.app.tenants().get_or_start("default").unwrap();
     assert_eq!(
         tenant.policy.info().name,

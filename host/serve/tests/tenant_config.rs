@@ -74,6 +74,16 @@ async fn a_reload_adds_tenants_revokes_keys_and_changes_quotas_without_a_restart
     let (status, answer) = reload(&p, OPERATOR).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["tenants"], serde_json::json!(["alpha", "beta"]));
+    assert_eq!(
+        answer["changes"],
+        serde_json::json!([
+            "alpha: 1 API key added, 1 revoked",
+            "tenant beta added (1 API key)",
+            "alpha: 1 admin token revoked",
+            "alpha: max-in-flight 100 → 7"
+        ]),
+        "what changed, in words, never a key"
+    );
     assert_eq!(call(&p, "key-b", "planner").await, 200, "beta's key works at once");
     assert_eq!(call(&p, "key-a", "planner").await, 401, "alpha's old key is revoked");
     assert_eq!(call(&p, "key-a2", "planner").await, 200);
@@ -102,7 +112,7 @@ async fn a_broken_file_is_refused_with_where_and_the_previous_settings_stay() {
         ("[tenants.alpha]\napi_keys = [\"key-a\"]\nmax_in_flite = 3\n", "line 3"),
         (
             "[tenants.alpha]\napi_keys = [\"key-a\"]\n[tenants.beta]\napi_keys = [\"key-a\"]\n",
-            "[tenants.beta] api_keys",
+            "[tenants.beta] api-keys",
         ),
         (
             "[tenants.alpha]\napi_keys = [\"key-a\"]\nshare = { min_blocks = 5 }\n",

@@ -160,7 +160,15 @@ async fn accept_loop(listener: UnixListener, shared: Shared) {
                         warned: Default::default(),
                     };
                     let span = tracing::info_span!("conn", id = next_id);
-                    connections.spawn(conn.run(stream).instrument(span));
+                    let metrics = shared.metrics.clone();
+                    add(&metrics.open_connections, 1);
+                    connections.spawn(
+                        async move {
+                            conn.run(stream).await;
+                            metrics.open_connections.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        .instrument(span),
+                    );
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");

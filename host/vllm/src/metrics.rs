@@ -15,6 +15,7 @@ pub(crate) fn add(c: &AtomicU64, n: u64) {
 #[derive(Debug, Default)]
 pub struct EvictionMetrics {
     pub(crate) connections: AtomicU64,
+    pub(crate) open_connections: AtomicU64,
     pub(crate) frames: AtomicU64,
     pub(crate) malformed: AtomicU64,
     pub(crate) agents_defined: AtomicU64,
@@ -32,6 +33,8 @@ pub struct EvictionMetrics {
 pub struct EvictionCounts {
     /// Plugin connections accepted.
     pub connections: u64,
+    /// Plugin connections open now (one per vLLM engine core process that has the plugin).
+    pub open_connections: u64,
     /// Frames read.
     pub frames: u64,
     /// Frames that could not be decoded (skipped) or broke the framing (connection closed).
@@ -60,6 +63,7 @@ impl EvictionMetrics {
     pub fn counts(&self) -> EvictionCounts {
         EvictionCounts {
             connections: get(&self.connections),
+            open_connections: get(&self.open_connections),
             frames: get(&self.frames),
             malformed: get(&self.malformed),
             agents_defined: get(&self.agents_defined),

@@ -5,7 +5,8 @@
 //! byte of the body is read, and an upload is read under `--max-upload-bytes` (64 MiB by default).
 //!
 //! - `PUT /admin/tenants/{tenant}/policy[?fresh=true][&slot=NAME]` — body: a policy component
-//!   (`.wasm`) for slot NAME (`kv` when absent; another slot must be one `--slot` gives, else 404).
+//!   (`.wasm`), or the name of one `--policy` would find (`ttl`; [`policy_body`]), for slot NAME
+//!   (`kv` when absent; another slot must be one `--slot` gives, else 404).
 //!   A new tenant starts with it (another slot's upload: with the defaults, then swapped); an
 //!   existing one hot-swaps to it, carrying learned state over
 //!   (`fresh=true`: start the new policy from scratch, e.g. a different policy). A component that
@@ -22,6 +23,10 @@
 //! - `POST /admin/reload` (operator only) — read the config file again ([`crate::tenant::reload`]): 200
 //!   with the tenants and shares now in force, 400 naming what is wrong (nothing changed), 409
 //!   without `--config`.
+//!
+//! docs/admin-api.md shows every route with a `curl` example.
+
+mod policy_body;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -42,7 +47,8 @@ use crate::tenant::reload::Reloads;
 use crate::tenant::report as tenant_report;
 use crate::tenant::Tenant;
 use crate::tenant::Tenants;
-use agentrt_runtime::{PolicyError, RegistryError};
+use agentrt_runtime::types::PolicyInfo;
+use agentrt_runtime::{ComponentLookup, PolicyError, Primitive, RegistryError, SwapReport};
 
 /// What the admin routes need: the tenants, the reloader of `--config` (when there is one), and
 /// the upload limit.
@@ -55,6 +61,9 @@ pub struct AdminState {
     pub reloads: Option<Arc<Reloads>>,
     /// `--max-upload-bytes`.
     pub max_upload_bytes: usize,
+    /// Where a policy named in an upload's body is found (`--policy`'s lookup); `None`: names
+    /// are refused, only a component's bytes are taken.
+    pub components: Option<Arc<ComponentLookup>>,
 }
 
 /// The admin API's routes.
@@ -97,12 +106,9 @@ async fn put_policy(
         ))
         .into_response();
     }
-    let engine = state.tenants.registry().engine().clone();
-    let name = format!("admin upload for {tenant}");
-    let component = match tokio::task::spawn_blocking(move || engine.load_bytes(&name, &body)).await {
-        Ok(Ok(c)) => Arc::new(c),
-        Ok(Err(e)) => return ApiError::bad_request(e.to_string()).into_response(),
-        Err(e) => return ApiError::bad_request(format!("loading failed: {e}")).into_response(),
+    let component = match load_upload(&state, &tenant, body).await {
+        Ok(component) => component,
+        Err(e) => return e.into_response(),
     };
     // A new tenant starts with the upload itself: if it does not start, no tenant is left behind
     // (not one running the default policy, as a start-then-swap would leave).
@@ -123,17 +129,7 @@ async fn put_policy(
         Err(e) => return ApiError::internal(format!("starting tenant {tenant} did not finish: {e}")).into_response(),
     };
     if created {
-        let info = live.policy.info();
-        return Json(json!({
-            "tenant": tenant,
-            "slot": slot,
-            "policy": info.name,
-            "version": info.version,
-            "created": true,
-            "state_bytes_carried": 0,
-            "paused_us": 0,
-        }))
-        .into_response();
+        return installed(&tenant, &slot, Some(live.policy.info()), None);
     }
     // A swap waits for the slot's current call (up to its deadline) and restores state into the
     // new instance: work for a blocking thread, not an async worker.
@@ -150,27 +146,81 @@ async fn put_policy(
     .await;
     let info = live.slot(&slot).map(|policy| policy.info());
     match swapped {
-        Ok(Ok((tenant, report))) => Json(json!({
-            "tenant": tenant,
-            "slot": slot,
-            "policy": info.as_ref().map(|i| i.name.clone()),
-            "version": info.as_ref().map(|i| i.version.clone()),
-            "created": false,
-            "state_bytes_carried": report.state_bytes,
-            "paused_us": report.paused.as_micros() as u64,
-        }))
-        .into_response(),
-        Ok(Err(e @ RegistryError::Policy(PolicyError::PoolFull { .. }))) => ApiError::unavailable(format!(
-            "swap refused, the previous policy keeps running: no instance is free for the new one: {e}"
-        ))
-        .into_response(),
-        Ok(Err(e)) => {
-            ApiError::bad_request(format!("swap refused, the previous policy keeps running: {e}")).into_response()
-        }
+        Ok(Ok((tenant, report))) => installed(&tenant, &slot, info, Some(&report)),
+        Ok(Err(e)) => swap_refused(&e).into_response(),
         Err(e) => {
             ApiError::internal(format!("swap did not finish, the previous policy keeps running: {e}")).into_response()
         }
     }
+}
+
+/// The component an upload's body is or names ([`policy_body`]), loaded on a blocking thread.
+async fn load_upload(
+    state: &AdminState,
+    tenant: &str,
+    body: axum::body::Bytes,
+) -> Result<Arc<agentrt_runtime::PolicyComponent>, ApiError> {
+    let engine = state.tenants.registry().engine().clone();
+    let name = format!("admin upload for {tenant}");
+    let lookup = state.components.clone();
+    let loaded = tokio::task::spawn_blocking(move || match policy_body::read(&body)? {
+        policy_body::PolicyBody::Component(bytes) => engine.load_bytes(&name, bytes).map_err(|e| e.to_string()),
+        policy_body::PolicyBody::Name(named) => policy_body::load_named(&engine, lookup.as_deref(), named),
+    })
+    .await;
+    match loaded {
+        Ok(Ok(component)) => Ok(Arc::new(component)),
+        Ok(Err(e)) => Err(ApiError::bad_request(e)),
+        Err(e) => Err(ApiError::bad_request(format!("loading failed: {e}"))),
+    }
+}
+
+/// The answer to an installed policy: a new tenant's (`swap` `None`) or a swap's.
+fn installed(tenant: &str, slot: &str, info: Option<PolicyInfo>, swap: Option<&SwapReport>) -> Response {
+    Json(json!({
+        "tenant": tenant,
+        "slot": slot,
+        "policy": info.as_ref().map(|i| i.name.clone()),
+        "version": info.as_ref().map(|i| i.version.clone()),
+        "created": swap.is_none(),
+        "state_bytes_carried": swap.map_or(0, |r| r.state_bytes),
+        "paused_us": swap.map_or(0, |r| r.paused.as_micros() as u64),
+    }))
+    .into_response()
+}
+
+/// The error of a swap that did not happen; the old policy keeps running. One whose new policy
+/// could not take the old one's state says how to start it from scratch.
+fn swap_refused(e: &RegistryError) -> ApiError {
+    if let RegistryError::Policy(PolicyError::PoolFull { .. }) = e {
+        return ApiError::unavailable(format!(
+            "swap refused, the previous policy keeps running: no instance is free for the new one: {e}"
+        ));
+    }
+    let fresh = if failed_restoring(e) {
+        "; the new policy could not take the running one's learned state (a different policy reads it \
+         differently): add ?fresh=true to start it from scratch"
+    } else {
+        ""
+    };
+    ApiError::bad_request(format!("swap refused, the previous policy keeps running: {e}{fresh}"))
+}
+
+/// Whether a swap failed in the new policy's `restore` of the old one's state.
+fn failed_restoring(e: &RegistryError) -> bool {
+    let RegistryError::Policy(e) = e else { return false };
+    let primitive = match e {
+        PolicyError::Trap { primitive, .. }
+        | PolicyError::DeadlineExceeded { primitive, .. }
+        | PolicyError::FuelExhausted { primitive, .. }
+        | PolicyError::OutOfMemory { primitive, .. }
+        | PolicyError::Rejected { primitive, .. }
+        | PolicyError::BadOutput { primitive, .. }
+        | PolicyError::ResultTooLarge { primitive, .. }
+        | PolicyError::CircuitOpen { primitive, .. } => primitive,
+        PolicyError::Unavailable { .. } | PolicyError::PoolFull { .. } => return false,
+    };
+    *primitive == Primitive::Restore
 }
 
 #[derive(serde::Deserialize)]
@@ -265,7 +315,7 @@ async fn reload(State(state): State<AdminState>, headers: HeaderMap) -> Response
     };
     match reloads.reload_off_workers().await {
         Ok(done) => {
-            tracing::info!(tenants = ?done.tenants, shares = ?done.shares, stopped = ?done.stopped, "settings reloaded (admin API)");
+            tracing::info!("settings reloaded (admin API): {}", done.summary());
             Json(done).into_response()
         }
         Err(e) => {

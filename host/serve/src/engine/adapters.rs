@@ -143,6 +143,11 @@ impl EngineAdapters {
         })
     }
 
+    /// The counters of the one engine's eviction socket (`--eviction-socket`), when it runs.
+    pub fn eviction_metrics(&self) -> Option<Arc<agentrt_vllm::EvictionMetrics>> {
+        self._eviction.as_ref().map(agentrt_vllm::EvictionService::metrics)
+    }
+
     /// Each replica's eviction socket's path, when several replicas' adapters run.
     pub fn replica_sockets(&self) -> Vec<&std::path::Path> {
         self._replica_engines.as_ref().map(|e| e.sockets()).unwrap_or_default()

@@ -5,7 +5,9 @@
 pub mod adapters;
 pub mod admission;
 pub mod kind;
+pub mod plugin_metrics;
 pub mod replicas;
+pub mod startup_checks;
 pub mod tokenize;
 pub mod upstream;
 pub mod upstream_router;

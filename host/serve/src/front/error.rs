@@ -192,9 +192,23 @@ impl ApiError {
     }
 }
 
+/// Seconds a client is asked to wait before retrying a 429 or a 503 (`Retry-After`): a place in
+/// a tenant's quota or upstream frees as soon as one request ends, so a short wait is right.
+pub const RETRY_AFTER_S: u32 = 1;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body())).into_response()
+        let retry = matches!(
+            self.status,
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+        );
+        let mut response = (self.status, axum::Json(self.body())).into_response();
+        if retry {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, RETRY_AFTER_S.into());
+        }
+        response
     }
 }
 
@@ -216,5 +230,19 @@ mod tests {
         assert_eq!(anthropic["error"]["message"], "slow down");
         let gateway = ApiError::upstream_timeout("late").shaped(ErrorShape::Anthropic).body();
         assert_eq!(gateway["error"]["type"], "api_error");
+    }
+
+    #[test]
+    fn a_429_or_503_says_when_to_retry_and_nothing_else_does() {
+        let retry_after = |e: ApiError| {
+            e.into_response()
+                .headers()
+                .get(axum::http::header::RETRY_AFTER)
+                .map(|v| v.to_str().unwrap().to_string())
+        };
+        assert_eq!(retry_after(ApiError::too_many_requests("busy")).as_deref(), Some("1"));
+        assert_eq!(retry_after(ApiError::unavailable("full")).as_deref(), Some("1"));
+        assert_eq!(retry_after(ApiError::bad_request("no")), None);
+        assert_eq!(retry_after(ApiError::upstream("down")), None);
     }
 }

@@ -69,6 +69,7 @@ pub(super) async fn forward(
         continues,
         ended,
         route,
+        strip_usage,
     } = prepared;
     let request_id = state.request_ids.fetch_add(1, Relaxed);
     // On the request's span (current here).
@@ -212,12 +213,13 @@ pub(super) async fn forward(
             chunks = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
-        Response::new(Body::from_stream(super::relay::relay_stream(
-            reply,
-            guard,
-            status.is_success(),
+        let options = super::relay::RelayOptions {
+            ok_status: status.is_success(),
             api,
-            relay,
+            strip_usage,
+        };
+        Response::new(Body::from_stream(super::relay::relay_stream(
+            reply, guard, options, relay,
         )))
     } else {
         let relay = tracing::info_span!("relay", streamed = false);

@@ -12,6 +12,7 @@ mod prepare;
 mod relay;
 pub mod sampling_fields;
 mod state;
+mod stream_usage;
 
 pub use state::{BodyOptions, ProxyState};
 

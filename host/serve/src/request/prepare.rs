@@ -107,6 +107,8 @@ pub(super) struct Prepared {
     pub ended: Vec<u64>,
     /// What the router needs to place it, when there are several replicas.
     pub route: Option<RouteInput>,
+    /// The proxy asked for the streamed usage the client did not: its usage chunk is dropped.
+    pub strip_usage: bool,
 }
 
 /// A plain completion (`/v1/completions`), parsed.
@@ -234,6 +236,8 @@ fn prepare(
         .replicas
         .as_ref()
         .map(|_| RouteInput::of_body(&json).with_session(identity.session));
+    // Chat completions and completions stream usage only when asked; the other APIs always do.
+    let strip_usage = api == AgentApi::ChatCompletions && super::stream_usage::ask_for_usage(&mut json);
     let body = json_with(state, &mut json, agent, &identity);
     Prepared {
         tenant,
@@ -244,6 +248,7 @@ fn prepare(
         continues,
         ended,
         route,
+        strip_usage,
     }
 }
 

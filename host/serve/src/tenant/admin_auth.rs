@@ -122,6 +122,13 @@ impl AdminTokens {
         Ok(Self { operator, tenants })
     }
 
+    /// Each tenant admin's (token, tenant), for comparing two settings (never for showing).
+    pub fn tenant_tokens(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.tenants
+            .iter()
+            .map(|(token, tenant)| (token.as_str(), tenant.as_str()))
+    }
+
     /// Whether any token is configured (otherwise the admin API answers 403 to everyone).
     pub fn enabled(&self) -> bool {
         self.operator.is_some() || !self.tenants.is_empty()

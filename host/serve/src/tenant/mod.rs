@@ -18,11 +18,13 @@ pub mod agents;
 pub mod authenticate;
 pub mod cache_salt;
 pub mod config_file;
+pub mod config_warnings;
 pub mod continuation;
 pub mod handles;
 pub mod metrics;
 pub mod quotas;
 pub mod reload;
+pub mod reload_changes;
 pub mod report;
 pub mod responses;
 pub mod settings;
@@ -109,7 +111,8 @@ impl Tenant {
 
     /// [`Self::admit`] for a request authenticated with a key whose revocation is `revoked`.
     pub fn admit_as(self: &Arc<Self>, revoked: CancellationToken) -> Result<TenantPermit, ApiError> {
-        let limit = self.quotas.get().max_in_flight;
+        let quotas = self.quotas.get();
+        let limit = quotas.max_in_flight;
         let admitted = self
             .in_flight
             .fetch_update(Relaxed, Relaxed, |n| (limit == 0 || n < limit).then_some(n + 1));
@@ -121,8 +124,9 @@ impl Tenant {
             Err(n) => {
                 self.refused.fetch_add(1, Relaxed);
                 Err(ApiError::too_many_requests(format!(
-                    "tenant {} has {n} requests in flight, its limit (--tenant-max-in-flight); retry when one ends",
-                    self.name
+                    "tenant {} has {n} requests in flight, its limit ({}); retry when one ends",
+                    self.name,
+                    quotas.max_in_flight_from.describe(&self.name)
                 )))
             }
         }

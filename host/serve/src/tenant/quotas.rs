@@ -3,7 +3,7 @@
 //! never another tenant's capacity. The values change on a reload ([`crate::tenant::settings`]):
 //! each live tenant holds them in [`LiveQuotas`], which every check reads.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::time::Instant;
 
 /// Requests one tenant may have in flight by default: a quarter of the default connection cap, so
@@ -18,11 +18,48 @@ pub const DEFAULT_CPU_MS_PER_S: u32 = 500;
 /// everyone's requests.
 pub const DEFAULT_WARMUP_TOKENS_PER_S: u64 = 20_000;
 
+/// Where a tenant's in-flight limit was set: the 429 it causes names that place.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LimitSource {
+    /// `--tenant-max-in-flight` (on the command line or in `[serve]`), or its default.
+    #[default]
+    Flag,
+    /// `max-in-flight` in the config file's `[defaults]`.
+    FileDefaults,
+    /// `max-in-flight` in the tenant's own `[tenants.NAME]`.
+    FileTenant,
+}
+
+impl LimitSource {
+    /// The setting as an operator would look for it, for `tenant`.
+    pub fn describe(self, tenant: &str) -> String {
+        match self {
+            LimitSource::Flag => "--tenant-max-in-flight".to_string(),
+            LimitSource::FileDefaults => "`max-in-flight` in [defaults] of the --config file".to_string(),
+            LimitSource::FileTenant => format!("`max-in-flight` in [tenants.{tenant}] of the --config file"),
+        }
+    }
+
+    fn code(self) -> u8 {
+        self as u8
+    }
+
+    fn of_code(code: u8) -> Self {
+        match code {
+            1 => LimitSource::FileDefaults,
+            2 => LimitSource::FileTenant,
+            _ => LimitSource::Flag,
+        }
+    }
+}
+
 /// One tenant's quotas; 0 means no limit for each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quotas {
     /// Requests in flight; more get 429 before their body is read.
     pub max_in_flight: u64,
+    /// Where `max_in_flight` was set.
+    pub max_in_flight_from: LimitSource,
     /// Milliseconds of policy calls per second of wall time.
     pub policy_cpu_ms_per_s: u32,
     /// Prompt tokens of warm-ups per second.
@@ -39,6 +76,7 @@ impl Default for Quotas {
     fn default() -> Self {
         Self {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            max_in_flight_from: LimitSource::Flag,
             policy_cpu_ms_per_s: DEFAULT_CPU_MS_PER_S,
             warmup_tokens_per_s: DEFAULT_WARMUP_TOKENS_PER_S,
             admission_weight: 1,
@@ -50,6 +88,7 @@ impl Default for Quotas {
 #[derive(Debug)]
 pub struct LiveQuotas {
     max_in_flight: AtomicU64,
+    max_in_flight_from: AtomicU8,
     policy_cpu_ms_per_s: AtomicU32,
     warmup_tokens_per_s: AtomicU64,
     admission_weight: AtomicU32,
@@ -60,6 +99,7 @@ impl LiveQuotas {
     pub fn new(quotas: Quotas) -> Self {
         Self {
             max_in_flight: AtomicU64::new(quotas.max_in_flight),
+            max_in_flight_from: AtomicU8::new(quotas.max_in_flight_from.code()),
             policy_cpu_ms_per_s: AtomicU32::new(quotas.policy_cpu_ms_per_s),
             warmup_tokens_per_s: AtomicU64::new(quotas.warmup_tokens_per_s),
             admission_weight: AtomicU32::new(quotas.admission_weight),
@@ -70,6 +110,7 @@ impl LiveQuotas {
     /// is stored on its own, so a check racing the reload may see old and new ones mixed.
     pub fn set(&self, quotas: Quotas) {
         self.max_in_flight.store(quotas.max_in_flight, Relaxed);
+        self.max_in_flight_from.store(quotas.max_in_flight_from.code(), Relaxed);
         self.policy_cpu_ms_per_s.store(quotas.policy_cpu_ms_per_s, Relaxed);
         self.warmup_tokens_per_s.store(quotas.warmup_tokens_per_s, Relaxed);
         self.admission_weight.store(quotas.admission_weight, Relaxed);
@@ -79,6 +120,7 @@ impl LiveQuotas {
     pub fn get(&self) -> Quotas {
         Quotas {
             max_in_flight: self.max_in_flight.load(Relaxed),
+            max_in_flight_from: LimitSource::of_code(self.max_in_flight_from.load(Relaxed)),
             policy_cpu_ms_per_s: self.policy_cpu_ms_per_s.load(Relaxed),
             warmup_tokens_per_s: self.warmup_tokens_per_s.load(Relaxed),
             admission_weight: self.admission_weight.load(Relaxed),
@@ -237,6 +279,7 @@ mod tests {
         let live = LiveQuotas::new(Quotas::default());
         let lower = Quotas {
             max_in_flight: 2,
+            max_in_flight_from: LimitSource::FileTenant,
             policy_cpu_ms_per_s: 10,
             warmup_tokens_per_s: 0,
             admission_weight: 3,

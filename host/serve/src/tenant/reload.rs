@@ -54,6 +54,19 @@ pub struct Reloaded {
     pub shares: Vec<String>,
     /// Tenants no key reaches any more: stopped, their requests in flight cancelled.
     pub stopped: Vec<String>,
+    /// What changed, one phrase each ([`crate::tenant::reload_changes`]; never a secret).
+    pub changes: Vec<String>,
+}
+
+impl Reloaded {
+    /// The reload in one line for the log: what changed, or that nothing did.
+    pub fn summary(&self) -> String {
+        if self.changes.is_empty() {
+            "nothing changed".to_string()
+        } else {
+            self.changes.join("; ")
+        }
+    }
 }
 
 /// The settings at start: from `flags`, merged with the file at `config` when there is one, and
@@ -100,6 +113,9 @@ impl Reloader {
     /// The tenants' settings and the `[serve]` table the file gives now.
     fn read_file(&self) -> Result<(TenantSettings, toml::Table), String> {
         let mut file = ConfigFile::load(&self.path)?;
+        for warning in std::mem::take(&mut file.warnings) {
+            tracing::warn!("{warning}");
+        }
         let serve = file.serve.take().unwrap_or_default();
         let says_unauthenticated = file.unauthenticated;
         let settings = self
@@ -109,7 +125,7 @@ impl Reloader {
         if settings.keys.is_empty() && !says_unauthenticated {
             return Err(format!(
                 "{}: neither the file nor --tenant gives an API key, so every request would be served \
-                 unauthenticated as tenant `{}`; give tenants api_keys, or put `unauthenticated = true` \
+                 unauthenticated as tenant `{}`; give tenants api-keys, or put `unauthenticated = true` \
                  at the top of the file if that is what you want",
                 self.path.display(),
                 crate::names::DEFAULT_TENANT
@@ -200,12 +216,14 @@ impl Reloads {
         let mut shares: Vec<String> = settings.shares.keys().cloned().collect();
         shares.sort();
         let api_keys = settings.keys.len();
+        let changes = crate::tenant::reload_changes::changes(&self.tenants.settings(), &settings);
         let stopped = self.tenants.replace_settings(settings);
         Ok(Reloaded {
             tenants,
             api_keys,
             shares,
             stopped,
+            changes,
         })
     }
 }
@@ -224,9 +242,7 @@ pub fn reload_on_sighup(reloads: Option<Arc<Reloads>>) -> std::io::Result<()> {
                 continue;
             };
             match reloads.reload_off_workers().await {
-                Ok(done) => {
-                    tracing::info!(tenants = ?done.tenants, shares = ?done.shares, stopped = ?done.stopped, "settings reloaded (SIGHUP)")
-                }
+                Ok(done) => tracing::info!("settings reloaded (SIGHUP): {}", done.summary()),
                 Err(e) => tracing::error!(error = %e, "reload refused (SIGHUP); the previous settings stay"),
             }
         }

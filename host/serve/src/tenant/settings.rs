@@ -7,20 +7,24 @@
 //! # unauthenticated = true        # only in a file that gives no API keys on purpose
 //!
 //! [defaults]                      # every tenant's quotas (else the flags')
-//! max_in_flight = 256
-//! policy_cpu_ms_per_s = 200
-//! warmup_tokens_per_s = 20000
+//! max-in-flight = 256
+//! policy-cpu-ms-per-s = 200
+//! warmup-tokens-per-s = 20000
 //!
 //! [tenants.alpha]
-//! api_keys = ["sk-alpha-1"]       # requests with `Authorization: Bearer sk-alpha-1` are alpha's
-//! admin_tokens = ["adm-alpha"]    # the admin API for alpha's routes only
-//! share = { min_blocks = 400, max_blocks = 1200 }
-//! max_in_flight = 64              # any quota, for this tenant only
-//! admission_weight = 2            # its share of places in the admission queue (default 1)
+//! api-keys = ["sk-alpha-1"]       # requests with `Authorization: Bearer sk-alpha-1` are alpha's
+//! admin-tokens = ["adm-alpha"]    # the admin API for alpha's routes only
+//! share = { min-blocks = 400, max-blocks = 1200 }
+//! max-in-flight = 64              # any quota, for this tenant only
+//! admission-weight = 2            # its share of places in the admission queue (default 1)
 //!
 //! [public]                        # anchors every tenant shares cache blocks for
 //! anchors = ["3f9a0c1d2e4b5a69"]  # (the hashes the admin API's tenant stats list)
 //! ```
+//!
+//! Keys are spelled with dashes, like `[serve]`'s (the flags' names). The underscored spelling
+//! of earlier versions (`api_keys`, `max_in_flight`, …) is still read, with a warning naming the
+//! key ([`crate::tenant::config_warnings`]).
 //!
 //! **A file never opens the proxy by accident.** Without API keys every request is the
 //! unauthenticated tenant `default`. A file (with the flags) that gives no key is refused — at
@@ -38,7 +42,7 @@ use agentrt_runtime::Share;
 
 use crate::names::{validate_tenant_name, DEFAULT_TENANT};
 use crate::tenant::admin_auth::AdminTokens;
-use crate::tenant::quotas::{Quotas, MAX_ADMISSION_WEIGHT};
+use crate::tenant::quotas::{LimitSource, Quotas, MAX_ADMISSION_WEIGHT};
 
 /// Every tenant's settings at one moment.
 #[derive(Debug, Clone, Default)]
@@ -109,7 +113,9 @@ impl FlagSettings {
         for (i, hash) in file.public.anchors.iter().enumerate() {
             public_anchors.insert(parse_anchor_hash(hash).map_err(|e| format!("[public] anchors[{i}]: {e}"))?);
         }
-        let defaults = file.defaults.over(self.defaults, "[defaults]")?;
+        let defaults = file
+            .defaults
+            .over(self.defaults, "[defaults]", LimitSource::FileDefaults)?;
         let mut quotas = HashMap::new();
         // The file's admin tokens, to name their place if one serves another role too.
         let mut file_tokens: Vec<(String, String)> = Vec::new();
@@ -118,22 +124,22 @@ impl FlagSettings {
             let own = section.quotas();
             for key in section.api_keys {
                 if key.is_empty() {
-                    return Err(format!("[tenants.{tenant}] api_keys: an API key is empty"));
+                    return Err(format!("[tenants.{tenant}] api-keys: an API key is empty"));
                 }
                 if keys.insert(key, tenant.clone()).is_some() {
                     return Err(format!(
-                        "[tenants.{tenant}] api_keys: an API key is given more than once (flags or file)"
+                        "[tenants.{tenant}] api-keys: an API key is given more than once (flags or file)"
                     ));
                 }
             }
             for token in section.admin_tokens {
                 if token.is_empty() {
-                    return Err(format!("[tenants.{tenant}] admin_tokens: a token is empty"));
+                    return Err(format!("[tenants.{tenant}] admin-tokens: a token is empty"));
                 }
                 file_tokens.push((token.clone(), tenant.clone()));
                 if admin_tokens.insert(token, tenant.clone()).is_some() {
                     return Err(format!(
-                        "[tenants.{tenant}] admin_tokens: a token is given more than once (flags or file)"
+                        "[tenants.{tenant}] admin-tokens: a token is given more than once (flags or file)"
                     ));
                 }
             }
@@ -146,7 +152,7 @@ impl FlagSettings {
                 }
             }
             if !own.is_empty() {
-                let own = own.over(defaults, &format!("[tenants.{tenant}]"))?;
+                let own = own.over(defaults, &format!("[tenants.{tenant}]"), LimitSource::FileTenant)?;
                 quotas.insert(tenant, own);
             }
         }
@@ -173,7 +179,7 @@ impl FlagSettings {
             };
             if let Some(role) = other_role {
                 return Err(format!(
-                    "[tenants.{tenant}] admin_tokens: a token is also {role}; give each role a token of its own"
+                    "[tenants.{tenant}] admin-tokens: a token is also {role}; give each role a token of its own"
                 ));
             }
         }
@@ -201,6 +207,10 @@ pub fn parse_anchor_hash(text: &str) -> Result<u64, String> {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
+    /// What the file should say differently (old key spellings, a file others may read), for the
+    /// log; filled by [`ConfigFile::load`].
+    #[serde(skip)]
+    pub warnings: Vec<String>,
     /// The file gives no API keys on purpose: every request is the unauthenticated `default`.
     #[serde(default)]
     pub unauthenticated: bool,
@@ -236,7 +246,9 @@ impl ConfigFile {
     /// It may wait for a file being written: call it off the async workers.
     pub fn load(path: &Path) -> Result<Self, String> {
         let text = crate::tenant::config_file::read_settled(path)?;
-        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let mut file = Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        file.warnings = crate::tenant::config_warnings::warnings(path, &text);
+        Ok(file)
     }
 
     /// Parse a config file's text. The error says where (line and column) and what kind of
@@ -268,9 +280,18 @@ pub const SCHEMA_WORDS: &[&str] = &[
     "tenants",
     "public",
     "anchors",
+    "api-keys",
+    "admin-tokens",
+    "share",
+    "min-blocks",
+    "max-blocks",
+    "max-in-flight",
+    "policy-cpu-ms-per-s",
+    "warmup-tokens-per-s",
+    "admission-weight",
+    // The old spellings, still read (and listed by serde beside the new ones).
     "api_keys",
     "admin_tokens",
-    "share",
     "min_blocks",
     "max_blocks",
     "max_in_flight",
@@ -322,26 +343,30 @@ pub fn elide_values(message: &str, keep: &[&str]) -> String {
 
 /// One `[tenants.NAME]` table.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TenantSection {
     /// Bearer keys whose requests belong to this tenant; each key names one tenant only.
-    #[serde(default)]
+    #[serde(default, alias = "api_keys")]
     pub api_keys: Vec<String>,
     /// Admin tokens that act on this tenant's admin routes only.
-    #[serde(default)]
+    #[serde(default, alias = "admin_tokens")]
     pub admin_tokens: Vec<String>,
     /// The tenant's share of the engine's KV cache; not also a `--share` flag for it.
     pub share: Option<ShareSection>,
     // The quotas' fields, spelled out rather than `#[serde(flatten)]`: flattening loses the
     // position of an unknown field, and an error must say which line is wrong.
     /// Requests in flight ([`Quotas::max_in_flight`]); else `[defaults]`'.
+    #[serde(alias = "max_in_flight")]
     pub max_in_flight: Option<u64>,
     /// Milliseconds of policy calls per second ([`Quotas::policy_cpu_ms_per_s`]); else
     /// `[defaults]`'.
+    #[serde(alias = "policy_cpu_ms_per_s")]
     pub policy_cpu_ms_per_s: Option<u32>,
     /// Prompt tokens of warm-ups per second ([`Quotas::warmup_tokens_per_s`]); else `[defaults]`'.
+    #[serde(alias = "warmup_tokens_per_s")]
     pub warmup_tokens_per_s: Option<u64>,
     /// Weight in the admission queue ([`Quotas::admission_weight`]); else `[defaults]`'.
+    #[serde(alias = "admission_weight")]
     pub admission_weight: Option<u32>,
 }
 
@@ -356,14 +381,16 @@ impl TenantSection {
     }
 }
 
-/// `share = { min_blocks = N, max_blocks = M }`; without `max_blocks` no limit.
+/// `share = { min-blocks = N, max-blocks = M }`; without `max-blocks` no limit.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ShareSection {
     /// Blocks of the engine's KV cache the tenant is guaranteed.
+    #[serde(alias = "min_blocks")]
     pub min_blocks: u64,
     /// The tenant's limit in blocks: past it, its blocks are evicted first. At least
-    /// `min_blocks`; without it, no limit.
+    /// `min-blocks`; without it, no limit.
+    #[serde(alias = "max_blocks")]
     pub max_blocks: Option<u64>,
 }
 
@@ -380,16 +407,20 @@ impl ShareSection {
 
 /// Quotas as a file gives them: any may be left out.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct QuotaSection {
     /// Requests in flight ([`Quotas::max_in_flight`]).
+    #[serde(alias = "max_in_flight")]
     pub max_in_flight: Option<u64>,
     /// Milliseconds of policy calls per second ([`Quotas::policy_cpu_ms_per_s`]).
+    #[serde(alias = "policy_cpu_ms_per_s")]
     pub policy_cpu_ms_per_s: Option<u32>,
     /// Prompt tokens of warm-ups per second ([`Quotas::warmup_tokens_per_s`]).
+    #[serde(alias = "warmup_tokens_per_s")]
     pub warmup_tokens_per_s: Option<u64>,
     /// Weight in the admission queue ([`Quotas::admission_weight`]); 1 to
     /// [`MAX_ADMISSION_WEIGHT`].
+    #[serde(alias = "admission_weight")]
     pub admission_weight: Option<u32>,
 }
 
@@ -401,16 +432,21 @@ impl QuotaSection {
             && self.admission_weight.is_none()
     }
 
-    /// These quotas, the rest from `base`; `section` names the table in an error.
-    fn over(&self, base: Quotas, section: &str) -> Result<Quotas, String> {
+    /// These quotas, the rest from `base`; `section` names the table in an error, `source` is
+    /// where its `max-in-flight` is.
+    fn over(&self, base: Quotas, section: &str, source: LimitSource) -> Result<Quotas, String> {
         let admission_weight = self.admission_weight.unwrap_or(base.admission_weight);
         if !(1..=MAX_ADMISSION_WEIGHT).contains(&admission_weight) {
             return Err(format!(
-                "{section} admission_weight: must be from 1 to {MAX_ADMISSION_WEIGHT}, not {admission_weight}"
+                "{section} admission-weight: must be from 1 to {MAX_ADMISSION_WEIGHT}, not {admission_weight}"
             ));
         }
         Ok(Quotas {
             max_in_flight: self.max_in_flight.unwrap_or(base.max_in_flight),
+            max_in_flight_from: match self.max_in_flight {
+                Some(_) => source,
+                None => base.max_in_flight_from,
+            },
             policy_cpu_ms_per_s: self.policy_cpu_ms_per_s.unwrap_or(base.policy_cpu_ms_per_s),
             warmup_tokens_per_s: self.warmup_tokens_per_s.unwrap_or(base.warmup_tokens_per_s),
             admission_weight,
@@ -424,16 +460,16 @@ mod tests {
 
     const EXAMPLE: &str = r#"
 [defaults]
-max_in_flight = 256
+max-in-flight = 256
 
 [tenants.alpha]
-api_keys = ["sk-alpha"]
-admin_tokens = ["adm-alpha"]
-share = { min_blocks = 400, max_blocks = 1200 }
-warmup_tokens_per_s = 5000
+api-keys = ["sk-alpha"]
+admin-tokens = ["adm-alpha"]
+share = { min-blocks = 400, max-blocks = 1200 }
+warmup-tokens-per-s = 5000
 
 [tenants.beta]
-api_keys = ["sk-beta-1", "sk-beta-2"]
+api-keys = ["sk-beta-1", "sk-beta-2"]
 "#;
 
     fn flags() -> FlagSettings {
@@ -471,30 +507,64 @@ api_keys = ["sk-beta-1", "sk-beta-2"]
     }
 
     #[test]
+    fn a_file_of_the_old_underscored_spelling_reads_the_same() {
+        let old = EXAMPLE
+            .replace("max-in-flight", "max_in_flight")
+            .replace("api-keys", "api_keys")
+            .replace("admin-tokens", "admin_tokens")
+            .replace("min-blocks", "min_blocks")
+            .replace("max-blocks", "max_blocks")
+            .replace("warmup-tokens-per-s", "warmup_tokens_per_s");
+        let new = flags().merge(ConfigFile::parse(EXAMPLE).unwrap()).unwrap();
+        let old = flags().merge(ConfigFile::parse(&old).unwrap()).unwrap();
+        assert_eq!(old.keys, new.keys);
+        assert_eq!(old.shares, new.shares);
+        assert_eq!(old.quotas_of("alpha"), new.quotas_of("alpha"));
+        assert_eq!(old.quotas_of("beta"), new.quotas_of("beta"));
+    }
+
+    #[test]
+    fn an_in_flight_limit_knows_where_it_was_set() {
+        let file = "[defaults]\nmax-in-flight = 9\n[tenants.alpha]\napi-keys = [\"a\"]\nmax-in-flight = 3\n\
+                    [tenants.beta]\napi-keys = [\"b\"]\n";
+        let settings = flags().merge(ConfigFile::parse(file).unwrap()).unwrap();
+        assert_eq!(settings.quotas_of("alpha").max_in_flight_from, LimitSource::FileTenant);
+        assert_eq!(settings.quotas_of("beta").max_in_flight_from, LimitSource::FileDefaults);
+        let flags_only = flags()
+            .merge(ConfigFile::parse("[tenants.beta]\napi-keys = [\"b\"]\n").unwrap())
+            .unwrap();
+        assert_eq!(flags_only.quotas_of("beta").max_in_flight_from, LimitSource::Flag);
+        assert_eq!(
+            LimitSource::FileTenant.describe("alpha"),
+            "`max-in-flight` in [tenants.alpha] of the --config file"
+        );
+    }
+
+    #[test]
     fn errors_name_the_line_or_the_tenant_and_never_a_secret() {
         let unknown = ConfigFile::parse("[tenants.alpha]\napi_key = \"sk-secret\"\n").unwrap_err();
         assert!(
-            unknown.starts_with("line 2, column 1: unknown field `…`, expected one of `api_keys`"),
+            unknown.starts_with("line 2, column 1: unknown field `…`, expected one of `api-keys`"),
             "{unknown}"
         );
         assert!(!unknown.contains("sk-secret"), "{unknown}");
         // serde quotes the value it could not use; the message keeps the place, not the value.
-        let wrong_type = ConfigFile::parse("[tenants.alpha]\napi_keys = \"sk-secret\"\n").unwrap_err();
+        let wrong_type = ConfigFile::parse("[tenants.alpha]\napi-keys = \"sk-secret\"\n").unwrap_err();
         assert!(
             wrong_type.starts_with("line 2, column 12: invalid type: string \"…\""),
             "{wrong_type}"
         );
 
-        let twice = "[tenants.alpha]\napi_keys = [\"k\"]\n[tenants.beta]\napi_keys = [\"k\"]\n";
+        let twice = "[tenants.alpha]\napi-keys = [\"k\"]\n[tenants.beta]\napi-keys = [\"k\"]\n";
         let e = flags().merge(ConfigFile::parse(twice).unwrap()).unwrap_err();
-        assert!(e.contains("[tenants.beta] api_keys") && !e.contains("\"k\""), "{e}");
+        assert!(e.contains("[tenants.beta] api-keys") && !e.contains("\"k\""), "{e}");
 
         let bad_name = flags()
             .merge(ConfigFile::parse("[tenants.\"a b\"]\n").unwrap())
             .unwrap_err();
         assert!(bad_name.starts_with("[tenants.a b]"), "{bad_name}");
 
-        let upside_down = "[tenants.alpha]\napi_keys = [\"k\"]\nshare = { min_blocks = 9, max_blocks = 3 }\n";
+        let upside_down = "[tenants.alpha]\napi-keys = [\"k\"]\nshare = { min-blocks = 9, max-blocks = 3 }\n";
         let e = flags().merge(ConfigFile::parse(upside_down).unwrap()).unwrap_err();
         assert!(e.starts_with("[tenants.alpha] share:"), "{e}");
 
@@ -503,7 +573,7 @@ api_keys = ["sk-beta-1", "sk-beta-2"]
             ..flags()
         };
         let e = both
-            .merge(ConfigFile::parse("[tenants.alpha]\nshare = { min_blocks = 1 }\n").unwrap())
+            .merge(ConfigFile::parse("[tenants.alpha]\nshare = { min-blocks = 1 }\n").unwrap())
             .unwrap_err();
         assert!(e.contains("--share flag too"), "{e}");
     }
@@ -551,10 +621,10 @@ api_keys = ["sk-beta-1", "sk-beta-2"]
     #[test]
     fn elided_values_keep_field_names_and_punctuation() {
         let kept = elide_values(
-            "unknown field `sk-1`, expected `api_keys` or `]`, got \"a\\\"b\"",
+            "unknown field `sk-1`, expected `api-keys` or `]`, got \"a\\\"b\"",
             SCHEMA_WORDS,
         );
-        assert_eq!(kept, "unknown field `…`, expected `api_keys` or `]`, got \"…\"");
+        assert_eq!(kept, "unknown field `…`, expected `api-keys` or `]`, got \"…\"");
         assert_eq!(elide_values("unpaired `sk-secret", SCHEMA_WORDS), "unpaired `…");
     }
 
@@ -575,7 +645,7 @@ api_keys = ["sk-beta-1", "sk-beta-2"]
 
     #[test]
     fn an_admin_token_must_name_a_tenant_requests_reach() {
-        let file = "[tenants.alpha]\nadmin_tokens = [\"adm\"]\n";
+        let file = "[tenants.alpha]\nadmin-tokens = [\"adm\"]\n";
         let e = flags().merge(ConfigFile::parse(file).unwrap()).unwrap_err();
         assert!(e.contains("`alpha` receives no requests"), "{e}");
     }

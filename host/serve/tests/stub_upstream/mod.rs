@@ -4,7 +4,7 @@
 //!
 //! Behaviour by request `model`: `fail-mid-stream` sends one SSE chunk then cuts the connection;
 //! `unknown` answers 404 like vLLM; anything else answers, streaming (three chunks, the last with
-//! usage) when `stream` is true. `/tokenize` answers a count of 321 and stand-in token ids (404 for model `no-tokenize`).
+//! usage when `stream_options.include_usage` asks for it, as vLLM does) when `stream` is true. `/tokenize` answers a count of 321 and stand-in token ids (404 for model `no-tokenize`).
 //! `/v1/responses` and `/v1/messages` answer a fixed reply in their own shapes, streamed as each
 //! API streams when asked.
 //!
@@ -237,6 +237,8 @@ async fn chat(stub: Stub, headers: HeaderMap, body: Value) -> Response {
         .into_response();
     }
     let fail = model == "fail-mid-stream";
+    // Like vLLM: the usage chunk only when the request asks for it.
+    let with_usage = body.pointer("/stream_options/include_usage").and_then(Value::as_bool) == Some(true);
     let chunks = futures_util::stream::unfold(0u32, move |i| {
         let usage = usage.clone();
         async move {
@@ -251,13 +253,14 @@ async fn chat(stub: Stub, headers: HeaderMap, body: Value) -> Response {
                     Ok::<_, std::io::Error>(Bytes::from("data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n")),
                     2,
                 )),
-                2 => Some((
+                2 if with_usage => Some((
                     Ok(Bytes::from(format!(
                         "data: {}\n\ndata: [DONE]\n\n",
                         json!({"choices": [], "usage": usage})
                     ))),
                     3,
                 )),
+                2 => Some((Ok(Bytes::from("data: [DONE]\n\n")), 3)),
                 _ => None,
             }
         }

@@ -75,6 +75,8 @@ pub struct Setup {
     pub upstream_router: agentrt_serve::engine::upstream_router::UpstreamRouter,
     /// The engine the upstream stands for (`--engine`); vLLM by default.
     pub engine: agentrt_serve::engine::kind::EngineKind,
+    /// The engine plugin's eviction socket (`--eviction-socket`); none by default.
+    pub eviction_socket: Option<std::path::PathBuf>,
 }
 
 impl Setup {
@@ -103,6 +105,7 @@ impl Setup {
             client_engine_fields: Vec::new(),
             upstream_router: Default::default(),
             engine: Default::default(),
+            eviction_socket: None,
         }
     }
 
@@ -172,6 +175,13 @@ impl Setup {
             mcp,
             upstream_router: self.upstream_router,
             engine_kind: self.engine,
+            engine: agentrt_serve::engine::adapters::EngineConfig {
+                eviction_socket: self.eviction_socket,
+                ..Default::default()
+            },
+            components: Some(std::sync::Arc::new(agentrt_runtime::ComponentLookup::from_environment(
+                agentrt_runtime::EmbeddedSet::NONE,
+            ))),
             ..AppConfig::new(tenants, &self.upstream.unwrap_or(stub_url))
         };
         let app = App::build(config).await.unwrap();

@@ -1,5 +1,6 @@
 //! What `/metrics` shows of replica routing: the router's decisions and failures, agentrt's hints,
-//! each replica's requests in flight and, when they run, each replica's plugin's counters.
+//! each replica's requests in flight and, when they run, each replica's plugin's counters
+//! ([`crate::engine::plugin_metrics`]).
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -87,36 +88,10 @@ impl Report for ReplicaRouting {
         if engines.is_empty() {
             return;
         }
-        let counts: Vec<(&str, agentrt_vllm::EvictionCounts)> =
-            engines.iter().map(|(name, m)| (name.as_str(), m.counts())).collect();
-        type Pick = fn(&agentrt_vllm::EvictionCounts) -> u64;
-        let series: [(&str, &str, Pick); 4] = [
-            (
-                "agentrt_replica_plugin_connections_total",
-                "Plugin connections each replica's eviction socket accepted.",
-                |c| c.connections,
-            ),
-            (
-                "agentrt_replica_block_events_total",
-                "Block events each replica's plugin reported.",
-                |c| c.block_events,
-            ),
-            (
-                "agentrt_replica_rank_requests_total",
-                "Eviction rankings each replica's plugin asked for.",
-                |c| c.rank_requests,
-            ),
-            (
-                "agentrt_replica_rank_fallbacks_total",
-                "Rankings answered in LRU order because the policy failed, per replica.",
-                |c| c.policy_fallbacks,
-            ),
-        ];
-        for (name, help, pick) in series {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (replica, c) in &counts {
-                let _ = writeln!(out, "{name}{{replica=\"{replica}\"}} {}", pick(c));
-            }
-        }
+        let counts: Vec<(Option<&str>, agentrt_vllm::EvictionCounts)> = engines
+            .iter()
+            .map(|(name, m)| (Some(name.as_str()), m.counts()))
+            .collect();
+        crate::engine::plugin_metrics::render_plugin_series(out, "agentrt_replica", &counts);
     }
 }

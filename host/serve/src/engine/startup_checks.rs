@@ -1,0 +1,109 @@
+//! What an operator must hear when `agentrt serve` starts, beyond "listening": whether any engine
+//! plugin will ask the policies which KV blocks to evict (without one, the engine evicts in its
+//! own order and the policies' rankings go unused), and whether the upstream answers (until it
+//! does, every request gets 502).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentrt_vllm::EvictionMetrics;
+
+use crate::engine::upstream::{self, Upstream};
+
+/// How long after start an engine plugin should have connected to the eviction socket: an engine
+/// loading a large model takes minutes.
+pub const PLUGIN_GRACE: Duration = Duration::from_secs(180);
+
+/// How often an upstream that does not answer is asked again, until it does.
+const UPSTREAM_RETRY: Duration = Duration::from_secs(10);
+
+/// The eviction path as started: one engine's socket and its counters, or the replicas'.
+pub enum EvictionPath {
+    /// No socket: no plugin can connect.
+    None,
+    /// `--eviction-socket PATH` and its live counters.
+    Socket(PathBuf, Arc<EvictionMetrics>),
+    /// Each replica's socket (`--replica-eviction-socket`): `/metrics` shows each one's plugin.
+    Replicas,
+}
+
+/// Say at once when no plugin can rank evictions, and later when none has connected within
+/// [`PLUGIN_GRACE`]; ask the upstream for its models until it answers.
+pub fn spawn(path: EvictionPath, upstream: Upstream) {
+    match path {
+        EvictionPath::None => tracing::warn!(
+            "no --eviction-socket: no engine plugin will ask which KV blocks to evict, so the policy's \
+             eviction rankings go unused (vLLM evicts in its own order). Install the agentrt plugin in \
+             vLLM, start it with AGENTRT_EVICTION_SOCKET=PATH, and give agentrt serve --eviction-socket \
+             PATH (docs/deploy.md)"
+        ),
+        EvictionPath::Socket(path, metrics) => {
+            tokio::spawn(async move {
+                tokio::time::sleep(PLUGIN_GRACE).await;
+                if metrics.counts().connections == 0 {
+                    tracing::warn!(
+                        "no engine plugin has connected to the eviction socket {} in {} s: vLLM evicts in its \
+                         own order until one does. Check that vLLM runs with AGENTRT_EVICTION_SOCKET={} \
+                         and can reach that path, that the plugin is installed (pip show agentrt-vllm), and \
+                         vLLM's log for lines starting `agentrt:`",
+                        path.display(),
+                        PLUGIN_GRACE.as_secs(),
+                        path.display()
+                    );
+                }
+            });
+        }
+        EvictionPath::Replicas => {}
+    }
+    tokio::spawn(check_upstream(upstream));
+}
+
+/// Ask `upstream` for `/v1/models` until it answers: a warning the first time it does not, a
+/// line naming its models when it does.
+async fn check_upstream(upstream: Upstream) {
+    let mut warned = false;
+    loop {
+        match models(&upstream).await {
+            Ok(models) => {
+                let late = if warned { " now" } else { "" };
+                tracing::info!("the upstream {} answers{late}; it serves {models}", upstream.base());
+                return;
+            }
+            Err(why) if !warned => {
+                warned = true;
+                tracing::warn!(
+                    "the upstream {} does not answer ({why}): requests get 502 until it does; asking again \
+                     every {} s",
+                    upstream.base(),
+                    UPSTREAM_RETRY.as_secs()
+                );
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(UPSTREAM_RETRY).await;
+    }
+}
+
+/// The upstream's model ids, as one phrase, or why it did not say.
+async fn models(upstream: &Upstream) -> Result<String, String> {
+    let reply = upstream::send(upstream.get("/v1/models"), upstream.base(), upstream.limits())
+        .await
+        .map_err(|e| e.message)?;
+    if !reply.status().is_success() {
+        return Err(format!("GET /v1/models answered {}", reply.status()));
+    }
+    let bytes = upstream::read_reply(reply, upstream.limits())
+        .await
+        .map_err(|e| e.message)?;
+    let listing: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let ids: Vec<&str> = listing["data"]
+        .as_array()
+        .map(|models| models.iter().filter_map(|m| m["id"].as_str()).collect())
+        .unwrap_or_default();
+    Ok(if ids.is_empty() {
+        "no model it lists".to_string()
+    } else {
+        format!("model {}", ids.join(", "))
+    })
+}

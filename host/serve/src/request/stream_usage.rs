@@ -1,0 +1,179 @@
+//! Usage on every streamed call. A chat completion or completion streams its token counts only
+//! when the client asks (`stream_options.include_usage`), and most agent frameworks do not — so
+//! the proxy asks for them itself, reads them as the stream passes, and drops the usage chunk
+//! before the client sees it when the client had not asked: the client's stream is what it would
+//! have been, and `request-finish` carries prompt, cached and output tokens either way.
+//!
+//! The usage chunk is found by event, not by network chunk: [`SseFramer`] hands on only whole
+//! server-sent events (up to the last blank line seen), so an event split across two reads is
+//! neither missed nor cut in half.
+
+use axum::body::Bytes;
+use serde_json::{json, Value};
+
+/// Ask the engine for a streamed chat completion's or completion's usage: set
+/// `stream_options.include_usage` when `body` streams and does not ask for it. Returns whether
+/// the proxy asked (its usage chunk is then the proxy's, and dropped). `continuous_usage_stats`
+/// (usage in every chunk) is turned off with it: without `include_usage` the client asked for
+/// none, and must get none.
+pub fn ask_for_usage(body: &mut Value) -> bool {
+    if body.get("stream").and_then(Value::as_bool) != Some(true) {
+        return false;
+    }
+    let options = body
+        .as_object_mut()
+        .expect("a request body is a JSON object")
+        .entry("stream_options")
+        .or_insert_with(|| json!({}));
+    // A malformed `stream_options` goes on as sent: the engine's 400 says what is wrong.
+    let Some(options) = options.as_object_mut() else {
+        return false;
+    };
+    if options.get("include_usage").and_then(Value::as_bool) == Some(true) {
+        return false;
+    }
+    options.insert("include_usage".into(), json!(true));
+    options.insert("continuous_usage_stats".into(), json!(false));
+    true
+}
+
+/// Splits a byte stream of server-sent events into whole events: each [`SseFramer::push`]
+/// returns the bytes up to and including the last event boundary (a blank line, `\n\n` or
+/// `\r\n\r\n`) seen so far, and keeps the rest for the next read.
+#[derive(Default)]
+pub struct SseFramer {
+    pending: Vec<u8>,
+}
+
+impl SseFramer {
+    /// The whole events `chunk` completes, if any. A chunk that ends on a boundary with nothing
+    /// pending — what an engine sends — passes through without a copy.
+    pub fn push(&mut self, chunk: Bytes) -> Option<Bytes> {
+        if self.pending.is_empty() && ends_an_event(&chunk) {
+            return Some(chunk);
+        }
+        self.pending.extend_from_slice(&chunk);
+        let end = last_boundary(&self.pending)?;
+        let rest = self.pending.split_off(end);
+        Some(Bytes::from(std::mem::replace(&mut self.pending, rest)))
+    }
+
+    /// What is left when the stream ends (an event without its closing blank line), if anything.
+    pub fn finish(self) -> Option<Bytes> {
+        (!self.pending.is_empty()).then(|| Bytes::from(self.pending))
+    }
+}
+
+fn ends_an_event(bytes: &[u8]) -> bool {
+    bytes.ends_with(b"\n\n") || bytes.ends_with(b"\r\n\r\n")
+}
+
+/// The index just past the last blank line in `bytes`.
+fn last_boundary(bytes: &[u8]) -> Option<usize> {
+    let lf = bytes.windows(2).rposition(|w| w == b"\n\n").map(|i| i + 2);
+    let crlf = bytes.windows(4).rposition(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    lf.max(crlf)
+}
+
+/// `events` (whole events, as [`SseFramer`] gives them) without the usage chunk — an event
+/// whose data has `"choices": []` and a `usage` — or `None` when nothing is left to send.
+pub fn without_usage_chunk(events: Bytes) -> Option<Bytes> {
+    if !events.windows(7).any(|w| w == b"\"usage\"") {
+        return Some(events);
+    }
+    let text = String::from_utf8_lossy(&events);
+    let kept: String = split_events(&text).filter(|event| !is_usage_chunk(event)).collect();
+    (!kept.is_empty()).then(|| Bytes::from(kept))
+}
+
+/// Each event of `text` with the blank line that ends it.
+fn split_events(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let end = [rest.find("\n\n").map(|i| i + 2), rest.find("\r\n\r\n").map(|i| i + 4)]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(rest.len());
+        let (event, after) = rest.split_at(end);
+        rest = after;
+        Some(event)
+    })
+}
+
+fn is_usage_chunk(event: &str) -> bool {
+    event
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .any(|data| {
+            data.get("usage").is_some_and(Value::is_object)
+                && data.get("choices").and_then(Value::as_array).is_some_and(Vec::is_empty)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_is_asked_for_only_when_a_streaming_client_did_not() {
+        let mut quiet = json!({"stream": true});
+        assert!(ask_for_usage(&mut quiet));
+        assert_eq!(
+            quiet["stream_options"],
+            json!({"include_usage": true, "continuous_usage_stats": false})
+        );
+        let mut asked =
+            json!({"stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true}});
+        assert!(!ask_for_usage(&mut asked));
+        assert_eq!(
+            asked["stream_options"]["continuous_usage_stats"], true,
+            "the client's own choice"
+        );
+        let mut declined = json!({"stream": true, "stream_options": {"include_usage": false}});
+        assert!(ask_for_usage(&mut declined));
+        let mut whole = json!({"stream": false});
+        assert!(!ask_for_usage(&mut whole));
+        assert!(whole.get("stream_options").is_none());
+        let mut malformed = json!({"stream": true, "stream_options": "yes"});
+        assert!(!ask_for_usage(&mut malformed));
+        assert_eq!(malformed["stream_options"], "yes");
+    }
+
+    #[test]
+    fn events_split_across_reads_come_out_whole() {
+        let mut framer = SseFramer::default();
+        assert_eq!(framer.push(Bytes::from_static(b"data: {\"a\"")), None);
+        assert_eq!(
+            framer.push(Bytes::from_static(b":1}\n\ndata: {\"b\"")).as_deref(),
+            Some(&b"data: {\"a\":1}\n\n"[..])
+        );
+        assert_eq!(
+            framer.push(Bytes::from_static(b":2}\r\n\r\n")).as_deref(),
+            Some(&b"data: {\"b\":2}\r\n\r\n"[..])
+        );
+        assert_eq!(framer.push(Bytes::from_static(b"data: [DONE]")), None);
+        assert_eq!(framer.finish().as_deref(), Some(&b"data: [DONE]"[..]));
+    }
+
+    #[test]
+    fn only_the_usage_chunk_is_dropped() {
+        let last = Bytes::from(
+            "data: {\"choices\":[{\"delta\":{}}],\"usage\":null}\n\n\
+             data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7}}\n\n\
+             data: [DONE]\n\n",
+        );
+        assert_eq!(
+            without_usage_chunk(last).as_deref(),
+            Some(&b"data: {\"choices\":[{\"delta\":{}}],\"usage\":null}\n\ndata: [DONE]\n\n"[..])
+        );
+        let alone = Bytes::from_static(b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7}}\n\n");
+        assert_eq!(without_usage_chunk(alone), None);
+        let text = Bytes::from_static(b"data: {\"choices\":[{\"delta\":{\"content\":\"usage\"}}]}\n\n");
+        assert_eq!(without_usage_chunk(text.clone()), Some(text));
+    }
+}
