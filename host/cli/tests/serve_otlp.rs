@@ -176,12 +176,23 @@ fn chat(stream: bool) -> Value {
     })
 }
 
+/// A client's `tracestate` of 32 members of 60 bytes (~2.2 KB): it was copied whole onto every
+/// span of the trace (44.7 KB exported per request instead of 1.9 KB).
+fn client_tracestate() -> String {
+    let members: Vec<String> = (0..32).map(|i| format!("vendor{i:02}={}", "x".repeat(50))).collect();
+    members.join(",")
+}
+
+/// The password in the `--upstream` URL: it must reach no exported span.
+const UPSTREAM_PASSWORD: &str = "PASSWORD-4f3a";
+
 /// Send one chat call with the client's trace context; the whole answer, read to its end.
 async fn call(client: &reqwest::Client, serve: &str, stream: bool, trace: &str, parent: &str) -> String {
     let reply = client
         .post(format!("{serve}/v1/chat/completions"))
         .header("content-type", "application/json")
         .header("traceparent", format!("00-{trace}-{parent}-01"))
+        .header("tracestate", client_tracestate())
         .header("x-agent-id", "tester")
         .header("x-session-id", format!("session-{stream}"))
         .body(chat(stream).to_string())
@@ -279,7 +290,9 @@ async fn a_requests_spans_reach_an_otlp_receiver_in_the_clients_trace() {
     };
     let (_receiver, receiver) = start_receiver(&python);
     let (upstream, seen) = start_stub().await;
-    let (mut serve_process, serve) = start_serve(&upstream, &receiver);
+    // The operator's upstream URL carries credentials (the stub ignores them).
+    let with_credentials = upstream.replacen("http://", &format!("http://agentrt:{UPSTREAM_PASSWORD}@"), 1);
+    let (mut serve_process, serve) = start_serve(&with_credentials, &receiver);
 
     let client = reqwest::Client::new();
     let whole = call(&client, &serve, false, WHOLE_TRACE, WHOLE_PARENT).await;
@@ -323,8 +336,21 @@ async fn a_requests_spans_reach_an_otlp_receiver_in_the_clients_trace() {
         .text()
         .await
         .unwrap();
+    assert!(
+        !received.contains(UPSTREAM_PASSWORD),
+        "the upstream URL's password was exported"
+    );
     let received: Value = serde_json::from_str(&received).unwrap();
     assert_eq!(received["rejected"], json!([]), "exports the receiver could not decode");
+    for span in received["spans"].as_array().unwrap() {
+        let state = span["trace_state"].as_str().unwrap_or_default();
+        assert!(
+            state.len() <= 512,
+            "span `{}` carries {} bytes of the client's tracestate",
+            span["name"],
+            state.len()
+        );
+    }
     let spans = spans_of(&received);
     assert!(!spans.is_empty(), "no span reached the receiver");
     for span in &spans {

@@ -85,6 +85,7 @@ impl McpArgs {
         load: impl FnOnce(&str) -> anyhow::Result<Arc<PolicyComponent>>,
         slot: &SlotConfig,
         max_body_bytes: usize,
+        max_json_depth: usize,
     ) -> anyhow::Result<Option<GatewayOptions>> {
         if self.servers.is_empty() {
             return Ok(None);
@@ -156,6 +157,7 @@ impl McpArgs {
             connect_timeout: Duration::from_millis(self.connect_timeout_ms),
             allowed_hosts,
             max_body_bytes,
+            max_json_depth,
             max_sessions_per_tenant: self.max_sessions,
             session_idle: Duration::from_millis(self.session_idle_ms),
             call_timeout: Duration::from_millis(self.call_timeout_ms),

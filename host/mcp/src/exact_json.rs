@@ -84,10 +84,16 @@ pub struct Scanned<'a> {
     pub inexact: Option<Inexact>,
 }
 
-/// Scan `body`; `None` when it is not JSON at all (rmcp answers that itself).
+/// Scan `body`; `None` when it is not JSON at all, or nests deeper than `serde_json` parses
+/// (rmcp answers both itself).
 pub fn scan(body: &[u8]) -> Option<Scanned<'_>> {
-    // Well-formed first (and within serde_json's nesting limit), so the scanner below can trust
-    // the grammar.
+    // The scanner below recurses once per level, and `IgnoredAny` skips any depth without
+    // counting: measured first, without recursion, so no body can take the stack. (The gateway
+    // refuses a tighter `--max-json-depth` before this; this bound is the scanner's own.)
+    if !agentrt_guards::json_shape::within_depth(body, agentrt_guards::json_shape::PARSER_DEPTH_LIMIT) {
+        return None;
+    }
+    // Well-formed, so the scanner below can trust the grammar.
     serde_json::from_slice::<serde::de::IgnoredAny>(body).ok()?;
     let text = std::str::from_utf8(body).ok()?;
     let mut scanner = Scanner {
@@ -350,5 +356,17 @@ mod tests {
         assert_eq!(scanned.inexact, None);
         assert!(scan(b"{").is_none(), "not JSON: left to rmcp");
         assert_eq!(scan(b"[1, 2.5, true, null, \"s\\\"\"]").unwrap().inexact, None);
+    }
+
+    #[test]
+    fn a_body_nested_past_the_parser_limit_is_left_unscanned_not_recursed_into() {
+        // 1 M levels: the recursive scanner would overflow any thread's stack on it.
+        // Well-formed (balanced), so only the depth stands between it and the scanner.
+        for (open, close) in [("[", "]"), ("{\"a\":", "}")] {
+            let deep = format!("{}1{}", open.repeat(1_000_000), close.repeat(1_000_000));
+            assert!(scan(deep.as_bytes()).is_none(), "{open}");
+        }
+        let fine = format!("{{\"a\":{}1{}}}", "[".repeat(100), "]".repeat(100));
+        assert_eq!(scan(fine.as_bytes()).unwrap().inexact, None);
     }
 }

@@ -45,6 +45,9 @@ pub struct GatewayOptions {
     pub allowed_hosts: Vec<String>,
     /// The largest MCP request body accepted.
     pub max_body_bytes: usize,
+    /// How deep objects and arrays may nest in an MCP request body (`--max-json-depth`); deeper
+    /// gets 400 before anything parses or scans it.
+    pub max_json_depth: usize,
     /// Sessions one tenant may have open at once, all servers together.
     pub max_sessions_per_tenant: usize,
     /// A session without a message for this long is closed (and its place freed).
@@ -72,6 +75,7 @@ impl Default for GatewayOptions {
             connect_timeout: Duration::from_secs(10),
             allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
             max_body_bytes: 4 << 20,
+            max_json_depth: agentrt_guards::json_shape::DEFAULT_MAX_DEPTH,
             max_sessions_per_tenant: DEFAULT_MAX_SESSIONS_PER_TENANT,
             session_idle: DEFAULT_SESSION_IDLE,
             call_timeout: DEFAULT_CALL_TIMEOUT,

@@ -55,17 +55,20 @@ pub enum Refused {
     Inexact,
     /// A body over `--max-body-bytes`.
     BodyTooLarge,
+    /// A body nested deeper than `--max-json-depth`.
+    TooDeep,
 }
 
 impl Refused {
     /// Every reason, in declaration order: the index of its counter and the order of its series.
-    pub const ALL: [Refused; 6] = [
+    pub const ALL: [Refused; 7] = [
         Refused::Auth,
         Refused::UnknownSession,
         Refused::SessionCap,
         Refused::InFlight,
         Refused::Inexact,
         Refused::BodyTooLarge,
+        Refused::TooDeep,
     ];
 
     /// The `reason` label.
@@ -77,6 +80,7 @@ impl Refused {
             Refused::InFlight => "in_flight",
             Refused::Inexact => "inexact_json",
             Refused::BodyTooLarge => "body_too_large",
+            Refused::TooDeep => "too_deep",
         }
     }
 }

@@ -121,6 +121,17 @@ async fn guard(State(gateway): State<Arc<Gateway>>, request: Request, next: Next
                 return plain(StatusCode::BAD_REQUEST, "the request body could not be read".into());
             }
         };
+        let max_depth = gateway.options.max_json_depth;
+        if !agentrt_guards::json_shape::within_depth(&bytes, max_depth) {
+            gateway.metrics.refuse(Refused::TooDeep);
+            return plain(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "the MCP message nests objects and arrays more than {max_depth} levels deep (the \
+                     gateway's --max-json-depth); flatten it"
+                ),
+            );
+        }
         if let Some(scanned) = exact_json::scan(&bytes) {
             if let Some(inexact) = &scanned.inexact {
                 gateway.metrics.refuse(Refused::Inexact);

@@ -91,7 +91,7 @@ impl UpstreamSpec {
     /// program without its arguments.
     pub fn describe(&self) -> String {
         match &self.transport {
-            Transport::Http(url) => format!("MCP server `{}` ({})", self.name, redacted_url(url)),
+            Transport::Http(url) => format!("MCP server `{}` ({})", self.name, agentrt_guards::shown_url::shown(url)),
             Transport::Stdio { program, .. } => format!("MCP server `{}` (stdio: {program})", self.name),
         }
     }
@@ -101,37 +101,8 @@ impl UpstreamSpec {
         let Transport::Http(url) = &self.transport else {
             return text.to_string();
         };
-        let mut text = text.to_string();
-        for secret in url_secrets(url) {
-            text = text.replace(&secret, "***");
-        }
-        text
+        agentrt_guards::shown_url::redact(text, url)
     }
-}
-
-/// The parts of `url` that may be secret: the user information before `@`, the query, the
-/// fragment.
-fn url_secrets(url: &str) -> Vec<String> {
-    let rest = url.strip_prefix("http://").unwrap_or(url);
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let mut secrets = Vec::new();
-    if let Some(at) = rest[..authority_end].rfind('@') {
-        secrets.push(rest[..at].to_string());
-    }
-    if let Some(q) = rest.find(['?', '#']) {
-        secrets.push(rest[q + 1..].to_string());
-    }
-    secrets.retain(|s| !s.is_empty());
-    secrets
-}
-
-/// `url` with its user information, query and fragment replaced by `***`.
-fn redacted_url(url: &str) -> String {
-    let mut shown = url.to_string();
-    for secret in url_secrets(url) {
-        shown = shown.replace(&secret, "***");
-    }
-    shown
 }
 
 /// A server name is 1–64 ASCII letters, digits, `-`, `_` or `.`: it is a URL path segment and a

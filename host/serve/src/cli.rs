@@ -357,6 +357,10 @@ pub struct LimitArgs {
     /// before the body is parsed.
     #[arg(long, default_value_t = RequestBudget::default().max_json_elements)]
     pub max_json_elements: usize,
+    /// How deep objects and arrays may nest in a request body or an MCP message (1–127); deeper
+    /// gets 400 before it is parsed. Bounds the stack every walk of client JSON may take.
+    #[arg(long, default_value_t = RequestBudget::default().max_json_depth)]
+    pub max_json_depth: usize,
     /// Messages (or Responses input items) one request may hold; more get 400.
     #[arg(long, default_value_t = RequestBudget::default().max_items)]
     pub max_request_items: usize,
@@ -374,6 +378,11 @@ impl LimitArgs {
             self.header_read_timeout_ms > 0,
             "--header-read-timeout-ms must be at least 1"
         );
+        anyhow::ensure!(
+            (1..=agentrt_guards::json_shape::PARSER_DEPTH_LIMIT).contains(&self.max_json_depth),
+            "--max-json-depth must be between 1 and {} (the JSON parser's own limit)",
+            agentrt_guards::json_shape::PARSER_DEPTH_LIMIT
+        );
         let ms = Duration::from_millis;
         Ok(Limits {
             max_connections: self.max_connections,
@@ -386,6 +395,7 @@ impl LimitArgs {
             max_upstream_reply_bytes: self.max_upstream_reply_bytes,
             budget: RequestBudget {
                 max_json_elements: self.max_json_elements,
+                max_json_depth: self.max_json_depth,
                 max_items: self.max_request_items,
                 max_tools: self.max_request_tools,
             },
@@ -464,6 +474,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         |name| Ok(Arc::new(components.resolve(name)?.load(&engine)?)),
         &slot,
         limits.max_body_bytes,
+        limits.budget.max_json_depth,
     )?;
     let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, settings)
         .with_tables(args.tables.limits()?)

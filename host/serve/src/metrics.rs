@@ -58,9 +58,10 @@ const OVERHEAD_BUCKETS_US: [u64; 8] = [50, 100, 200, 500, 1_000, 2_000, 5_000, 1
 /// Why the proxy refused a request it had authenticated, as `/metrics` labels it
 /// (`agentrt_proxy_refused_total{reason}`); each names the flag or rule in docs/security.md. (The
 /// admission queue counts its own refusals: `agentrt_proxy_admission_*`.)
-pub const REFUSAL_REASONS: [&str; 7] = [
-    // --max-json-elements, --max-request-items, --max-request-tools
+pub const REFUSAL_REASONS: [&str; 8] = [
+    // --max-json-elements, --max-json-depth, --max-request-items, --max-request-tools
     "json_elements",
+    "json_depth",
     "request_items",
     "request_tools",
     // an engine-control field a client may not set (--client-engine-field), agentrt's own tags

@@ -57,6 +57,7 @@ def spans_of(request):
                     "start_ns": span.start_time_unix_nano,
                     "end_ns": span.end_time_unix_nano,
                     "attributes": attributes_of(span.attributes),
+                    "trace_state": span.trace_state,
                     "service_name": resource.get("service.name"),
                     "scope": scope_spans.scope.name,
                 }

@@ -67,7 +67,7 @@ async fn check_upstream(upstream: Upstream) {
         match models(&upstream).await {
             Ok(models) => {
                 let late = if warned { " now" } else { "" };
-                tracing::info!("the upstream {} answers{late}; it serves {models}", upstream.base());
+                tracing::info!("the upstream {} answers{late}; it serves {models}", upstream.shown());
                 return;
             }
             Err(why) if !warned => {
@@ -75,7 +75,7 @@ async fn check_upstream(upstream: Upstream) {
                 tracing::warn!(
                     "the upstream {} does not answer ({why}): requests get 502 until it does; asking again \
                      every {} s",
-                    upstream.base(),
+                    upstream.shown(),
                     UPSTREAM_RETRY.as_secs()
                 );
             }

@@ -48,6 +48,11 @@ impl Upstream {
         &self.0.base
     }
 
+    /// The base URL as logs and spans may show it: without credentials, query or fragment.
+    pub fn shown(&self) -> String {
+        agentrt_guards::shown_url::shown(&self.0.base)
+    }
+
     /// The limits the proxy runs under (the upstream's timeouts and reply cap among them).
     pub fn limits(&self) -> &Limits {
         &self.0.limits
@@ -99,6 +104,9 @@ pub async fn send_checked(
     limits: &Limits,
 ) -> Result<reqwest::Response, (ApiError, bool)> {
     let waited = limits.upstream_first_byte_timeout;
+    // Clients read these messages: the operator's URL is shown without its credentials, and
+    // reqwest's own error without the URL it would quote whole.
+    let upstream = agentrt_guards::shown_url::shown(upstream);
     match tokio::time::timeout(waited, request.send()).await {
         Ok(Ok(response)) => Ok(response),
         Ok(Err(e)) if e.is_connect() && e.is_timeout() => Err((
@@ -108,10 +116,13 @@ pub async fn send_checked(
             )),
             false,
         )),
-        Ok(Err(e)) => Err((
-            ApiError::upstream(format!("upstream {upstream} unreachable: {e}")),
-            e.is_connect(),
-        )),
+        Ok(Err(e)) => {
+            let refused = e.is_connect();
+            Err((
+                ApiError::upstream(format!("upstream {upstream} unreachable: {}", e.without_url())),
+                refused,
+            ))
+        }
         Err(_) => Err((
             ApiError::upstream_timeout(format!(
                 "upstream {upstream} sent no response within {} (--upstream-first-byte-timeout-ms)",
@@ -131,7 +142,10 @@ where
     match tokio::time::timeout(limits.upstream_idle_timeout, body.next()).await {
         Ok(None) => None,
         Ok(Some(Ok(bytes))) => Some(Ok(bytes)),
-        Ok(Some(Err(e))) => Some(Err(ApiError::upstream(format!("upstream failed {when}: {e}")))),
+        Ok(Some(Err(e))) => Some(Err(ApiError::upstream(format!(
+            "upstream failed {when}: {}",
+            e.without_url()
+        )))),
         Err(_) => Some(Err(ApiError::upstream_timeout(format!(
             "upstream failed {when}: it sent nothing for {} (--upstream-idle-timeout-ms)",
             ms(limits.upstream_idle_timeout)

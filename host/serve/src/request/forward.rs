@@ -281,7 +281,8 @@ async fn send_to(
         otel.name = %format_args!("POST {path}"),
         otel.kind = "client",
         http.request.method = "POST",
-        server.address = base,
+        // Exported to the tracing backend: never the URL's credentials.
+        server.address = %agentrt_guards::shown_url::shown(base),
         http.response.status_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
     );

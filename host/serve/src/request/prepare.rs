@@ -20,16 +20,17 @@ use crate::identity::{identify_chat, identify_completion, Anchor, Identity};
 use crate::tenant::continuation::PromptShape;
 use crate::tenant::Tenant;
 
-/// Parse a request body within its budget ([`crate::front::request_budget`]): its JSON elements are
-/// counted before anything is allocated, and a large one is parsed on a blocking thread, one at a
+/// Parse a request body within its budget ([`crate::front::request_budget`]): its JSON elements and
+/// depth are measured before anything is allocated, and a large one is parsed on a blocking thread, one at a
 /// time per tenant. `body` is dropped here: only the amended copy goes on.
 pub(super) async fn parse_body(state: &ProxyState, tenant: &Tenant, body: Bytes) -> Result<Value, ApiError> {
-    state
-        .upstream
-        .limits()
-        .budget
-        .check_elements(&body)
-        .map_err(|e| state.refused(e.reason, ApiError::payload_too_large(e.message)))?;
+    state.upstream.limits().budget.check_shape(&body).map_err(|e| {
+        let error = match e.too_large {
+            true => ApiError::payload_too_large(e.message),
+            false => ApiError::bad_request(e.message),
+        };
+        state.refused(e.reason, error)
+    })?;
     let parsed = if body.len() >= crate::front::request_budget::HEAVY_BODY_BYTES {
         let _turn = tenant.heavy_parse().await;
         tokio::task::spawn_blocking(move || serde_json::from_slice::<Value>(&body))
