@@ -62,6 +62,54 @@ async fn engine_control_fields_from_a_client_are_refused_and_never_reach_the_eng
     );
 }
 
+/// Before: with `--engine sglang`, 9 of 9 of SGLang's own steering fields went upstream as sent
+/// (`lora_path: "/etc/passwd"`, a pickled `custom_logit_processor`) while vLLM's were refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sglangs_steering_fields_are_refused_like_vllms_and_never_reach_the_engine() {
+    let p = Setup {
+        engine: agentrt_serve::engine::kind::EngineKind::Sglang,
+        ..two_tenants("lru")
+    }
+    .start()
+    .await;
+    let base = chat("You plan.", "Task", "tiny", false);
+    let fields = [
+        ("rid", json!("another-tenants-request")),
+        ("bootstrap_host", json!("203.0.113.9")),
+        ("bootstrap_port", json!(8998)),
+        ("bootstrap_room", json!(12345)),
+        ("extra_key", json!("another-tenants-salt")),
+        ("data_parallel_rank", json!(1)),
+        (
+            "custom_logit_processor",
+            json!("gASVKAAAAAAAAACMBXBvc2l4lIwGc3lzdGVtlJOUjAJpZJSFlFKULg=="),
+        ),
+        ("return_hidden_states", json!(true)),
+        ("lora_path", json!("/etc/passwd")),
+    ];
+    for (field, value) in &fields {
+        let (status, answer) = call(
+            &p,
+            "/v1/chat/completions",
+            "key-a",
+            &with(base.clone(), field, value.clone()),
+        )
+        .await;
+        assert_eq!(status, 400, "{field}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(&format!("--client-engine-field {field}")), "{message}");
+    }
+    assert!(p.stub.user_requests().is_empty(), "nothing went upstream");
+    let metrics = metrics_text(&p).await;
+    assert!(
+        metrics.contains(&format!(
+            "agentrt_proxy_refused_total{{reason=\"engine_field\"}} {}",
+            fields.len()
+        )),
+        "{metrics}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_may_allow_a_field_by_name() {
     let p = Setup {

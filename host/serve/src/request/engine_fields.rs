@@ -5,7 +5,13 @@
 //! `priority` puts a request ahead of every other tenant's (past fair-share and the admission
 //! queue), `kv_transfer_params` tells the engine where to fetch KV from (a remote host of the
 //! client's choosing), and `request_id` names the request inside the engine, where ids must be
-//! unique. A client's value for one of these is refused with a 400 naming the field and the flag
+//! unique. SGLang's request schema has its own such fields: `rid` (its request id),
+//! `bootstrap_host`/`bootstrap_port`/`bootstrap_room` (where a disaggregated decode fetches KV
+//! from), `extra_key` (a prefix-cache namespace: it would join another tenant's cache salt),
+//! `data_parallel_rank` (pins a replica rank), `custom_logit_processor` (a pickled callable the
+//! engine runs), `return_hidden_states` (the model's activations, megabytes per token) and
+//! `lora_path` (a path on the engine's host). They are guarded whatever `--engine` says: one
+//! replica behind a router may be the other engine. A client's value for one of these is refused with a 400 naming the field and the flag
 //! that allows it (`--client-engine-field NAME`); a value that changes nothing (`null`, a
 //! priority of 0) is dropped instead, so clients that spell out defaults keep working. Inside
 //! `vllm_xargs` (and SGLang's `custom_params`), the keys agentrt tags requests with (`agentrt_*`: agent, session, warm-up) are
@@ -29,14 +35,41 @@ pub enum EngineField {
     KvTransferParams,
     /// The engine's id of the request.
     RequestId,
+    /// SGLang's id of the request (its `request_id`).
+    Rid,
+    /// SGLang's disaggregation: the prefill server a decode fetches KV from.
+    BootstrapHost,
+    /// SGLang's disaggregation: that server's port.
+    BootstrapPort,
+    /// SGLang's disaggregation: the transfer's room id.
+    BootstrapRoom,
+    /// SGLang's prefix-cache namespace.
+    ExtraKey,
+    /// SGLang's data-parallel rank to run on.
+    DataParallelRank,
+    /// SGLang's custom logit processor: a serialized callable the engine runs.
+    CustomLogitProcessor,
+    /// SGLang's hidden states in the reply.
+    ReturnHiddenStates,
+    /// SGLang's LoRA adapter, by path on the engine's host.
+    LoraPath,
 }
 
 impl EngineField {
     /// Every guarded field, in the order a body is checked (and the error lists them).
-    pub const ALL: [EngineField; 3] = [
+    pub const ALL: [EngineField; 12] = [
         EngineField::Priority,
         EngineField::KvTransferParams,
         EngineField::RequestId,
+        EngineField::Rid,
+        EngineField::BootstrapHost,
+        EngineField::BootstrapPort,
+        EngineField::BootstrapRoom,
+        EngineField::ExtraKey,
+        EngineField::DataParallelRank,
+        EngineField::CustomLogitProcessor,
+        EngineField::ReturnHiddenStates,
+        EngineField::LoraPath,
     ];
 
     /// The field's name in a request body (and in `--client-engine-field`).
@@ -45,6 +78,15 @@ impl EngineField {
             EngineField::Priority => "priority",
             EngineField::KvTransferParams => "kv_transfer_params",
             EngineField::RequestId => "request_id",
+            EngineField::Rid => "rid",
+            EngineField::BootstrapHost => "bootstrap_host",
+            EngineField::BootstrapPort => "bootstrap_port",
+            EngineField::BootstrapRoom => "bootstrap_room",
+            EngineField::ExtraKey => "extra_key",
+            EngineField::DataParallelRank => "data_parallel_rank",
+            EngineField::CustomLogitProcessor => "custom_logit_processor",
+            EngineField::ReturnHiddenStates => "return_hidden_states",
+            EngineField::LoraPath => "lora_path",
         }
     }
 
@@ -63,7 +105,8 @@ impl EngineField {
     fn changes_nothing(self, value: &Value) -> bool {
         match self {
             EngineField::Priority => value.is_null() || value.as_i64() == Some(0),
-            EngineField::KvTransferParams | EngineField::RequestId => value.is_null(),
+            EngineField::ReturnHiddenStates => value.is_null() || value.as_bool() == Some(false),
+            _ => value.is_null(),
         }
     }
 }
@@ -149,6 +192,35 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn sglangs_steering_fields_are_refused_too_and_their_defaults_dropped() {
+        for (field, value) in [
+            ("rid", json!("someone-elses-id")),
+            ("bootstrap_host", json!("attacker.example")),
+            ("bootstrap_port", json!(8998)),
+            ("bootstrap_room", json!(7)),
+            ("extra_key", json!("other-tenant-salt")),
+            ("data_parallel_rank", json!(0)),
+            (
+                "custom_logit_processor",
+                json!("gASVKAAAAAAAAACMBXBvc2l4lIwGc3lzdGVtlJOUjAJpZJSFlFKULg=="),
+            ),
+            ("return_hidden_states", json!(true)),
+            ("lora_path", json!("/etc/passwd")),
+        ] {
+            let e = check(&[], json!({"model": "m", field: value})).unwrap_err();
+            assert!(e.contains(&format!("--client-engine-field {field}")), "{field}: {e}");
+        }
+        let body = check(&[], json!({"model": "m", "return_hidden_states": false, "rid": null})).unwrap();
+        assert_eq!(body, json!({"model": "m"}));
+        let body = check(
+            &[EngineField::LoraPath],
+            json!({"model": "m", "lora_path": "adapters/a"}),
+        )
+        .unwrap();
+        assert_eq!(body["lora_path"], "adapters/a");
     }
 
     #[test]
