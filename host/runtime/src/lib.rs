@@ -38,6 +38,7 @@ pub mod component;
 pub mod component_file;
 pub mod component_lookup;
 pub mod engine;
+pub mod flag_values;
 pub mod error;
 pub mod handle;
 mod instance;
