@@ -33,7 +33,7 @@ impl Share {
         let number = |s: &str, what: &str| {
             s.trim()
                 .parse::<u64>()
-                .map_err(|_| format!("{what} {s:?} is not a number of blocks"))
+                .map_err(|_| format!("{what} is not a whole number of blocks"))
         };
         let share = match text.split_once(':') {
             None => Share {
