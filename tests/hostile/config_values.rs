@@ -36,7 +36,10 @@ fn start_with(file: &Path) -> Result<(), String> {
         .map(OsString::from)
         .collect();
     let argv = agentrt_serve::config_flags::with_file_flags(&agentrt(), "serve", argv)?;
-    agentrt().try_get_matches_from(argv).map(|_| ()).map_err(|e| e.to_string())
+    agentrt()
+        .try_get_matches_from(argv)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// The settings a proxy starts with (the same read as every reload): its error.
@@ -81,10 +84,14 @@ async fn reload(url: &str) -> (u16, Value) {
 
 async fn call(p: &Proxy, key: &str) -> u16 {
     let auth = format!("Bearer {key}");
-    post_json(p, &chat("You plan.", "Task", "tiny", false), &[("authorization", &auth)])
-        .await
-        .status()
-        .as_u16()
+    post_json(
+        p,
+        &chat("You plan.", "Task", "tiny", false),
+        &[("authorization", &auth)],
+    )
+    .await
+    .status()
+    .as_u16()
 }
 
 /// Log lines the process writes, for the tests that read them.
@@ -114,9 +121,14 @@ fn capture_log() {
 #[test]
 fn a_nan_or_infinite_rate_is_refused_at_start_naming_the_key() {
     for value in ["nan", "inf", "-inf", "-2.5", "0.0"] {
-        let (_dir, file) = config_file(&format!("[serve]\nupstream = \"http://x\"\nwarmup-rate = {value}\n{TWO_TENANTS}"));
+        let (_dir, file) = config_file(&format!(
+            "[serve]\nupstream = \"http://x\"\nwarmup-rate = {value}\n{TWO_TENANTS}"
+        ));
         let e = start_with(&file).expect_err(value);
-        assert!(e.contains("[serve] warmup-rate") && e.contains("--warmup-rate"), "{value}: {e}");
+        assert!(
+            e.contains("[serve] warmup-rate") && e.contains("--warmup-rate"),
+            "{value}: {e}"
+        );
         let e = settings_error(&file).unwrap_or_else(|| panic!("{value}: the proxy's read took it"));
         assert!(e.contains("warmup-rate"), "{value}: {e}");
     }
@@ -163,7 +175,10 @@ fn zero_timeouts_and_a_zero_element_budget_are_refused_from_the_file_and_the_com
             e.contains(&format!("[serve] {key}: --{key}: must be at least 1")),
             "{key}: {e}"
         );
-        assert!(settings_error(&file).is_some_and(|e| e.contains(key)), "{key}: the proxy's read took it");
+        assert!(
+            settings_error(&file).is_some_and(|e| e.contains(key)),
+            "{key}: the proxy's read took it"
+        );
         let flag = format!("--{key}=0");
         let e = agentrt()
             .try_get_matches_from(["agentrt", "serve", "--upstream", "http://x", &flag])
@@ -173,7 +188,9 @@ fn zero_timeouts_and_a_zero_element_budget_are_refused_from_the_file_and_the_com
     }
     // Where 0 has a meaning, it is taken (and documented in --help).
     for zero_allowed in ["session-idle-ms", "tenant-max-in-flight", "max-request-tools"] {
-        let (_dir, file) = config_file(&format!("[serve]\nupstream = \"http://x\"\n{zero_allowed} = 0\n{TWO_TENANTS}"));
+        let (_dir, file) = config_file(&format!(
+            "[serve]\nupstream = \"http://x\"\n{zero_allowed} = 0\n{TWO_TENANTS}"
+        ));
         assert_eq!(start_with(&file), Ok(()), "{zero_allowed}");
     }
 }
@@ -213,9 +230,15 @@ async fn serve_values_carrying_a_secret_are_refused_at_start_and_on_reload_witho
         rename_over(&file, &text);
         let e = start_with(&file).expect_err(&line);
         assert!(!e.contains(SECRET), "{line}: the start error repeats the secret: {e}");
-        assert!(e.contains("agentrt.toml: [serve]"), "{line}: the error names the file and table: {e}");
+        assert!(
+            e.contains("agentrt.toml: [serve]"),
+            "{line}: the error names the file and table: {e}"
+        );
         let e = settings_error(&file).unwrap_or_else(|| panic!("{line}: the proxy's read took it"));
-        assert!(!e.contains(SECRET), "{line}: the settings error repeats the secret: {e}");
+        assert!(
+            !e.contains(SECRET),
+            "{line}: the settings error repeats the secret: {e}"
+        );
         let (status, answer) = reload(&p.url).await;
         assert_eq!(status, 400, "{line}: {answer}");
         assert!(
@@ -237,7 +260,12 @@ async fn malformed_public_anchors_are_refused_without_repeating_them() {
     let (_dir, file) = config_file(TWO_TENANTS);
     let p = proxy_with_config(&file).await;
     // Too short, too long, 16 characters that are not hex, a secret that looks like a hash.
-    for anchor in [SECRET.to_string(), format!("{SECRET}{SECRET}"), format!("{SECRET}abcd"), "0123456789abcdeg".into()] {
+    for anchor in [
+        SECRET.to_string(),
+        format!("{SECRET}{SECRET}"),
+        format!("{SECRET}abcd"),
+        "0123456789abcdeg".into(),
+    ] {
         rename_over(&file, &format!("[public]\nanchors = [\"{anchor}\"]\n{TWO_TENANTS}"));
         let (status, answer) = reload(&p.url).await;
         assert_eq!(status, 400, "{anchor}: {answer}");
@@ -308,5 +336,8 @@ async fn a_storm_of_reloads_while_the_file_is_renamed_over_is_answered_within_se
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
     eprintln!("{applied} reloads applied for 151 requests");
-    assert!(applied < 151, "requests that arrived during a reload joined the next one ({applied} applied)");
+    assert!(
+        applied < 151,
+        "requests that arrived during a reload joined the next one ({applied} applied)"
+    );
 }

@@ -83,7 +83,11 @@ pub fn read_settled_since(path: &Path, previous: Option<FileStamp>) -> Result<(S
     loop {
         let read = read_once(path)?;
         let now = SystemTime::now();
-        let age = read.stamp.modified.and_then(|m| now.duration_since(m).ok()).unwrap_or(SETTLE);
+        let age = read
+            .stamp
+            .modified
+            .and_then(|m| now.duration_since(m).ok())
+            .unwrap_or(SETTLE);
         let whole = previous.is_some_and(|p| read.stamp.whole_since(&p));
         if read.unchanged && (whole || age >= SETTLE) {
             return Ok((read.text, read.stamp));

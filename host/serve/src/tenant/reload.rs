@@ -159,7 +159,12 @@ fn changed_keys(before: &toml::Table, after: &toml::Table) -> Vec<String> {
         (Some(a), Some(b)) => same_value(a, b),
         (a, b) => a.is_none() && b.is_none(),
     };
-    let mut keys: Vec<String> = before.keys().chain(after.keys()).filter(|k| !same(k)).cloned().collect();
+    let mut keys: Vec<String> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|k| !same(k))
+        .cloned()
+        .collect();
     keys.sort();
     keys.dedup();
     keys
@@ -376,13 +381,21 @@ mod tests {
 
     #[test]
     fn a_float_read_again_is_the_same_nan_included() {
-        let read = || toml::from_str::<toml::Table>("rate = nan
+        let read = || {
+            toml::from_str::<toml::Table>(
+                "rate = nan
 list = [1.5, inf]
-").unwrap();
+",
+            )
+            .unwrap()
+        };
         assert!(changed_keys(&read(), &read()).is_empty());
-        let other: toml::Table = toml::from_str("rate = 2.0
+        let other: toml::Table = toml::from_str(
+            "rate = 2.0
 list = [1.5, inf]
-").unwrap();
+",
+        )
+        .unwrap();
         assert_eq!(changed_keys(&read(), &other), ["rate"]);
     }
 
@@ -405,7 +418,11 @@ list = [1.5, inf]
         let joined: Vec<_> = (0..50).map(|_| reload(rounds.clone(), runs.clone())).collect();
         assert_eq!(first.join().unwrap(), Err("round 0".to_string()));
         for answer in joined {
-            assert_eq!(answer.join().unwrap(), Err("round 1".to_string()), "one round for all 50");
+            assert_eq!(
+                answer.join().unwrap(),
+                Err("round 1".to_string()),
+                "one round for all 50"
+            );
         }
         assert_eq!(runs.load(Relaxed), 2);
     }
