@@ -51,8 +51,8 @@ pub struct McpArgs {
     /// How long a call waits for the policy's memo decision before going to the server (ms).
     #[arg(long = "mcp-memo-decision-ms", default_value_t = 50)]
     pub memo_decision_ms: u64,
-    /// How long connecting to a server (the MCP handshake) may take (ms).
-    #[arg(long = "mcp-connect-timeout-ms", default_value_t = 10_000)]
+    /// How long connecting to a server (the MCP handshake) may take (ms); at least 1.
+    #[arg(long = "mcp-connect-timeout-ms", value_parser = agentrt_runtime::flag_values::at_least_one_ms, default_value_t = 10_000)]
     pub connect_timeout_ms: u64,
     /// A `Host` the `/mcp` routes accept (repeatable; default: loopback names only, against DNS
     /// rebinding); `*` accepts any (behind a proxy that checks it, or with tenant keys).
@@ -63,12 +63,14 @@ pub struct McpArgs {
     // The ids keep clear of serve's own `--max-sessions` and `--session-idle-ms`.
     #[arg(id = "mcp_max_sessions", long = "mcp-max-sessions", default_value_t = DEFAULT_MAX_SESSIONS_PER_TENANT)]
     pub max_sessions: usize,
-    /// An MCP session without a request for this long is closed and its place freed (ms).
-    #[arg(id = "mcp_session_idle_ms", long = "mcp-session-idle-ms", default_value_t = DEFAULT_SESSION_IDLE.as_millis() as u64)]
+    /// An MCP session without a request for this long is closed and its place freed (ms); at
+    /// least 1.
+    #[arg(id = "mcp_session_idle_ms", long = "mcp-session-idle-ms", value_parser = agentrt_runtime::flag_values::at_least_one_ms, default_value_t = DEFAULT_SESSION_IDLE.as_millis() as u64)]
     pub session_idle_ms: u64,
     /// How long a server may take to answer one request (ms); past it the request is cancelled at
-    /// the server and the agent gets a JSON-RPC error (-32001).
-    #[arg(long = "mcp-call-timeout-ms", default_value_t = DEFAULT_CALL_TIMEOUT.as_millis() as u64)]
+    /// the server and the agent gets a JSON-RPC error (-32001). At least 1 (there is no "no
+    /// timeout"); checked with or without `--mcp-server`.
+    #[arg(long = "mcp-call-timeout-ms", value_parser = agentrt_runtime::flag_values::at_least_one_ms, default_value_t = DEFAULT_CALL_TIMEOUT.as_millis() as u64)]
     pub call_timeout_ms: u64,
     /// A variable a `stdio:` server gets besides PATH, HOME, LANG, LC_ALL, LC_CTYPE, TMPDIR and TZ
     /// (repeatable): `NAME` passes agentrt's own value, `NAME=VALUE` sets one. Nothing else of

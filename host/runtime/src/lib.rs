@@ -39,6 +39,7 @@ pub mod component_file;
 pub mod component_lookup;
 pub mod engine;
 pub mod error;
+pub mod flag_values;
 pub mod handle;
 mod instance;
 pub mod journal;

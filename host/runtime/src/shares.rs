@@ -33,7 +33,7 @@ impl Share {
         let number = |s: &str, what: &str| {
             s.trim()
                 .parse::<u64>()
-                .map_err(|_| format!("{what} {s:?} is not a number of blocks"))
+                .map_err(|_| format!("{what} is not a whole number of blocks"))
         };
         let share = match text.split_once(':') {
             None => Share {
@@ -60,7 +60,7 @@ impl Share {
 pub fn parse_tenant_share(text: &str) -> Result<(String, Share), String> {
     let (tenant, share) = text
         .rsplit_once('=')
-        .ok_or_else(|| format!("expected TENANT=MIN_BLOCKS[:MAX_BLOCKS], got {text:?}"))?;
+        .ok_or_else(|| "expected TENANT=MIN_BLOCKS[:MAX_BLOCKS] (no `=` found)".to_string())?;
     crate::registry::validate_tenant_name(tenant)?;
     Ok((tenant.to_string(), Share::parse(share)?))
 }

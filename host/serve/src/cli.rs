@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use agentrt_runtime::Share;
+use agentrt_runtime::{flag_values, Share};
 use agentrt_runtime::{
     BreakerConfig, ComponentLookup, EngineOptions, PolicyEngine, PolicyRegistry, SandboxLimits, SlotConfig,
 };
@@ -113,8 +113,9 @@ pub struct ServeArgs {
     /// Warm-ups in flight at once.
     #[arg(help_heading = "Policies", long, default_value_t = WarmupOptions::default().max_concurrent)]
     pub warmup_concurrency: usize,
-    /// Sustained warm-ups per second.
-    #[arg(help_heading = "Policies", long, default_value_t = WarmupOptions::default().per_second)]
+    /// Sustained warm-ups per second: a number above 0 (NaN, infinities, 0 and negatives are
+    /// refused; to send no warm-ups, use a policy that asks for none).
+    #[arg(help_heading = "Policies", long, value_parser = flag_values::positive_rate, default_value_t = WarmupOptions::default().per_second)]
     pub warmup_rate: f64,
     /// A session with no request for this long is reported ended (`session-end`) to its policy;
     /// 0 = never. Clients send no "done" signal, so silence is the proxy's only sign that a
@@ -325,59 +326,55 @@ impl PolicyLimitArgs {
 /// The front door's limits (docs/security.md); defaults are [`Limits::default`].
 #[derive(clap::Args, Debug)]
 pub struct LimitArgs {
-    /// Client connections open at once; a connection beyond it is closed at once.
-    #[arg(long, default_value_t = Limits::default().max_connections)]
+    /// Client connections open at once; a connection beyond it is closed at once. At least 1.
+    #[arg(long, value_parser = flag_values::at_least_one, default_value_t = Limits::default().max_connections)]
     pub max_connections: usize,
     /// A connection must send a request's complete headers within this long of being accepted
-    /// (or of its previous response), or it is closed.
-    #[arg(long, default_value_t = Limits::default().header_read_timeout.as_millis() as u64)]
+    /// (or of its previous response), or it is closed. At least 1.
+    #[arg(long, value_parser = flag_values::at_least_one_ms, default_value_t = Limits::default().header_read_timeout.as_millis() as u64)]
     pub header_read_timeout_ms: u64,
-    /// Largest request body on the OpenAI routes; larger ones get 413.
-    #[arg(long, default_value_t = Limits::default().max_body_bytes)]
+    /// Largest request body on the OpenAI routes; larger ones get 413. At least 1.
+    #[arg(long, value_parser = flag_values::at_least_one, default_value_t = Limits::default().max_body_bytes)]
     pub max_body_bytes: usize,
-    /// Largest policy component the admin API accepts; larger ones get 413.
-    #[arg(long, default_value_t = Limits::default().max_upload_bytes)]
+    /// Largest policy component the admin API accepts; larger ones get 413. At least 1.
+    #[arg(long, value_parser = flag_values::at_least_one, default_value_t = Limits::default().max_upload_bytes)]
     pub max_upload_bytes: usize,
-    /// Time to connect to the upstream; then 504.
-    #[arg(long, default_value_t = Limits::default().upstream_connect_timeout.as_millis() as u64)]
+    /// Time to connect to the upstream; then 504. At least 1 (there is no "no timeout").
+    #[arg(long, value_parser = flag_values::at_least_one_ms, default_value_t = Limits::default().upstream_connect_timeout.as_millis() as u64)]
     pub upstream_connect_timeout_ms: u64,
     /// Time from sending a request upstream to its response headers; then 504. vLLM sends a
     /// non-streamed reply's headers when the whole completion is done, so size it above the
-    /// longest queueing plus generation.
-    #[arg(long, default_value_t = Limits::default().upstream_first_byte_timeout.as_millis() as u64)]
+    /// longest queueing plus generation. At least 1 (there is no "no timeout").
+    #[arg(long, value_parser = flag_values::at_least_one_ms, default_value_t = Limits::default().upstream_first_byte_timeout.as_millis() as u64)]
     pub upstream_first_byte_timeout_ms: u64,
     /// Longest silence between two pieces of an upstream response; then 504 (or, mid-stream, an
-    /// SSE error event).
-    #[arg(long, default_value_t = Limits::default().upstream_idle_timeout.as_millis() as u64)]
+    /// SSE error event). At least 1 (there is no "no timeout").
+    #[arg(long, value_parser = flag_values::at_least_one_ms, default_value_t = Limits::default().upstream_idle_timeout.as_millis() as u64)]
     pub upstream_idle_timeout_ms: u64,
-    /// Largest non-streamed upstream reply; larger ones get 502. Streams are not buffered.
-    #[arg(long, default_value_t = Limits::default().max_upstream_reply_bytes)]
+    /// Largest non-streamed upstream reply; larger ones get 502. Streams are not buffered. At
+    /// least 1.
+    #[arg(long, value_parser = flag_values::at_least_one, default_value_t = Limits::default().max_upstream_reply_bytes)]
     pub max_upstream_reply_bytes: usize,
     /// JSON elements (objects, arrays and values) one request body may hold; more get 413
-    /// before the body is parsed.
-    #[arg(long, default_value_t = RequestBudget::default().max_json_elements)]
+    /// before the body is parsed. At least 1 (there is no "no limit").
+    #[arg(long, value_parser = flag_values::at_least_one, default_value_t = RequestBudget::default().max_json_elements)]
     pub max_json_elements: usize,
     /// How deep objects and arrays may nest in a request body or an MCP message (1–127); deeper
     /// gets 400 before it is parsed. Bounds the stack every walk of client JSON may take.
     #[arg(long, default_value_t = RequestBudget::default().max_json_depth)]
     pub max_json_depth: usize,
-    /// Messages (or Responses input items) one request may hold; more get 400.
-    #[arg(long, default_value_t = RequestBudget::default().max_items)]
+    /// Messages (or Responses input items) one request may hold; more get 400. At least 1.
+    #[arg(long, value_parser = flag_values::at_least_one, default_value_t = RequestBudget::default().max_items)]
     pub max_request_items: usize,
-    /// Tools one request may define; more get 400.
+    /// Tools one request may define; more get 400. 0 = requests may define no tools.
     #[arg(long, default_value_t = RequestBudget::default().max_tools)]
     pub max_request_tools: usize,
 }
 
 impl LimitArgs {
-    /// The front door's limits the flags give; an error names a flag set to 0 that needs at
-    /// least 1.
+    /// The front door's limits the flags give (their parsers, [`flag_values`], refused a 0
+    /// where a limit needs at least 1).
     pub fn limits(&self) -> anyhow::Result<Limits> {
-        anyhow::ensure!(self.max_connections > 0, "--max-connections must be at least 1");
-        anyhow::ensure!(
-            self.header_read_timeout_ms > 0,
-            "--header-read-timeout-ms must be at least 1"
-        );
         anyhow::ensure!(
             (1..=agentrt_guards::json_shape::PARSER_DEPTH_LIMIT).contains(&self.max_json_depth),
             "--max-json-depth must be between 1 and {} (the JSON parser's own limit)",

@@ -112,7 +112,8 @@ pub fn flags_of_table(
             .get_arguments()
             .find(|a| a.get_long() == Some(long.as_str()) && a.get_id() != CONFIG_FLAG)
         else {
-            return Err(unknown_key(key, &at));
+            // Not `at`: only a key that is a flag's name is shown; another may be a secret.
+            return Err(unknown_key(command, key, &shown.to_string()));
         };
         if given_elsewhere(arg.get_id().as_str()) {
             continue;
@@ -153,7 +154,7 @@ pub fn flags_of_table(
                 } else {
                     at.clone()
                 };
-                return Err(format!("{place}: {}", clap_message(e)));
+                return Err(format!("{place}: {}", refusal(e, &flag, &text)));
             }
             argv.push(token);
         }
@@ -161,12 +162,86 @@ pub fn flags_of_table(
     Ok(argv)
 }
 
-/// The error for a key that is no flag.
-fn unknown_key(key: &str, at: &str) -> String {
-    format!(
-        "{at}: unknown key `{key}`: the keys of [{SERVE_TABLE}] are the long names of \
-         `agentrt serve`'s flags without `--` (`agentrt serve --help` lists them)"
-    )
+/// The error for a key that is no flag. The key is named only when it is a near miss of a
+/// flag's name (a typo): any other key may be a secret written on the wrong line.
+fn unknown_key(command: &Command, key: &str, shown: &str) -> String {
+    let listed = format!(
+        "the keys of [{SERVE_TABLE}] are the long names of `agentrt serve`'s flags without `--` \
+         (`agentrt serve --help` lists them)"
+    );
+    let dashed = key.replace('_', "-");
+    let nearest = command
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        .filter(|long| *long != CONFIG_FLAG)
+        .map(|long| (edit_distance(&dashed, long), long))
+        .min();
+    match nearest {
+        Some((distance, long)) if distance <= 2 => {
+            format!("{shown}: [{SERVE_TABLE}] {key}: unknown key `{key}`: did you mean `{long}`? {listed}")
+        }
+        _ => format!(
+            "{shown}: [{SERVE_TABLE}] has a key that is no flag's name (not shown: it may be a \
+             secret written as a key); {listed}"
+        ),
+    }
+}
+
+/// The Levenshtein distance between `a` and `b`, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
+/// Why `flag` refused a value of the file, in words that never repeat the value (`text`): clap's
+/// own message quotes it, and a file's value may be a secret on the wrong line. A reason that
+/// would still repeat it (a parser quoting its input) gives way to a plain one.
+fn refusal(e: &clap::Error, flag: &str, text: &str) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let plain = || format!("{flag} refuses this value (`agentrt serve --help` says what it takes)");
+    let reason = match e.kind() {
+        ErrorKind::InvalidValue => match e.get(ContextKind::ValidValue) {
+            Some(ContextValue::Strings(valid)) => format!("{flag} takes one of {}", valid.join(", ")),
+            _ => plain(),
+        },
+        _ => match std::error::Error::source(e) {
+            Some(why) => format!("{flag}: {why}"),
+            None => plain(),
+        },
+    };
+    if repeats(&reason, text) {
+        plain()
+    } else {
+        reason
+    }
+}
+
+/// Whether `message` repeats `value`, or a piece of it long enough to matter (split where flag
+/// values split: `=`, `:`, `,`, spaces).
+fn repeats(message: &str, value: &str) -> bool {
+    let long_enough = |piece: &&str| piece.chars().count() >= 4;
+    std::iter::once(value)
+        .chain(value.split(|c: char| matches!(c, '=' | ':' | ',') || c.is_whitespace()))
+        .filter(long_enough)
+        .any(|piece| message.contains(piece))
+}
+
+/// Whether the `[serve]` table `table` of the file at `path` would be accepted at start: every
+/// key a flag's name, every value one its flag takes. A reload runs it too, so what the file
+/// says is checked the same way whenever it is read, and named by key, never by value.
+pub fn check_serve_table(table: &toml::Table, path: &Path) -> Result<(), String> {
+    use clap::Args;
+    let serve = crate::ServeArgs::augment_args(Command::new("serve"));
+    flags_of_table(&serve, table, path, |_| false).map(|_| ())
 }
 
 /// A TOML scalar as it would be written on the command line.
@@ -190,13 +265,6 @@ fn other_than_a_value(e: &clap::Error) -> Result<(), &clap::Error> {
         | NoEquals => Err(e),
         _ => Ok(()),
     }
-}
-
-/// A clap error's message without its `error: ` prefix and the usage hint after it.
-fn clap_message(e: &clap::Error) -> String {
-    let text = e.to_string();
-    let first = text.lines().next().unwrap_or_default();
-    first.strip_prefix("error: ").unwrap_or(first).to_string()
 }
 
 #[cfg(test)]
@@ -275,7 +343,7 @@ mod tests {
     fn an_unknown_key_is_an_error_naming_it() {
         let e = parse("[serve]\nupstream = \"http://x\"\nmax-conections = 5\n", &[]).unwrap_err();
         assert!(
-            e.contains("[serve] max-conections: unknown key `max-conections`"),
+            e.contains("[serve] max-conections: unknown key `max-conections`: did you mean `max-connections`?"),
             "{e}"
         );
         assert!(e.contains("agentrt.toml"), "the error names the file: {e}");
@@ -299,11 +367,11 @@ mod tests {
             ),
             (
                 "max-connections = \"many\"",
-                "[serve] max-connections: invalid value 'many'",
+                "[serve] max-connections: --max-connections: is not a whole number",
             ),
             (
                 "share = [\"alpha=10\", \"beta\"]",
-                "[serve] share[1]: invalid value 'beta'",
+                "[serve] share[1]: --share: expected TENANT=MIN_BLOCKS[:MAX_BLOCKS]",
             ),
             (
                 "listen = { host = \"x\" }",

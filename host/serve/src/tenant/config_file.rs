@@ -12,8 +12,12 @@
 //!   parse (one tenant of two). So a file is used only once it has not changed for
 //!   [`SETTLE`]: read, then compare its length and modification time before and after; a file
 //!   modified less than [`SETTLE`] ago is read again once it is that old. A file that keeps
-//!   changing for [`MAX_WAIT`] is refused. (Writing a new file and renaming it over the old one
-//!   is atomic and needs none of this; docs/multi-tenant.md says so.)
+//!   changing for [`MAX_WAIT`] is refused.
+//! - **A rename never waits.** Writing a new file and renaming it over the old one is atomic
+//!   (docs/multi-tenant.md says to): a file that is another file than the last one read (another
+//!   inode) was put there whole, so it is read at once; so is the very version read last (same
+//!   inode, length and modification time), which settled then. Only a file modified in place
+//!   since the last read waits to settle ([`read_settled_since`]).
 //!
 //! Reading may therefore sleep: callers run it on a blocking thread, never on an async worker.
 
@@ -31,16 +35,62 @@ pub const SETTLE: Duration = Duration::from_millis(200);
 /// How long a reader waits for a file that keeps changing before it refuses it.
 pub const MAX_WAIT: Duration = Duration::from_secs(3);
 
+/// One version of the config file: which file it is (device and inode) and its length and
+/// modification time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    device: u64,
+    inode: u64,
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+impl FileStamp {
+    fn of(metadata: &Metadata) -> Self {
+        #[cfg(unix)]
+        let (device, inode) = {
+            use std::os::unix::fs::MetadataExt;
+            (metadata.dev(), metadata.ino())
+        };
+        #[cfg(not(unix))]
+        let (device, inode) = (0, 0);
+        Self {
+            device,
+            inode,
+            len: metadata.len(),
+            modified: metadata.modified().ok(),
+        }
+    }
+
+    /// Whether `self`, read after `previous`, is whole without waiting to settle: another file
+    /// (renamed over the old one), or the same version as then.
+    fn whole_since(&self, previous: &FileStamp) -> bool {
+        (self.device, self.inode) != (previous.device, previous.inode) || self == previous
+    }
+}
+
 /// The text of the config file at `path`, once it is a settled regular file under the cap. The
 /// error names the file and what is wrong with it.
 pub fn read_settled(path: &Path) -> Result<String, String> {
+    read_settled_since(path, None).map(|(text, _)| text)
+}
+
+/// [`read_settled`], knowing the stamp of the last version read (`previous`): a file renamed
+/// over that one, or that very version, is read at once without the settle wait. Returns the
+/// text and the stamp of the version it is.
+pub fn read_settled_since(path: &Path, previous: Option<FileStamp>) -> Result<(String, FileStamp), String> {
     let started = std::time::Instant::now();
     loop {
         let read = read_once(path)?;
         let now = SystemTime::now();
-        let age = read.modified.and_then(|m| now.duration_since(m).ok()).unwrap_or(SETTLE);
-        if read.unchanged && age >= SETTLE {
-            return Ok(read.text);
+        let age = read
+            .stamp
+            .modified
+            .and_then(|m| now.duration_since(m).ok())
+            .unwrap_or(SETTLE);
+        let whole = previous.is_some_and(|p| read.stamp.whole_since(&p));
+        if read.unchanged && (whole || age >= SETTLE) {
+            return Ok((read.text, read.stamp));
         }
         if started.elapsed() >= MAX_WAIT {
             return Err(format!(
@@ -58,7 +108,7 @@ pub fn read_settled(path: &Path) -> Result<String, String> {
 /// One read of the file, and whether it stayed the same while read.
 struct OneRead {
     text: String,
-    modified: Option<SystemTime>,
+    stamp: FileStamp,
     unchanged: bool,
 }
 
@@ -89,20 +139,16 @@ fn read_once(path: &Path) -> Result<OneRead, String> {
         ));
     }
     let after = std::fs::metadata(path).map_err(|e| format!("reading {shown}: {e}"))?;
-    let unchanged = after.len() == before.len()
-        && after.len() == bytes.len() as u64
-        && after.modified().ok() == before.modified().ok();
+    // The path's metadata, not the descriptor's: a file renamed over this one meanwhile differs.
+    let stamp = FileStamp::of(&before);
+    let unchanged = FileStamp::of(&after) == stamp && after.len() == bytes.len() as u64;
     let text = String::from_utf8(bytes).map_err(|e| {
         format!(
             "{shown} is not UTF-8 text (byte {} is not): a config file is TOML",
             e.utf8_error().valid_up_to()
         )
     })?;
-    Ok(OneRead {
-        text,
-        modified: before.modified().ok(),
-        unchanged,
-    })
+    Ok(OneRead { text, stamp, unchanged })
 }
 
 #[cfg(unix)]

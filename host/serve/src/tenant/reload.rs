@@ -5,8 +5,16 @@
 //! what and where (file, line, tenant), and the proxy goes on with the settings it had.
 //!
 //! The file is read as [`crate::tenant::config_file`] reads it (a settled regular file under a size
-//! cap), on a blocking thread, one reload at a time. A file that would leave the proxy without
-//! API keys is refused unless it says `unauthenticated = true` ([`crate::tenant::settings`]).
+//! cap; a file renamed over the last one read is read at once), on a blocking thread. Reloads
+//! coalesce: one runs at a time, and every request that arrives meanwhile joins the next one
+//! and gets its answer, so a storm of N requests costs at most two reads and two applies, and
+//! each answer comes from a read that began after its request ([`Rounds`]). A file that would
+//! leave the proxy without API keys is refused unless it says `unauthenticated = true`
+//! ([`crate::tenant::settings`]).
+//!
+//! The `[serve]` table is checked on every read as at start ([`crate::config_flags`]): every key
+//! a flag's name, every value one its flag takes. It is then compared with the table at start
+//! value by value, floats by their bits, so a file read again unchanged is never "changed".
 //!
 //! What a reload changes: the file's `[tenants.*]`, `[defaults]` and `[public]` tables and
 //! `unauthenticated` — API keys (new tenants, revoked keys), tenant admin tokens, cache shares,
@@ -21,11 +29,12 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 
 use serde::Serialize;
 
 use crate::metrics::ProxyMetrics;
+use crate::tenant::config_file::{read_settled_since, FileStamp};
 use crate::tenant::settings::{ConfigFile, FlagSettings, TenantSettings};
 use crate::tenant::Tenants;
 
@@ -39,8 +48,10 @@ pub struct Reloader {
     /// The file's `[serve]` table as it was at start: its flags are read once, so a reload of a
     /// file whose table differs is refused.
     serve_at_start: toml::Table,
-    /// Held through a reload: two at once could install the older file last.
-    one_at_a_time: std::sync::Mutex<()>,
+    /// The version of the file read last: a file renamed over it is read without waiting.
+    last_read: Mutex<Option<FileStamp>>,
+    /// One reload at a time, and the requests that arrive meanwhile joined into the next.
+    rounds: Rounds,
 }
 
 /// What a reload installed, for its caller and the log.
@@ -81,7 +92,8 @@ pub fn initial_settings(
                 path,
                 flags,
                 serve_at_start: toml::Table::new(),
-                one_at_a_time: std::sync::Mutex::new(()),
+                last_read: Mutex::new(None),
+                rounds: Rounds::default(),
             };
             let (settings, serve) = reloader.read_file()?;
             reloader.serve_at_start = serve;
@@ -112,11 +124,16 @@ impl Reloader {
 
     /// The tenants' settings and the `[serve]` table the file gives now.
     fn read_file(&self) -> Result<(TenantSettings, toml::Table), String> {
-        let mut file = ConfigFile::load(&self.path)?;
+        let previous = *lock(&self.last_read);
+        let (text, stamp) = read_settled_since(&self.path, previous)?;
+        *lock(&self.last_read) = Some(stamp);
+        let mut file = ConfigFile::from_text(&self.path, &text)?;
+        let serve = file.serve.take().unwrap_or_default();
+        // Before the warnings: a key of [serve] that is no flag's name is never logged.
+        crate::config_flags::check_serve_table(&serve, &self.path)?;
         for warning in std::mem::take(&mut file.warnings) {
             tracing::warn!("{warning}");
         }
-        let serve = file.serve.take().unwrap_or_default();
         let says_unauthenticated = file.unauthenticated;
         let settings = self
             .flags
@@ -138,15 +155,112 @@ impl Reloader {
 /// The `[serve]` keys whose values differ between `before` and `after` (added, removed or
 /// changed), sorted.
 fn changed_keys(before: &toml::Table, after: &toml::Table) -> Vec<String> {
+    let same = |key: &String| match (before.get(key), after.get(key)) {
+        (Some(a), Some(b)) => same_value(a, b),
+        (a, b) => a.is_none() && b.is_none(),
+    };
     let mut keys: Vec<String> = before
         .keys()
         .chain(after.keys())
-        .filter(|k| before.get(*k) != after.get(*k))
+        .filter(|k| !same(k))
         .cloned()
         .collect();
     keys.sort();
     keys.dedup();
     keys
+}
+
+/// Whether two TOML values are the same, floats compared by their bits: `nan` is the same as
+/// `nan` (it is never equal to itself), so a file read again unchanged is never "changed".
+fn same_value(a: &toml::Value, b: &toml::Value) -> bool {
+    use toml::Value::{Array, Float, Table};
+    match (a, b) {
+        (Float(x), Float(y)) => x.to_bits() == y.to_bits(),
+        (Array(xs), Array(ys)) => xs.len() == ys.len() && xs.iter().zip(ys).all(|(x, y)| same_value(x, y)),
+        (Table(xs), Table(ys)) => {
+            xs.len() == ys.len() && xs.iter().all(|(k, x)| ys.get(k).is_some_and(|y| same_value(x, y)))
+        }
+        _ => a == b,
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a reload answers.
+type Answer = Result<Reloaded, String>;
+
+/// Reloads coalesced into rounds: one round runs at a time; a request joins the round that has
+/// not started yet (opening it if there is none) and gets that round's answer. A round closes
+/// when it starts reading, so a request that arrives during a read — maybe after the file
+/// changed — is answered by the next round's read, never by an older one.
+#[derive(Debug, Default)]
+struct Rounds {
+    /// The round requests join now; it starts when the one running finishes.
+    next: Mutex<Option<Arc<Round>>>,
+    /// Held by the round that runs.
+    running: Mutex<()>,
+}
+
+/// One reload and everyone waiting for its answer.
+#[derive(Debug, Default)]
+struct Round {
+    answer: Mutex<Option<Answer>>,
+    ready: Condvar,
+}
+
+impl Rounds {
+    /// `reload`'s answer, from this request's own round or one it joined.
+    fn run(&self, reload: impl FnOnce() -> Answer) -> Answer {
+        let (round, leads) = {
+            let mut next = lock(&self.next);
+            match &*next {
+                Some(round) => (round.clone(), false),
+                None => {
+                    let round = Arc::new(Round::default());
+                    *next = Some(round.clone());
+                    (round, true)
+                }
+            }
+        };
+        if !leads {
+            return round.wait();
+        }
+        let _running = lock(&self.running);
+        lock(&self.next).take();
+        // Should the reload panic, the round still answers (on drop) and no one waits forever.
+        let mut answering = Answering(&round, None);
+        let answer = reload();
+        answering.1 = Some(answer.clone());
+        answer
+    }
+}
+
+impl Round {
+    fn wait(&self) -> Answer {
+        let mut answer = lock(&self.answer);
+        loop {
+            if let Some(answer) = answer.as_ref() {
+                return answer.clone();
+            }
+            answer = self.ready.wait(answer).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// Gives a round its answer when dropped: the reload's, or an error if it never came.
+struct Answering<'a>(&'a Round, Option<Answer>);
+
+impl Drop for Answering<'_> {
+    fn drop(&mut self) {
+        let answer = self
+            .1
+            .take()
+            .unwrap_or_else(|| Err("the reload failed before it answered; the previous settings stay".into()));
+        *lock(&self.0.answer) = Some(answer);
+        self.0.ready.notify_all();
+    }
 }
 
 /// Reloading in a running proxy: the file's reader, and what a reload changes — the tenants'
@@ -177,15 +291,18 @@ impl Reloads {
 
     /// Read, validate and install the settings; on error nothing changes. Blocking (see
     /// [`Reloader::read`]); [`Self::reload_off_workers`] runs it on a blocking thread.
+    /// Requests that arrive while one reload runs join the next ([`Rounds`]): each round is
+    /// counted once in the metrics.
     pub fn reload(&self) -> Result<Reloaded, String> {
-        let _one = self.reloader.one_at_a_time.lock().unwrap_or_else(|p| p.into_inner());
-        let installed = self.install();
-        let counter = match installed {
-            Ok(_) => &self.metrics.reloads_applied,
-            Err(_) => &self.metrics.reloads_refused,
-        };
-        counter.fetch_add(1, Relaxed);
-        installed
+        self.reloader.rounds.run(|| {
+            let installed = self.install();
+            let counter = match installed {
+                Ok(_) => &self.metrics.reloads_applied,
+                Err(_) => &self.metrics.reloads_refused,
+            };
+            counter.fetch_add(1, Relaxed);
+            installed
+        })
     }
 
     /// [`Self::reload`] on a blocking thread: reading may wait for a file being written, and a
@@ -260,5 +377,53 @@ mod tests {
         let after: toml::Table = toml::from_str("a = 1\nb = \"y\"\nd = true\n").unwrap();
         assert_eq!(changed_keys(&before, &after), ["b", "c", "d"]);
         assert!(changed_keys(&before, &before).is_empty());
+    }
+
+    #[test]
+    fn a_float_read_again_is_the_same_nan_included() {
+        let read = || {
+            toml::from_str::<toml::Table>(
+                "rate = nan
+list = [1.5, inf]
+",
+            )
+            .unwrap()
+        };
+        assert!(changed_keys(&read(), &read()).is_empty());
+        let other: toml::Table = toml::from_str(
+            "rate = 2.0
+list = [1.5, inf]
+",
+        )
+        .unwrap();
+        assert_eq!(changed_keys(&read(), &other), ["rate"]);
+    }
+
+    #[test]
+    fn requests_during_a_reload_join_the_next_one_and_share_its_answer() {
+        use std::sync::atomic::AtomicUsize;
+        let rounds = Arc::new(Rounds::default());
+        let runs = Arc::new(AtomicUsize::new(0));
+        let reload = |rounds: Arc<Rounds>, runs: Arc<AtomicUsize>| {
+            std::thread::spawn(move || {
+                rounds.run(|| {
+                    let n = runs.fetch_add(1, Relaxed);
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    Err(format!("round {n}"))
+                })
+            })
+        };
+        let first = reload(rounds.clone(), runs.clone());
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let joined: Vec<_> = (0..50).map(|_| reload(rounds.clone(), runs.clone())).collect();
+        assert_eq!(first.join().unwrap(), Err("round 0".to_string()));
+        for answer in joined {
+            assert_eq!(
+                answer.join().unwrap(),
+                Err("round 1".to_string()),
+                "one round for all 50"
+            );
+        }
+        assert_eq!(runs.load(Relaxed), 2);
     }
 }
