@@ -45,7 +45,7 @@ pub fn bind_private(path: &Path, access: &SocketAccess) -> io::Result<UnixListen
     clear_stale_socket(path)?;
     let gid = access.group.as_deref().map(group_id).transpose()?;
     let staging = StagingDir::beside(path)?;
-    let staged = staging.0.join("socket");
+    let staged = staging.0.join("s");
     let listener = UnixListener::bind(&staged)?;
     std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(access.mode()))?;
     if let Some(gid) = gid {
@@ -149,12 +149,12 @@ struct StagingDir(PathBuf);
 impl StagingDir {
     fn beside(path: &Path) -> io::Result<Self> {
         let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
-        let dir = parent.join(format!(".{name}.{}.{nanos}.binding", std::process::id()));
+        // Short: a socket's path is limited to 107 bytes, and this folder's adds to the path's.
+        let dir = parent.join(format!(".agentrt.{}.{nanos}", std::process::id()));
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&dir)
