@@ -189,11 +189,13 @@ async fn malformed_input_closes_only_its_connection() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_socket_file_is_replaced_on_bind_and_removed_on_drop() {
+async fn a_stale_socket_file_is_replaced_on_bind_and_removed_on_drop() {
     let (engine, _cache) = engine();
     let dir = tempfile::tempdir().unwrap();
     let path = socket_path(&dir);
-    std::fs::write(&path, b"stale").unwrap();
+    // A socket nobody listens on, as a crashed host leaves it (anything else there is refused:
+    // tests/hostile/eviction_socket.rs).
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
     let policy = Arc::new(start(&engine, "lru", &[]));
     let service = EvictionService::bind(&path, policy).unwrap();
     Plugin::connect(&service).await;
