@@ -103,14 +103,22 @@ async fn connections_past_the_cap_are_closed_at_once_and_the_proxy_and_the_plugi
     assert!(!fallback);
     assert_eq!(order, vec![0], "the engine's plugin, connected first, still ranks");
 
-    let text = reqwest::get(format!("{}/metrics", p.url)).await.unwrap().text().await.unwrap();
+    let text = reqwest::get(format!("{}/metrics", p.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let refused = metric(&text, "agentrt_engine_plugin_connections_refused_total").expect("the refused series");
     assert_eq!(
         refused as usize,
         FLOOD + 1 - DEFAULT_MAX_CONNECTIONS,
         "every connection past the cap is counted"
     );
-    assert_eq!(metric(&text, "agentrt_engine_plugin_connected"), Some(DEFAULT_MAX_CONNECTIONS as u64));
+    assert_eq!(
+        metric(&text, "agentrt_engine_plugin_connected"),
+        Some(DEFAULT_MAX_CONNECTIONS as u64)
+    );
 }
 
 // --- row 5: garbage frames --------------------------------------------------------------------
@@ -130,10 +138,10 @@ async fn garbage_frames_close_their_connection_and_log_lines_stay_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let (service, _cache) = lru_service(&dir.path().join("evict.sock"), EvictionOptions::default()).unwrap();
     let garbage: [&[u8]; 4] = [
-        &[2, 0, 0, 0, 0x7f, 1],                                  // an unknown kind
+        &[2, 0, 0, 0, 0x7f, 1],                                        // an unknown kind
         &[6, 0, 0, 0, agentrt_vllm::wire::KIND_BLOCKS, 1, 2, 3, 4, 5], // not whole block events
-        &[3, 0, 0, 0, agentrt_vllm::wire::KIND_RANK, 1, 2],      // a RANK body cut short
-        &u32::MAX.to_le_bytes(),                                 // a length past the limit
+        &[3, 0, 0, 0, agentrt_vllm::wire::KIND_RANK, 1, 2],            // a RANK body cut short
+        &u32::MAX.to_le_bytes(),                                       // a length past the limit
     ];
     for round in 0..ROUNDS {
         let mut stream = connect(service.path()).await;
@@ -182,7 +190,9 @@ fn own_group() -> (String, u32) {
         let gid = libc::getegid();
         let entry = libc::getgrgid(gid);
         assert!(!entry.is_null(), "no name for gid {gid}");
-        let name = std::ffi::CStr::from_ptr((*entry).gr_name).to_string_lossy().into_owned();
+        let name = std::ffi::CStr::from_ptr((*entry).gr_name)
+            .to_string_lossy()
+            .into_owned();
         (name, gid)
     }
 }
@@ -216,7 +226,9 @@ async fn with_a_group_the_socket_file_is_0660_and_the_groups() {
         },
         ..EvictionOptions::default()
     };
-    let e = lru_service(&dir.path().join("other.sock"), unknown).err().expect("an unknown group is refused");
+    let e = lru_service(&dir.path().join("other.sock"), unknown)
+        .err()
+        .expect("an unknown group is refused");
     let message = e.to_string();
     assert!(
         message.contains("no-such-group-here") && message.contains("--eviction-socket-group"),
@@ -230,10 +242,14 @@ async fn what_is_not_a_stale_socket_at_the_path_is_refused_and_left_intact() {
     // A regular file: refused, naming the path and the fix; its content kept.
     let file = dir.path().join("file.sock");
     std::fs::write(&file, "the operator's data").unwrap();
-    let e = lru_service(&file, EvictionOptions::default()).err().expect("a regular file is refused");
+    let e = lru_service(&file, EvictionOptions::default())
+        .err()
+        .expect("a regular file is refused");
     let message = e.to_string();
     assert!(
-        message.contains(&file.display().to_string()) && message.contains("regular file") && message.contains("remove it"),
+        message.contains(&file.display().to_string())
+            && message.contains("regular file")
+            && message.contains("remove it"),
         "{message}"
     );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "the operator's data");
@@ -244,14 +260,18 @@ async fn what_is_not_a_stale_socket_at_the_path_is_refused_and_left_intact() {
     assert!(folder.is_dir());
     let link = dir.path().join("link.sock");
     std::os::unix::fs::symlink(&file, &link).unwrap();
-    let e = lru_service(&link, EvictionOptions::default()).err().expect("a symlink is refused");
+    let e = lru_service(&link, EvictionOptions::default())
+        .err()
+        .expect("a symlink is refused");
     assert!(e.to_string().contains("symbolic link"), "{e}");
     assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
 
     // A socket someone listens on: refused (another agentrt), and that one keeps serving.
     let live = dir.path().join("live.sock");
     let (first, _cache) = lru_service(&live, EvictionOptions::default()).unwrap();
-    let e = lru_service(&live, EvictionOptions::default()).err().expect("a live socket is refused");
+    let e = lru_service(&live, EvictionOptions::default())
+        .err()
+        .expect("a live socket is refused");
     assert!(e.to_string().contains("another process is listening"), "{e}");
     let mut plugin = Plugin::connect(&first).await;
     let (_, order) = plugin.rank(1, 1, vec![item(1, 0, 1)]).await;
