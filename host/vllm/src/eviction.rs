@@ -184,6 +184,7 @@ struct Shared {
 #[derive(Default)]
 struct PeerLogs {
     over_cap: LogGate,
+    accept_failed: LogGate,
     malformed: LogGate,
     broken: LogGate,
     undefined_agent: LogGate,
@@ -208,7 +209,10 @@ async fn accept_loop(listener: UnixListener, shared: Shared, max_connections: us
                     spawn_connection(&mut connections, stream, &shared, next_id);
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
+                    // Out of descriptors, most likely: a line per 10 s, not one per retry.
+                    if let Some(more_since_last) = shared.logs.accept_failed.admit() {
+                        tracing::warn!(error = %e, more_since_last, "eviction socket: accept failed; retrying");
+                    }
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
             },
