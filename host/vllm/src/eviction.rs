@@ -555,7 +555,7 @@ struct TierAnswer {
 }
 
 fn pick(items: &[Item], indices: &[usize]) -> Vec<Item> {
-    indices.iter().map(|&i| items[i].clone()).collect()
+    indices.iter().map(|&i| items[i]).collect()
 }
 
 /// The first `want` indices, as the wire sends them.
