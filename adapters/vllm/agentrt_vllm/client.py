@@ -19,6 +19,12 @@ from . import wire
 log = logging.getLogger("vllm.agentrt_vllm")
 
 
+def _worth_a_line(count: int) -> bool:
+    """Log a recurring condition on its 1st, 10th, 100th and every 1000th time, not every time:
+    a host that keeps closing the connection must not flood the engine's log."""
+    return count in (1, 10, 100) or count % 1000 == 0
+
+
 class EvictionClient:
     def __init__(self, path: str, deadline_s: float, vllm_version: str, retry_s: float = 1.0) -> None:
         self.path = path
@@ -42,6 +48,7 @@ class EvictionClient:
             "rank_answered": 0,
             "deadline_missed": 0,
             "connect_failures": 0,
+            "connections_lost": 0,  # connections the host closed or that broke (each retried)
             "send_failures": 0,
             "late_replies": 0,
             "block_events_sent": 0,
@@ -69,7 +76,7 @@ class EvictionClient:
             sock.setblocking(False)
         except OSError as e:
             self.stats["connect_failures"] += 1
-            if self.stats["connect_failures"] in (1, 10, 100) or self.stats["connect_failures"] % 1000 == 0:
+            if _worth_a_line(self.stats["connect_failures"]):
                 log.warning("agentrt: cannot reach eviction service at %s (%s); using vLLM's order", self.path, e)
             return False
         self.sock = sock
@@ -77,12 +84,21 @@ class EvictionClient:
         self.reader = wire.FrameReader()
         # Agent ids are per connection: define them again on the new one.
         self._pending_defs = [wire.agent(wid, name) for name, wid in self._defined.items()]
-        log.info("agentrt: connected to eviction service at %s", self.path)
+        if _worth_a_line(self.stats["connections_lost"] + 1):
+            log.info("agentrt: connected to eviction service at %s", self.path)
         return True
 
     def _drop(self, why: str) -> None:
         if self.sock is not None:
-            log.warning("agentrt: eviction service connection lost (%s); will retry", why)
+            self.stats["connections_lost"] += 1
+            lost = self.stats["connections_lost"]
+            if _worth_a_line(lost):
+                log.warning(
+                    "agentrt: eviction service connection lost (%s; %d so far); using the engine's order, retrying every %.0f s",
+                    why,
+                    lost,
+                    self.retry_s,
+                )
             try:
                 self.sock.close()
             except OSError:
@@ -228,7 +244,9 @@ class EvictionClient:
                 self._drop(str(e))
                 return None
             if not data:
-                self._drop("closed by host")
+                self._drop(
+                    "closed by the host: at its --eviction-max-connections, or it refused a frame; its log says which"
+                )
                 return None
             self.reader.feed(data)
 

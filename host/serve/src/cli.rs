@@ -110,6 +110,15 @@ pub struct ServeArgs {
     /// Unix socket for the vLLM plugin's eviction requests (`AGENTRT_EVICTION_SOCKET` in vLLM's env).
     #[arg(help_heading = "Engine adapters", long)]
     pub eviction_socket: Option<PathBuf>,
+    /// A group whose members may connect to the eviction sockets too (a name or a numeric id):
+    /// the socket files are made 0660 and given to it. Without it they are 0600: only agentrt's
+    /// user, so the plugin's process must run as the same user.
+    #[arg(help_heading = "Engine adapters", long, value_name = "GROUP")]
+    pub eviction_socket_group: Option<String>,
+    /// Connections each eviction socket holds open at once (an engine opens one per engine core
+    /// process); more are closed as soon as they are accepted and counted.
+    #[arg(help_heading = "Engine adapters", long, default_value_t = agentrt_vllm::eviction::DEFAULT_MAX_CONNECTIONS)]
+    pub eviction_max_connections: usize,
     /// Warm-ups in flight at once.
     #[arg(help_heading = "Policies", long, default_value_t = WarmupOptions::default().max_concurrent)]
     pub warmup_concurrency: usize,
@@ -507,6 +516,12 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
             kv_events: args.kv_events,
             kv_events_replay: args.kv_events_replay,
             shares,
+            eviction_socket_options: agentrt_vllm::SocketOptions {
+                access: agentrt_vllm::SocketAccess {
+                    group: args.eviction_socket_group,
+                },
+                max_connections: args.eviction_max_connections,
+            },
         },
         mcp,
         components: Some(Arc::new(components.clone())),

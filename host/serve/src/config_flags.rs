@@ -422,6 +422,7 @@ mod tests {
             "tenant" => s("key=alpha"),
             "kv-events" | "kv-events-replay" | "router-kv-events" => s("tcp://127.0.0.1:5557"),
             "eviction-socket" => s("/run/agentrt/evict.sock"),
+            "eviction-socket-group" => s("agentrt"),
             "client-engine-field" => s("priority"),
             "share" => s("alpha=10:20"),
             "public-anchor" => s("3f9a0c1d2e4b5a69"),

@@ -16,6 +16,7 @@ pub(crate) fn add(c: &AtomicU64, n: u64) {
 pub struct EvictionMetrics {
     pub(crate) connections: AtomicU64,
     pub(crate) open_connections: AtomicU64,
+    pub(crate) refused_connections: AtomicU64,
     pub(crate) frames: AtomicU64,
     pub(crate) malformed: AtomicU64,
     pub(crate) agents_defined: AtomicU64,
@@ -35,9 +36,13 @@ pub struct EvictionCounts {
     pub connections: u64,
     /// Plugin connections open now (one per vLLM engine core process that has the plugin).
     pub open_connections: u64,
+    /// Connections closed as soon as they were accepted: past the cap
+    /// (`--eviction-max-connections`).
+    pub refused_connections: u64,
     /// Frames read.
     pub frames: u64,
-    /// Frames that could not be decoded (skipped) or broke the framing (connection closed).
+    /// Frames that could not be decoded or had a length out of range (each closed its
+    /// connection), and uses of an agent id before its AGENT frame (treated as unknown).
     pub malformed: u64,
     /// AGENT frames accepted (agent names defined under a wire id).
     pub agents_defined: u64,
@@ -64,6 +69,7 @@ impl EvictionMetrics {
         EvictionCounts {
             connections: get(&self.connections),
             open_connections: get(&self.open_connections),
+            refused_connections: get(&self.refused_connections),
             frames: get(&self.frames),
             malformed: get(&self.malformed),
             agents_defined: get(&self.agents_defined),

@@ -19,6 +19,9 @@ use crate::prometheus::Report;
 use crate::tenant::handles::Handles;
 use crate::tenant::Tenants;
 
+/// The eviction sockets' options, named here for whoever builds an [`EngineConfig`].
+pub use agentrt_vllm::{SocketAccess as EvictionSocketAccess, SocketOptions as EvictionSocketOptions};
+
 /// Which engine adapters to run. The default runs none (what the proxy's tests use).
 #[derive(Debug, Clone, Default)]
 pub struct EngineConfig {
@@ -30,6 +33,9 @@ pub struct EngineConfig {
     pub kv_events_replay: Option<String>,
     /// Cache shares by tenant (`--share`, or the config file's); empty: one policy ranks all.
     pub shares: HashMap<String, Share>,
+    /// Every eviction socket's group and connection cap (`--eviction-socket-group`,
+    /// `--eviction-max-connections`), the replicas' included.
+    pub eviction_socket_options: agentrt_vllm::SocketOptions,
 }
 
 /// The running adapters; dropping them closes the sockets and subscriptions.
@@ -81,6 +87,7 @@ impl EngineAdapters {
             .map_err(|e| anyhow::anyhow!(e.message))?;
         let options = agentrt_vllm::EvictionOptions {
             agents: engine_tenant.agents.clone(),
+            socket: config.eviction_socket_options.clone(),
             ..agentrt_vllm::EvictionOptions::default()
         };
         let (ranker, cache): (Arc<dyn agentrt_vllm::EngineRanker>, _) = if config.shares.is_empty() {
@@ -103,6 +110,7 @@ impl EngineAdapters {
                 let socket_options = agentrt_vllm::EvictionOptions {
                     agents: options.agents.clone(),
                     pins: options.pins.clone(),
+                    socket: options.socket.clone(),
                 };
                 let service = agentrt_vllm::EvictionService::bind_with(path, ranker.clone(), socket_options)
                     .with_context(|| format!("binding the eviction socket {}", path.display()))?;

@@ -13,7 +13,7 @@ use crate::prometheus::Report;
 type Pick = fn(&EvictionCounts) -> u64;
 
 /// (name after the prefix, type, help, value) of each series.
-const SERIES: [(&str, &str, &str, Pick); 6] = [
+const SERIES: [(&str, &str, &str, Pick); 8] = [
     (
         "plugin_connected",
         "gauge",
@@ -25,6 +25,18 @@ const SERIES: [(&str, &str, &str, Pick); 6] = [
         "counter",
         "Engine plugin connections accepted on the eviction socket.",
         |c| c.connections,
+    ),
+    (
+        "plugin_connections_refused_total",
+        "counter",
+        "Connections to the eviction socket closed as soon as they were accepted: past --eviction-max-connections.",
+        |c| c.refused_connections,
+    ),
+    (
+        "plugin_malformed_total",
+        "counter",
+        "Frames on the eviction socket that could not be decoded (each closed its connection), and agent ids used before their AGENT frame.",
+        |c| c.malformed,
     ),
     (
         "block_events_total",

@@ -77,6 +77,8 @@ pub struct Setup {
     pub engine: agentrt_serve::engine::kind::EngineKind,
     /// The engine plugin's eviction socket (`--eviction-socket`); none by default.
     pub eviction_socket: Option<std::path::PathBuf>,
+    /// Its group and connection cap (`--eviction-socket-group`, `--eviction-max-connections`).
+    pub eviction_socket_options: agentrt_serve::engine::adapters::EvictionSocketOptions,
 }
 
 impl Setup {
@@ -106,6 +108,7 @@ impl Setup {
             upstream_router: Default::default(),
             engine: Default::default(),
             eviction_socket: None,
+            eviction_socket_options: Default::default(),
         }
     }
 
@@ -177,6 +180,7 @@ impl Setup {
             engine_kind: self.engine,
             engine: agentrt_serve::engine::adapters::EngineConfig {
                 eviction_socket: self.eviction_socket,
+                eviction_socket_options: self.eviction_socket_options,
                 ..Default::default()
             },
             components: Some(std::sync::Arc::new(agentrt_runtime::ComponentLookup::from_environment(

@@ -63,8 +63,13 @@ pub struct Plugin {
 
 impl Plugin {
     pub async fn connect(service: &EvictionService) -> Self {
+        Self::connect_to(service.path()).await
+    }
+
+    /// Connect to the socket at `path` (a service `agentrt serve` started) and say HELLO.
+    pub async fn connect_to(path: &std::path::Path) -> Self {
         let mut plugin = Self {
-            stream: UnixStream::connect(service.path()).await.unwrap(),
+            stream: UnixStream::connect(path).await.unwrap(),
         };
         plugin
             .send(&Request::Hello {

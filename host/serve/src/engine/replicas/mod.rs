@@ -220,6 +220,7 @@ impl ReplicaRouting {
                     agentrt_vllm::EvictionOptions {
                         agents: options.agents.clone(),
                         pins: options.pins.clone(),
+                        socket: options.socket.clone(),
                     },
                 )
                 .with_context(|| {
