@@ -272,6 +272,27 @@ async fn a_connection_that_never_finishes_its_headers_is_closed_after_the_timeou
     assert_eq!(post_json(&p, &chat("s", "t", "tiny", false), &[]).await.status(), 200);
 }
 
+/// Before: a connection could buffer ~400 KiB of unfinished headers (hyper's default) until the
+/// header timeout — 4,000 of them held 1.65 GB. Now a head past `--max-header-bytes` (32 KiB)
+/// is answered 431 at once, and the connection's buffer is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_past_the_header_cap_is_a_431_at_once_not_held_until_the_timeout() {
+    let p = Setup::new("lru").start().await;
+    let mut head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: t\r\nx-pad: ".to_vec();
+    head.extend(std::iter::repeat_n(b'a', 100 << 10));
+    // Never finished: no CRLF ends the header, no blank line ends the head.
+    let answer = raw_exchange(&p, &head, Duration::from_secs(3)).await;
+    let (status, _) = answer.expect("an answer well before the 10 s header timeout");
+    assert_eq!(status, 431);
+    assert_eq!(
+        Limits::default().max_header_bytes,
+        32 << 10,
+        "docs/security.md states this default"
+    );
+    // A client that sends a normal request is served as before.
+    assert_eq!(post_json(&p, &chat("s", "t", "tiny", false), &[]).await.status(), 200);
+}
+
 // --- 3. request bodies ------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -32,7 +32,6 @@ pub mod keys;
 pub mod memo;
 pub mod memo_store;
 pub mod memo_worker;
-pub mod memory;
 pub mod metrics;
 pub mod result_type;
 pub mod routes;

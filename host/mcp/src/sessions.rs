@@ -116,7 +116,7 @@ impl SessionTable {
         if let Some(owner) = inner.owners.remove(id) {
             inner.give_back(&owner.tenant);
             if shrink(&mut inner.owners) {
-                crate::memory::trim_soon();
+                agentrt_guards::freed_memory::trim_soon();
             }
             self.closed.fetch_add(1, Relaxed);
         }

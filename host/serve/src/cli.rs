@@ -342,6 +342,10 @@ pub struct LimitArgs {
     /// (or of its previous response), or it is closed. At least 1.
     #[arg(long, value_parser = flag_values::at_least_one_ms, default_value_t = Limits::default().header_read_timeout.as_millis() as u64)]
     pub header_read_timeout_ms: u64,
+    /// Bytes one connection may buffer of a request's head (request line and headers; 8192 or
+    /// more); a longer head gets 431. Times --max-connections, what slow clients may hold.
+    #[arg(long, value_parser = flag_values::at_least_one, default_value_t = Limits::default().max_header_bytes)]
+    pub max_header_bytes: usize,
     /// Largest request body on the OpenAI routes; larger ones get 413. At least 1.
     #[arg(long, value_parser = flag_values::at_least_one, default_value_t = Limits::default().max_body_bytes)]
     pub max_body_bytes: usize,
@@ -380,10 +384,17 @@ pub struct LimitArgs {
     pub max_request_tools: usize,
 }
 
+/// hyper's smallest read buffer (it panics below it).
+const MIN_HEADER_BYTES: usize = 8192;
+
 impl LimitArgs {
     /// The front door's limits the flags give (their parsers, [`flag_values`], refused a 0
     /// where a limit needs at least 1).
     pub fn limits(&self) -> anyhow::Result<Limits> {
+        anyhow::ensure!(
+            self.max_header_bytes >= MIN_HEADER_BYTES,
+            "--max-header-bytes must be at least {MIN_HEADER_BYTES} (the HTTP server's smallest read buffer)"
+        );
         anyhow::ensure!(
             (1..=agentrt_guards::json_shape::PARSER_DEPTH_LIMIT).contains(&self.max_json_depth),
             "--max-json-depth must be between 1 and {} (the JSON parser's own limit)",
@@ -393,6 +404,7 @@ impl LimitArgs {
         Ok(Limits {
             max_connections: self.max_connections,
             header_read_timeout: ms(self.header_read_timeout_ms),
+            max_header_bytes: self.max_header_bytes,
             max_body_bytes: self.max_body_bytes,
             max_upload_bytes: self.max_upload_bytes,
             upstream_connect_timeout: ms(self.upstream_connect_timeout_ms),

@@ -8,6 +8,10 @@
 //! - A connection must deliver a request's complete headers within
 //!   [`Limits::header_read_timeout`] of being accepted, and of its previous response
 //!   (an idle keep-alive connection is closed after the same time); hyper closes it otherwise.
+//! - A connection buffers at most [`Limits::max_header_bytes`] of a request head (431 past it),
+//!   so connections that never finish their headers hold at most that times the cap above.
+//! - When the open connections fall to half of their peak — a flood is gone — the allocator is
+//!   asked to give the freed memory back ([`agentrt_guards::freed_memory`]).
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -56,16 +60,19 @@ pub async fn serve(
             continue;
         };
         metrics.accepted.fetch_add(1, Relaxed);
-        metrics.open.fetch_add(1, Relaxed);
+        let open = metrics.open.fetch_add(1, Relaxed) + 1;
+        metrics.peak_open.fetch_max(open, Relaxed);
         let service = TowerToHyperService::new(app.clone());
         let metrics = metrics.clone();
         let header_read_timeout = limits.header_read_timeout;
+        let max_header_bytes = limits.max_header_bytes;
         let mut closing = closing_rx.clone();
         tokio::spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
-                .header_read_timeout(header_read_timeout);
+                .header_read_timeout(header_read_timeout)
+                .max_buf_size(max_header_bytes);
             let connection = builder.serve_connection(TokioIo::new(stream), service);
             let mut connection = std::pin::pin!(connection);
             let result = tokio::select! {
@@ -82,7 +89,7 @@ pub async fn serve(
                 }
                 tracing::debug!(error = %e, "connection ended with an error");
             }
-            metrics.open.fetch_sub(1, Relaxed);
+            metrics.closed();
             drop(slot);
         });
     }
@@ -105,6 +112,26 @@ pub struct ConnectionMetrics {
     /// Connections hyper closed for sending no complete request headers within
     /// [`Limits::header_read_timeout`].
     pub header_timeouts: AtomicU64,
+    /// The most connections open since memory was last given back.
+    peak_open: AtomicU64,
+}
+
+/// Below this many connections at their peak, what they held is not worth a heap walk.
+const FLOOD_CONNECTIONS: u64 = 256;
+
+impl ConnectionMetrics {
+    /// A connection ended: when the open ones are down to half their peak after a flood, ask
+    /// for the memory the flood held to be given back (one trim for a wave of closings).
+    fn closed(&self) {
+        let open = self.open.fetch_sub(1, Relaxed) - 1;
+        let peak = self.peak_open.load(Relaxed);
+        if peak >= FLOOD_CONNECTIONS
+            && open <= peak / 2
+            && self.peak_open.compare_exchange(peak, open, Relaxed, Relaxed).is_ok()
+        {
+            agentrt_guards::freed_memory::trim_soon();
+        }
+    }
 }
 
 impl Report for ConnectionMetrics {

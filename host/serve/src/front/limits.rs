@@ -20,6 +20,11 @@ pub struct Limits {
     /// Time a connection has to send a request's complete headers, from being accepted or from
     /// its previous response (`--header-read-timeout-ms`).
     pub header_read_timeout: Duration,
+    /// Bytes one connection may buffer of a request's head — request line and headers — and of
+    /// a body being read (`--max-header-bytes`, at least 8 KiB: hyper's floor). A head past it
+    /// gets 431. With [`Self::max_connections`] it bounds what clients that never finish their
+    /// headers hold across connections: 4,096 × 32 KiB = 128 MiB at the defaults.
+    pub max_header_bytes: usize,
     /// Largest request body on the OpenAI routes (`--max-body-bytes`).
     pub max_body_bytes: usize,
     /// Largest policy component uploaded through the admin API (`--max-upload-bytes`).
@@ -48,6 +53,9 @@ impl Default for Limits {
             // connection per request in flight and the policy host's files.
             max_connections: 4096,
             header_read_timeout: Duration::from_secs(10),
+            // nginx's `large_client_header_buffers` (4 × 8 KiB); hyper's own default (~400 KiB)
+            // let 4,000 connections that never finished their headers hold 1.65 GB.
+            max_header_bytes: 32 << 10,
             // Long agent contexts are large, but a 128k-token prompt is about 0.5 MB of JSON.
             max_body_bytes: 16 << 20,
             // A policy written in Python carries CPython: about 18 MB.

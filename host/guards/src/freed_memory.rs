@@ -1,11 +1,11 @@
 //! Giving the memory of a flood that went back to the operating system.
 //!
-//! Sessions that end free their memory to the allocator, but glibc's keeps freed memory in its
-//! arenas: after 5,000 sessions of one tenant expired, the process stayed at 166 MiB resident;
-//! `malloc_trim(0)` took it to 49 MiB (tests/hostile/mcp_sessions.rs measures it). So when the
-//! session table shrinks — a flood is gone — a trim is asked for: at most one pending at a time,
-//! run a second later on a thread of its own (it walks the heap), so a wave of closing sessions
-//! costs one trim. Other allocators and platforms return memory their own way: nothing to do.
+//! What a flood held — MCP sessions, client connections — is freed to the allocator when it ends,
+//! but glibc's keeps freed memory in its arenas: after 5,000 MCP sessions of one tenant expired,
+//! the process stayed at 166 MiB resident; `malloc_trim(0)` took it to 49 MiB
+//! (tests/hostile/mcp_sessions.rs measures it). So when a table or the open connections shrink —
+//! a flood is gone — a trim is asked for: at most one pending at a time, run a second later on a
+//! thread of its own (it walks the heap), so a wave of closings costs one trim. Other allocators and platforms return memory their own way: nothing to do.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -17,7 +17,7 @@ pub fn trim_soon() {
     if !cfg!(all(target_os = "linux", target_env = "gnu")) || PENDING.swap(true, Ordering::AcqRel) {
         return;
     }
-    let spawned = std::thread::Builder::new().name("agentrt-mcp-trim".into()).spawn(|| {
+    let spawned = std::thread::Builder::new().name("agentrt-trim".into()).spawn(|| {
         std::thread::sleep(Duration::from_secs(1));
         PENDING.store(false, Ordering::Release);
         trim();
