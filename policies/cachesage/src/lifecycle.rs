@@ -13,6 +13,11 @@
 //!   hour does not. Above one half, or with too few returns seen to tell, the model's score
 //!   stands.
 //!
+//! - **Where the framework signals closings**, a session it has not closed (nor `serve` found
+//!   silent) is live for certain, not merely recent: its own blocks, and its agents' anchors and
+//!   shared content, rank above every block no live session owns (the model's order within each
+//!   band). Until a first closing is heard, nothing changes: silence is all there is to go by.
+//!
 //! A wrong hint (a closed session that calls again, a wait that ends sooner than its curve said)
 //! makes the model lose blocks LRU would have hit; the guard counts exactly those and follows LRU
 //! if they outweigh the wins. Every table here is bounded.
@@ -27,6 +32,8 @@ pub const MAX_CLOSED: usize = 65_536;
 pub const MAX_WAITING: usize = 65_536;
 /// Most tools with a return curve of their own (the least used is dropped).
 pub const MAX_TOOL_CURVES: usize = 64;
+/// Most live sessions tracked (beyond, new ones are not lifted).
+pub const MAX_LIVE: usize = 65_536;
 /// Most agents whose anchor length is remembered.
 pub const MAX_AGENTS: usize = 16_384;
 /// Returns a curve must have seen before it says anything.
@@ -170,6 +177,10 @@ pub struct Lifecycle {
     by_kind: [ReturnCurve; 2],
     by_tool: Vec<(u64, ReturnCurve)>,
     anchors: HashMap<u32, u32>,
+    /// Sessions called and not ended, with the agent of their latest call; live sessions per
+    /// agent.
+    live: HashMap<u64, u32>,
+    live_agents: HashMap<u32, u32>,
     turnover: Turnover,
     now_us: u64,
     /// Sessions closed, and how many of them called again (a wrong hint).
@@ -195,6 +206,7 @@ impl Lifecycle {
             Event::RequestArrival(r) if !r.warmup => {
                 self.now_us = self.now_us.max(r.at_us);
                 self.arrived(r.session, r.at_us);
+                self.set_live(r.session, Some(r.agent));
             }
             Event::RequestFinish(r) => self.now_us = self.now_us.max(r.at_us),
             Event::EngineLoad(l) => {
@@ -204,6 +216,7 @@ impl Lifecycle {
             Event::SessionWait(w) => self.wait(w),
             Event::SessionEnd(e) => {
                 self.now_us = self.now_us.max(e.at_us);
+                self.set_live(e.session, None);
                 // An idle end is silence, not an end: the wait goes on (it may still return).
                 if e.reason != EndReason::Idle {
                     if let Some(w) = self.waiting.remove(&e.session) {
@@ -236,6 +249,41 @@ impl Lifecycle {
             }
             self.by_kind[kind_index(w.kind)].record_return(ms);
         }
+    }
+
+    /// Session `session` is live with `agent` making its latest call, or (`None`) ended.
+    fn set_live(&mut self, session: u64, agent: Option<u32>) {
+        if session == 0 {
+            return;
+        }
+        let before = match agent {
+            Some(a) if self.live.len() < MAX_LIVE || self.live.contains_key(&session) => self.live.insert(session, a),
+            Some(_) => return,
+            None => self.live.remove(&session),
+        };
+        if before == agent {
+            return;
+        }
+        if let Some(old) = before {
+            if let Some(n) = self.live_agents.get_mut(&old) {
+                *n -= 1;
+                if *n == 0 {
+                    self.live_agents.remove(&old);
+                }
+            }
+        }
+        if let Some(a) = agent {
+            *self.live_agents.entry(a).or_default() += 1;
+        }
+    }
+
+    /// A block some live session owns or starts with: its own, or its agent's anchor or shared
+    /// content.
+    fn is_live(&self, item: &Item) -> bool {
+        if item.session != 0 && !self.is_anchor(item) {
+            return self.live.contains_key(&item.session);
+        }
+        self.live_agents.contains_key(&item.agent)
     }
 
     fn close(&mut self, session: u64) {
@@ -329,32 +377,46 @@ impl Lifecycle {
             .is_some_and(|&anchor| crate::anchor::is_anchor_position(anchor, item.position, item.tokens))
     }
 
-    /// The model's `scores` with the hinted sessions' blocks moved to the evict-first bands.
+    /// The model's `scores` with the hinted sessions' blocks moved to the evict-first bands and,
+    /// once closings are signalled, live sessions' blocks above the rest.
     pub fn adjust(&self, items: &[Item], mut scores: Vec<f32>) -> Vec<f32> {
-        if self.closed.is_empty() && self.waiting.is_empty() {
+        if self.closed.is_empty() && self.waiting.is_empty() && self.closes_heard == 0 {
             return scores;
         }
+        let bands = self.closes_heard > 0;
         let mut p_of: HashMap<u64, Option<f32>> = HashMap::new();
         for (item, score) in items.iter().zip(scores.iter_mut()) {
-            if item.session == 0 || self.is_anchor(item) {
-                continue;
-            }
-            if self.is_closed(item.session) {
+            let own = item.session != 0 && !self.is_anchor(item);
+            if own && self.is_closed(item.session) {
                 *score = CLOSED_SCORE;
                 continue;
             }
-            let p = *p_of.entry(item.session).or_insert_with(|| self.p_return(item.session));
-            if let Some(p) = p.filter(|&p| p < KEEP_IF_LIKELIER) {
-                *score = UNLIKELY_BASE + 0.5 * p;
+            if own {
+                let p = *p_of.entry(item.session).or_insert_with(|| self.p_return(item.session));
+                if let Some(p) = p.filter(|&p| p < KEEP_IF_LIKELIER) {
+                    *score = UNLIKELY_BASE + 0.5 * p;
+                    continue;
+                }
+            }
+            if bands {
+                // Both bands keep the model's order: [0, 1) for the rest, [1, 2) for the live.
+                let within = if score.is_finite() { score.max(0.0) / (1.0 + score.max(0.0)) } else { 0.0 };
+                *score = within + if self.is_live(item) { 1.0 } else { 0.0 };
             }
         }
         scores
     }
 
     /// Sizes of the tables, for the bounded-state test and logs: closed, waiting, tool curves,
-    /// agents.
-    pub fn sizes(&self) -> (usize, usize, usize, usize) {
-        (self.closed.len(), self.waiting.len(), self.by_tool.len(), self.anchors.len())
+    /// agents, live sessions.
+    pub fn sizes(&self) -> (usize, usize, usize, usize, usize) {
+        (
+            self.closed.len(),
+            self.waiting.len(),
+            self.by_tool.len(),
+            self.anchors.len(),
+            self.live.len(),
+        )
     }
 }
 

@@ -203,9 +203,37 @@ fn every_table_stays_bounded() {
         l.observe(&wait(s, WaitKind::Tool, s, s));
         l.observe(&arrival(s, s + 5));
     }
-    let (closed, waiting, tools, _) = l.sizes();
+    for s in 1..=n {
+        l.observe(&arrival(s + 3 * n, s));
+    }
+    let (closed, waiting, tools, _, live) = l.sizes();
+    assert!(live <= super::MAX_LIVE, "{live}");
     assert!(closed <= MAX_CLOSED, "{closed}");
     assert!(waiting <= MAX_WAITING, "{waiting}");
     assert!(tools <= MAX_TOOL_CURVES, "{tools}");
     assert!(l.closed_order.len() <= 2 * MAX_CLOSED + 1 && l.waiting_order.len() <= 2 * MAX_WAITING + 1);
+}
+
+#[test]
+fn once_closings_are_signalled_live_sessions_outrank_what_no_live_session_owns() {
+    let (mut plain, items) = closed_live_and_silent(&[("hints", "false")]);
+    let (mut hinted, _) = closed_live_and_silent(&[]);
+    // A block of agent 2, which no live session runs, used more recently than anything.
+    let mut items = items.to_vec();
+    items.push(Item {
+        agent: 2,
+        ..block(7, 0, 80, 60)
+    });
+    let before = eviction_order(&mut plain, &items);
+    let order = eviction_order(&mut hinted, &items);
+    let position = |order: &[u64], key: u64| order.iter().position(|k| *k == key).unwrap();
+    assert!(
+        position(&before, 7) > position(&before, 2),
+        "without hints the recent block outlives live content: {before:?}"
+    );
+    assert_eq!(
+        &order[..4],
+        [4, 5, 1, 7],
+        "closed, then what no live session owns (the silent session's, agent 2's): {order:?}"
+    );
 }
