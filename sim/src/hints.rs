@@ -149,7 +149,9 @@ mod tests {
             kinds: HintKinds::Closed,
             coverage: 0.5,
         };
-        let picked = (0..10_000u64).filter(|&s| half.covers(crate::tokens::hash_str(&s.to_string()))).count();
+        let picked = (0..10_000u64)
+            .filter(|&s| half.covers(crate::tokens::hash_str(&s.to_string())))
+            .count();
         assert!((4_700..=5_300).contains(&picked), "{picked} of 10,000");
         let none = HintsTold::default();
         assert!((0..100).all(|s| !none.covers(s)));

@@ -309,7 +309,11 @@ impl LineParser {
                 }
             },
         };
-        Ok(WaitHint { kind, tool, expected_ms })
+        Ok(WaitHint {
+            kind,
+            tool,
+            expected_ms,
+        })
     }
 }
 
@@ -470,7 +474,10 @@ mod tests {
         let mut bytes = Vec::new();
         trace.write(&mut bytes).unwrap();
         let text = String::from_utf8(bytes).unwrap();
-        assert!(!text.lines().next().unwrap().contains("hints"), "no hints stay unwritten");
+        assert!(
+            !text.lines().next().unwrap().contains("hints"),
+            "no hints stay unwritten"
+        );
         assert_eq!(Trace::parse(&text).unwrap(), trace);
         let bad = GOOD.replacen('{', r#"{"hints": {"wait": {"kind": "nap"}}, "#, 1);
         assert_eq!(error_of(&bad).field, "hints.wait.kind");

@@ -92,7 +92,11 @@ fn every_hint_is_heard_at_the_answer_it_follows() {
         "no hint closes b: serve's idle rule ends it"
     );
     let tool_wait = heard.waits.iter().find(|w| w.0 == WaitKind::Tool).unwrap();
-    assert_eq!(tool_wait.1, agentrt_sim::tokens::hash_str("bash"), "the tool's name hash");
+    assert_eq!(
+        tool_wait.1,
+        agentrt_sim::tokens::hash_str("bash"),
+        "the tool's name hash"
+    );
     assert_eq!((tool_wait.2, tool_wait.3), (2_000_000, true), "expected µs, hinted");
     let user_wait = heard.waits.iter().find(|w| w.0 == WaitKind::User).unwrap();
     assert_eq!((user_wait.1, user_wait.2), (0, 0), "no tool, no expectation");

@@ -198,10 +198,8 @@ fn kind_index(kind: WaitKind) -> usize {
 impl Lifecycle {
     pub fn observe(&mut self, event: &Event) {
         match event {
-            Event::AgentRegistered(a) => {
-                if self.anchors.len() < MAX_AGENTS || self.anchors.contains_key(&a.agent) {
-                    self.anchors.insert(a.agent, a.anchor_tokens);
-                }
+            Event::AgentRegistered(a) if self.anchors.len() < MAX_AGENTS || self.anchors.contains_key(&a.agent) => {
+                self.anchors.insert(a.agent, a.anchor_tokens);
             }
             Event::RequestArrival(r) if !r.warmup => {
                 self.now_us = self.now_us.max(r.at_us);
@@ -292,7 +290,9 @@ impl Lifecycle {
             self.closed_order.push_back(session);
         }
         while self.closed.len() > MAX_CLOSED {
-            let Some(old) = self.closed_order.pop_front() else { break };
+            let Some(old) = self.closed_order.pop_front() else {
+                break;
+            };
             self.closed.remove(&old);
         }
         if self.closed_order.len() > 2 * MAX_CLOSED {
@@ -313,7 +313,9 @@ impl Lifecycle {
             self.waiting_order.push_back(w.session);
         }
         while self.waiting.len() > MAX_WAITING {
-            let Some(old) = self.waiting_order.pop_front() else { break };
+            let Some(old) = self.waiting_order.pop_front() else {
+                break;
+            };
             self.waiting.remove(&old);
         }
         if self.waiting_order.len() > 2 * MAX_WAITING {
@@ -362,7 +364,11 @@ impl Lifecycle {
         let waited_us = self.now_us.saturating_sub(w.since_us);
         match self.curve(w.kind, w.tool) {
             Some(curve) => Some(curve.p_return(waited_us as f32 / 1000.0, horizon_us as f32 / 1000.0)),
-            None if w.expected_us > 0 => Some(if w.expected_us <= waited_us + horizon_us { 1.0 } else { 0.0 }),
+            None if w.expected_us > 0 => Some(if w.expected_us <= waited_us + horizon_us {
+                1.0
+            } else {
+                0.0
+            }),
             None => None,
         }
     }
@@ -400,7 +406,11 @@ impl Lifecycle {
             }
             if bands {
                 // Both bands keep the model's order: [0, 1) for the rest, [1, 2) for the live.
-                let within = if score.is_finite() { score.max(0.0) / (1.0 + score.max(0.0)) } else { 0.0 };
+                let within = if score.is_finite() {
+                    score.max(0.0) / (1.0 + score.max(0.0))
+                } else {
+                    0.0
+                };
                 *score = within + if self.is_live(item) { 1.0 } else { 0.0 };
             }
         }

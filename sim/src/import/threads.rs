@@ -140,12 +140,21 @@ mod tests {
             calls: vec![first, last],
             closes: true,
         };
-        let trace = to_trace(&[whole.clone()]);
+        let trace = to_trace(std::slice::from_ref(&whole));
         let hints: Vec<&Hints> = trace.requests.iter().map(|r| &r.hints).collect();
         assert!(!hints[0].closes);
-        assert_eq!(hints[0].wait.as_ref().map(|w| w.kind), Some(crate::trace::WaitKind::Tool));
-        assert!(hints[1].closes && hints[1].wait.is_none(), "the last call closes, waits for nothing");
+        assert_eq!(
+            hints[0].wait.as_ref().map(|w| w.kind),
+            Some(crate::trace::WaitKind::Tool)
+        );
+        assert!(
+            hints[1].closes && hints[1].wait.is_none(),
+            "the last call closes, waits for nothing"
+        );
         let partial = Thread { closes: false, ..whole };
-        assert!(!to_trace(&[partial]).requests[1].hints.closes, "a thread not known whole never closes");
+        assert!(
+            !to_trace(&[partial]).requests[1].hints.closes,
+            "a thread not known whole never closes"
+        );
     }
 }

@@ -96,7 +96,10 @@ fn eviction_order(p: &mut Harness<CacheSage>, items: &[Item]) -> Vec<u64> {
 fn closed_live_and_silent(config: &[(&'static str, &'static str)]) -> (Harness<CacheSage>, [Item; 6]) {
     let mut p = Harness::<CacheSage>::new(config.iter().copied()).unwrap();
     p.observe(&[register(1), load(0), arrival(9, 0), arrival(7, 5), arrival(8, 10)]);
-    p.observe(&[session_end_for(9, EndReason::Idle), session_end_for(7, EndReason::Closed)]);
+    p.observe(&[
+        session_end_for(9, EndReason::Idle),
+        session_end_for(7, EndReason::Closed),
+    ]);
     let items = [
         block(1, 9, 80, 1),
         block(2, 8, 80, 10),
@@ -112,10 +115,17 @@ fn closed_live_and_silent(config: &[(&'static str, &'static str)]) -> (Harness<C
 fn a_closed_sessions_blocks_go_before_any_other_victim_but_not_its_anchor() {
     let (mut plain, items) = closed_live_and_silent(&[("hints", "false")]);
     let before = eviction_order(&mut plain, &items);
-    assert_eq!(before[0], 1, "without hints the silent session's older block goes first: {before:?}");
+    assert_eq!(
+        before[0], 1,
+        "without hints the silent session's older block goes first: {before:?}"
+    );
     let (mut hinted, items) = closed_live_and_silent(&[]);
     let order = eviction_order(&mut hinted, &items);
-    assert_eq!(&order[..2], [4, 5], "the closed session's content first, oldest first: {order:?}");
+    assert_eq!(
+        &order[..2],
+        [4, 5],
+        "the closed session's content first, oldest first: {order:?}"
+    );
     let rest: Vec<u64> = before.into_iter().filter(|k| *k != 4 && *k != 5).collect();
     assert_eq!(
         &order[2..],
@@ -164,7 +174,11 @@ fn a_short_tool_wait_keeps_its_context_and_a_long_user_wait_does_not() {
     let items = [block(10, 3, 80, 1), block(11, 1, 80, 2), block(12, 2, 80, 3)];
     let order = eviction_order(&mut p, &items);
     assert_eq!(order[0], 12, "the user wait of an hour goes first: {order:?}");
-    assert_eq!(&order[1..], [10, 11], "the tool wait of seconds is kept as LRU keeps it: {order:?}");
+    assert_eq!(
+        &order[1..],
+        [10, 11],
+        "the tool wait of seconds is kept as LRU keeps it: {order:?}"
+    );
 }
 
 #[test]
@@ -180,9 +194,14 @@ fn return_curves_are_learned_from_waits_per_tool_and_per_kind() {
     let curve = l.curve(WaitKind::Tool, 7).expect("the tool's own curve");
     assert!(curve.p_return(0.0, 10_000.0) > 0.99, "back within 10 s");
     assert!(curve.p_return(0.0, 500.0) < 0.01, "not within 0.5 s");
-    assert!(curve.p_return(5_000.0, 60_000.0) == 0.0, "waited past every return seen");
+    assert!(
+        curve.p_return(5_000.0, 60_000.0) == 0.0,
+        "waited past every return seen"
+    );
     // Another tool, unseen, is timed by the kind's curve, which learned the same waits.
-    assert!(l.curve(WaitKind::Tool, 99).is_some_and(|c| c.p_return(0.0, 10_000.0) > 0.99));
+    assert!(l
+        .curve(WaitKind::Tool, 99)
+        .is_some_and(|c| c.p_return(0.0, 10_000.0) > 0.99));
     // A close while waiting is a wait that never returned.
     let mut c = ReturnCurve::default();
     c.record_return(1_000.0);
