@@ -47,11 +47,13 @@ impl SimPolicy for Listener {
     }
 }
 
-/// Two sessions: `a` calls a tool, then closes; `b` waits for its user, then ends without a hint.
+/// Two sessions: `a` calls a tool, then closes; `b` waits 90 s for its user — past the idle
+/// rule's 60 s — then calls once more, without a closing hint. (A replay stops at the last
+/// answer: silence after it is never reported.)
 const TRACE: &str = r#"{"session": "a", "agent": "coder", "after_ms": 0, "prompt": [{"seg": "sys/coder", "tokens": 64}, {"seg": "a/1", "tokens": 40}], "output_tokens": 8, "hints": {"wait": {"kind": "tool", "tool": "bash", "expected_ms": 2000}}}
 {"session": "b", "agent": "coder", "after_ms": 5, "prompt": [{"seg": "sys/coder", "tokens": 64}, {"seg": "b/1", "tokens": 40}], "output_tokens": 8, "hints": {"wait": {"kind": "user"}}}
 {"session": "a", "agent": "coder", "after_ms": 2000, "prompt": [{"seg": "sys/coder", "tokens": 64}, {"seg": "a/1", "tokens": 40}, {"seg": "a/2", "tokens": 30}], "output_tokens": 8, "hints": {"closes": true}}
-{"session": "b", "agent": "coder", "after_ms": 30000, "prompt": [{"seg": "sys/coder", "tokens": 64}, {"seg": "b/1", "tokens": 40}, {"seg": "b/2", "tokens": 30}], "output_tokens": 8}
+{"session": "b", "agent": "coder", "after_ms": 90000, "prompt": [{"seg": "sys/coder", "tokens": 64}, {"seg": "b/1", "tokens": 40}, {"seg": "b/2", "tokens": 30}], "output_tokens": 8}
 "#;
 
 fn replay(kinds: HintKinds) -> Listener {
@@ -88,8 +90,8 @@ fn every_hint_is_heard_at_the_answer_it_follows() {
     let b_what: Vec<&str> = of(b).iter().map(|h| h.0).collect();
     assert_eq!(
         b_what,
-        ["finish", "wait", "finish", "idle"],
-        "no hint closes b: serve's idle rule ends it"
+        ["finish", "wait", "idle", "finish"],
+        "no hint closes b: serve's idle rule ends it while it waits"
     );
     let tool_wait = heard.waits.iter().find(|w| w.0 == WaitKind::Tool).unwrap();
     assert_eq!(
@@ -107,6 +109,11 @@ fn closed_tells_closings_only_and_none_tells_nothing() {
     let closed = replay(HintKinds::Closed);
     assert!(closed.waits.is_empty());
     assert_eq!(closed.heard.iter().filter(|h| h.0 == "closed").count(), 1);
+    assert_eq!(
+        closed.heard.iter().filter(|h| h.0 == "idle").count(),
+        1,
+        "the closed session is not also ended by the idle rule; b still is"
+    );
     let none = replay(HintKinds::None);
     assert!(none.waits.is_empty());
     assert!(
@@ -117,6 +124,6 @@ fn closed_tells_closings_only_and_none_tells_nothing() {
     assert_eq!(
         none.heard.iter().filter(|h| h.0 == "idle").count(),
         2,
-        "both sessions end by the idle rule, as without hints"
+        "both end by the idle rule, as without hints: a after its last answer, b in its long wait"
     );
 }
