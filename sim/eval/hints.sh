@@ -39,6 +39,7 @@ units=(
     "mc-conv-chained 0.15 util50 closed 1"
     "mc-conv-chained 0.15 util50 closed 0.5"
     "mc-conv-chained 0.05 arrivals4 none 1"
+    "mc-conv-chained 0.05 arrivals4 closed 1"
 )
 # HINTS_UNITS="cc100 0.025 users8 all 1;…" replays only those rows.
 if [[ -n "${HINTS_UNITS:-}" ]]; then

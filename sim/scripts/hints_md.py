@@ -37,7 +37,7 @@ def main():
     head = ["trace", "cache", "load", "util", "hints", "coverage", "LRU", "session", "CacheSage", "Bélády",
             "session gap", "CacheSage gap", "CacheSage Δ pp"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * 6 + "---:|" * (len(head) - 6)]
-    key = lambda r: (TRACES.index(r[0][0]), r[0][2], r[0][1], list(HINTS).index(r[1]), -r[2])
+    key = lambda r: (TRACES.index(r[0][0]), list(LOADS).index(r[0][2]), r[0][1], list(HINTS).index(r[1]), -r[2])
     for unit, hints, coverage, d in sorted(all_rows, key=key):
         trace, frac, load = unit
         p, b = d["policies"], base.get(unit, {})
