@@ -70,8 +70,8 @@ impl HintsTold {
     }
 
     /// The events a covered session's request with `hints` gives at its answer (`at_us`): its
-    /// wait (under `all`), then its close. `last` = the trace has no later request of the session
-    /// (the oracle's own end, when it runs, is not told twice).
+    /// wait (under `all`), then its close. `oracle_last`: the request is its session's last and
+    /// `--session-ends oracle` ends the session there already (an end is not told twice).
     pub fn events(&self, hints: &Hints, session: u64, agent: u32, at_us: u64, oracle_last: bool) -> Vec<Event> {
         let mut out = Vec::new();
         if !self.covers(session) {
