@@ -21,6 +21,7 @@ pub mod cli;
 pub mod conditions;
 pub mod experiments;
 pub mod harness;
+pub mod hints;
 pub mod import;
 pub mod kv_cache_manager;
 pub mod latency;

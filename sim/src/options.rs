@@ -59,6 +59,8 @@ pub struct ReplayOptions {
     pub limits: PolicyLimitArgs,
     #[command(flatten)]
     pub session_ends: crate::conditions::SessionEndArgs,
+    #[command(flatten)]
+    pub hints: crate::hints::HintArgs,
 }
 
 impl ReplayOptions {
@@ -66,6 +68,7 @@ impl ReplayOptions {
     pub fn config(&self, blocks: usize) -> anyhow::Result<SimConfig> {
         let mut cfg = SimConfig::new(blocks);
         cfg.session_ends = self.session_ends.rule()?;
+        cfg.hints = self.hints.told()?;
         Ok(cfg)
     }
 

@@ -71,6 +71,8 @@ pub struct PreparedRequest {
     pub continues: Option<Continuation>,
     /// The answer ended in a tool call (the trace's `tool_call`).
     pub tool_call: bool,
+    /// The trace's lifecycle hints for this request (told to the policy only under `--hints`).
+    pub hints: crate::trace::Hints,
 }
 
 /// One session: its requests in file order.
@@ -205,6 +207,7 @@ impl PreparedTrace {
                 output_ids: None,
                 continues: None,
                 tool_call: r.tool_call,
+                hints: r.hints.clone(),
             });
         }
         for session in &sessions {
@@ -277,6 +280,7 @@ mod tests {
             prompt: segs.iter().map(|(s, n)| Segment::new(*s, *n)).collect(),
             output_tokens: 4,
             tool_call: false,
+            hints: Default::default(),
         }
     }
 

@@ -65,6 +65,8 @@ pub struct SimConfig {
     pub engine_priorities: bool,
     /// When the policy hears that a session ended (`session-end`).
     pub session_ends: SessionEnds,
+    /// Which of the trace's lifecycle hints the policy hears, for which sessions (`--hints`).
+    pub hints: crate::hints::HintsTold,
     /// Every `after_ms` of the trace times this (`sim run --time-scale`): > 1 stretches arrivals
     /// and waits, lowering the load; < 1 compresses them.
     pub time_scale: f64,
@@ -119,6 +121,7 @@ impl SimConfig {
             slots: Vec::new(),
             engine_priorities: false,
             session_ends: SessionEnds::default(),
+            hints: crate::hints::HintsTold::default(),
             time_scale: 1.0,
             arrival_scale: 1.0,
             host_tier: None,
@@ -870,9 +873,28 @@ impl<'a> Sim<'a> {
                 tenant.turn_us_sum += (now - arrival) as f64 / 1000.0;
                 self.result.output_tokens += u64::from(req.generated);
                 let s = req.session.expect("trace requests belong to sessions");
+                let agent = req.agent;
                 self.session_active(s);
+                self.tell_hints(s, uid, agent, now);
                 self.next_request(s, now);
             }
+        }
+    }
+
+    /// The trace's hints of request `uid` (session `s`, answered at `now`), as the framework would
+    /// send them; a closed session is not also ended by the idle rule (a later request of it, if
+    /// the hint was wrong, starts it again).
+    fn tell_hints(&mut self, s: u32, uid: u32, agent: u32, now: u64) {
+        let session = &self.trace.sessions[s as usize];
+        let oracle_last = self.cfg.session_ends == SessionEnds::Oracle
+            && self.next_in_session[s as usize] as usize >= session.requests.len();
+        let hints = &self.trace.requests[uid as usize].hints;
+        for event in self.cfg.hints.events(hints, session.id, agent, us(now), oracle_last) {
+            if matches!(event, Event::SessionEnd(_)) {
+                self.result.sessions_ended += 1;
+                self.last_activity[s as usize] = None;
+            }
+            self.policy.event(event);
         }
     }
 

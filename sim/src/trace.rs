@@ -14,6 +14,12 @@
 //!   output asks for a tool: OpenAI's `finish_reason: "tool_calls"`, Anthropic's `stop_reason:
 //!   "tool_use"`), so the agent's next call comes when the tool returns. The replay tells the
 //!   policy (`tool-call`) when the answer is complete; absent = false.
+//! - An optional `"hints"` says what the agent framework knew of the session at this request
+//!   (issue 35's lifecycle hints): `"closes": true` on a session's last request (the framework
+//!   closed it once the answer came), and `"wait": {"kind": "tool"|"user", "tool": "NAME",
+//!   "expected_ms": N}` for what the session waits for after this request's answer (`tool` and
+//!   `expected_ms` optional). The replay turns them into `session-end` (reason `closed`) and
+//!   `session-wait` events only under `sim run --hints closed|all`; absent = no hints.
 //! - An optional `"tenant"` names who sent the request when one engine serves several tenants
 //!   (absent: `default`). Agents and sessions are the tenant's own: `planner` in two tenants is two
 //!   agents. Each named tenant's blocks are salted (vLLM's `cache_salt`), so tenants never share
@@ -51,6 +57,42 @@ impl Segment {
     }
 }
 
+/// What a session waits for after a request's answer (`hints.wait`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WaitKind {
+    Tool,
+    User,
+}
+
+/// A wait hint: its kind, the tool's name when a tool is awaited and known, and the duration the
+/// framework expected (ms), when it gave one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WaitHint {
+    pub kind: WaitKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_ms: Option<f64>,
+}
+
+/// A request's lifecycle hints (the trace's `hints`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Hints {
+    /// The session is over once this request's answer is complete.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub closes: bool,
+    /// What the session waits for after the answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait: Option<WaitHint>,
+}
+
+impl Hints {
+    pub fn is_empty(&self) -> bool {
+        !self.closes && self.wait.is_none()
+    }
+}
+
 /// The tenant of a request without a `tenant` field.
 pub const DEFAULT_TENANT: &str = "default";
 
@@ -68,6 +110,9 @@ pub struct TraceRequest {
     /// The answer ended in a tool call (see the module doc); `false` is not written.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub tool_call: bool,
+    /// Lifecycle hints (see the module doc); empty ones are not written.
+    #[serde(skip_serializing_if = "Hints::is_empty")]
+    pub hints: Hints,
 }
 
 impl TraceRequest {
@@ -209,6 +254,10 @@ impl LineParser {
                 .as_bool()
                 .ok_or_else(|| self.err("tool_call", format!("expected true or false, got {}", describe(v))))?,
         };
+        let hints = match obj.get("hints") {
+            None => Hints::default(),
+            Some(v) => self.hints(v)?,
+        };
         Ok(TraceRequest {
             tenant,
             session,
@@ -217,6 +266,53 @@ impl LineParser {
             prompt,
             output_tokens,
             tool_call,
+            hints,
+        })
+    }
+
+    fn hints(&self, v: &Value) -> Result<Hints, TraceError> {
+        let obj = v
+            .as_object()
+            .ok_or_else(|| self.err("hints", format!("expected an object, got {}", describe(v))))?;
+        let closes = match obj.get("closes") {
+            None => false,
+            Some(c) => c
+                .as_bool()
+                .ok_or_else(|| self.err("hints.closes", format!("expected true or false, got {}", describe(c))))?,
+        };
+        let wait = obj.get("wait").map(|w| self.wait(w)).transpose()?;
+        Ok(Hints { closes, wait })
+    }
+
+    fn wait(&self, v: &Value) -> Result<WaitHint, TraceError> {
+        let obj = v
+            .as_object()
+            .ok_or_else(|| self.err("hints.wait", format!("expected an object, got {}", describe(v))))?;
+        let kind = match obj.get("kind").and_then(Value::as_str) {
+            Some("tool") => WaitKind::Tool,
+            Some("user") => WaitKind::User,
+            _ => {
+                let got = obj.get("kind").map_or("nothing".to_string(), describe);
+                return Err(self.err("hints.wait.kind", format!("expected \"tool\" or \"user\", got {got}")));
+            }
+        };
+        let tool = obj.get("tool").map(|t| self.string(t, "hints.wait.tool")).transpose()?;
+        let expected_ms = match obj.get("expected_ms") {
+            None => None,
+            Some(e) => match e.as_f64() {
+                Some(x) if x.is_finite() && x >= 0.0 => Some(x),
+                _ => {
+                    return Err(self.err(
+                        "hints.wait.expected_ms",
+                        format!("expected a non-negative number, got {}", describe(e)),
+                    ))
+                }
+            },
+        };
+        Ok(WaitHint {
+            kind,
+            tool,
+            expected_ms,
         })
     }
 }
@@ -357,6 +453,36 @@ mod tests {
             r#"{"tenant": 7, "session": "s", "agent": "a", "after_ms": 0, "prompt": [{"seg": "x", "tokens": 4}], "output_tokens": 1}"#,
         );
         assert_eq!(e.field, "tenant");
+    }
+
+    #[test]
+    fn hints_are_read_strictly_and_round_trip() {
+        let closing = GOOD.replacen('{', r#"{"hints": {"closes": true}, "#, 1);
+        let waiting = GOOD.replacen(
+            '{',
+            r#"{"hints": {"wait": {"kind": "tool", "tool": "bash", "expected_ms": 1500}}, "#,
+            1,
+        );
+        let trace = Trace::parse(&format!("{GOOD}\n{closing}\n{waiting}\n")).unwrap();
+        assert!(trace.requests[0].hints.is_empty());
+        assert!(trace.requests[1].hints.closes && trace.requests[1].hints.wait.is_none());
+        let wait = trace.requests[2].hints.wait.as_ref().unwrap();
+        assert_eq!(
+            (wait.kind, wait.tool.as_deref(), wait.expected_ms),
+            (WaitKind::Tool, Some("bash"), Some(1500.0))
+        );
+        let mut bytes = Vec::new();
+        trace.write(&mut bytes).unwrap();
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(
+            !text.lines().next().unwrap().contains("hints"),
+            "no hints stay unwritten"
+        );
+        assert_eq!(Trace::parse(&text).unwrap(), trace);
+        let bad = GOOD.replacen('{', r#"{"hints": {"wait": {"kind": "nap"}}, "#, 1);
+        assert_eq!(error_of(&bad).field, "hints.wait.kind");
+        let bad = GOOD.replacen('{', r#"{"hints": {"closes": "yes"}, "#, 1);
+        assert_eq!(error_of(&bad).field, "hints.closes");
     }
 
     #[test]

@@ -142,6 +142,7 @@ impl SessionBuilder {
             prompt,
             output_tokens: answer.tokens,
             tool_call: false,
+            hints: Default::default(),
         });
         // Framework overhead between consecutive calls of a session.
         self.wait_ms = 20.0;

@@ -20,6 +20,11 @@
 //! (`guard=false` turns it off; `guard-margin`, default 0.002, is the share of recent block
 //! accesses the model may lose first).
 //!
+//! **Lifecycle hints** (contract 0.4, [`lifecycle`]): blocks of sessions the framework closed
+//! are evicted first, and a waiting session's blocks next when it is unlikely to return before
+//! the cache turns over (return-time curves learned per wait kind and per tool); the guard judges
+//! the result against LRU like any other ranking of the model. `hints=false` ignores them.
+//!
 //! **Two tiers** (contract 0.3): the host-memory tier's candidates are ranked by the same model —
 //! what will be used soon stays on the GPU, what will be used later in host memory. It declines no
 //! store: a block is offered to the host tier while its request runs, when its session is live by
@@ -31,6 +36,7 @@
 pub mod anchor;
 pub mod classic;
 pub mod guard;
+pub mod lifecycle;
 pub mod scaled;
 pub mod shadow;
 #[cfg(test)]
@@ -50,6 +56,10 @@ pub enum Model {
 pub struct CacheSage {
     pub model: Model,
     pub guard: guard::Guard,
+    /// What the framework said of sessions' lives (closed, waiting), applied to the model's
+    /// scores before the guard judges them; `hints=false` ignores it.
+    pub lifecycle: lifecycle::Lifecycle,
+    pub use_hints: bool,
 }
 
 impl Default for CacheSage {
@@ -57,12 +67,14 @@ impl Default for CacheSage {
         Self {
             model: Model::Scaled(Box::default()),
             guard: guard::Guard::new(guard::GuardParams::default()),
+            lifecycle: lifecycle::Lifecycle::default(),
+            use_hints: true,
         }
     }
 }
 
 /// The `init` keys of the guard; the rest go to the model.
-const POLICY_KEYS: [&str; 2] = ["guard", "guard-margin"];
+const POLICY_KEYS: [&str; 3] = ["guard", "guard-margin", "hints"];
 
 impl CacheSage {
     /// Size of the learned state: the snapshot's length.
@@ -71,9 +83,14 @@ impl CacheSage {
     }
 
     fn model_scores(&mut self, items: &[Item]) -> Vec<f32> {
-        match &mut self.model {
+        let scores = match &mut self.model {
             Model::Scaled(m) => m.score(items),
             Model::Classic(m) => m.score(items),
+        };
+        if self.use_hints {
+            self.lifecycle.adjust(items, scores)
+        } else {
+            scores
         }
     }
 
@@ -138,12 +155,15 @@ impl Policy for CacheSage {
         *self = CacheSage {
             model,
             guard: guard::Guard::new(params),
+            lifecycle: lifecycle::Lifecycle::default(),
+            use_hints: config.parse_or("hints", true)?,
         };
         Ok(())
     }
 
     fn observe(&mut self, event: &Event) {
         self.guard.observe(event);
+        self.lifecycle.observe(event);
         match &mut self.model {
             Model::Scaled(m) => m.observe(event),
             Model::Classic(m) => m.observe(event),
@@ -157,6 +177,7 @@ impl Policy for CacheSage {
             return;
         }
         self.guard.observe_block(block);
+        self.lifecycle.observe_block(block);
         match &mut self.model {
             Model::Scaled(m) => m.observe_block(block),
             Model::Classic(m) => m.observe_block(block),

@@ -113,6 +113,7 @@ pub fn with_flood(agents: &Trace, tokens_per_s: f64, span_s: f64, prompt_tokens:
             prompt: vec![Segment::new(format!("flood-{i}/document"), prompt_tokens)],
             output_tokens,
             tool_call: false,
+            hints: Default::default(),
         });
     }
     trace

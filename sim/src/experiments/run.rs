@@ -251,7 +251,7 @@ pub fn run(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let summaries = summarize(&results);
     println!(
-        "{}: {} sessions, {} requests, cache {} blocks × {} tokens, {}, session ends {}{}",
+        "{}: {} sessions, {} requests, cache {} blocks × {} tokens, {}, session ends {}, hints {}{}",
         a.trace.display(),
         prepared.sessions.len(),
         prepared.requests.len(),
@@ -259,6 +259,7 @@ pub fn run(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
         BLOCK_SIZE,
         load.describe(),
         cfg.session_ends.name(),
+        cfg.hints.name(),
         if a.replicas > 1 {
             format!(
                 " on each of {} replicas behind the {} router",
@@ -306,6 +307,11 @@ pub fn run(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
         json["arrival_scale"] = serde_json::json!(load.arrival_scale);
         json["lru_utilisation_target_probe"] = serde_json::json!(load.lru_utilisation);
         json["session_ends"] = serde_json::json!(cfg.session_ends.name());
+        json["hints"] = serde_json::json!({
+            "told": cfg.hints.name(),
+            "kinds": clap::ValueEnum::to_possible_value(&cfg.hints.kinds).map(|v| v.get_name().to_string()),
+            "coverage": cfg.hints.coverage,
+        });
         if let Some(h) = &cfg.host_tier {
             json["host_tier"] = serde_json::json!({
                 "blocks": h.blocks,

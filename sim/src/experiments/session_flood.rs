@@ -87,6 +87,7 @@ pub fn flood_trace(a: &SessionFloodArgs) -> Trace {
                 ],
                 output_tokens: a.flood_output_tokens,
                 tool_call: false,
+                hints: Default::default(),
             });
         }
     }
@@ -107,6 +108,7 @@ pub fn flood_trace(a: &SessionFloodArgs) -> Trace {
             ],
             output_tokens: a.light_output_tokens,
             tool_call: false,
+            hints: Default::default(),
         });
     }
     Trace { requests }

@@ -107,6 +107,8 @@ pub fn import(path: &Path, anchors: AnchorRule) -> anyhow::Result<Vec<Thread>> {
         },
         tail: &|i| format!("bl/chat-{}/tail", requests[i].chat),
         session: &|first| format!("bl/chat-{}", requests[first].chat),
+        // Not emitted: a chat's last request in the trace's window need not be its end.
+        closes: false,
     };
     hashed::threads(&requests, &sessions, anchors, &naming)
 }

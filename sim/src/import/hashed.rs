@@ -38,6 +38,8 @@ pub struct Naming<'a> {
     pub tail: &'a dyn Fn(usize) -> String,
     /// A session, from its first request's index.
     pub session: &'a dyn Fn(usize) -> String,
+    /// Each session is a whole conversation: its last request closes it (`hints.closes`).
+    pub closes: bool,
 }
 
 /// The threads of `requests` (arrival order; an importer's own request type that holds a
@@ -86,12 +88,14 @@ pub fn threads<R: Borrow<HashedRequest>>(
                 prompt,
                 output_tokens: r.output,
                 tool_call: false,
+                wait: None,
             });
         }
         out.push(Thread {
             session: (naming.session)(members[0]),
             start_ms: requests[members[0]].borrow().at_ms,
             calls,
+            closes: naming.closes,
         });
     }
     Ok(out)

@@ -10,7 +10,12 @@
 //! inside `tool_tokens` + `system_tokens` are the anchor (`tools/…`, `sys/…`) — the source says
 //! where they are; a call comes `think_time` after the previous one finished (the tester's default
 //! `think-only` timing; `t[n] − t[n−1] − api_time[n−1]` where `think_time` is absent); `stop:
-//! tool_use` is the trace's `tool_call`. Conversations start at Poisson times whose mean gap puts
+//! tool_use` is the trace's `tool_call`. Hints: a thread's last call closes its session
+//! (`hints.closes`: the conversation, or the subagent's run, is over); after any other call the
+//! session waits for a tool when it stopped with `tool_use`, for the user otherwise
+//! (`hints.wait.kind`). The records name no tool and no expected duration (their fields: `t`,
+//! `in`, `out`, `hash_ids`, `input_types`, `output_types`, `stop`, `api_time`, `think_time`), so
+//! the waits carry neither. Conversations start at Poisson times whose mean gap puts
 //! `--users` conversations in progress at once on an unloaded engine (their length = Σ think +
 //! api time); a subagent starts at its parent's start plus its `t`. Anchors are the
 //! conversation's own (`--anchors source`), as the ids are local; `--anchors shared-tools` names
@@ -27,6 +32,7 @@ use super::blocks::segments;
 use super::record::Record;
 use super::threads::{Call, Thread};
 use crate::rng::Rng;
+use crate::trace::WaitKind;
 
 /// The tester's block size (tokens).
 pub const BLOCK_TOKENS: u32 = 64;
@@ -156,6 +162,10 @@ impl Reader<'_> {
                 prompt,
                 output_tokens: r.u32("out")?,
                 tool_call: r.str_opt("stop")? == Some("tool_use"),
+                wait: Some(match r.str_opt("stop")? {
+                    Some("tool_use") => WaitKind::Tool,
+                    _ => WaitKind::User,
+                }),
             });
         }
         Ok((calls, subagents, length_ms))
@@ -186,6 +196,7 @@ impl Reader<'_> {
             session: self.conv.to_string(),
             start_ms: 0.0,
             calls,
+            closes: true,
         }];
         // Subagents (and theirs), each starting where its parent spawned it.
         let mut pending: Vec<(f64, String, Value, String)> = subagents
@@ -217,6 +228,7 @@ impl Reader<'_> {
                     session: format!("{}/{id}", self.conv),
                     start_ms,
                     calls,
+                    closes: true,
                 });
             }
         }

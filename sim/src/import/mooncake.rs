@@ -86,6 +86,7 @@ fn chain(requests: &[Request]) -> Vec<Option<usize>> {
 
 /// The threads of a Mooncake trace.
 pub fn import(path: &Path, sessions: SessionRule, anchors: AnchorRule) -> anyhow::Result<Vec<Thread>> {
+    let rule = sessions;
     let requests = read(path)?;
     let previous = match sessions {
         SessionRule::Request => vec![None; requests.len()],
@@ -118,6 +119,9 @@ pub fn import(path: &Path, sessions: SessionRule, anchors: AnchorRule) -> anyhow
         },
         tail: &|i| format!("mc/line-{}/tail", requests[i].line),
         session: &|first| format!("{stem}/{}", requests[first].line),
+        // A chained conversation's last turn in the trace is its end (`hints.closes`); a request
+        // made its own session is no conversation's end.
+        closes: rule == SessionRule::Chained,
     };
     hashed::threads(&requests, &sessions, anchors, &naming)
 }

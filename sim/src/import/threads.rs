@@ -5,7 +5,7 @@
 //! after the previous call of its thread *finished* — the trace format's `after_ms`
 //! (docs/workloads.md says, per format, which recorded gap that is).
 
-use crate::trace::{Segment, Trace, TraceRequest};
+use crate::trace::{Hints, Segment, Trace, TraceRequest, WaitHint};
 
 /// One call of a thread.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,6 +16,9 @@ pub struct Call {
     pub prompt: Vec<Segment>,
     pub output_tokens: u32,
     pub tool_call: bool,
+    /// What the session waits for after this call's answer, where the source says
+    /// (kv-cache-tester: a `tool_use` stop → a tool, `end_turn` → the user).
+    pub wait: Option<crate::trace::WaitKind>,
 }
 
 /// One session: its calls in order.
@@ -25,6 +28,9 @@ pub struct Thread {
     /// When its first call arrives (ms from the trace's start).
     pub start_ms: f64,
     pub calls: Vec<Call>,
+    /// The source says the thread is a whole conversation (or subagent run): its last call
+    /// closes the session (`hints.closes`).
+    pub closes: bool,
 }
 
 /// The trace: every thread's calls, the lines ordered by when each call would arrive on an idle
@@ -54,10 +60,28 @@ pub fn to_trace(threads: &[Thread]) -> Trace {
                 prompt: call.prompt.clone(),
                 output_tokens: call.output_tokens.max(1),
                 tool_call: call.tool_call,
+                hints: call_hints(thread, c),
             }
         })
         .collect();
     Trace { requests }
+}
+
+/// The hints a thread's call carries: its last call closes a thread the source says is whole;
+/// every other call's wait is the source's.
+fn call_hints(thread: &Thread, c: usize) -> Hints {
+    let last = c + 1 == thread.calls.len();
+    Hints {
+        closes: last && thread.closes,
+        wait: match thread.calls[c].wait {
+            Some(kind) if !last => Some(WaitHint {
+                kind,
+                tool: None,
+                expected_ms: None,
+            }),
+            _ => None,
+        },
+    }
 }
 
 #[cfg(test)]
@@ -71,6 +95,7 @@ mod tests {
             prompt: vec![Segment::new(format!("{agent}/{gap_ms}"), 16)],
             output_tokens: 0,
             tool_call: false,
+            wait: None,
         }
     }
 
@@ -81,11 +106,13 @@ mod tests {
                 session: "a".into(),
                 start_ms: 0.0,
                 calls: vec![call("x", 0.0), call("x", 500.0)],
+                closes: false,
             },
             Thread {
                 session: "b".into(),
                 start_ms: 100.0,
                 calls: vec![call("y", 0.0)],
+                closes: false,
             },
         ];
         let trace = to_trace(&threads);
@@ -98,6 +125,36 @@ mod tests {
         assert!(
             trace.requests.iter().all(|r| r.output_tokens == 1),
             "0 output tokens become 1"
+        );
+    }
+
+    #[test]
+    fn a_whole_thread_closes_at_its_last_call_and_waits_between() {
+        let mut first = call("x", 0.0);
+        first.wait = Some(crate::trace::WaitKind::Tool);
+        let mut last = call("x", 500.0);
+        last.wait = Some(crate::trace::WaitKind::User);
+        let whole = Thread {
+            session: "a".into(),
+            start_ms: 0.0,
+            calls: vec![first, last],
+            closes: true,
+        };
+        let trace = to_trace(std::slice::from_ref(&whole));
+        let hints: Vec<&Hints> = trace.requests.iter().map(|r| &r.hints).collect();
+        assert!(!hints[0].closes);
+        assert_eq!(
+            hints[0].wait.as_ref().map(|w| w.kind),
+            Some(crate::trace::WaitKind::Tool)
+        );
+        assert!(
+            hints[1].closes && hints[1].wait.is_none(),
+            "the last call closes, waits for nothing"
+        );
+        let partial = Thread { closes: false, ..whole };
+        assert!(
+            !to_trace(&[partial]).requests[1].hints.closes,
+            "a thread not known whole never closes"
         );
     }
 }

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""The "With hints" table of docs/results.md, from the JSON files `sim/eval/hints.sh` writes.
+
+    python3 sim/scripts/hints_md.py target/hints > table.md
+
+One row per (trace, capacity, load, hints told, coverage): LRU and Bélády from the same (trace,
+capacity, load)'s `none` row (they hear no hints), session-retain's and CacheSage's hit rates with
+those hints, each one's share of the LRU→Bélády gap, and LRU's utilisation.
+"""
+import json
+import sys
+from pathlib import Path
+
+TRACES = ["cc100", "mc-conv-chained"]
+LOADS = {"users8": "8 users", "util50": "LRU util 50 %", "arrivals4": "arrivals ×4"}
+HINTS = {"none": "none", "closed": "closed", "all": "closed + waits"}
+
+
+def rows(folder: Path):
+    for path in sorted(folder.glob("*.json")):
+        d = json.loads(path.read_text())
+        stem = path.stem
+        trace = next(t for t in sorted(TRACES, key=len, reverse=True) if stem.startswith(t + "-"))
+        frac, load, hints, coverage = stem[len(trace) + 1:].split("-")
+        yield (trace, float(frac), load), hints, float(coverage), d
+
+
+def share(x, lru, bel):
+    gap = bel - lru
+    return f"{(x - lru) / gap * 100:.0f} %" if gap > 0.001 else "–"
+
+
+def main():
+    folder = Path(sys.argv[1])
+    all_rows = list(rows(folder))
+    base = {unit: d["policies"] for unit, hints, _, d in all_rows if hints == "none"}
+    head = ["trace", "cache", "load", "util", "hints", "coverage", "LRU", "session", "CacheSage", "Bélády",
+            "session gap", "CacheSage gap", "CacheSage Δ pp"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * 6 + "---:|" * (len(head) - 6)]
+    key = lambda r: (TRACES.index(r[0][0]), list(LOADS).index(r[0][2]), r[0][1], list(HINTS).index(r[1]), -r[2])
+    for unit, hints, coverage, d in sorted(all_rows, key=key):
+        trace, frac, load = unit
+        p, b = d["policies"], base.get(unit, {})
+        if "lru" not in b or "belady" not in b:
+            continue
+        lru, bel = b["lru"]["hit_rate"], b["belady"]["hit_rate"]
+        sess, sage = p["session-retain"]["hit_rate"], p["cachesage"]["hit_rate"]
+        cells = [trace, f"{frac * 100:g} % ({d['capacity_blocks']:,})", LOADS.get(load, load),
+                 f"{b['lru']['utilisation'] * 100:.0f} %", HINTS[hints], f"{coverage * 100:.0f} %",
+                 f"{lru * 100:.1f}", f"{sess * 100:.1f}", f"{sage * 100:.1f}", f"{bel * 100:.1f}",
+                 share(sess, lru, bel), share(sage, lru, bel), f"{(sage - lru) * 100:+.1f}"]
+        out.append("| " + " | ".join(cells) + " |")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
