@@ -5,13 +5,14 @@
 //! policy slow, trap, flood the log, return oversize results or loop in `snapshot`; a new 64 KB
 //! system prompt on every other request (agents, anchors and prompt shapes to remember);
 //! over-long agent names, malformed JSON, unknown keys; through the Responses and Messages APIs,
-//! engine-control fields, numbers the engine would refuse, another tenant's response id, and a
-//! flood of JSON elements; and a hot swap of her policy every 10 s. Meanwhile the operator's
+//! engine-control fields, numbers the engine would refuse, another tenant's response id, a
+//! flood of JSON elements, JSON nested 100 k levels deep and 100 KiB request heads; and a hot swap of her policy every 10 s. Meanwhile the operator's
 //! config file is rewritten and reloaded every 2 s — in turn a valid file (by rename), a key-less
 //! one and a malformed one written in place, both of which must be refused. Bob runs CacheSage
 //! with a plain two-agent workflow, one request at a time, and measures. When the MCP venv is
 //! there, a real MCP server sits behind the gateway too: alice opens sessions past her cap, calls a
-//! tool that never answers (cut at the call deadline) and uses bob's session id; bob calls a
+//! tool that never answers (cut at the call deadline), sends a `tools/call` nested 100 k levels
+//! deep and uses bob's session id; bob calls a
 //! quick tool on his own session every few requests, and each of his calls must succeed.
 //!
 //! `AGENTRT_SOAK_SECS` sets the length (default 120).
@@ -61,7 +62,7 @@ struct Mcp {
 
 /// One of alice's MCP attacks, chosen by `i`; returns the status and the statuses it may answer.
 async fn mcp_attack(mcp: &Mcp, i: u64) -> (u16, &'static [u16]) {
-    match i % 3 {
+    match i % 4 {
         // A new session each time, left open: past her cap, 429; idle ones expire.
         0 => match mcp.client.open("key-alice").await {
             Ok(_) => (200, &[200]),
@@ -74,6 +75,14 @@ async fn mcp_attack(mcp: &Mcp, i: u64) -> (u16, &'static [u16]) {
                 .call("key-alice", &mcp.bob_session, "quick", serde_json::json!({"tag": "x"}))
                 .await;
             (answer.status, &[404])
+        }
+        // A `tools/call` of 100 k nested arrays: it once aborted the process (--max-json-depth).
+        2 => {
+            let nested = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"quick","arguments":{{"v":{nested}}}}}}}"#
+            );
+            (mcp.client.post("key-alice", None, body).await.status, &[400])
         }
         // A tool that never answers, on a session of her own: cut at the call deadline.
         _ => match mcp.client.open("key-alice").await {
@@ -105,7 +114,7 @@ async fn attack(p: &Proxy, i: u64) -> (u16, &'static [u16]) {
     let auth = ("authorization", ALICE);
     let url = format!("{}/v1/chat/completions", p.url);
     let responses = format!("{}/v1/responses", p.url);
-    match i % 11 {
+    match i % 13 {
         // A cue. It reaches the policy when its agent registers: first, and again each time the
         // new prompts below have pushed it out of alice's agent table.
         0 => {
@@ -162,6 +171,27 @@ async fn attack(p: &Proxy, i: u64) -> (u16, &'static [u16]) {
         10 => {
             let flood = format!(r#"{{"model":"tiny","input":[{}{{}}]}}"#, "{},".repeat(300_000));
             (post(&responses, flood, &[auth]).await.status().as_u16(), &[413])
+        }
+        // JSON nested 100 k levels deep: it once aborted the process (--max-json-depth).
+        11 => {
+            let deep = format!(
+                r#"{{"model":"tiny","input":{}1{}}}"#,
+                "[".repeat(100_000),
+                "]".repeat(100_000)
+            );
+            (post(&responses, deep, &[auth]).await.status().as_u16(), &[400])
+        }
+        // A head of 100 KiB of headers: refused at --max-header-bytes (431), or the connection
+        // closed while the client still writes (0).
+        12 => {
+            let pad = "a".repeat(100 << 10);
+            let sent = reqwest::Client::new()
+                .post(&url)
+                .header("x-pad", pad)
+                .body("{}")
+                .send()
+                .await;
+            (sent.map_or(0, |r| r.status().as_u16()), &[431, 0])
         }
         _ => {
             let status = post_json(p, &chat("s", "t", "tiny", false), &[("authorization", "Bearer nobody")])
