@@ -3,6 +3,7 @@
 //! number, and a storm of reloads while the file is renamed over. Flags and file share one parser
 //! per kind of value (`agentrt_runtime::flag_values`); no error or log line repeats a value.
 
+mod log_capture;
 #[path = "../../host/serve/tests/stub_upstream/mod.rs"]
 mod stub_upstream;
 #[path = "../../host/serve/tests/support/mod.rs"]
@@ -94,26 +95,8 @@ async fn call(p: &Proxy, key: &str) -> u16 {
     .as_u16()
 }
 
-/// Log lines the process writes, for the tests that read them.
-static LOG: Mutex<Vec<u8>> = Mutex::new(Vec::new());
-
-struct LogWriter;
-
-impl Write for LogWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        LOG.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 fn capture_log() {
-    let _ = tracing_subscriber::fmt()
-        .with_writer(|| LogWriter)
-        .with_max_level(tracing::Level::DEBUG)
-        .try_init();
+    log_capture::capture(tracing::Level::DEBUG);
 }
 
 // --- row 7: NaN in [serve] ------------------------------------------------------------------
@@ -246,7 +229,7 @@ async fn serve_values_carrying_a_secret_are_refused_at_start_and_on_reload_witho
             "{line}: the reload's answer repeats the secret: {answer}"
         );
     }
-    let log = String::from_utf8_lossy(&LOG.lock().unwrap()).to_string();
+    let log = log_capture::text();
     assert!(!log.contains(SECRET), "the log repeats a secret:\n{log}");
     // A typo is still named, with the flag it meant.
     rename_over(&file, &format!("[serve]\nmax-conections = 5\n{TWO_TENANTS}"));
@@ -273,7 +256,7 @@ async fn malformed_public_anchors_are_refused_without_repeating_them() {
         assert!(!text.contains(&anchor), "{anchor}: the answer repeats it: {text}");
         assert!(text.contains("[public] anchors[0]: not an anchor hash"), "{text}");
     }
-    let log = String::from_utf8_lossy(&LOG.lock().unwrap()).to_string();
+    let log = log_capture::text();
     assert!(!log.contains(SECRET), "the log repeats a secret:\n{log}");
 }
 

@@ -3,6 +3,7 @@
 //! malformed files carrying secrets, and a key revoked while its requests are still in flight.
 //! Real HTTP on loopback against the real router, in front of the stub upstream.
 
+mod log_capture;
 #[path = "../../host/serve/tests/stub_upstream/mod.rs"]
 mod stub_upstream;
 #[path = "../../host/serve/tests/support/mod.rs"]
@@ -191,27 +192,9 @@ async fn reload_errors_name_the_place_never_the_secret() {
     }
 }
 
-/// Log lines the process writes, for tests that read them.
-static LOG: Mutex<Vec<u8>> = Mutex::new(Vec::new());
-
-struct LogWriter;
-
-impl Write for LogWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        LOG.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sighup_log_never_repeats_a_secret() {
-    let _ = tracing_subscriber::fmt()
-        .with_writer(|| LogWriter)
-        .with_max_level(tracing::Level::INFO)
-        .try_init();
+    log_capture::capture(tracing::Level::INFO);
     let (_dir, file) = config_file(TWO_TENANTS);
     let p = proxy_with_config(&file).await;
     p.app.reload_on_sighup().unwrap();
@@ -233,7 +216,7 @@ async fn the_sighup_log_never_repeats_a_secret() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    let log = String::from_utf8_lossy(&LOG.lock().unwrap()).to_string();
+    let log = log_capture::text();
     assert!(log.contains("reload refused (SIGHUP)"), "{log}");
     assert!(!log.contains("LEAKED"), "the log repeats a secret:\n{log}");
 }

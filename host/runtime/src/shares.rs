@@ -164,7 +164,7 @@ mod tests {
         assert_eq!(Share::parse("64"), Ok(share(64, u64::MAX)));
         assert_eq!(Share::parse("64:128"), Ok(share(64, 128)));
         assert!(Share::parse("128:64").unwrap_err().contains("below the guarantee"));
-        assert!(Share::parse("x").unwrap_err().contains("not a number"));
+        assert!(Share::parse("x").unwrap_err().contains("not a whole number"));
         assert!(Share::parse("1:y").unwrap_err().contains("the limit"));
     }
 }

@@ -484,14 +484,8 @@ impl Connection {
         if indices.is_empty() {
             return TierAnswer::default();
         }
-        let picked;
-        let tier_items = match indices.len() == items.len() {
-            true => items, // one tier: `indices` is 0..n
-            false => {
-                picked = pick(items, indices);
-                &picked[..]
-            }
-        };
+        let tier_items = tier_items(items, indices);
+        let tier_items = &tier_items[..];
         let ranking = self.shared.policy.rank(tier_items);
         if let Some(e) = &ranking.fallback {
             add(&self.shared.metrics.policy_fallbacks, 1);
@@ -515,14 +509,8 @@ impl Connection {
     /// agent's blocks stay on the GPU whatever the host pool keeps.
     fn rank_host(&mut self, want: u32, items: &[Item], indices: &[usize]) -> TierAnswer {
         add(&self.shared.metrics.host_tier_ranks, 1);
-        let picked;
-        let tier_items = match indices.len() == items.len() {
-            true => items, // one tier: `indices` is 0..n
-            false => {
-                picked = pick(items, indices);
-                &picked[..]
-            }
-        };
+        let tier_items = tier_items(items, indices);
+        let tier_items = &tier_items[..];
         let ranked = self.shared.policy.rank_host(tier_items);
         if let Some(e) = &ranked.ranking.fallback {
             add(&self.shared.metrics.policy_fallbacks, 1);
@@ -554,8 +542,13 @@ struct TierAnswer {
     fallback: bool,
 }
 
-fn pick(items: &[Item], indices: &[usize]) -> Vec<Item> {
-    indices.iter().map(|&i| items[i]).collect()
+/// The items of one tier (`items` at `indices`): the batch itself when it is all one tier
+/// (`indices` is then 0..n), so a single-tier batch is not copied.
+fn tier_items<'a>(items: &'a [Item], indices: &[usize]) -> std::borrow::Cow<'a, [Item]> {
+    match indices.len() == items.len() {
+        true => std::borrow::Cow::Borrowed(items),
+        false => std::borrow::Cow::Owned(indices.iter().map(|&i| items[i]).collect()),
+    }
 }
 
 /// The first `want` indices, as the wire sends them.
