@@ -11,7 +11,6 @@ mod support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;

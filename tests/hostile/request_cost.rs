@@ -231,3 +231,65 @@ async fn waiting_bodies_are_bounded_per_tenant_and_in_all() {
         "{metrics}"
     );
 }
+
+/// The status line of the answer to `head` (a request head whose body is never sent), when one
+/// comes within `within`.
+async fn status_before_the_body(p: &Proxy, head: &str, within: Duration) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(p.url.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut read = [0u8; 12];
+    let got = tokio::time::timeout(within, stream.read_exact(&mut read)).await;
+    match got {
+        Ok(Ok(_)) => std::str::from_utf8(&read[9..12]).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+/// Before: while the queue was full, bodies were read (and parsed) before their bytes were
+/// counted — 60 large bodies at once while 8 waited took the proxy to 1,088 MB, though 52 were
+/// then refused. Now a body that may wait counts against the caps before its first byte is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_the_full_queue_has_no_room_for_is_refused_before_it_is_read() {
+    let p = Setup {
+        admission: Some((1, Duration::from_secs(30))),
+        queued_bytes: QueuedBytes {
+            total: 3 << 20,
+            per_tenant: 2 << 20,
+        },
+        ..two_tenants("lru")
+    }
+    .start()
+    .await;
+    let queue = p.app.admission().cloned().unwrap();
+    let url = p.url.clone();
+    let holder = tokio::spawn(async move {
+        let body = chat("You plan.", "hold the place", "slow-8000", false).to_string();
+        call_as(&url, "/v1/chat/completions", "key-a", body).await
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while queue.depth() != (1, 0) {
+        assert!(Instant::now() < deadline, "the first call never took the place");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // 4 MiB announced, over alpha's 2 MiB: refused from the head alone.
+    let head = |length: usize| {
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: t\r\nauthorization: Bearer key-a\r\n\
+             content-type: application/json\r\ncontent-length: {length}\r\n\r\n"
+        )
+    };
+    let status = status_before_the_body(&p, &head(4 << 20), Duration::from_secs(3)).await;
+    assert_eq!(status, Some(503), "refused before a byte of the body");
+    // 1 MiB fits: the proxy waits for it (no answer from the head alone).
+    let status = status_before_the_body(&p, &head(1 << 20), Duration::from_millis(500)).await;
+    assert_eq!(status, None, "a body that fits is read");
+    let metrics = metrics_text(&p).await;
+    assert!(
+        metrics.contains("agentrt_proxy_admission_refused_bytes_total 1"),
+        "{metrics}"
+    );
+    assert_eq!(holder.await.unwrap().0, 200);
+}

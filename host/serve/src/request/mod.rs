@@ -19,7 +19,7 @@ pub use state::{BodyOptions, ProxyState};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-use axum::body::{Body, Bytes};
+use axum::body::{Body, Bytes, HttpBody as _};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -29,6 +29,7 @@ use tracing::Instrument as _;
 
 use self::forward::forward;
 use self::prepare::{parse_body, prepare_agent_call, prepare_completion};
+use crate::engine::admission::ReadingHold;
 use crate::engine::upstream;
 use crate::front::error::ApiError;
 use crate::front::limits::{closing_connection, read_body};
@@ -48,12 +49,34 @@ pub fn routes<S: Clone + Send + Sync + 'static>(state: ProxyState) -> Router<S> 
         .with_state(state)
 }
 
+/// A request admitted and its body read: the tenant and its place, the body, and while the
+/// admission queue is full the body's bytes held against its caps (dropped once the body is
+/// parsed, just before the request joins the line).
+struct Received {
+    admitted: Admitted,
+    body: Bytes,
+    reading: Option<ReadingHold>,
+}
+
 /// The caller's tenant and place from the headers, then the body: nothing is read for a
-/// stranger, nor for a tenant at its in-flight limit.
-async fn admit_then_read(state: &ProxyState, headers: &HeaderMap, body: Body) -> Result<(Admitted, Bytes), ApiError> {
+/// stranger, nor for a tenant at its in-flight limit, nor past the admission queue's byte caps.
+async fn admit_then_read(state: &ProxyState, headers: &HeaderMap, body: Body) -> Result<Received, ApiError> {
     let admitted = admit(&state.tenants, headers).await?;
-    let body = read_body(body, state.upstream.limits().max_body_bytes, "--max-body-bytes").await?;
-    Ok((admitted, body))
+    let limit = state.upstream.limits().max_body_bytes;
+    let reading = match &state.admission {
+        // Its length when the client said it, else the most a body may be.
+        Some(queue) => {
+            let expected = body.size_hint().exact().map_or(limit, |n| (n as usize).min(limit));
+            queue.hold_reading(&admitted.tenant.name, expected)?
+        }
+        None => None,
+    };
+    let body = read_body(body, limit, "--max-body-bytes").await?;
+    Ok(Received {
+        admitted,
+        body,
+        reading,
+    })
 }
 
 async fn chat_completions(State(state): State<ProxyState>, headers: HeaderMap, body: Body) -> Response {
@@ -111,7 +134,11 @@ async fn agent_call(state: ProxyState, headers: HeaderMap, body: Body, api: Agen
 async fn agent_call_traced(state: ProxyState, headers: HeaderMap, body: Body, api: AgentApi) -> Response {
     state.metrics.requests.fetch_add(1, Relaxed);
     let shape = api.error_shape();
-    let (admitted, body) = match admit_then_read(&state, &headers, body).await {
+    let Received {
+        admitted,
+        body,
+        reading,
+    } = match admit_then_read(&state, &headers, body).await {
         Ok(read) => read,
         Err(e) => return finished(closing_connection(failed(&state, e.shaped(shape)))),
     };
@@ -123,6 +150,7 @@ async fn agent_call_traced(state: ProxyState, headers: HeaderMap, body: Body, ap
     let prepared = prepare_agent_call(&state, tenant, &headers, body, api)
         .instrument(identity)
         .await;
+    drop(reading);
     finished(match prepared {
         Ok(prepared) => forward(state, api.path(), api, prepared, permit, received).await,
         Err(e) => failed(&state, e.shaped(shape)),
@@ -136,7 +164,11 @@ async fn completions(State(state): State<ProxyState>, headers: HeaderMap, body: 
 
 async fn completions_traced(state: ProxyState, headers: HeaderMap, body: Body) -> Response {
     state.metrics.requests.fetch_add(1, Relaxed);
-    let (admitted, body) = match admit_then_read(&state, &headers, body).await {
+    let Received {
+        admitted,
+        body,
+        reading,
+    } = match admit_then_read(&state, &headers, body).await {
         Ok(read) => read,
         Err(e) => return finished(closing_connection(failed(&state, e))),
     };
@@ -153,6 +185,7 @@ async fn completions_traced(state: ProxyState, headers: HeaderMap, body: Body) -
     }
     .instrument(identity)
     .await;
+    drop(reading);
     finished(match prepared {
         // Plain completions report usage in chat completions' words.
         Ok(prepared) => {
