@@ -45,7 +45,12 @@ fn start_with(file: &Path) -> Result<(), String> {
 /// The settings a proxy starts with (the same read as every reload): its error.
 fn settings_error(file: &Path) -> Option<String> {
     let flags = agentrt_serve::tenant::settings::FlagSettings::default();
-    agentrt_serve::tenant::reload::initial_settings(Some(file.to_path_buf()), flags).err()
+    agentrt_serve::tenant::reload::initial_settings(
+        Some(file.to_path_buf()),
+        flags,
+        agentrt_serve::config_flags::check_serve_table,
+    )
+    .err()
 }
 
 fn config_file(text: &str) -> (tempfile::TempDir, PathBuf) {

@@ -232,7 +232,12 @@ fn metric(metrics: &str, series: &str) -> u64 {
 #[test]
 fn starting_with_a_config_that_is_a_device_is_refused_naming_it() {
     let flags = agentrt_serve::tenant::settings::FlagSettings::default();
-    let e = agentrt_serve::tenant::reload::initial_settings(Some("/dev/zero".into()), flags).unwrap_err();
+    let e = agentrt_serve::tenant::reload::initial_settings(
+        Some("/dev/zero".into()),
+        flags,
+        agentrt_serve::config_flags::check_serve_table,
+    )
+    .unwrap_err();
     assert!(e.contains("/dev/zero is not a regular file"), "{e}");
 }
 

@@ -22,7 +22,7 @@ use crate::policy::warmup::WarmupOptions;
 use crate::request::engine_fields::{ClientEngineFields, EngineField};
 use crate::table::TableLimits;
 use crate::tenant::quotas::{Quotas, DEFAULT_CPU_MS_PER_S, DEFAULT_MAX_IN_FLIGHT, DEFAULT_WARMUP_TOKENS_PER_S};
-use crate::tenant::reload::initial_settings;
+use crate::tenant::reload::{initial_settings, ServeTableCheck};
 use crate::tenant::settings::FlagSettings;
 use crate::tenant::slots::load_extra_slots;
 use crate::tenant::worker::DEFAULT_QUEUE_JOBS;
@@ -454,13 +454,14 @@ fn secrets_by_tenant(raw: &[String], secret: TenantSecret) -> anyhow::Result<Has
     Ok(secrets)
 }
 
-/// Run the proxy until Ctrl-C / SIGTERM; `components` finds `--policy` by name.
-pub fn run(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<()> {
+/// Run the proxy until Ctrl-C / SIGTERM; `components` finds `--policy` by name, `check_serve`
+/// checks the config file's `[serve]` table on every read.
+pub fn run(args: ServeArgs, components: &ComponentLookup, check_serve: ServeTableCheck) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(serve(args, components))
+    runtime.block_on(serve(args, components, check_serve))
 }
 
-async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<()> {
+async fn serve(args: ServeArgs, components: &ComponentLookup, check_serve: ServeTableCheck) -> anyhow::Result<()> {
     let limits = args.limits.limits()?;
     let slot = args.policy_limits.slot_config()?;
     let engine = PolicyEngine::new(args.policy_limits.engine_options(&slot))?;
@@ -479,7 +480,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup) -> anyhow::Result<
         defaults: args.quotas.quotas(),
         public_anchors: args.public_anchors.iter().copied().collect(),
     };
-    let (settings, reloader) = initial_settings(args.config, flags).map_err(|e| anyhow::anyhow!(e))?;
+    let (settings, reloader) = initial_settings(args.config, flags, check_serve).map_err(|e| anyhow::anyhow!(e))?;
     if settings.keys.is_empty() {
         eprintln!(
             "agentrt serve: no API keys (--tenant, or api-keys in --config): every request is served \

@@ -51,5 +51,11 @@ pub mod telemetry;
 pub mod tenant;
 
 pub use app::{App, AppConfig};
-pub use cli::{run, ServeArgs};
+pub use cli::ServeArgs;
+
+/// `agentrt serve` with `args` until Ctrl-C / SIGTERM ([`cli::run`]), the config file's
+/// `[serve]` table checked on every read by the flags' own parsers ([`config_flags`]).
+pub fn run(args: ServeArgs, components: &agentrt_runtime::ComponentLookup) -> anyhow::Result<()> {
+    cli::run(args, components, config_flags::check_serve_table)
+}
 pub use front::limits::Limits;

@@ -12,8 +12,9 @@
 //! leave the proxy without API keys is refused unless it says `unauthenticated = true`
 //! ([`crate::tenant::settings`]).
 //!
-//! The `[serve]` table is checked on every read as at start ([`crate::config_flags`]): every key
-//! a flag's name, every value one its flag takes. It is then compared with the table at start
+//! The `[serve]` table is checked on every read as at start, by the flags' own parsers
+//! ([`crate::config_flags`], handed in by `cli` as a [`ServeTableCheck`]: the tenant layer does
+//! not reach up to the flags): every key a flag's name, every value one its flag takes. It is then compared with the table at start
 //! value by value, floats by their bits, so a file read again unchanged is never "changed".
 //!
 //! What a reload changes: the file's `[tenants.*]`, `[defaults]` and `[public]` tables and
@@ -38,6 +39,10 @@ use crate::tenant::config_file::{read_settled_since, FileStamp};
 use crate::tenant::settings::{ConfigFile, FlagSettings, TenantSettings};
 use crate::tenant::Tenants;
 
+/// How the file's `[serve]` table is checked against the flags (`table`, the file's `path` for
+/// the messages): `Err` names what is wrong, never a value.
+pub type ServeTableCheck = fn(table: &toml::Table, path: &std::path::Path) -> Result<(), String>;
+
 /// The config file and the flags it is merged with.
 #[derive(Debug)]
 pub struct Reloader {
@@ -45,6 +50,8 @@ pub struct Reloader {
     pub path: PathBuf,
     /// The settings the flags give, read once at start; the file is merged over them each time.
     pub flags: FlagSettings,
+    /// Checks the file's `[serve]` table on every read.
+    check_serve: ServeTableCheck,
     /// The file's `[serve]` table as it was at start: its flags are read once, so a reload of a
     /// file whose table differs is refused.
     serve_at_start: toml::Table,
@@ -80,17 +87,19 @@ impl Reloaded {
     }
 }
 
-/// The settings at start: from `flags`, merged with the file at `config` when there is one, and
-/// the reloader that re-reads it.
+/// The settings at start: from `flags`, merged with the file at `config` when there is one
+/// (its `[serve]` table checked by `check_serve`), and the reloader that re-reads it.
 pub fn initial_settings(
     config: Option<PathBuf>,
     flags: FlagSettings,
+    check_serve: ServeTableCheck,
 ) -> Result<(TenantSettings, Option<Reloader>), String> {
     match config {
         Some(path) => {
             let mut reloader = Reloader {
                 path,
                 flags,
+                check_serve,
                 serve_at_start: toml::Table::new(),
                 last_read: Mutex::new(None),
                 rounds: Rounds::default(),
@@ -130,7 +139,7 @@ impl Reloader {
         let mut file = ConfigFile::from_text(&self.path, &text)?;
         let serve = file.serve.take().unwrap_or_default();
         // Before the warnings: a key of [serve] that is no flag's name is never logged.
-        crate::config_flags::check_serve_table(&serve, &self.path)?;
+        (self.check_serve)(&serve, &self.path)?;
         for warning in std::mem::take(&mut file.warnings) {
             tracing::warn!("{warning}");
         }

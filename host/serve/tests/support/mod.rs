@@ -144,7 +144,8 @@ impl Setup {
             defaults: self.quotas,
             public_anchors: Default::default(),
         };
-        let (settings, reloader) = initial_settings(self.config, flags).unwrap();
+        let (settings, reloader) =
+            initial_settings(self.config, flags, agentrt_serve::config_flags::check_serve_table).unwrap();
         let extra_slots = self
             .extra_slots
             .iter()
