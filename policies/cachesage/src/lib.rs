@@ -163,7 +163,15 @@ impl Policy for CacheSage {
 
     fn observe(&mut self, event: &Event) {
         self.guard.observe(event);
+        // Silence the lifecycle values as a wait is not an end for the model either.
+        let silence = match event {
+            Event::SessionEnd(end) => self.use_hints && self.lifecycle.silence_is_a_wait(end),
+            _ => false,
+        };
         self.lifecycle.observe(event);
+        if silence {
+            return;
+        }
         match &mut self.model {
             Model::Scaled(m) => m.observe(event),
             Model::Classic(m) => m.observe(event),

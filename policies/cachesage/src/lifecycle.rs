@@ -24,7 +24,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use agentrt_sdk::{BlockEvent, BlockOp, EndReason, Event, Item, SessionWait, WaitKind};
+use agentrt_sdk::{BlockEvent, BlockOp, EndReason, Event, Item, SessionEnd, SessionWait, WaitKind};
 
 /// Most closed sessions remembered (their blocks leave within a few turnovers).
 pub const MAX_CLOSED: usize = 65_536;
@@ -212,6 +212,10 @@ impl Lifecycle {
                 self.turnover.total_blocks = l.total_blocks;
             }
             Event::SessionWait(w) => self.wait(w),
+            Event::SessionEnd(e) if self.silence_is_a_wait(e) => {
+                self.now_us = self.now_us.max(e.at_us);
+                self.silent(e.session, e.at_us);
+            }
             Event::SessionEnd(e) => {
                 self.now_us = self.now_us.max(e.at_us);
                 self.set_live(e.session, None);
@@ -299,6 +303,31 @@ impl Lifecycle {
             let closed = &self.closed;
             self.closed_order.retain(|s| closed.contains_key(s));
         }
+    }
+
+    /// Whether `end` is silence to be valued as a wait rather than an end: once the framework
+    /// signals closings, an end inferred from idle time is not one — the session that is over
+    /// will be closed, and the one that paused (a conversation's next turn minutes later) comes
+    /// back. Replayed, the idle rule ending such sessions cost session-retain a third of its gain.
+    pub fn silence_is_a_wait(&self, end: &SessionEnd) -> bool {
+        end.reason == EndReason::Idle && self.closes_heard > 0
+    }
+
+    /// `session` went silent: it stays live and waits — for its user, the wait silence is most
+    /// like — valued by the user-wait return curve, which its return (or close) teaches.
+    fn silent(&mut self, session: u64, at_us: u64) {
+        if self.waiting.contains_key(&session) {
+            return;
+        }
+        self.wait(&SessionWait {
+            session,
+            agent: self.live.get(&session).copied().unwrap_or(0),
+            kind: WaitKind::User,
+            tool: 0,
+            expected_us: 0,
+            hinted: false,
+            at_us,
+        });
     }
 
     fn wait(&mut self, w: &SessionWait) {

@@ -256,3 +256,29 @@ fn once_closings_are_signalled_live_sessions_outrank_what_no_live_session_owns()
         "closed, then what no live session owns (the silent session's, agent 2's): {order:?}"
     );
 }
+
+#[test]
+fn once_closings_are_signalled_silence_is_a_wait_not_an_end() {
+    let mut p = Harness::<CacheSage>::new([]).unwrap();
+    p.observe(&[register(1), load(0), arrival(9, 0), arrival(7, 5), arrival(8, 10)]);
+    // The framework closes 7; then 9 falls silent past the idle time: a pause, not an end.
+    p.observe(&[
+        session_end_for(7, EndReason::Closed),
+        session_end_for(9, EndReason::Idle),
+    ]);
+    let items = [
+        block(1, 9, 80, 1),
+        Item {
+            agent: 2,
+            ..block(7, 0, 80, 60)
+        },
+        block(4, 7, 80, 50),
+    ];
+    let order = eviction_order(&mut p, &items);
+    assert_eq!(
+        order,
+        [4, 7, 1],
+        "closed first, then what no live session owns; the silent session stays live: {order:?}"
+    );
+    assert_eq!(p.policy().lifecycle.sizes().1, 1, "9 waits, as for its user");
+}
