@@ -176,9 +176,10 @@ async fn a_tenants_backlog_does_not_make_another_tenant_wait_it_out() {
     assert!(*slowest < Duration::from_millis(1500), "beta waited {waits:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiting_bodies_are_bounded_per_tenant_and_in_all() {
-    let p = Setup {
+/// Two tenants behind one place upstream, with 3 MiB of waiting bodies in all and 2 MiB per
+/// tenant.
+async fn one_place_small_queue() -> Proxy {
+    Setup {
         admission: Some((1, Duration::from_secs(30))),
         queued_bytes: QueuedBytes {
             total: 3 << 20,
@@ -187,7 +188,12 @@ async fn waiting_bodies_are_bounded_per_tenant_and_in_all() {
         ..two_tenants("lru")
     }
     .start()
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_bodies_are_bounded_per_tenant_and_in_all() {
+    let p = one_place_small_queue().await;
     // The first call holds the one place for 8 s (time enough for the others to line up on a
     // loaded machine); ~700 KiB of prompt each.
     let body = |i: usize| {
@@ -253,16 +259,7 @@ async fn status_before_the_body(p: &Proxy, head: &str, within: Duration) -> Opti
 /// then refused. Now a body that may wait counts against the caps before its first byte is read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_the_full_queue_has_no_room_for_is_refused_before_it_is_read() {
-    let p = Setup {
-        admission: Some((1, Duration::from_secs(30))),
-        queued_bytes: QueuedBytes {
-            total: 3 << 20,
-            per_tenant: 2 << 20,
-        },
-        ..two_tenants("lru")
-    }
-    .start()
-    .await;
+    let p = one_place_small_queue().await;
     let queue = p.app.admission().cloned().unwrap();
     let url = p.url.clone();
     let holder = tokio::spawn(async move {
