@@ -3,6 +3,7 @@
 //! number, and a storm of reloads while the file is renamed over. Flags and file share one parser
 //! per kind of value (`agentrt_runtime::flag_values`); no error or log line repeats a value.
 
+mod config_support;
 mod log_capture;
 #[path = "../../host/serve/tests/stub_upstream/mod.rs"]
 mod stub_upstream;
@@ -16,13 +17,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Command};
+use config_support::{proxy_with_config, write_config, OPERATOR, TWO_TENANTS};
 use serde_json::Value;
-use support::{chat, post, post_json, Proxy, Setup};
+use support::{chat, post, post_json, Proxy};
 
-const OPERATOR: &str = "s3cret";
 const SECRET: &str = "sk-LEAKED-42";
-const TWO_TENANTS: &str = "[tenants.alpha]\napi_keys = [\"key-a\"]\n\n[tenants.beta]\napi_keys = [\"key-b\"]\n";
-
 /// `agentrt serve`'s flags as the binary defines them.
 fn agentrt() -> Command {
     Command::new("agentrt").subcommand(agentrt_serve::ServeArgs::augment_args(Command::new("serve")))
@@ -54,11 +53,7 @@ fn settings_error(file: &Path) -> Option<String> {
 }
 
 fn config_file(text: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("agentrt.toml");
-    std::fs::write(&file, text).unwrap();
-    std::thread::sleep(agentrt_serve::tenant::config_file::SETTLE);
-    (dir, file)
+    write_config("agentrt.toml", text)
 }
 
 /// Write `text` over `file` (written elsewhere, renamed over it: never waited for).
@@ -66,15 +61,6 @@ fn rename_over(file: &Path, text: &str) {
     let next = file.with_extension("next");
     std::fs::write(&next, text).unwrap();
     std::fs::rename(&next, file).unwrap();
-}
-
-async fn proxy_with_config(file: &Path) -> Proxy {
-    Setup {
-        config: Some(file.to_path_buf()),
-        ..Setup::new("lru")
-    }
-    .start()
-    .await
 }
 
 async fn reload(url: &str) -> (u16, Value) {

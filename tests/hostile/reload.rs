@@ -3,6 +3,7 @@
 //! malformed files carrying secrets, and a key revoked while its requests are still in flight.
 //! Real HTTP on loopback against the real router, in front of the stub upstream.
 
+mod config_support;
 mod log_capture;
 #[path = "../../host/serve/tests/stub_upstream/mod.rs"]
 mod stub_upstream;
@@ -13,29 +14,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use config_support::{proxy_with_config, write_config, OPERATOR, TWO_TENANTS};
 use futures_util::StreamExt;
 use serde_json::Value;
-use support::{admin_get, chat, metrics_text, post, post_json, Proxy, Setup};
-
-const OPERATOR: &str = "s3cret";
-const TWO_TENANTS: &str = "[tenants.alpha]\napi_keys = [\"key-a\"]\n\n[tenants.beta]\napi_keys = [\"key-b\"]\n";
-
-async fn proxy_with_config(file: &Path) -> Proxy {
-    Setup {
-        config: Some(file.to_path_buf()),
-        ..Setup::new("lru")
-    }
-    .start()
-    .await
-}
+use support::{admin_get, chat, metrics_text, post, post_json, Proxy};
 
 fn config_file(text: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("tenants.toml");
-    std::fs::write(&file, text).unwrap();
-    // A file just written is read once it has settled; make it old enough at once.
-    std::thread::sleep(agentrt_serve::tenant::config_file::SETTLE);
-    (dir, file)
+    write_config("tenants.toml", text)
 }
 
 async fn reload(p: &Proxy) -> (u16, Value) {
