@@ -110,6 +110,13 @@ const uint8_t *arp_config_get(const arp_config *config, const char *key, size_t 
     return NULL;
 }
 
+void arp_recency_scores(const arp_item *items, size_t n, float *scores) {
+    uint64_t oldest = n ? items[0].last_access : 0;
+    for (size_t i = 1; i < n; i++)
+        if (items[i].last_access < oldest) oldest = items[i].last_access;
+    for (size_t i = 0; i < n; i++) scores[i] = (float)(items[i].last_access - oldest);
+}
+
 const char *arp_config_u64(const arp_config *config, const char *key, uint64_t fallback, uint64_t low,
                            uint64_t high, uint64_t *out) {
     size_t len;

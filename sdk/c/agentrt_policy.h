@@ -80,6 +80,14 @@ const uint8_t *arp_config_get(const arp_config *config, const char *key, size_t 
 const char *arp_config_u64(const arp_config *config, const char *key, uint64_t fallback, uint64_t low,
                            uint64_t high, uint64_t *out);
 
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+/* Recency as a score, as in every agentrt SDK (sdk/conformance/recency_scores.txt): the batch's
+ * least recently used item scores 0, newer ones the engine ticks since it — LRU's order under the
+ * host's ranking rule (higher = keep), and never negative (a negative host-tier score means "not
+ * worth storing", which recency alone never says). */
+void arp_recency_scores(const arp_item *items, size_t n, float *scores);
+
 /* ---- messages without stdio --------------------------------------------------------------- */
 
 /* A message built in a static buffer (valid until the next arp_message_start): the SDK copies

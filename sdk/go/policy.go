@@ -186,14 +186,20 @@ func (g *Guest) Restore(state []byte) error {
 	return Refusal("this policy keeps no state but was given " + strconv.Itoa(len(state)) + " bytes")
 }
 
-// RecencyScores is recency as a score: the newest item 0, older ones minus their age in engine
-// ticks (LRU's order under the host's ranking rule; the Rust SDK's `recency_scores`).
+// RecencyScores is recency as a score, as in every agentrt SDK
+// (sdk/conformance/recency_scores.txt): the batch's least recently used item scores 0, newer ones
+// the engine ticks since it — LRU's order under the host's ranking rule (higher = keep), and never
+// negative: a negative score on a host-tier block means "not worth storing", which recency alone
+// never says.
 func RecencyScores(items []Item, scores []float32) {
-	var newest uint64
+	if len(items) == 0 {
+		return
+	}
+	oldest := items[0].LastAccess
 	for _, it := range items {
-		newest = max(newest, it.LastAccess)
+		oldest = min(oldest, it.LastAccess)
 	}
 	for i, it := range items {
-		scores[i] = -float32(newest - it.LastAccess)
+		scores[i] = float32(it.LastAccess - oldest)
 	}
 }

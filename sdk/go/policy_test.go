@@ -1,7 +1,9 @@
 package policy_test
 
 import (
+	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -123,7 +125,7 @@ func TestDefaultsForEveryHookNotImplemented(t *testing.T) {
 	}
 	items := []policy.Item{{LastAccess: 5}, {LastAccess: 9}, {LastAccess: 9}, {LastAccess: 1}}
 	scores := h.Score(items...)
-	if !reflect.DeepEqual(scores, []float32{-4, 0, 0, -8}) {
+	if !reflect.DeepEqual(scores, []float32{4, 8, 8, 0}) {
 		t.Fatal(scores)
 	}
 	if order := policytest.Rank(items, scores); !reflect.DeepEqual(order, []int{1, 2, 0, 3}) {
@@ -138,5 +140,45 @@ func TestTheRankingRuleIsTheHosts(t *testing.T) {
 	items := []policy.Item{{LastAccess: 10}, {LastAccess: 30}, {LastAccess: 20}, {LastAccess: 40}, {LastAccess: 50}}
 	if order := policytest.Rank(items, []float32{1, 1, 2, nan, 1}); !reflect.DeepEqual(order, []int{2, 4, 1, 0, 3}) {
 		t.Fatal(order)
+	}
+}
+
+// sdk/conformance/recency_scores.txt: the same batches, the same scores, in all five SDKs.
+func TestRecencyScoresGiveTheCasesEverySDKGives(t *testing.T) {
+	text, err := os.ReadFile("../conformance/recency_scores.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := 0
+	for _, line := range strings.Split(string(text), "\n") {
+		left, right, found := strings.Cut(line, "->")
+		if strings.HasPrefix(line, "#") || !found {
+			continue
+		}
+		var items []policy.Item
+		for _, w := range strings.Fields(left) {
+			v, err := strconv.ParseUint(w, 10, 64)
+			if err != nil {
+				t.Fatal(line, err)
+			}
+			items = append(items, policy.Item{LastAccess: v})
+		}
+		var want []float32
+		for _, w := range strings.Fields(right) {
+			v, err := strconv.ParseFloat(w, 64)
+			if err != nil {
+				t.Fatal(line, err)
+			}
+			want = append(want, float32(v))
+		}
+		got := make([]float32, len(items))
+		policy.RecencyScores(items, got)
+		if len(want) != len(got) || (len(got) > 0 && !reflect.DeepEqual(got, want)) {
+			t.Fatalf("%q: got %v", line, got)
+		}
+		cases++
+	}
+	if cases < 8 {
+		t.Fatalf("only %d cases", cases)
 	}
 }

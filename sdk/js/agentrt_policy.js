@@ -64,12 +64,15 @@ export class Config {
   }
 }
 
-/** Recency as a score: the newest item 0, older ones minus their age in engine ticks (LRU's order
- * under the host's ranking rule; the Rust SDK's `recency_scores`). */
+/** Recency as a score, as in every agentrt SDK (sdk/conformance/recency_scores.txt): the batch's
+ * least recently used item scores 0, newer ones the engine ticks since it — LRU's order under the
+ * host's ranking rule (higher = keep), and never negative: a negative score on a host-tier block
+ * means "not worth storing", which recency alone never says. */
 export function recencyScores(items) {
-  let newest = 0n;
-  for (const i of items) if (i.lastAccess > newest) newest = i.lastAccess;
-  return items.map((i) => Number(i.lastAccess - newest));
+  if (items.length === 0) return [];
+  let oldest = items[0].lastAccess;
+  for (const i of items) if (i.lastAccess < oldest) oldest = i.lastAccess;
+  return items.map((i) => Number(i.lastAccess - oldest));
 }
 
 /** An agentrt policy. One instance lives per component instance, called from one thread. */

@@ -38,6 +38,7 @@ pub enum SimCommand {
 
 #[derive(Args, Debug)]
 pub struct GenArgs {
+    /// Which of the six multi-agent workloads to generate (docs/workloads.md).
     #[arg(long, value_enum)]
     pub workload: Workload,
     /// Sessions (default: the headline setting's).
@@ -49,10 +50,12 @@ pub struct GenArgs {
     /// Session arrivals per second (overrides --concurrency).
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Seed of the generator: the same seed and flags give the same trace.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     #[command(flatten)]
     pub fleet: FleetArgs,
+    /// Where to write the trace (JSON Lines, the input of `sim run --trace`).
     #[arg(long)]
     pub out: PathBuf,
 }

@@ -100,6 +100,16 @@ impl Load {
     }
 }
 
+/// The distinct prompt blocks `trace` touches.
+pub fn distinct_blocks(trace: &PreparedTrace) -> usize {
+    trace
+        .requests
+        .iter()
+        .flat_map(|r| r.prompt.hashes.iter().copied())
+        .collect::<std::collections::HashSet<u64>>()
+        .len()
+}
+
 /// `fraction` of the trace's distinct prompt blocks, in blocks (at least 2: the null block and
 /// one more).
 pub fn capacity_of(trace: &PreparedTrace, fraction: f64) -> anyhow::Result<usize> {
@@ -107,12 +117,41 @@ pub fn capacity_of(trace: &PreparedTrace, fraction: f64) -> anyhow::Result<usize
         fraction.is_finite() && fraction > 0.0,
         "--capacity-fraction must be a positive number"
     );
-    let distinct: std::collections::HashSet<u64> = trace
-        .requests
-        .iter()
-        .flat_map(|r| r.prompt.hashes.iter().copied())
-        .collect();
-    Ok(((distinct.len() as f64 * fraction).round() as usize).max(2))
+    Ok(((distinct_blocks(trace) as f64 * fraction).round() as usize).max(2))
+}
+
+/// The cache a replay gets when no flag sizes it, from the trace itself: a third of the distinct
+/// blocks it touches — so the engine must evict and every policy must rank (a cache that holds
+/// everything makes every policy tie and proves nothing) — never smaller than four times its
+/// longest request (so requests still run side by side).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FittedCapacity {
+    pub distinct_blocks: usize,
+    pub blocks: usize,
+}
+
+impl FittedCapacity {
+    pub fn of(trace: &PreparedTrace) -> FittedCapacity {
+        let distinct_blocks = distinct_blocks(trace);
+        let longest = trace
+            .requests
+            .iter()
+            .map(|r| (r.prompt.tokens + r.output_tokens) as usize / trace.block_size + 1)
+            .max()
+            .unwrap_or(1);
+        FittedCapacity {
+            distinct_blocks,
+            blocks: (distinct_blocks / 3).max(4 * longest).max(16),
+        }
+    }
+
+    /// How the output names this choice.
+    pub fn describe(&self) -> String {
+        format!(
+            "sized from the trace: a third of its {} distinct blocks; --capacity-blocks or --capacity-fraction sets it",
+            self.distinct_blocks
+        )
+    }
 }
 
 /// Native LRU's utilisation of `trace` under `cfg` at arrival scale `scale`.

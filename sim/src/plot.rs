@@ -19,6 +19,66 @@ fn color(i: usize) -> &'static str {
     COLORS[i % COLORS.len()]
 }
 
+/// Line plots tell policies apart by more than colour — lines lie on top of each other when two
+/// policies tie, and a colour-blind reader or a grey print loses hue: each policy also gets a
+/// dash pattern and a marker shape (the pair repeats only past 12 policies).
+const DASHES: [&str; 4] = ["", "8 4", "2 3", "10 3 2 3"];
+const MARKERS: [Marker; 3] = [Marker::Circle, Marker::Square, Marker::Triangle];
+
+#[derive(Clone, Copy)]
+enum Marker {
+    Circle,
+    Square,
+    Triangle,
+}
+
+impl Marker {
+    fn svg(self, x: f64, y: f64, fill: &str) -> String {
+        match self {
+            Marker::Circle => format!("<circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"3.5\" fill=\"{fill}\"/>"),
+            Marker::Square => format!(
+                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"7\" height=\"7\" fill=\"{fill}\"/>",
+                x - 3.5,
+                y - 3.5
+            ),
+            Marker::Triangle => format!(
+                "<polygon points=\"{:.1},{:.1} {:.1},{:.1} {:.1},{:.1}\" fill=\"{fill}\"/>",
+                x,
+                y - 4.5,
+                x - 4.0,
+                y + 3.0,
+                x + 4.0,
+                y + 3.0
+            ),
+        }
+    }
+}
+
+/// The `stroke-dasharray` attribute of policy `i`'s line (none for a solid one).
+fn dash_attr(i: usize) -> String {
+    match DASHES[i % DASHES.len()] {
+        "" => String::new(),
+        dash => format!(" stroke-dasharray=\"{dash}\""),
+    }
+}
+
+fn marker(i: usize) -> Marker {
+    MARKERS[(i + i / DASHES.len()) % MARKERS.len()]
+}
+
+/// A line legend's swatch: a short stretch of policy `i`'s line with its marker.
+fn line_swatch(i: usize, r: &text::Rect) -> String {
+    let y = r.y + r.h / 2.0;
+    format!(
+        "<line x1=\"{:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"{}\" stroke-width=\"2\"{}/>\n{}",
+        r.x - 4.0,
+        r.x + r.w + 2.0,
+        color(i),
+        dash_attr(i),
+        marker(i).svg(r.x + r.w / 2.0 - 1.0, y, color(i))
+    )
+}
+
 /// The title's font size and baseline.
 const TITLE_SIZE: f64 = 15.0;
 const TITLE_BASELINE: f64 = 22.0;
@@ -61,12 +121,13 @@ impl Frame {
     }
 
     fn panels(title: &str, panels: usize, policies: &[String]) -> Frame {
+        let (columns, rows) = grid(panels);
         Frame::new(
             title,
             policies,
-            PANEL_W * panels.max(1) as f64 + 20.0,
-            360.0,
-            70.0,
+            PANEL_W * columns as f64 + 20.0,
+            PANELS_TOP + rows as f64 * PANEL_H + 10.0,
+            PANELS_TOP,
             60.0,
             46.0,
         )
@@ -80,22 +141,55 @@ impl Frame {
 
     /// The SVG's opening: canvas, background, title and legend.
     fn header(&self, title: &str) -> String {
+        let mut out = self.header_without_legend(title);
+        self.legend.write(&mut out, |i, r| {
+            format!(
+                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>",
+                r.x,
+                r.y,
+                r.w,
+                r.h,
+                color(i)
+            )
+        });
+        out
+    }
+
+    /// The same opening with line swatches (dash and marker) in the legend.
+    fn line_header(&self, title: &str) -> String {
+        let mut out = self.header_without_legend(title);
+        self.legend.write(&mut out, line_swatch);
+        out
+    }
+
+    fn header_without_legend(&self, title: &str) -> String {
         let (w, h) = (self.w, self.h);
-        let mut out = format!(
+        format!(
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"{}\">\n\
              <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
              <text x=\"{}\" y=\"{TITLE_BASELINE}\" text-anchor=\"middle\" font-size=\"{TITLE_SIZE}\" font-weight=\"bold\">{}</text>\n",
             legend::FONT_SIZE,
             w / 2.0,
             escape(title)
-        );
-        self.legend.write(&mut out, color);
-        out
+        )
     }
 }
 
-/// The width of one panel of `line_panels`.
-const PANEL_W: f64 = 260.0;
+/// One panel of `line_panels`: its width and height (plotting area and the margins for its axis
+/// labels and name), at most three to a row — six side by side would each be too narrow to read.
+const PANEL_W: f64 = 400.0;
+const PANEL_H: f64 = 330.0;
+const PANEL_PLOT_H: f64 = 260.0;
+const PANELS_PER_ROW: usize = 3;
+/// Where the first row of panels starts (below title and one legend row).
+const PANELS_TOP: f64 = 70.0;
+
+/// Columns and rows of a grid of `panels`.
+fn grid(panels: usize) -> (usize, usize) {
+    let panels = panels.max(1);
+    let columns = panels.min(PANELS_PER_ROW);
+    (columns, panels.div_ceil(columns))
+}
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
@@ -187,20 +281,20 @@ pub fn line_panels(
     series: &[Vec<Vec<f64>>],
 ) -> String {
     let (workloads, capacities) = (panels, xs);
-    let (panel_w, ph) = (PANEL_W, 220.0);
-    let pw = panel_w - 70.0;
+    let (pw, ph) = (PANEL_W - 70.0, PANEL_PLOT_H);
     let frame = Frame::panels(title, workloads.len(), policies);
-    let top = frame.top;
-    let mut out = frame.header(title);
+    let (columns, _) = grid(workloads.len());
+    let mut out = frame.line_header(title);
     for (wi, name) in workloads.iter().enumerate() {
-        let left = 20.0 + wi as f64 * panel_w + 45.0;
+        let left = 20.0 + (wi % columns) as f64 * PANEL_W + 45.0;
+        let top = frame.top + (wi / columns) as f64 * PANEL_H;
         axis_y(
             &mut out,
             left,
             top,
             pw,
             ph,
-            if wi == 0 { "token hit rate (%)" } else { "" },
+            if wi % columns == 0 { "token hit rate (%)" } else { "" },
         );
         let caps = &capacities[wi];
         let (lo, hi) = (
@@ -222,7 +316,7 @@ pub fn line_panels(
             };
             let _ = writeln!(
                 out,
-                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\">{tick}</text>",
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"11\">{tick}</text>",
                 x_of(c),
                 top + ph + 16.0,
             );
@@ -236,20 +330,21 @@ pub fn line_panels(
             escape(x_label)
         );
         for (pi, ys) in series[wi].iter().enumerate() {
-            let points: Vec<String> = caps
+            let points: Vec<(f64, f64)> = caps
                 .iter()
                 .zip(ys)
-                .map(|(&c, y)| format!("{:.1},{:.1}", x_of(c), top + ph - y.clamp(0.0, 1.0) * ph))
+                .map(|(&c, y)| (x_of(c), top + ph - y.clamp(0.0, 1.0) * ph))
                 .collect();
+            let line: Vec<String> = points.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
             let _ = writeln!(
                 out,
-                "<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>",
-                points.join(" "),
-                color(pi)
+                "<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{}/>",
+                line.join(" "),
+                color(pi),
+                dash_attr(pi)
             );
-            for p in &points {
-                let (x, y) = p.split_once(',').expect("x,y");
-                let _ = writeln!(out, "<circle cx=\"{x}\" cy=\"{y}\" r=\"2.5\" fill=\"{}\"/>", color(pi));
+            for &(x, y) in &points {
+                let _ = writeln!(out, "{}", marker(pi).svg(x, y, color(pi)));
             }
         }
     }
@@ -279,6 +374,37 @@ mod tests {
             ],
         );
         assert_eq!(lines.matches("<polyline").count(), 4);
+    }
+
+    #[test]
+    fn six_workloads_are_two_rows_of_three_readable_panels_with_distinct_line_styles() {
+        let w = names(&["a", "b", "c", "d", "e", "f"]);
+        let p = names(&TABLE_POLICIES);
+        let caps = vec![vec![100, 200, 400]; w.len()];
+        let series = vec![vec![vec![0.3, 0.4, 0.5]; p.len()]; w.len()];
+        let svg = capacity_lines("t", &w, &p, &caps, &series);
+        let frame = Frame::panels("t", w.len(), &p);
+        // Three panels across: a page's width, not a banner; each plot at least 300 × 250.
+        assert!(frame.w <= 1300.0, "{}", frame.w);
+        assert!(PANEL_W - 70.0 >= 300.0 && PANEL_PLOT_H >= 250.0);
+        assert!(frame.h >= frame.top + 2.0 * PANEL_H, "two rows fit: {}", frame.h);
+        // Panels 0 and 3 share a column, one row apart.
+        assert_eq!(grid(6), (3, 2));
+        assert_eq!(grid(1), (1, 1));
+        assert_eq!(svg.matches("<polyline").count(), w.len() * p.len());
+        // Each of the first policies draws its own dash pattern and marker, also in the legend.
+        let styles: std::collections::HashSet<(String, &str)> =
+            (0..p.len()).map(|i| (dash_attr(i), color(i))).collect();
+        assert_eq!(styles.len(), p.len());
+        let first_four: std::collections::HashSet<String> = (0..4).map(dash_attr).collect();
+        assert_eq!(first_four.len(), 4);
+        assert!(svg.contains("stroke-dasharray=\"8 4\""));
+        assert!(svg.contains("<polygon") && svg.contains("<circle") && svg.contains("<rect x="));
+        let swatches = svg
+            .lines()
+            .filter(|l| l.starts_with("<line") && l.contains("stroke-width=\"2\""))
+            .count();
+        assert_eq!(swatches, p.len(), "one line swatch per legend entry");
     }
 
     fn names(list: &[&str]) -> Vec<String> {

@@ -295,14 +295,15 @@ fn gap(s: &PolicySummary) -> String {
 }
 
 /// Header of the Markdown table [`markdown_rows`] fills (docs/results.md, `table.md`).
-pub const MARKDOWN_HEADER: &str = "| workload | policy | hit % | Δ pp vs LRU | gap closed | TTFT mean ms | TTFT p99 ms | util % | turn ms | out tok/s | warm-up tok | state B | observe µs/ev | score µs/item |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+pub const MARKDOWN_HEADER: &str = "| workload | policy | hit % | Δ pp vs LRU | gap closed | TTFT mean ms | TTFT p99 ms | util % | turn ms | out tok/s | warm-up tok | state B | observe µs/ev | score µs/item | evictions | rankings |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
 
 /// One Markdown row per policy of one workload's results.
 pub fn markdown_rows(workload: &str, summaries: &[(String, PolicySummary)]) -> String {
     let mut out = String::new();
     for (name, s) in summaries {
         out.push_str(&format!(
-            "| {workload} | {name} | {:.1} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {:.3} | {:.3} |\n",
+            "| {workload} | {} | {:.1} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {:.3} | {:.3} | {} | {} |\n",
+            shown_name(name),
             s.hit_rate * 100.0,
             opt(s.delta_pp_vs_lru, 1),
             gap(s),
@@ -314,7 +315,9 @@ pub fn markdown_rows(workload: &str, summaries: &[(String, PolicySummary)]) -> S
             s.warmup_tokens,
             s.state_bytes_max,
             s.observe_us_per_event,
-            s.score_us_per_item
+            s.score_us_per_item,
+            s.evictions,
+            rankings(name, s)
         ));
     }
     out
@@ -347,7 +350,7 @@ pub fn tenant_table(summaries: &[(String, PolicySummary)]) -> String {
 pub fn table(summaries: &[(String, PolicySummary)]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "{:<16} {:>7} {:>8} {:>6} {:>10} {:>10} {:>6} {:>10} {:>10} {:>10} {:>9} {:>9} {:>13} {:>8} {:>6} {:>8}\n",
+        "{:<16} {:>7} {:>8} {:>6} {:>10} {:>10} {:>6} {:>10} {:>10} {:>10} {:>9} {:>9} {:>13} {:>10} {:>8} {:>8} {:>6} {:>8}\n",
         "policy",
         "hit %",
         "Δ pp",
@@ -361,14 +364,16 @@ pub fn table(summaries: &[(String, PolicySummary)]) -> String {
         "state B",
         "obs µs/ev",
         "score µs/item",
+        "evictions",
+        "rankings",
         "fallback",
         "failed",
         "restarts"
     ));
     for (name, s) in summaries {
         out.push_str(&format!(
-            "{:<16} {:>7.1} {:>8} {:>6} {:>10.1} {:>10.1} {:>5.0}% {:>10.1} {:>10.0} {:>10} {:>9} {:>9.3} {:>13.3} {:>8} {:>6} {:>8}\n",
-            name,
+            "{:<16} {:>7.1} {:>8} {:>6} {:>10.1} {:>10.1} {:>5.0}% {:>10.1} {:>10.0} {:>10} {:>9} {:>9.3} {:>13.3} {:>10} {:>8} {:>8} {:>6} {:>8}\n",
+            shown_name(name),
             s.hit_rate * 100.0,
             opt(s.delta_pp_vs_lru, 1),
             gap(s),
@@ -381,12 +386,107 @@ pub fn table(summaries: &[(String, PolicySummary)]) -> String {
             s.state_bytes_max,
             s.observe_us_per_event,
             s.score_us_per_item,
+            s.evictions,
+            rankings(name, s),
             s.fallbacks,
             s.failed_calls,
             s.restarts,
         ));
     }
     out.push_str(&failure_notes(summaries));
+    out.push_str(&proves_nothing_notes(summaries));
+    out
+}
+
+/// What each column of [`table`] and [`MARKDOWN_HEADER`]'s table means: a reader of a table
+/// must not need the source to know what "gap" or "state B" is.
+pub const LEGEND: &[(&str, &str)] = &[
+    ("hit %", "prompt tokens served from the prefix cache, of all prompt tokens (each request at its first admission)"),
+    ("Δ pp", "hit % minus LRU's, in percentage points"),
+    ("gap", "the share of the distance from LRU to the offline bound this policy closed (100 % = as good as the bound; – when LRU is within 0.1 pp of it)"),
+    ("belady (offline)", "Bélády's offline bound: evicts the block asked for furthest in the future, knowing the whole trace — the ceiling no online policy can pass, not a contender"),
+    ("TTFT", "time to first token, mean and p99, ms of simulated time"),
+    ("util", "share of the run the engine was busy"),
+    ("turn ms", "a request from arrival to last token, ms of simulated time"),
+    ("out tok/s", "generated tokens per simulated second"),
+    ("warm tok", "prompt tokens warm-ups computed (prefetching anchors costs prefill)"),
+    ("state B", "the policy's largest snapshot, bytes"),
+    ("obs µs/ev, score µs/item", "wall time inside the policy per event delivered and per item ranked"),
+    ("evictions", "blocks the engine evicted (0: the cache never filled, so every policy ties)"),
+    ("rankings", "the policy's score calls (– for a native one; 0: it never ranked, so its figures are LRU's)"),
+    ("fallback, failed, restarts", "rankings that fell back to LRU, failed policy calls, fresh instances after a failure"),
+];
+
+/// [`LEGEND`] as lines of text, for under a fixed-width table.
+pub fn legend_text() -> String {
+    LEGEND
+        .iter()
+        .map(|(term, meaning)| format!("  {term}: {meaning}\n"))
+        .collect()
+}
+
+/// [`LEGEND`] as a Markdown list, for under a Markdown table.
+pub fn legend_markdown() -> String {
+    LEGEND
+        .iter()
+        .map(|(term, meaning)| format!("- **{term}**: {meaning}\n"))
+        .collect()
+}
+
+/// The fixed-width table's name for a policy: Bélády is the offline bound, and says so.
+fn shown_name(name: &str) -> String {
+    if name == "belady" {
+        "belady (offline)".to_string()
+    } else {
+        name.to_string()
+    }
+}
+
+/// Score calls, or "–" for a policy the replay does not call (native LRU, Bélády: no events, no
+/// rankings).
+fn rankings(name: &str, s: &PolicySummary) -> String {
+    if is_native(name, s) {
+        "–".to_string()
+    } else {
+        s.score_calls.to_string()
+    }
+}
+
+fn is_native(name: &str, s: &PolicySummary) -> bool {
+    name == "belady" || name == "lru-native" || (s.events == 0 && s.score_calls == 0)
+}
+
+/// Warnings for a replay that proves nothing: a cache that never filled (no evictions under any
+/// policy, so every policy ties on hit rate), and each policy that never ranked (its figures are
+/// LRU's, whatever it would have done). Empty when the replay compared what it meant to.
+pub fn proves_nothing_notes(summaries: &[(String, PolicySummary)]) -> String {
+    if summaries.is_empty() {
+        return String::new();
+    }
+    if summaries.iter().all(|(_, s)| s.evictions == 0) {
+        return "! the cache never filled: no policy evicted a block, so every policy ties and this replay \
+compares nothing — give a smaller --capacity-blocks (or leave it out to size the cache from the trace)\n"
+            .to_string();
+    }
+    let mut out = String::new();
+    let bound = summaries.iter().find(|(n, _)| n == "belady").map(|(_, s)| s);
+    if let Some(bound) = bound {
+        if bound.delta_pp_vs_lru.is_some_and(|d| d < 0.1) {
+            out.push_str(
+                "! LRU is within 0.1 pp of the offline bound at this cache: no policy can gain here, so this replay \
+ranks nothing but noise — try a smaller cache or another trace\n",
+            );
+        }
+    }
+    for (name, s) in summaries {
+        if is_native(name, s) || s.score_calls > 0 {
+            continue;
+        }
+        out.push_str(&format!(
+            "! {name} ranked nothing: 0 score calls in {} evictions, so its figures are LRU's, not its own\n",
+            s.evictions
+        ));
+    }
     out
 }
 
@@ -607,6 +707,49 @@ mod tests {
     }
 
     #[test]
+    fn a_replay_that_proves_nothing_says_why() {
+        let with = |policy: &str, hit: u64, evictions: u64, events: u64, score_calls: u64| {
+            let mut r = run(policy, hit);
+            r.evictions = evictions;
+            r.policy_stats.events = events;
+            r.policy_stats.score_calls = score_calls;
+            r
+        };
+        // The cache never filled: one note, whatever else.
+        let idle = summarize(&[with("lru", 400, 0, 90, 0), with("belady", 400, 0, 0, 0)]);
+        let notes = proves_nothing_notes(&idle);
+        assert!(
+            notes.starts_with("! the cache never filled") && notes.lines().count() == 1,
+            "{notes}"
+        );
+        // It filled, but a Wasm policy never ranked, and LRU is at the bound.
+        let flat = summarize(&[
+            with("lru", 400, 50, 90, 12),
+            with("mine", 400, 50, 90, 0),
+            with("belady", 400, 40, 0, 0),
+        ]);
+        let notes = proves_nothing_notes(&flat);
+        assert!(
+            notes.contains("! mine ranked nothing: 0 score calls in 50 evictions"),
+            "{notes}"
+        );
+        assert!(notes.contains("! LRU is within 0.1 pp of the offline bound"), "{notes}");
+        assert!(!notes.contains("! lru ") && !notes.contains("! belady"), "{notes}");
+        assert!(table(&flat).contains(&notes), "the table carries the notes");
+        // A replay that compares what it meant to: no note.
+        let fine = summarize(&[with("lru", 400, 50, 90, 12), with("belady", 600, 40, 0, 0)]);
+        assert_eq!(proves_nothing_notes(&fine), "");
+        let row = table(&fine)
+            .lines()
+            .find(|l| l.starts_with("belady (offline)"))
+            .map(str::to_string);
+        assert!(
+            row.is_some_and(|r| r.split_whitespace().any(|w| w == "–")),
+            "Bélády ranks nothing: –"
+        );
+    }
+
+    #[test]
     fn a_policy_that_failed_gets_columns_and_a_loud_note_and_a_healthy_one_none() {
         let mut broken = run("broken", 400);
         broken.policy_stats = crate::policies::PolicyStats {
@@ -623,8 +766,8 @@ mod tests {
         let text = table(&s);
         let header: Vec<&str> = text.lines().next().unwrap().split_whitespace().collect();
         assert_eq!(
-            header[header.len() - 4..],
-            ["µs/item", "fallback", "failed", "restarts"]
+            header[header.len() - 6..],
+            ["µs/item", "evictions", "rankings", "fallback", "failed", "restarts"]
         );
         let row: Vec<&str> = text
             .lines()

@@ -130,3 +130,38 @@ fn main() -> std::process::ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every flag and argument of every command, `NAME → path of subcommands`, that has no help
+    /// text: a person reading `--help` must learn what each one does without the source.
+    fn undocumented(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" || arg.is_hide_set() {
+                continue;
+            }
+            if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                out.push(format!(
+                    "{path} {}",
+                    arg.get_long().map_or(id.to_string(), |l| format!("--{l}"))
+                ));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            if sub.get_about().is_none() && sub.get_long_about().is_none() && sub.get_name() != "help" {
+                out.push(format!("{path} {} (the command itself)", sub.get_name()));
+            }
+            undocumented(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_flag_and_command_has_help_text() {
+        let mut missing = Vec::new();
+        undocumented(&super::Cli::command(), "agentrt", &mut missing);
+        assert!(missing.is_empty(), "no help text:\n{}", missing.join("\n"));
+    }
+}

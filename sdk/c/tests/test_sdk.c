@@ -77,5 +77,39 @@ int main(void) {
         arp_test_score(items, 2, scores);
         ARP_CHECK(scores[0] == 5.0f && scores[1] == 9.0f);
     }
+    ARP_TEST("recency scores: the shared cases every SDK gives (sdk/conformance/recency_scores.txt)") {
+        /* Found from this file's own path, so the test runs from any folder. */
+        char path[4096];
+        const char *slash = strrchr(__FILE__, '/');
+        snprintf(path, sizeof path, "%.*s/../../conformance/recency_scores.txt", slash ? (int)(slash - __FILE__) : 1,
+                 slash ? __FILE__ : ".");
+        FILE *f = fopen(path, "r");
+        ARP_CHECK(f != NULL);
+        char line[1024];
+        int cases = 0;
+        while (f && fgets(line, sizeof line, f)) {
+            char *arrow = strstr(line, "->");
+            if (line[0] == '#' || !arrow) continue;
+            arp_item items[16];
+            float want[16], got[16];
+            size_t n = 0, m = 0;
+            for (char *p = line, *end; p < arrow && n < 16; p = end) {
+                unsigned long long v = strtoull(p, &end, 10);
+                if (end == p || end > arrow) break;
+                items[n++] = (arp_item){.last_access = v};
+            }
+            for (char *p = arrow + 2, *end; m < 16; p = end) {
+                double v = strtod(p, &end);
+                if (end == p) break;
+                want[m++] = (float)v;
+            }
+            ARP_CHECK(n == m);
+            arp_recency_scores(items, n, got);
+            for (size_t i = 0; i < n; i++) ARP_CHECK(got[i] == want[i]);
+            cases++;
+        }
+        if (f) fclose(f);
+        ARP_CHECK(cases >= 8);
+    }
     return ARP_TESTS_DONE();
 }

@@ -2,6 +2,7 @@
 // configuration errors, snapshots, and the export glue. `cargo xtask test` runs it.
 
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 
 import {
@@ -77,8 +78,23 @@ test('the export decodes packed paths, skips blocks for a policy without observe
   guest.observe([{ tag: 'block', val: { op: 'removed' } }, { tag: 'session-end', val: 3n }]);
   assert.deepEqual(seen, ['stored', 'removed']);
   const items = decodeItems([1n, 0n, 5n, 0n, 0n, 2n, 0n, 9n, 0n, 0n]);
-  assert.deepEqual(guest.scorePacked(encodeItems(items)), [-4, 0]);
+  assert.deepEqual(guest.scorePacked(encodeItems(items)), [0, 4]);
   assert.deepEqual(rank(items, guest.score(items)), [1, 0]);
   assert.throws(() => guest.restore(Uint8Array.of(1)), (e) => e === 'no thanks');
   assert.equal(guest.info().name, 'recorder');
+});
+
+test('recency scores: the cases every SDK gives (sdk/conformance/recency_scores.txt)', () => {
+  const text = readFileSync(new URL('../../conformance/recency_scores.txt', import.meta.url), 'utf8');
+  let cases = 0;
+  for (const line of text.split('\n')) {
+    if (line.startsWith('#') || !line.includes('->')) continue;
+    const [left, right] = line.split('->');
+    const items = left.trim().split(/\s+/).filter(Boolean).map((w) => ({ lastAccess: BigInt(w) }));
+    const want = right.trim().split(/\s+/).filter(Boolean).map(Number);
+    // Compared as the f32 the contract carries.
+    assert.deepEqual(recencyScores(items).map(Math.fround), want.map(Math.fround), line);
+    cases++;
+  }
+  assert.ok(cases >= 8);
 });

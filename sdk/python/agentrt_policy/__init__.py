@@ -99,10 +99,12 @@ class Config:
 
 
 def recency_scores(items: List[Item]) -> List[float]:
-    """The most recently used item scores 0, older ones minus their age in engine ticks: LRU's
-    order under the host's ranking rule (the Rust SDK's `recency_scores`)."""
-    newest = max((i.last_access for i in items), default=0)
-    return [float(i.last_access - newest) for i in items]
+    """Recency as a score, as in every agentrt SDK (sdk/conformance/recency_scores.txt): the
+    batch's least recently used item scores 0, newer ones the engine ticks since it — LRU's order
+    under the host's ranking rule (higher = keep), and never negative: a negative score on a
+    host-tier block means "not worth storing", which recency alone never says."""
+    oldest = min((i.last_access for i in items), default=0)
+    return [float(i.last_access - oldest) for i in items]
 
 
 class Policy:

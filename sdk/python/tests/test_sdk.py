@@ -119,3 +119,22 @@ def test_rank_is_the_hosts_rule_on_f32_scores():
     assert as_f32(1.0 + 1e-12) == 1.0
     assert rank(items[:2], [1.0 + 1e-12, 1.0]) == [1, 0]
     assert rank(items[:2], [1e39, 0.0]) == [1, 0], "overflows to inf in f32: non-finite, last"
+
+
+def test_recency_scores_give_the_cases_every_sdk_gives():
+    """sdk/conformance/recency_scores.txt: the same batches, the same scores, in all five SDKs."""
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "conformance" / "recency_scores.txt"
+    cases = 0
+    for line in path.read_text().splitlines():
+        if line.startswith("#") or "->" not in line:
+            continue
+        left, right = line.split("->")
+        stamps = [int(w) for w in left.split()]
+        want = [float(w) for w in right.split()]
+        got = recency_scores([item(key=i, last_access=t) for i, t in enumerate(stamps)])
+        # Compared as the f32 the contract carries.
+        assert [as_f32(x) for x in got] == [as_f32(x) for x in want], line
+        cases += 1
+    assert cases >= 8

@@ -45,6 +45,7 @@ pub struct FleetSweepArgs {
         default_value = "lru,cachesage,cachesage-evict,cachesage-classic,belady"
     )]
     pub policies: Vec<String>,
+    /// Seed of the workload generator: the same seed gives the same traces.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Parallel replays (one per core).

@@ -66,6 +66,7 @@ pub struct NoisyNeighbourArgs {
     /// Comma-separated policies, as for `sim run` (each tenant runs its own instance under shares).
     #[arg(long, value_delimiter = ',', default_value = "lru,cachesage")]
     pub policies: Vec<String>,
+    /// Seed of the workload generator: the same seed gives the same traces.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Parallel replays (one per core).

@@ -10,20 +10,24 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::audit::EvictionAudit;
+use crate::conditions::FittedCapacity;
 use crate::harness::{default_policies, run_all};
 use crate::options::{progress, ReplayOptions, SlotArgs};
 use crate::policies::PolicySpec;
 use crate::prepare::PreparedTrace;
-use crate::report::{regret_table, run_json, summarize, table};
+use crate::report::{legend_text, regret_table, run_json, summarize, table};
 use crate::scheduler::{OpLog, Sim};
-use crate::setting::{headline_blocks, BLOCK_SIZE};
+use crate::setting::BLOCK_SIZE;
 use crate::trace::Trace;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
+    /// The trace to replay (JSON Lines, from `sim gen` or `sim import`).
     #[arg(long)]
     pub trace: PathBuf,
-    /// Cache size in blocks (vLLM's num_gpu_blocks; default: the headline H100 setting).
+    /// Cache size in blocks (vLLM's num_gpu_blocks). Default: sized from the trace, a third of
+    /// the distinct blocks it touches, so that the engine must evict; the headline H100 setting
+    /// of docs/results.md is `--capacity-blocks 28323`.
     #[arg(long, conflicts_with = "capacity_fraction")]
     pub capacity_blocks: Option<usize>,
     /// Cache size as a fraction of the trace's distinct prompt blocks (e.g. 0.05).
@@ -175,9 +179,16 @@ impl HostTierArgs {
 pub fn run(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     let trace = Trace::load(&a.trace)?;
     let prepared = PreparedTrace::new(&trace, BLOCK_SIZE, a.replay.hide_agents);
-    let blocks = match a.capacity_fraction {
-        Some(f) => crate::conditions::capacity_of(&prepared, f)?,
-        None => a.capacity_blocks.unwrap_or_else(headline_blocks),
+    let (blocks, sized) = match (a.capacity_fraction, a.capacity_blocks) {
+        (Some(f), _) => (
+            crate::conditions::capacity_of(&prepared, f)?,
+            format!("{f} of the trace's distinct blocks"),
+        ),
+        (None, Some(blocks)) => (blocks, "--capacity-blocks".to_string()),
+        (None, None) => {
+            let fitted = FittedCapacity::of(&prepared);
+            (fitted.blocks, fitted.describe())
+        }
     };
     let mut cfg = a.replay.config(blocks)?;
     let load = a.load.settle(&prepared, &mut cfg, |scale, u| {
@@ -251,7 +262,7 @@ pub fn run(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let summaries = summarize(&results);
     println!(
-        "{}: {} sessions, {} requests, cache {} blocks × {} tokens, {}, session ends {}, hints {}{}",
+        "{}: {} sessions, {} requests, cache {} blocks × {} tokens ({sized}), {}, session ends {}, hints {}{}",
         a.trace.display(),
         prepared.sessions.len(),
         prepared.requests.len(),
@@ -271,6 +282,7 @@ pub fn run(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
         }
     );
     print!("{}", table(&summaries));
+    print!("What the columns say:\n{}", legend_text());
     if let Some(h) = &cfg.host_tier {
         println!(
             "\nhost tier: {} blocks ({:.1} GiB), {}, {:.1} GB/s each way, {:.0} µs a transfer",

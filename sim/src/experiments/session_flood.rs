@@ -40,13 +40,16 @@ pub struct SessionFloodArgs {
     /// Prompt tokens of each flood document.
     #[arg(long, default_value_t = 1684)]
     pub flood_prompt_tokens: u32,
+    /// Tokens each flood document generates.
     #[arg(long, default_value_t = 8)]
     pub flood_output_tokens: u32,
     /// Measured light calls (after one unmeasured call).
     #[arg(long, default_value_t = 12)]
     pub light_calls: usize,
+    /// Prompt tokens of each light call.
     #[arg(long, default_value_t = 49)]
     pub light_prompt_tokens: u32,
+    /// Tokens each light call generates.
     #[arg(long, default_value_t = 1)]
     pub light_output_tokens: u32,
     /// vLLM's max_num_seqs.

@@ -13,7 +13,9 @@ use crate::latency::{GpuMemory, LatencyModel};
 use crate::options::{progress, ReplayOptions};
 use crate::policies::PolicySpec;
 use crate::prepare::PreparedTrace;
-use crate::report::{markdown_rows, run_json, summarize, table, PolicySummary, MARKDOWN_HEADER};
+use crate::report::{
+    legend_markdown, legend_text, markdown_rows, run_json, summarize, table, PolicySummary, MARKDOWN_HEADER,
+};
 use crate::scheduler::SimConfig;
 use crate::setting::{headline_blocks, BLOCK_SIZE};
 use crate::workloads::{generate, GenParams, Workload};
@@ -222,6 +224,7 @@ fn write_table_outputs(
         ));
     }
     print!("{verdict}");
+    print!("\nWhat the columns say:\n{}", legend_text());
     println!("\n{} replays in {:.1} s", results.len() * policies.len(), wall);
 
     let memory = GpuMemory::h100_80gb_llama31_8b();
@@ -243,9 +246,24 @@ fn write_table_outputs(
     std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
     std::fs::write(
         a.out.join("table.md"),
-        format!("{md}{}", verdict.replace("\n  ", "\n    ")),
+        format!(
+            "{md}\nWhat the columns say:\n\n{}{}",
+            legend_markdown(),
+            verdict.replace("\n  ", "\n    ")
+        ),
     )?;
     let title = format!("Token hit rate at the headline cache ({} blocks)", headline);
+    // Bélády is the ceiling, not a contender: the plots say so in their legends.
+    let names: Vec<String> = names
+        .iter()
+        .map(|n| {
+            if n == "belady" {
+                "belady (offline bound)".to_string()
+            } else {
+                n.clone()
+            }
+        })
+        .collect();
     let plots = [
         ("hit-rate", crate::plot::hit_rate_bars(&title, &wnames, &names, &bars)),
         (

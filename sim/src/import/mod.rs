@@ -38,10 +38,12 @@ pub enum Format {
 
 #[derive(Args, Debug)]
 pub struct ImportArgs {
+    /// The public trace's format.
     #[arg(value_enum)]
     pub format: Format,
     /// The source: a file (a folder of `.json` conversations for kv-cache-tester).
     pub src: PathBuf,
+    /// Where to write the converted trace (JSON Lines, the input of `sim run --trace`).
     #[arg(long)]
     pub out: PathBuf,
     /// mooncake: `request` (each request its own session; the source has none) or `chained`

@@ -66,16 +66,11 @@ impl Legend {
         self.rows.saturating_sub(1) as f64 * ROW
     }
 
-    /// The SVG of the legend; entry `i` takes `color(i)`.
-    pub fn write(&self, out: &mut String, color: impl Fn(usize) -> &'static str) {
+    /// The SVG of the legend; `swatch(i, rect)` draws entry `i`'s swatch in its box (a filled
+    /// square for bars, a stretch of line with its marker for lines).
+    pub fn write(&self, out: &mut String, swatch: impl Fn(usize, &Rect) -> String) {
         for (i, e) in self.entries.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{SWATCH}\" height=\"{SWATCH}\" fill=\"{}\"/>",
-                e.swatch.x,
-                e.swatch.y,
-                color(i)
-            );
+            let _ = writeln!(out, "{}", swatch(i, &e.swatch));
             let _ = writeln!(
                 out,
                 "<text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
@@ -134,7 +129,7 @@ mod tests {
     fn the_baseline_written_is_the_one_laid_out() {
         let legend = Legend::layout(&names(&["lru"]), 0.0, 100.0, 44.0);
         let mut out = String::new();
-        legend.write(&mut out, |_| "#000");
+        legend.write(&mut out, |_, _| String::new());
         assert!(out.contains("y=\"44.0\">lru</text>"), "{out}");
     }
 }

@@ -8,10 +8,10 @@
 //! replay in which the policy ranked nothing tested no `score`, and fails as not run rather than
 //! passing.
 
-use std::collections::HashSet;
 use std::path::Path;
 
 use agentrt_runtime::ComponentLookup;
+use agentrt_sim::conditions::FittedCapacity;
 use agentrt_sim::harness::{run_all, PolicyHost};
 use agentrt_sim::policies::PolicySpec;
 use agentrt_sim::policies::Rerank;
@@ -75,25 +75,6 @@ pub fn built_in_trace(sessions: usize) -> Trace {
     generate(Workload::Gsm8k, &params)
 }
 
-/// The distinct blocks `trace` touches, and the cache it is replayed through by default: a third
-/// of them (so it must evict), never smaller than four times its longest request (so requests
-/// still run side by side).
-pub fn fitted_blocks(trace: &PreparedTrace) -> (usize, usize) {
-    let distinct = trace
-        .requests
-        .iter()
-        .flat_map(|r| r.prompt.hashes.iter().copied())
-        .collect::<HashSet<u64>>()
-        .len();
-    let longest = trace
-        .requests
-        .iter()
-        .map(|r| (r.prompt.tokens + r.output_tokens) as usize / trace.block_size + 1)
-        .max()
-        .unwrap_or(1);
-    (distinct, (distinct / 3).max(4 * longest).max(16))
-}
-
 /// One replay's outcome.
 struct Ran {
     requests: usize,
@@ -146,7 +127,10 @@ impl Ran {
 
 fn run(replay: &Replay<'_>, trace: &Trace, compare: bool) -> anyhow::Result<Ran> {
     let prepared = PreparedTrace::new(trace, BLOCK_SIZE, false);
-    let (distinct_blocks, fitted) = fitted_blocks(&prepared);
+    let FittedCapacity {
+        distinct_blocks,
+        blocks: fitted,
+    } = FittedCapacity::of(&prepared);
     let blocks = replay.capacity_blocks.unwrap_or(fitted);
     // The policy by its path; LRU is the simulator's native one, so no component is looked up.
     let host = PolicyHost::with_limits(ComponentLookup::in_folder(".".into()), replay.limits.clone(), None)?;
