@@ -48,15 +48,48 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
             "compiled now, cached"
         }
     );
-    println!("  world:    agentrt:policy/policy ({CONTRACT})");
     let world = component.world(engine.wasmtime());
+    println!("  world:    {}", implemented_contract(&world.exports));
     for (name, funcs) in &world.imports {
-        println!("  import    {name}: {}", funcs.join(", "));
+        println!("  import    {name}: {}", functions(funcs));
     }
     for (name, funcs) in &world.exports {
-        println!("  export    {name}: {}", funcs.join(", "));
+        if name.starts_with("agentrt:policy/") {
+            println!("  export    {name}: {}", functions(funcs));
+        } else {
+            // Toolchains add exports of their own (componentize-py's `exports.init`); the host
+            // never calls them, and a reader must not take them for the policy's.
+            println!(
+                "  other     {name}: {} (the toolchain's; the host does not call it)",
+                functions(funcs)
+            );
+        }
     }
     Ok(())
+}
+
+/// Which version of the contract the component implements, from its guest export: the host
+/// runs this one ([`CONTRACT`]) and every older one it still loads.
+fn implemented_contract(exports: &[(String, Vec<String>)]) -> String {
+    let guest = exports
+        .iter()
+        .find_map(|(name, _)| name.strip_prefix("agentrt:policy/guest@"));
+    match guest {
+        Some(version) if CONTRACT.ends_with(&format!("@{version}")) => format!("agentrt:policy@{version}"),
+        Some(version) => {
+            format!("agentrt:policy@{version} (an older contract this host still runs; the newest is {CONTRACT})")
+        }
+        None => format!("no agentrt:policy guest export (this host runs {CONTRACT})"),
+    }
+}
+
+/// An interface's functions, or what it is when it has none (a types-only interface).
+fn functions(funcs: &[String]) -> String {
+    if funcs.is_empty() {
+        "types only".to_string()
+    } else {
+        funcs.join(", ")
+    }
 }
 
 pub(crate) fn parse_pairs(raw: &[String]) -> anyhow::Result<Vec<(String, String)>> {
@@ -67,4 +100,26 @@ pub(crate) fn parse_pairs(raw: &[String]) -> anyhow::Result<Vec<(String, String)
                 .with_context(|| format!("--config {kv:?}: expected KEY=VALUE"))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn export(name: &str) -> (String, Vec<String>) {
+        (name.to_string(), vec!["init".to_string()])
+    }
+
+    #[test]
+    fn the_world_line_names_the_contract_the_component_implements_not_the_hosts() {
+        let newest = CONTRACT.trim_start_matches("agentrt:policy@");
+        let current = [export(&format!("agentrt:policy/guest@{newest}"))];
+        assert_eq!(implemented_contract(&current), CONTRACT);
+        // A Python component: componentize-py's own export first, then the guest of 0.2.0.
+        let older = [export("exports"), export("agentrt:policy/guest@0.2.0")];
+        let line = implemented_contract(&older);
+        assert!(line.starts_with("agentrt:policy@0.2.0 (an older contract"), "{line}");
+        assert!(implemented_contract(&[export("exports")]).starts_with("no agentrt:policy guest export"));
+        assert_eq!(functions(&[]), "types only");
+    }
 }
