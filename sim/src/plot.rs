@@ -386,7 +386,7 @@ mod tests {
         let frame = Frame::panels("t", w.len(), &p);
         // Three panels across: a page's width, not a banner; each plot at least 300 × 250.
         assert!(frame.w <= 1300.0, "{}", frame.w);
-        assert!(PANEL_W - 70.0 >= 300.0 && PANEL_PLOT_H >= 250.0);
+        const { assert!(PANEL_W - 70.0 >= 300.0 && PANEL_PLOT_H >= 250.0) };
         assert!(frame.h >= frame.top + 2.0 * PANEL_H, "two rows fit: {}", frame.h);
         // Panels 0 and 3 share a column, one row apart.
         assert_eq!(grid(6), (3, 2));
