@@ -1,331 +1,18 @@
-//! The eviction policies a replay can run: vLLM's LRU natively, Bélády's offline optimum, and any
-//! Wasm policy component run through the real host ([`agentrt_runtime::PolicyHandle`]).
-//!
-//! Every policy is a [`SimPolicy`]: a [`PoolObserver`] (it sees block events and may choose the
-//! victim when a cached block must go) plus the request-level events the runtime layer sees.
+//! A policy component run through the real host: events batched into `observe` and
+//! `observe-blocks`, rankings of a bounded window of the free queue refreshed off the critical path
+//! ([`Rerank`], [`RankWindow`]), failures counted and fallen back from, never hidden.
 
-use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 use std::time::Instant;
 
 use agentrt_runtime::types::{BlockEvent, BlockOp, Event, Item, ItemKind, SideEffect, Tier};
 use agentrt_runtime::{packed, PolicyComponent, PolicyEngine, PolicyError, PolicyHandle, SlotConfig};
 
-use crate::block_pool::{Block, BlockId, BlockPool, FastMap, PoolObserver};
+use crate::block_pool::{Block, BlockId, BlockPool, PoolObserver};
 use crate::offload::host_pool::TierOp;
 use crate::offload::ranked::{BlockOwner, HostBlock, HostRanker};
 
-/// A policy to run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PolicySpec {
-    /// vLLM's LRU in the simulator, no Wasm.
-    NativeLru,
-    /// Bélády's offline optimum (needs an LRU run first).
-    Belady,
-    /// A component by name (found by the [`ComponentLookup`](agentrt_runtime::ComponentLookup)) or path (ending in `.wasm`), with
-    /// `init` configuration.
-    Wasm {
-        name: String,
-        component: String,
-        init: Vec<(String, String)>,
-    },
-}
-
-impl PolicySpec {
-    pub fn name(&self) -> &str {
-        match self {
-            PolicySpec::NativeLru => "lru-native",
-            PolicySpec::Belady => "belady",
-            PolicySpec::Wasm { name, .. } => name,
-        }
-    }
-
-    fn wasm(name: &str, component: &str, init: &[(&str, &str)]) -> Self {
-        PolicySpec::Wasm {
-            name: name.to_string(),
-            component: component.to_string(),
-            init: init.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        }
-    }
-
-    /// Parse a name: `lru`, `ttl`, `cachesage`, `cachesage-evict` (no warm-ups),
-    /// `cachesage-classic` (the published model), `belady`, `lru-native`, or any
-    /// component name the lookup finds — a Wasm one optionally followed by its `init`
-    /// configuration as `:key=value` pairs (`cachesage:w=8:k=2`), so that variants of one component
-    /// can be compared in one run.
-    pub fn parse(name: &str) -> Self {
-        let mut parts = name.split(':');
-        let stem = parts.next().unwrap_or_default();
-        let extra: Vec<(&str, &str)> = parts.filter_map(|kv| kv.split_once('=')).collect();
-        match stem {
-            "lru-native" => PolicySpec::NativeLru,
-            "belady" => PolicySpec::Belady,
-            "cachesage-evict" => {
-                let init: Vec<_> = [("prefetch", "false")].into_iter().chain(extra).collect();
-                Self::wasm(name, "cachesage", &init)
-            }
-            "cachesage-classic" => {
-                let init: Vec<_> = [("model", "classic")].into_iter().chain(extra).collect();
-                Self::wasm(name, "cachesage", &init)
-            }
-            other => Self::wasm(name, other, &extra),
-        }
-    }
-}
-
-/// What a policy cost and how big it got.
-#[derive(Debug, Clone, Default)]
-pub struct PolicyStats {
-    /// Largest snapshot seen (bytes): the policy's learned state.
-    pub state_bytes_max: usize,
-    /// Events delivered (typed + block).
-    pub events: u64,
-    /// Wall time inside observe / observe-blocks calls.
-    pub observe_ns: u64,
-    pub score_calls: u64,
-    pub score_items: u64,
-    pub score_ns: u64,
-    pub act_calls: u64,
-    pub act_ns: u64,
-    /// Rankings that fell back to LRU because the policy failed (or had been given up on).
-    pub fallbacks: u64,
-    /// Calls into the policy that failed, of any primitive (calls not made because the replay
-    /// had given up on the policy are not failures: see [`Self::calls_skipped`]).
-    pub failed_calls: u64,
-    /// The same, by primitive and kind of failure: `"observe trap"`, `"score deadline"`, ….
-    pub failures: BTreeMap<String, u64>,
-    /// Fresh instances started after a failure.
-    pub restarts: u64,
-    /// Calls not made because the slot's breaker had opened: the replay gave up on the policy.
-    pub calls_skipped: u64,
-    /// Whether the replay gave up on the policy (its breaker opened).
-    pub gave_up: bool,
-}
-
-impl PolicyStats {
-    /// Add another slot's figures (one tenant's of several); the state is the largest one's.
-    pub fn add(&mut self, other: &PolicyStats) {
-        self.state_bytes_max = self.state_bytes_max.max(other.state_bytes_max);
-        self.events += other.events;
-        self.observe_ns += other.observe_ns;
-        self.score_calls += other.score_calls;
-        self.score_items += other.score_items;
-        self.score_ns += other.score_ns;
-        self.act_calls += other.act_calls;
-        self.act_ns += other.act_ns;
-        self.fallbacks += other.fallbacks;
-        self.failed_calls += other.failed_calls;
-        for (what, n) in &other.failures {
-            *self.failures.entry(what.clone()).or_default() += n;
-        }
-        self.restarts += other.restarts;
-        self.calls_skipped += other.calls_skipped;
-        self.gave_up |= other.gave_up;
-    }
-}
-
-/// A policy under replay. As a [`HostRanker`] it may rank the host tier too (`--host-policy
-/// policy`); by default it ranks nothing there.
-pub trait SimPolicy: PoolObserver + HostRanker {
-    fn name(&self) -> &str;
-    /// A host-tier block's copy was stored, loaded back to the GPU, or evicted.
-    fn host_block_event(&mut self, _op: TierOp, _key: u64, _owner: BlockOwner) {}
-    /// A host event (agent registered, request arrival/finish, session end), in order.
-    fn event(&mut self, _event: Event) {}
-    /// A trace request was admitted: `hit_blocks` of its `hashes` hit the cache.
-    fn admitted(&mut self, _pool: &BlockPool, _uid: u32, _hashes: &[u64], _hit_blocks: usize) {}
-    /// A scheduler step begins.
-    fn begin_step(&mut self, _now_us: u64) {}
-    /// Side effects to carry out between steps.
-    fn act(&mut self) -> Vec<SideEffect> {
-        Vec::new()
-    }
-    /// Measure the policy's state now (called every few hundred steps and at the end).
-    fn sample_state(&mut self) {}
-    fn stats(&self) -> PolicyStats {
-        PolicyStats::default()
-    }
-}
-
-/// vLLM's own LRU, natively: evict the head of the free queue.
-#[derive(Debug, Default)]
-pub struct NativeLru;
-
-impl PoolObserver for NativeLru {}
-impl HostRanker for NativeLru {}
-impl SimPolicy for NativeLru {
-    fn name(&self) -> &str {
-        "lru-native"
-    }
-}
-
-/// Bélády's offline optimum for eviction: evict the cached free block whose next use is farthest
-/// in the future.
-///
-/// "The future" is the order in which trace requests are admitted in a reference replay (the LRU
-/// run of the same trace and cache): admission order depends on timing, which depends on hits, so
-/// the exact future of *this* run is not known in advance; the reference order differs from it
-/// only where hits changed the timing. A block's next use is the first not-yet-admitted request in
-/// that order whose prompt contains the block's hash. Among blocks used by the same request the
-/// deeper one goes first (evicting a parent would orphan its children), then the older one.
-/// Later duplicates of a hash are never hit while the first exists, so they go first of all.
-pub struct Belady {
-    /// hash → reference indices of the requests whose prompts contain it, ascending.
-    future: FastMap<Vec<u32>>,
-    /// hash → how many leading entries of `future[hash]` are already admitted (a lazy cursor).
-    cursor: FastMap<u32>,
-    /// uid → reference index.
-    ref_index: Vec<u32>,
-    admitted: Vec<bool>,
-    heap: BinaryHeap<Entry>,
-}
-
-#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Entry {
-    next_use: u32,
-    position: u32,
-    /// Older (smaller stamp) first among equals.
-    age: std::cmp::Reverse<u64>,
-    block: BlockId,
-    epoch: u32,
-}
-
-const NEVER: u32 = u32::MAX;
-
-impl Belady {
-    /// `order`: trace request uids in the reference admission order; `prompts[uid]`: the block
-    /// hashes of each request's prompt.
-    pub fn new(order: &[u32], prompts: &[&[u64]]) -> Self {
-        let mut ref_index = vec![NEVER; prompts.len()];
-        let mut future: FastMap<Vec<u32>> = FastMap::default();
-        for (i, &uid) in order.iter().enumerate() {
-            ref_index[uid as usize] = i as u32;
-            for &h in prompts[uid as usize] {
-                let list = future.entry(h).or_default();
-                // A hash appears once per prompt (the chain makes each position unique).
-                if list.last() != Some(&(i as u32)) {
-                    list.push(i as u32);
-                }
-            }
-        }
-        Self {
-            future,
-            cursor: FastMap::default(),
-            ref_index,
-            admitted: vec![false; order.len()],
-            heap: BinaryHeap::new(),
-        }
-    }
-
-    fn next_use(&mut self, hash: u64) -> u32 {
-        let Some(list) = self.future.get(&hash) else {
-            return NEVER;
-        };
-        let c = self.cursor.entry(hash).or_insert(0);
-        while (*c as usize) < list.len() && self.admitted[list[*c as usize] as usize] {
-            *c += 1;
-        }
-        list.get(*c as usize).copied().unwrap_or(NEVER)
-    }
-
-    fn effective_next_use(&mut self, pool: &BlockPool, id: BlockId) -> u32 {
-        if pool.is_primary(id) {
-            self.next_use(pool.block(id).hash)
-        } else {
-            NEVER
-        }
-    }
-
-    fn push(&mut self, pool: &BlockPool, id: BlockId) {
-        let next_use = self.effective_next_use(pool, id);
-        let b = pool.block(id);
-        self.heap.push(Entry {
-            next_use,
-            position: b.position,
-            age: std::cmp::Reverse(b.stamp),
-            block: id,
-            epoch: b.epoch,
-        });
-    }
-}
-
-impl PoolObserver for Belady {
-    fn freed(&mut self, pool: &BlockPool, block: BlockId) {
-        self.push(pool, block);
-    }
-
-    fn victim(&mut self, pool: &BlockPool) -> Option<BlockId> {
-        while let Some(top) = self.heap.peek() {
-            let b = pool.block(top.block);
-            if !(b.in_free && b.hash != 0 && b.epoch == top.epoch) {
-                self.heap.pop();
-                continue;
-            }
-            let (id, recorded) = (top.block, top.next_use);
-            let now = self.effective_next_use(pool, id);
-            if now != recorded {
-                // Its next use moved (a request that used it was admitted without reaching it,
-                // or it became the primary copy): file it again under the right key.
-                self.heap.pop();
-                self.push(pool, id);
-                continue;
-            }
-            return Some(id);
-        }
-        None
-    }
-
-    fn consumed(&mut self, _block: BlockId) {
-        self.heap.pop();
-    }
-}
-
-/// Two-tier Bélády: the host pool keeps the blocks used soonest (in the reference order) and
-/// stores none that no later request uses. It chooses among a window of the host pool's
-/// [`BELADY_HOST_WINDOW`] least recently used blocks, not the whole pool (a whole-pool scan per
-/// eviction would cost more than the replay): a ceiling for the policies, which see 256 or 4×.
-impl HostRanker for Belady {
-    fn host_scores(&mut self, blocks: &[HostBlock]) -> Option<Vec<f32>> {
-        Some(
-            blocks
-                .iter()
-                .map(|b| match self.next_use(b.key) {
-                    NEVER => -1.0,
-                    next => 1.0 / (1.0 + next as f32),
-                })
-                .collect(),
-        )
-    }
-
-    fn host_window(&self, n: usize) -> usize {
-        BELADY_HOST_WINDOW.max(n)
-    }
-}
-
-/// Host-tier keys two-tier Bélády chooses among per eviction.
-pub const BELADY_HOST_WINDOW: usize = 8192;
-
-impl SimPolicy for Belady {
-    fn name(&self) -> &str {
-        "belady"
-    }
-
-    fn admitted(&mut self, pool: &BlockPool, uid: u32, hashes: &[u64], hit_blocks: usize) {
-        let r = self.ref_index.get(uid as usize).copied().unwrap_or(NEVER);
-        if r == NEVER {
-            return;
-        }
-        self.admitted[r as usize] = true;
-        // Blocks past the hit that are cached and free had this request as their next use.
-        for &h in &hashes[hit_blocks.min(hashes.len())..] {
-            if let Some(id) = pool.lookup(h) {
-                if pool.block(id).in_free {
-                    self.push(pool, id);
-                }
-            }
-        }
-    }
-}
+use super::{PolicyStats, SimPolicy};
 
 /// When a Wasm policy's ranking of the free queue is refreshed. A ranking is only ever taken when
 /// a cached block must be evicted; it is reused for later evictions (skipping blocks touched or
@@ -389,7 +76,7 @@ pub struct WasmPolicy {
     items: Vec<Item>,
     stats: PolicyStats,
     /// Side effects seen, by kind, for the report.
-    pub effects_seen: [u64; 7],
+    pub effects_seen: EffectCounts,
     /// The blocks this policy ranks, when it serves one tenant of several; `None` = all.
     owns: Option<BlockFilter>,
     window: RankWindow,
@@ -398,6 +85,35 @@ pub struct WasmPolicy {
     /// `marks[block] == mark`: the block is in `retained` (a generation counter, not cleared).
     marks: Vec<u32>,
     mark: u32,
+}
+
+/// The side effects a policy asked for, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EffectCounts {
+    pub warm_prefix: u64,
+    pub pin: u64,
+    pub unpin: u64,
+    pub preload: u64,
+    pub hedge: u64,
+    pub set_priority: u64,
+    pub deny: u64,
+}
+
+impl EffectCounts {
+    /// Count `effect` under its kind (a new kind in the contract fails to compile here, rather
+    /// than landing in a wrong slot of an array).
+    pub fn count(&mut self, effect: &SideEffect) {
+        let slot = match effect {
+            SideEffect::WarmPrefix(_) => &mut self.warm_prefix,
+            SideEffect::Pin(_) => &mut self.pin,
+            SideEffect::Unpin(_) => &mut self.unpin,
+            SideEffect::Preload(_) => &mut self.preload,
+            SideEffect::Hedge(_) => &mut self.hedge,
+            SideEffect::SetPriority(_) => &mut self.set_priority,
+            SideEffect::Deny(_) => &mut self.deny,
+        };
+        *slot += 1;
+    }
 }
 
 /// Which blocks a tenant's policy may see and rank.
@@ -439,7 +155,7 @@ impl WasmPolicy {
             stale: true,
             items: Vec::new(),
             stats: PolicyStats::default(),
-            effects_seen: [0; 7],
+            effects_seen: EffectCounts::default(),
             owns: None,
             window: RankWindow::DEFAULT,
             retained: Vec::new(),
@@ -765,16 +481,7 @@ impl SimPolicy for WasmPolicy {
         self.stats.act_ns += t.elapsed().as_nanos() as u64;
         self.stats.act_calls += 1;
         for e in &effects {
-            let kind = match e {
-                SideEffect::WarmPrefix(_) => 0,
-                SideEffect::Pin(_) => 1,
-                SideEffect::Unpin(_) => 2,
-                SideEffect::Preload(_) => 3,
-                SideEffect::Hedge(_) => 4,
-                SideEffect::SetPriority(_) => 5,
-                SideEffect::Deny(_) => 6,
-            };
-            self.effects_seen[kind] += 1;
+            self.effects_seen.count(e);
         }
         effects
     }
@@ -798,89 +505,43 @@ impl SimPolicy for WasmPolicy {
     }
 }
 
-/// The cache policy with policy slots beside it (`sim run --slot NAME=COMPONENT`), as a tenant of
-/// `agentrt serve` runs them: every slot hears the same request events (block events and the
-/// engine's eviction candidates go to the cache policy only), and their `act` answers are merged
-/// by the proxy's one rule ([`agentrt_runtime::merge_side_effects`], the cache policy first, then
-/// the slots in order).
-pub struct Slotted {
-    kv: Box<dyn SimPolicy>,
-    slots: Vec<WasmPolicy>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentrt_runtime::types::{Deny, SetPriority, WarmPrefix};
 
-impl Slotted {
-    pub fn new(kv: Box<dyn SimPolicy>, slots: Vec<WasmPolicy>) -> Self {
-        Self { kv, slots }
+    #[test]
+    fn side_effects_are_counted_under_their_own_names() {
+        let mut counts = EffectCounts::default();
+        counts.count(&SideEffect::WarmPrefix(WarmPrefix {
+            agent: 1,
+            anchor_hash: 2,
+            probability: 0.5,
+        }));
+        counts.count(&SideEffect::SetPriority(SetPriority {
+            session: 1,
+            priority: 2,
+        }));
+        counts.count(&SideEffect::Deny(Deny {
+            session: 1,
+            reason: "budget".into(),
+        }));
+        assert_eq!(
+            counts,
+            EffectCounts {
+                warm_prefix: 1,
+                set_priority: 1,
+                deny: 1,
+                ..EffectCounts::default()
+            }
+        );
     }
-}
 
-impl PoolObserver for Slotted {
-    fn block_event(&mut self, op: BlockOp, block: &Block) {
-        self.kv.block_event(op, block);
-    }
-    fn freed(&mut self, pool: &BlockPool, block: BlockId) {
-        self.kv.freed(pool, block);
-    }
-    fn victim(&mut self, pool: &BlockPool) -> Option<BlockId> {
-        self.kv.victim(pool)
-    }
-    fn consumed(&mut self, block: BlockId) {
-        self.kv.consumed(block);
-    }
-    fn may_take(&self, pool: &BlockPool, agent: u32, blocks: usize) -> bool {
-        self.kv.may_take(pool, agent, blocks)
-    }
-}
-
-/// The host tier is the cache policy's, like the GPU's.
-impl HostRanker for Slotted {
-    fn host_scores(&mut self, blocks: &[HostBlock]) -> Option<Vec<f32>> {
-        self.kv.host_scores(blocks)
-    }
-    fn host_window(&self, n: usize) -> usize {
-        self.kv.host_window(n)
-    }
-}
-
-impl SimPolicy for Slotted {
-    fn name(&self) -> &str {
-        self.kv.name()
-    }
-    fn host_block_event(&mut self, op: TierOp, key: u64, owner: BlockOwner) {
-        self.kv.host_block_event(op, key, owner);
-    }
-    fn event(&mut self, event: Event) {
-        for slot in &mut self.slots {
-            slot.event(event.clone());
-        }
-        self.kv.event(event);
-    }
-    fn admitted(&mut self, pool: &BlockPool, uid: u32, hashes: &[u64], hit_blocks: usize) {
-        self.kv.admitted(pool, uid, hashes, hit_blocks);
-    }
-    fn begin_step(&mut self, now_us: u64) {
-        self.kv.begin_step(now_us);
-        for slot in &mut self.slots {
-            slot.begin_step(now_us);
-        }
-    }
-    fn act(&mut self) -> Vec<SideEffect> {
-        let mut answers = vec![self.kv.act()];
-        answers.extend(self.slots.iter_mut().map(|s| s.act()));
-        agentrt_runtime::merge_side_effects(answers)
-    }
-    fn sample_state(&mut self) {
-        self.kv.sample_state();
-        for slot in &mut self.slots {
-            slot.sample_state();
-        }
-    }
-    /// The cache policy's figures plus the slots' calls and failures (the state is the largest).
-    fn stats(&self) -> PolicyStats {
-        let mut stats = self.kv.stats();
-        for slot in &self.slots {
-            stats.add(&slot.stats());
-        }
-        stats
+    #[test]
+    fn the_default_window_ranks_the_headline_cache_whole() {
+        let RankWindow::Window { fresh, retained } = RankWindow::DEFAULT else {
+            panic!("the default is a window");
+        };
+        assert!(fresh + retained >= crate::setting::headline_blocks());
     }
 }

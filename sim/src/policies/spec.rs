@@ -1,0 +1,93 @@
+//! Which policy a name on the command line means: a native baseline, Bélády, or a Wasm
+//! component (by name or path) with its `init` settings.
+
+/// A policy to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicySpec {
+    /// vLLM's LRU in the simulator, no Wasm.
+    NativeLru,
+    /// Bélády's offline optimum (needs an LRU run first).
+    Belady,
+    /// A component by name (found by the [`ComponentLookup`](agentrt_runtime::ComponentLookup)) or path (ending in `.wasm`), with
+    /// `init` configuration.
+    Wasm {
+        name: String,
+        component: String,
+        init: Vec<(String, String)>,
+    },
+}
+
+impl PolicySpec {
+    pub fn name(&self) -> &str {
+        match self {
+            PolicySpec::NativeLru => "lru-native",
+            PolicySpec::Belady => "belady",
+            PolicySpec::Wasm { name, .. } => name,
+        }
+    }
+
+    fn wasm(name: &str, component: &str, init: &[(&str, &str)]) -> Self {
+        PolicySpec::Wasm {
+            name: name.to_string(),
+            component: component.to_string(),
+            init: init.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
+    }
+
+    /// Parse a name: `lru`, `ttl`, `cachesage`, `cachesage-evict` (no warm-ups),
+    /// `cachesage-classic` (the published model), `belady`, `lru-native`, or any
+    /// component name the lookup finds — a Wasm one optionally followed by its `init`
+    /// configuration as `:key=value` pairs (`cachesage:w=8:k=2`), so that variants of one component
+    /// can be compared in one run.
+    pub fn parse(name: &str) -> Self {
+        let mut parts = name.split(':');
+        let stem = parts.next().unwrap_or_default();
+        let extra: Vec<(&str, &str)> = parts.filter_map(|kv| kv.split_once('=')).collect();
+        match stem {
+            "lru-native" => PolicySpec::NativeLru,
+            "belady" => PolicySpec::Belady,
+            "cachesage-evict" => {
+                let init: Vec<_> = [("prefetch", "false")].into_iter().chain(extra).collect();
+                Self::wasm(name, "cachesage", &init)
+            }
+            "cachesage-classic" => {
+                let init: Vec<_> = [("model", "classic")].into_iter().chain(extra).collect();
+                Self::wasm(name, "cachesage", &init)
+            }
+            other => Self::wasm(name, other, &extra),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn init(spec: &PolicySpec) -> Vec<(&str, &str)> {
+        match spec {
+            PolicySpec::Wasm { init, .. } => init.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect(),
+            other => panic!("{other:?} is not a component"),
+        }
+    }
+
+    #[test]
+    fn names_map_to_the_baselines_the_variants_and_components() {
+        assert_eq!(PolicySpec::parse("lru-native"), PolicySpec::NativeLru);
+        assert_eq!(PolicySpec::parse("belady"), PolicySpec::Belady);
+        let evict = PolicySpec::parse("cachesage-evict:k=2");
+        assert_eq!(evict.name(), "cachesage-evict:k=2");
+        assert_eq!(init(&evict), [("prefetch", "false"), ("k", "2")]);
+        assert_eq!(init(&PolicySpec::parse("cachesage-classic")), [("model", "classic")]);
+        // A path is a component like a name; a pair without `=` is not a setting.
+        match PolicySpec::parse("./mine.wasm:w=8:junk") {
+            PolicySpec::Wasm { name, component, init } => {
+                assert_eq!(
+                    (name.as_str(), component.as_str()),
+                    ("./mine.wasm:w=8:junk", "./mine.wasm")
+                );
+                assert_eq!(init, [("w".to_string(), "8".to_string())]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
