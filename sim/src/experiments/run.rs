@@ -15,8 +15,8 @@ use crate::harness::{default_policies, run_all};
 use crate::options::{progress, ReplayOptions, SlotArgs};
 use crate::policies::PolicySpec;
 use crate::prepare::PreparedTrace;
-use crate::report::{legend_text, regret_table, run_json, summarize, table};
-use crate::scheduler::{OpLog, Sim};
+use crate::report::{legend_text, regret_table, run_json, summarize, table, PolicySummary};
+use crate::scheduler::{OpLog, RunResult, Sim, SimConfig};
 use crate::setting::BLOCK_SIZE;
 use crate::trace::Trace;
 
@@ -179,87 +179,19 @@ impl HostTierArgs {
 pub fn run(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     let trace = Trace::load(&a.trace)?;
     let prepared = PreparedTrace::new(&trace, BLOCK_SIZE, a.replay.hide_agents);
-    let (blocks, sized) = match (a.capacity_fraction, a.capacity_blocks) {
-        (Some(f), _) => (
-            crate::conditions::capacity_of(&prepared, f)?,
-            format!("{f} of the trace's distinct blocks"),
-        ),
-        (None, Some(blocks)) => (blocks, "--capacity-blocks".to_string()),
-        (None, None) => {
-            let fitted = FittedCapacity::of(&prepared);
-            (fitted.blocks, fitted.describe())
-        }
-    };
+    let (blocks, sized) = capacity(&a, &prepared)?;
     let mut cfg = a.replay.config(blocks)?;
     let load = a.load.settle(&prepared, &mut cfg, |scale, u| {
         eprintln!("  arrival scale {scale:.3}: LRU utilisation {:.0} %", u * 100.0)
     })?;
-    if !a.shares.is_empty() {
-        cfg.shares = Some(a.shares.clone());
-    }
-    a.slots.apply(&mut cfg)?;
-    cfg.host_tier = a.host_tier.config()?;
-    anyhow::ensure!(
-        a.replicas <= 1 || cfg.host_tier.is_none(),
-        "--host-blocks is not modelled with several replicas yet"
-    );
-    anyhow::ensure!(
-        a.op_log.is_none() || cfg.host_tier.is_none(),
-        "--op-log checks the GPU pool alone: give it without --host-blocks"
-    );
-    anyhow::ensure!(
-        a.replicas <= 1 || cfg.slots.is_empty(),
-        "--slot is not modelled with several replicas yet"
-    );
+    configure(&a, &mut cfg)?;
     if let Some(path) = &a.op_log {
-        let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        let mut lru = crate::policies::NativeLru;
-        let ops = OpLog {
-            trace: &trace,
-            out: Box::new(std::io::BufWriter::new(file)),
-        };
-        let result = Sim::new(cfg.clone(), &prepared, &mut lru).with_op_log(ops).run()?;
-        println!(
-            "lru-native: {} hit tokens of {} ({:.2}%), op log → {}",
-            result.hit_tokens,
-            result.prompt_tokens,
-            result.hit_rate() * 100.0,
-            path.display()
-        );
+        write_op_log(path, &trace, &prepared, &cfg)?;
         if a.policies.is_none() && a.json.is_none() {
             return Ok(());
         }
     }
-    let policies: Vec<PolicySpec> = match &a.policies {
-        Some(names) => names.iter().map(|n| PolicySpec::parse(n)).collect(),
-        None => default_policies(),
-    };
-    let host = a.replay.host(components)?;
-    host.preload(&policies)?;
-    let bar = progress(policies.len() as u64);
-    let audit = a.eviction_log.is_some();
-    let step = |r: &crate::scheduler::RunResult| {
-        bar.set_message(format!("{} done", r.policy));
-        bar.inc(1);
-    };
-    let results = if a.replicas > 1 {
-        let rerank = a.replay.rerank();
-        crate::replicas::run_all(
-            &host,
-            &prepared,
-            &cfg,
-            &policies,
-            rerank,
-            crate::replicas::ReplicaSetup {
-                replicas: a.replicas,
-                router: a.vllm_router.spec(a.router),
-            },
-            step,
-        )?
-    } else {
-        run_all(&host, &prepared, &cfg, &policies, a.replay.rerank(), audit, step)?
-    };
-    bar.finish_and_clear();
+    let results = replay(&a, components, &prepared, &cfg)?;
     let summaries = summarize(&results);
     println!(
         "{}: {} sessions, {} requests, cache {} blocks × {} tokens ({sized}), {}, session ends {}, hints {}{}",
@@ -281,7 +213,121 @@ pub fn run(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
             String::new()
         }
     );
-    print!("{}", table(&summaries));
+    print_tables(&a, &cfg, &summaries);
+    if let Some(path) = &a.eviction_log {
+        let audits: Vec<&EvictionAudit> = results.iter().filter_map(|r| r.audit.as_ref()).collect();
+        write_eviction_log(path, &prepared, &audits)?;
+        print!("\n{}", regret_table(&prepared, &audits));
+        println!("every eviction → {}", path.display());
+    }
+    if let Some(path) = &a.json {
+        write_json(&a, path, blocks, &cfg, &load, &summaries)?;
+    }
+    Ok(())
+}
+
+/// The cache's size in blocks, and how the output names that choice: a fraction of the trace,
+/// the flag, or sized from the trace when neither is given.
+fn capacity(a: &RunArgs, prepared: &PreparedTrace) -> anyhow::Result<(usize, String)> {
+    Ok(match (a.capacity_fraction, a.capacity_blocks) {
+        (Some(f), _) => (
+            crate::conditions::capacity_of(prepared, f)?,
+            format!("{f} of the trace's distinct blocks"),
+        ),
+        (None, Some(blocks)) => (blocks, "--capacity-blocks".to_string()),
+        (None, None) => {
+            let fitted = FittedCapacity::of(prepared);
+            (fitted.blocks, fitted.describe())
+        }
+    })
+}
+
+/// Shares, slots and the host tier on top of the replay's settings, refusing the combinations
+/// the simulator does not model.
+fn configure(a: &RunArgs, cfg: &mut SimConfig) -> anyhow::Result<()> {
+    if !a.shares.is_empty() {
+        cfg.shares = Some(a.shares.clone());
+    }
+    a.slots.apply(cfg)?;
+    cfg.host_tier = a.host_tier.config()?;
+    anyhow::ensure!(
+        a.replicas <= 1 || cfg.host_tier.is_none(),
+        "--host-blocks is not modelled with several replicas yet"
+    );
+    anyhow::ensure!(
+        a.op_log.is_none() || cfg.host_tier.is_none(),
+        "--op-log checks the GPU pool alone: give it without --host-blocks"
+    );
+    anyhow::ensure!(
+        a.replicas <= 1 || cfg.slots.is_empty(),
+        "--slot is not modelled with several replicas yet"
+    );
+    Ok(())
+}
+
+/// Replay under native LRU, writing the block-pool operations for sim/fidelity/ to `path`.
+fn write_op_log(path: &Path, trace: &Trace, prepared: &PreparedTrace, cfg: &SimConfig) -> anyhow::Result<()> {
+    let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut lru = crate::policies::NativeLru;
+    let ops = OpLog {
+        trace,
+        out: Box::new(std::io::BufWriter::new(file)),
+    };
+    let result = Sim::new(cfg.clone(), prepared, &mut lru).with_op_log(ops).run()?;
+    println!(
+        "lru-native: {} hit tokens of {} ({:.2}%), op log → {}",
+        result.hit_tokens,
+        result.prompt_tokens,
+        result.hit_rate() * 100.0,
+        path.display()
+    );
+    Ok(())
+}
+
+/// Every policy of `a` through the trace, on one engine or on replicas behind a router, with a
+/// progress bar.
+fn replay(
+    a: &RunArgs,
+    components: &ComponentLookup,
+    prepared: &PreparedTrace,
+    cfg: &SimConfig,
+) -> anyhow::Result<Vec<RunResult>> {
+    let policies: Vec<PolicySpec> = match &a.policies {
+        Some(names) => names.iter().map(|n| PolicySpec::parse(n)).collect(),
+        None => default_policies(),
+    };
+    let host = a.replay.host(components)?;
+    host.preload(&policies)?;
+    let bar = progress(policies.len() as u64);
+    let step = |r: &RunResult| {
+        bar.set_message(format!("{} done", r.policy));
+        bar.inc(1);
+    };
+    let results = if a.replicas > 1 {
+        crate::replicas::run_all(
+            &host,
+            prepared,
+            cfg,
+            &policies,
+            a.replay.rerank(),
+            crate::replicas::ReplicaSetup {
+                replicas: a.replicas,
+                router: a.vllm_router.spec(a.router),
+            },
+            step,
+        )?
+    } else {
+        let audit = a.eviction_log.is_some();
+        run_all(&host, prepared, cfg, &policies, a.replay.rerank(), audit, step)?
+    };
+    bar.finish_and_clear();
+    Ok(results)
+}
+
+/// The results table with its legend, and the host-tier, tenant and priority tables when the
+/// replay had them.
+fn print_tables(a: &RunArgs, cfg: &SimConfig, summaries: &[(String, PolicySummary)]) {
+    print!("{}", table(summaries));
     print!("What the columns say:\n{}", legend_text());
     if let Some(h) = &cfg.host_tier {
         println!(
@@ -292,55 +338,58 @@ pub fn run(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
             h.h2d_bytes_per_s / 1e9,
             h.latency_s * 1e6
         );
-        print!("{}", crate::report::host_table(&summaries));
+        print!("{}", crate::report::host_table(summaries));
     }
-    print!("{}", crate::report::tenant_table(&summaries));
+    print!("{}", crate::report::tenant_table(summaries));
     if cfg.engine_priorities {
         println!(
             "\npriority scheduling (--engine-priorities), slots: {}",
             a.slots.slots.join(", ")
         );
-        for (name, s) in &summaries {
+        for (name, s) in summaries {
             println!(
                 "  {name}: {} set-priority carried out, {} requests arrived demoted",
                 s.priorities_set, s.demoted_requests
             );
         }
     }
-    if let Some(path) = &a.eviction_log {
-        let audits: Vec<&EvictionAudit> = results.iter().filter_map(|r| r.audit.as_ref()).collect();
-        write_eviction_log(path, &prepared, &audits)?;
-        print!("\n{}", regret_table(&prepared, &audits));
-        println!("every eviction → {}", path.display());
-    }
-    if let Some(path) = &a.json {
-        let mut json = run_json(&a.trace.display().to_string(), blocks, BLOCK_SIZE, &summaries);
-        json["time_scale"] = serde_json::json!(load.time_scale);
-        json["arrival_scale"] = serde_json::json!(load.arrival_scale);
-        json["lru_utilisation_target_probe"] = serde_json::json!(load.lru_utilisation);
-        json["session_ends"] = serde_json::json!(cfg.session_ends.name());
-        json["hints"] = serde_json::json!({
-            "told": cfg.hints.name(),
-            "kinds": clap::ValueEnum::to_possible_value(&cfg.hints.kinds).map(|v| v.get_name().to_string()),
-            "coverage": cfg.hints.coverage,
+}
+
+/// Every figure as JSON at `path`, with the load, the hints and the replicas' settings.
+fn write_json(
+    a: &RunArgs,
+    path: &Path,
+    blocks: usize,
+    cfg: &SimConfig,
+    load: &crate::conditions::Load,
+    summaries: &[(String, PolicySummary)],
+) -> anyhow::Result<()> {
+    let mut json = run_json(&a.trace.display().to_string(), blocks, BLOCK_SIZE, summaries);
+    json["time_scale"] = serde_json::json!(load.time_scale);
+    json["arrival_scale"] = serde_json::json!(load.arrival_scale);
+    json["lru_utilisation_target_probe"] = serde_json::json!(load.lru_utilisation);
+    json["session_ends"] = serde_json::json!(cfg.session_ends.name());
+    json["hints"] = serde_json::json!({
+        "told": cfg.hints.name(),
+        "kinds": clap::ValueEnum::to_possible_value(&cfg.hints.kinds).map(|v| v.get_name().to_string()),
+        "coverage": cfg.hints.coverage,
+    });
+    if let Some(h) = &cfg.host_tier {
+        json["host_tier"] = serde_json::json!({
+            "blocks": h.blocks,
+            "policy": h.policy.name(),
+            "bandwidth_bytes_per_s": h.h2d_bytes_per_s,
+            "latency_s": h.latency_s,
+            "async_scheduling": h.async_scheduling,
         });
-        if let Some(h) = &cfg.host_tier {
-            json["host_tier"] = serde_json::json!({
-                "blocks": h.blocks,
-                "policy": h.policy.name(),
-                "bandwidth_bytes_per_s": h.h2d_bytes_per_s,
-                "latency_s": h.latency_s,
-                "async_scheduling": h.async_scheduling,
-            });
-        }
-        if a.replicas > 1 {
-            json["replicas"] = serde_json::json!(a.replicas);
-            json["router"] = serde_json::json!(a.router.name());
-            json["router_settings"] = serde_json::to_value(a.vllm_router.spec(a.router))?;
-        }
-        std::fs::write(path, serde_json::to_string_pretty(&json)?)
-            .with_context(|| format!("writing {}", path.display()))?;
     }
+    if a.replicas > 1 {
+        json["replicas"] = serde_json::json!(a.replicas);
+        json["router"] = serde_json::json!(a.router.name());
+        json["router_settings"] = serde_json::to_value(a.vllm_router.spec(a.router))?;
+    }
+    std::fs::write(path, serde_json::to_string_pretty(&json)?)
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
 
