@@ -82,30 +82,66 @@ fn anchor_block(agent: usize, i: u64) -> u64 {
 fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
     let info = policy.info();
     println!("== {} {}: {}", info.name, info.version, info.description);
-    let mut events: Vec<Event> = AGENTS
-        .iter()
-        .enumerate()
-        .map(|(i, (name, anchor))| {
-            Event::AgentRegistered(AgentRegistered {
-                agent: i as u32 + 1,
-                name: name.to_string(),
-                anchor_hash: *anchor,
-                anchor_tokens: ANCHOR_BLOCKS as u32 * 16,
+    let trace = DemoTrace::new(sessions);
+    policy.observe(&trace.events)?;
+    policy.observe_blocks(&trace.blocks)?;
+    println!(
+        "It observed {} events (agents registered, requests, sessions ending, the engine's load) and {} \
+         block events.",
+        trace.events.len(),
+        trace.blocks.len() / packed::WORDS_PER_EVENT
+    );
+    show_eviction(policy, &trace.last_access)?;
+    show_forecasts_and_effects(policy)?;
+    println!("Its learned state is {} bytes.\n", policy.snapshot()?.len());
+    Ok(())
+}
+
+/// What the policy hears: the agents registered, the loop sessions' calls and their anchors'
+/// block events, the auditor's calls, a loop paused before the tester, the engine's load.
+struct DemoTrace {
+    events: Vec<Event>,
+    blocks: Vec<u64>,
+    /// Each agent's last use, in the engine's stamps.
+    last_access: Vec<u64>,
+    stamp: u64,
+    request_id: u64,
+}
+
+impl DemoTrace {
+    fn new(sessions: u32) -> DemoTrace {
+        let events = AGENTS
+            .iter()
+            .enumerate()
+            .map(|(i, (name, anchor))| {
+                Event::AgentRegistered(AgentRegistered {
+                    agent: i as u32 + 1,
+                    name: name.to_string(),
+                    anchor_hash: *anchor,
+                    anchor_tokens: ANCHOR_BLOCKS as u32 * 16,
+                })
             })
-        })
-        .collect();
-    let mut blocks = Vec::new();
-    let mut last_access = vec![0u64; AGENTS.len()];
-    let mut stamp = 0u64;
-    let mut request_id = 0u64;
-    // One call of `agent` in `session` at `at_ms`: it takes 1 s, and its anchor is used (the
-    // engine's stamp ticks).
-    let mut call = |agent: usize, session: u64, at_ms: u64, events: &mut Vec<Event>| {
-        request_id += 1;
-        stamp += 1;
-        last_access[agent] = stamp;
-        let (id, handle) = (request_id, agent as u32 + 1);
-        events.push(Event::RequestArrival(RequestArrival {
+            .collect();
+        let mut trace = DemoTrace {
+            events,
+            blocks: Vec::new(),
+            last_access: vec![0; AGENTS.len()],
+            stamp: 0,
+            request_id: 0,
+        };
+        trace.loop_sessions(sessions);
+        trace.auditor_and_a_paused_loop(sessions);
+        trace
+    }
+
+    /// One call of `agent` in `session` at `at_ms`: it takes 1 s, and its anchor is used (the
+    /// engine's stamp ticks).
+    fn call(&mut self, agent: usize, session: u64, at_ms: u64) {
+        self.request_id += 1;
+        self.stamp += 1;
+        self.last_access[agent] = self.stamp;
+        let (id, handle) = (self.request_id, agent as u32 + 1);
+        self.events.push(Event::RequestArrival(RequestArrival {
             request_id: id,
             agent: handle,
             session,
@@ -115,7 +151,7 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
             warmup: false,
             at_us: at_ms * 1000,
         }));
-        events.push(Event::RequestFinish(RequestFinish {
+        self.events.push(Event::RequestFinish(RequestFinish {
             request_id: id,
             agent: handle,
             session,
@@ -126,80 +162,74 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
             ok: true,
             at_us: (at_ms + CALL_MS) * 1000,
         }));
-    };
-    // Loop sessions start every 10 s; inside one, a call every 3 s (1 s of model, 2 s of tool).
-    for session in 0..sessions as u64 {
-        let start_ms = session * SESSION_EVERY_MS;
-        for agent in 0..LOOP {
-            call(agent, session + 1, start_ms + agent as u64 * STEP_MS, &mut events);
-            for i in 0..ANCHOR_BLOCKS {
+    }
+
+    /// Block `i` of `agent`'s anchor: `op` on the GPU tier.
+    fn anchor_block_event(&mut self, agent: usize, i: u64, op: BlockOp) {
+        let parent = if i == 0 { 0 } else { anchor_block(agent, i - 1) };
+        packed::encode(
+            &BlockEvent {
+                op,
+                agent: agent as u32 + 1,
+                block_hash: anchor_block(agent, i),
+                parent_hash: parent,
+                position: (i * 16) as u32,
+                tier: Tier::Gpu,
+            },
+            &mut self.blocks,
+        );
+    }
+
+    /// Loop sessions start every 10 s; inside one, a call every 3 s (1 s of model, 2 s of tool).
+    fn loop_sessions(&mut self, sessions: u32) {
+        for session in 0..sessions as u64 {
+            let start_ms = session * SESSION_EVERY_MS;
+            for agent in 0..LOOP {
+                self.call(agent, session + 1, start_ms + agent as u64 * STEP_MS);
                 let op = if session == 0 {
                     BlockOp::Stored
                 } else {
                     BlockOp::Touched
                 };
-                let parent = if i == 0 { 0 } else { anchor_block(agent, i - 1) };
-                packed::encode(
-                    &BlockEvent {
-                        op,
-                        agent: agent as u32 + 1,
-                        block_hash: anchor_block(agent, i),
-                        parent_hash: parent,
-                        position: (i * 16) as u32,
-                        tier: Tier::Gpu,
-                    },
-                    &mut blocks,
-                );
+                for i in 0..ANCHOR_BLOCKS {
+                    self.anchor_block_event(agent, i, op);
+                }
             }
+            self.events.push(closed(session + 1, (session + 1) * SESSION_EVERY_MS));
         }
-        events.push(closed(session + 1, (session + 1) * SESSION_EVERY_MS));
     }
-    // The auditor runs on its own now and then: once early on, once just now. Then a new loop
-    // session stops mid-way: the planner and the coder ran; the tester is next, in a second or
-    // two. The auditor's anchor is newer than the tester's, so LRU would evict the tester's
-    // first — just before the tester needs it.
-    let end_ms = sessions as u64 * SESSION_EVERY_MS;
-    for (n, at_ms) in [5_000, end_ms - 2_000].into_iter().enumerate() {
-        let session = sessions as u64 + 1 + n as u64;
-        call(AUDITOR, session, at_ms, &mut events);
-        events.push(closed(session, at_ms + CALL_MS));
-    }
-    for agent in 0..2 {
-        call(agent, sessions as u64 + 3, end_ms + agent as u64 * STEP_MS, &mut events);
-    }
-    for (agent, op) in [(AUDITOR, BlockOp::Stored), (2, BlockOp::Removed)] {
-        // The auditor's anchor was cached; the tester's last anchor block was evicted meanwhile.
-        let i = ANCHOR_BLOCKS - 1;
-        let parent = anchor_block(agent, i - 1);
-        let position = (i * 16) as u32;
-        let ev = BlockEvent {
-            op,
-            agent: agent as u32 + 1,
-            block_hash: anchor_block(agent, i),
-            parent_hash: parent,
-            position,
-            tier: Tier::Gpu,
-        };
-        packed::encode(&ev, &mut blocks);
-    }
-    // Half a second after the coder finished.
-    events.push(Event::EngineLoad(EngineLoad {
-        queue_depth: 0,
-        running: 0,
-        free_blocks: 0,
-        total_blocks: 64,
-        at_us: (end_ms + STEP_MS + CALL_MS + 500) * 1000,
-    }));
-    policy.observe(&events)?;
-    policy.observe_blocks(&blocks)?;
-    println!(
-        "It observed {} events (agents registered, requests, sessions ending, the engine's load) and {} \
-         block events.",
-        events.len(),
-        blocks.len() / packed::WORDS_PER_EVENT
-    );
 
-    // Candidates: each agent's last anchor block; the tester's is the oldest.
+    /// The auditor runs on its own now and then: once early on, once just now. Then a new loop
+    /// session stops mid-way: the planner and the coder ran; the tester is next, in a second or
+    /// two. The auditor's anchor is newer than the tester's, so LRU would evict the tester's
+    /// first — just before the tester needs it.
+    fn auditor_and_a_paused_loop(&mut self, sessions: u32) {
+        let end_ms = sessions as u64 * SESSION_EVERY_MS;
+        for (n, at_ms) in [5_000, end_ms - 2_000].into_iter().enumerate() {
+            let session = sessions as u64 + 1 + n as u64;
+            self.call(AUDITOR, session, at_ms);
+            self.events.push(closed(session, at_ms + CALL_MS));
+        }
+        for agent in 0..2 {
+            self.call(agent, sessions as u64 + 3, end_ms + agent as u64 * STEP_MS);
+        }
+        // The auditor's anchor was cached; the tester's last anchor block was evicted meanwhile.
+        self.anchor_block_event(AUDITOR, ANCHOR_BLOCKS - 1, BlockOp::Stored);
+        self.anchor_block_event(2, ANCHOR_BLOCKS - 1, BlockOp::Removed);
+        // Half a second after the coder finished.
+        self.events.push(Event::EngineLoad(EngineLoad {
+            queue_depth: 0,
+            running: 0,
+            free_blocks: 0,
+            total_blocks: 64,
+            at_us: (end_ms + STEP_MS + CALL_MS + 500) * 1000,
+        }));
+    }
+}
+
+/// The engine must evict one of the agents' last anchor blocks (the tester's is the oldest): the
+/// policy's scores, and which goes first.
+fn show_eviction(policy: &PolicyHandle, last_access: &[u64]) -> anyhow::Result<()> {
     let items: Vec<Item> = (0..AGENTS.len())
         .map(|a| Item {
             kind: ItemKind::KvBlock,
@@ -229,7 +259,11 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
         "So the {}'s block goes first.",
         AGENTS[evict_first.agent as usize - 1].0
     );
+    Ok(())
+}
 
+/// What the policy forecasts and which side effects it asks for, in sentences.
+fn show_forecasts_and_effects(policy: &PolicyHandle) -> anyhow::Result<()> {
     let name = |agent: u32| {
         AGENTS
             .get((agent as usize).wrapping_sub(1))
@@ -253,7 +287,6 @@ fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
             println!("  - {}", crate::describe::side_effect(e, &name));
         }
     }
-    println!("Its learned state is {} bytes.\n", policy.snapshot()?.len());
     Ok(())
 }
 
