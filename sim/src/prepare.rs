@@ -98,6 +98,122 @@ pub struct PreparedTrace {
     pub requests: Vec<PreparedRequest>,
 }
 
+/// Tenants, agents and sessions in first-seen order, with their indices, while a trace is prepared.
+#[derive(Default)]
+struct Tables {
+    tenants: Vec<String>,
+    agents: Vec<Agent>,
+    agent_index: HashMap<(u16, String), u32>,
+    sessions: Vec<PreparedSession>,
+    session_index: HashMap<(u16, String), u32>,
+}
+
+impl Tables {
+    /// The tenant's index, added when new.
+    fn tenant(&mut self, name: &str) -> u16 {
+        match self.tenants.iter().position(|t| t == name) {
+            Some(i) => i as u16,
+            None => {
+                self.tenants.push(name.to_string());
+                self.tenants.len() as u16 - 1
+            }
+        }
+    }
+
+    /// The agent's handle (from 1), added with its anchor's blocks and warm-up prompt when new.
+    fn agent(
+        &mut self,
+        tenant: u16,
+        name: String,
+        anchor: &[Segment],
+        anchor_hash: u64,
+        block_size: usize,
+        salt: Option<u64>,
+    ) -> u32 {
+        let agents = &mut self.agents;
+        *self.agent_index.entry((tenant, name.clone())).or_insert_with(|| {
+            let anchor_tokens: u32 = anchor.iter().map(|s| s.tokens).sum();
+            let mut warm = anchor.to_vec();
+            warm.push(Segment::new("warmup/user", WARMUP_USER_TOKENS));
+            let anchor_prompt = prepare_prompt(anchor, block_size, salt);
+            agents.push(Agent {
+                handle: agents.len() as u32 + 1,
+                tenant,
+                name,
+                anchor_hash,
+                anchor_tokens,
+                anchor: anchor.to_vec(),
+                anchor_blocks: anchor_prompt.hashes,
+                warmup: prepare_prompt(&warm, block_size, salt),
+            });
+            agents.len() as u32
+        })
+    }
+
+    /// The session's index, added when new.
+    fn session(&mut self, tenant: u16, name: &str, salt: Option<u64>) -> u32 {
+        let sessions = &mut self.sessions;
+        *self.session_index.entry((tenant, name.to_string())).or_insert_with(|| {
+            sessions.push(PreparedSession {
+                name: name.to_string(),
+                tenant,
+                // One session name in two tenants is two sessions.
+                id: match salt {
+                    None => hash_str(name),
+                    Some(salt) => hash_str(name) ^ salt,
+                },
+                requests: Vec::new(),
+            });
+            sessions.len() as u32 - 1
+        })
+    }
+}
+
+/// Each request of `session` that follows an earlier one of the same agent continues it: how
+/// much of the earlier prompt it shares (what `request-arrival.continues` tells the policy).
+fn link_continuations(trace: &Trace, session: &PreparedSession, requests: &mut [PreparedRequest]) {
+    for (k, &uid) in session.requests.iter().enumerate() {
+        let agent = requests[uid as usize].agent;
+        let previous = session.requests[..k]
+            .iter()
+            .rev()
+            .find(|&&j| requests[j as usize].agent == agent);
+        if let Some(&j) = previous {
+            let before = &trace.requests[j as usize].prompt;
+            let now = &trace.requests[uid as usize].prompt;
+            let shared = before
+                .iter()
+                .zip(now)
+                .take_while(|(a, b)| a == b)
+                .map(|(a, _)| a.tokens)
+                .sum();
+            requests[uid as usize].continues = Some(Continuation {
+                shared_tokens: shared,
+                previous_tokens: before.iter().map(|s| s.tokens).sum(),
+            });
+        }
+    }
+}
+
+/// A request whose answer a later prompt of its session quotes generates exactly those tokens,
+/// so that the later prompt hits the answer's blocks as it would in the engine.
+fn take_quoted_answers(trace: &Trace, session: &PreparedSession, requests: &mut [PreparedRequest]) {
+    for (k, &uid) in session.requests.iter().enumerate() {
+        let r = &trace.requests[uid as usize];
+        let quoted = session.requests[k + 1..].iter().find_map(|&later| {
+            let p = &trace.requests[later as usize].prompt;
+            (p.len() > r.prompt.len() && p[..r.prompt.len()] == r.prompt[..])
+                .then(|| &p[r.prompt.len()])
+                .filter(|answer| answer.tokens == r.output_tokens)
+        });
+        if let Some(answer) = quoted {
+            let mut ids = Vec::with_capacity(answer.tokens as usize);
+            segment_tokens(&answer.seg, answer.tokens, &mut ids);
+            requests[uid as usize].output_ids = Some(ids);
+        }
+    }
+}
+
 /// Hash of an anchor: its segment names and lengths (which fix its token ids). 0 = no anchor.
 pub fn anchor_hash(anchor: &[Segment]) -> u64 {
     if anchor.is_empty() {
@@ -139,62 +255,24 @@ pub fn prepare_prompt(prompt: &[Segment], block_size: usize, salt: Option<u64>) 
 
 impl PreparedTrace {
     pub fn new(trace: &Trace, block_size: usize, hide_agents: bool) -> Self {
-        let mut tenants: Vec<String> = Vec::new();
-        let mut agents: Vec<Agent> = Vec::new();
-        let mut agent_index: HashMap<(u16, String), u32> = HashMap::new();
-        let mut sessions: Vec<PreparedSession> = Vec::new();
-        let mut session_index: HashMap<(u16, &str), u32> = HashMap::new();
+        let mut tables = Tables::default();
         let mut requests = Vec::with_capacity(trace.requests.len());
         // Segment sequences repeat a lot (every call of an agent starts with its anchor): hashing
         // each distinct prompt once would need the whole prompt as a key, so hash per request —
         // it is linear in tokens and runs once per trace.
         for (uid, r) in trace.requests.iter().enumerate() {
-            let tenant = match tenants.iter().position(|t| t == r.tenant()) {
-                Some(i) => i as u16,
-                None => {
-                    tenants.push(r.tenant().to_string());
-                    tenants.len() as u16 - 1
-                }
-            };
+            let tenant = tables.tenant(r.tenant());
             let salt = tenant_salt(r.tenant());
             let anchor = &r.prompt[..r.anchor_len()];
             let a_hash = anchor_hash(anchor);
-            let key = if hide_agents {
+            let name = if hide_agents {
                 format!("{a_hash:016x}")
             } else {
                 r.agent.clone()
             };
-            let agent = *agent_index.entry((tenant, key.clone())).or_insert_with(|| {
-                let anchor_tokens: u32 = anchor.iter().map(|s| s.tokens).sum();
-                let mut warm = anchor.to_vec();
-                warm.push(Segment::new("warmup/user", WARMUP_USER_TOKENS));
-                let anchor_prompt = prepare_prompt(anchor, block_size, salt);
-                agents.push(Agent {
-                    handle: agents.len() as u32 + 1,
-                    tenant,
-                    name: key,
-                    anchor_hash: a_hash,
-                    anchor_tokens,
-                    anchor: anchor.to_vec(),
-                    anchor_blocks: anchor_prompt.hashes,
-                    warmup: prepare_prompt(&warm, block_size, salt),
-                });
-                agents.len() as u32
-            });
-            let session = *session_index.entry((tenant, r.session.as_str())).or_insert_with(|| {
-                sessions.push(PreparedSession {
-                    name: r.session.clone(),
-                    tenant,
-                    // One session name in two tenants is two sessions.
-                    id: match salt {
-                        None => hash_str(&r.session),
-                        Some(salt) => hash_str(&r.session) ^ salt,
-                    },
-                    requests: Vec::new(),
-                });
-                sessions.len() as u32 - 1
-            });
-            sessions[session as usize].requests.push(uid as u32);
+            let agent = tables.agent(tenant, name, anchor, a_hash, block_size, salt);
+            let session = tables.session(tenant, &r.session, salt);
+            tables.sessions[session as usize].requests.push(uid as u32);
             requests.push(PreparedRequest {
                 uid: uid as u32,
                 tenant,
@@ -210,49 +288,16 @@ impl PreparedTrace {
                 hints: r.hints.clone(),
             });
         }
-        for session in &sessions {
-            for (k, &uid) in session.requests.iter().enumerate() {
-                let agent = requests[uid as usize].agent;
-                let previous = session.requests[..k]
-                    .iter()
-                    .rev()
-                    .find(|&&j| requests[j as usize].agent == agent);
-                if let Some(&j) = previous {
-                    let before = &trace.requests[j as usize].prompt;
-                    let now = &trace.requests[uid as usize].prompt;
-                    let shared = before
-                        .iter()
-                        .zip(now)
-                        .take_while(|(a, b)| a == b)
-                        .map(|(a, _)| a.tokens)
-                        .sum();
-                    requests[uid as usize].continues = Some(Continuation {
-                        shared_tokens: shared,
-                        previous_tokens: before.iter().map(|s| s.tokens).sum(),
-                    });
-                }
-            }
-            for (k, &uid) in session.requests.iter().enumerate() {
-                let r = &trace.requests[uid as usize];
-                let quoted = session.requests[k + 1..].iter().find_map(|&later| {
-                    let p = &trace.requests[later as usize].prompt;
-                    (p.len() > r.prompt.len() && p[..r.prompt.len()] == r.prompt[..])
-                        .then(|| &p[r.prompt.len()])
-                        .filter(|answer| answer.tokens == r.output_tokens)
-                });
-                if let Some(answer) = quoted {
-                    let mut ids = Vec::with_capacity(answer.tokens as usize);
-                    segment_tokens(&answer.seg, answer.tokens, &mut ids);
-                    requests[uid as usize].output_ids = Some(ids);
-                }
-            }
+        for session in &tables.sessions {
+            link_continuations(trace, session, &mut requests);
+            take_quoted_answers(trace, session, &mut requests);
         }
         Self {
             block_size,
             hide_agents,
-            tenants,
-            agents,
-            sessions,
+            tenants: tables.tenants,
+            agents: tables.agents,
+            sessions: tables.sessions,
             requests,
         }
     }
