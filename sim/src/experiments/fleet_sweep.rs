@@ -136,7 +136,46 @@ fn write_outputs(
     wall: f64,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    let names: Vec<String> = a.policies.clone();
+    let (md, json_points, meaningful) = sweep_table(a, blocks, points, results);
+    let worst = meaningful.iter().copied().fold(f64::INFINITY, f64::min);
+    let verdict = format!(
+        "\nPoints where Bélády gains ≥ {MEANINGFUL_GAP_PP} pp: {}; CacheSage closes {} of the gap at the worst of them.\n",
+        meaningful.len(),
+        if worst.is_finite() {
+            format!("{:.0}%", worst * 100.0)
+        } else {
+            "–".into()
+        }
+    );
+    print!("{md}{verdict}");
+    println!("{} replays in {wall:.1} s", results.len() * a.policies.len());
+    std::fs::write(a.out.join("table.md"), format!("{md}{verdict}"))?;
+    let json = serde_json::json!({
+        "capacity_blocks": blocks,
+        "block_size": BLOCK_SIZE,
+        "sessions": a.sessions.unwrap_or(Workload::Fleet.headline().sessions),
+        "seed": a.seed,
+        "wall_s": wall,
+        "points": json_points,
+    });
+    std::fs::write(a.out.join("results.json"), serde_json::to_string_pretty(&json)?)?;
+    write_plot(a, blocks, points, results)?;
+    println!(
+        "results → {} (results.json, table.md, fleet-sweep.svg/.png)",
+        a.out.display()
+    );
+    Ok(())
+}
+
+/// The sweep's Markdown table (a row per point: hit % per policy, CacheSage's Δ and gap), each
+/// point's JSON, and the gap CacheSage closed at the points where Bélády gains enough to judge.
+fn sweep_table(
+    a: &FleetSweepArgs,
+    blocks: usize,
+    points: &[Point],
+    results: &[PointResult],
+) -> (String, Vec<serde_json::Value>, Vec<f64>) {
+    let names = &a.policies;
     let mut md = format!(
         "Cache {blocks} blocks ({} k tokens). Hit % per policy; Δ and gap closed are `cachesage`'s.\n\n\
          | apps | anchor × | agents | anchors / cache | {} | Δ pp | gap closed | warm-up tok |\n|---:|---:|---:|---:|{}---:|---:|---:|\n",
@@ -183,29 +222,12 @@ fn write_outputs(
         point["anchor_tokens"] = p.anchor_tokens.into();
         json_points.push(point);
     }
-    let worst = meaningful.iter().copied().fold(f64::INFINITY, f64::min);
-    let verdict = format!(
-        "\nPoints where Bélády gains ≥ {MEANINGFUL_GAP_PP} pp: {}; CacheSage closes {} of the gap at the worst of them.\n",
-        meaningful.len(),
-        if worst.is_finite() {
-            format!("{:.0}%", worst * 100.0)
-        } else {
-            "–".into()
-        }
-    );
-    print!("{md}{verdict}");
-    println!("{} replays in {wall:.1} s", results.len() * names.len());
-    std::fs::write(a.out.join("table.md"), format!("{md}{verdict}"))?;
-    let json = serde_json::json!({
-        "capacity_blocks": blocks,
-        "block_size": BLOCK_SIZE,
-        "sessions": a.sessions.unwrap_or(Workload::Fleet.headline().sessions),
-        "seed": a.seed,
-        "wall_s": wall,
-        "points": json_points,
-    });
-    std::fs::write(a.out.join("results.json"), serde_json::to_string_pretty(&json)?)?;
-    // One panel per anchor scale: hit rate against the number of applications.
+    (md, json_points, meaningful)
+}
+
+/// One panel per anchor scale: hit rate against the number of applications.
+fn write_plot(a: &FleetSweepArgs, blocks: usize, points: &[Point], results: &[PointResult]) -> anyhow::Result<()> {
+    let names = &a.policies;
     let panels: Vec<String> = a.anchor_scales.iter().map(|s| format!("anchors ×{s}")).collect();
     let mut xs = Vec::new();
     let mut series = Vec::new();
@@ -230,15 +252,10 @@ fn write_outputs(
         &format!("fleet: token hit rate against applications sharing the engine ({blocks} blocks)"),
         "applications",
         &panels,
-        &names,
+        names,
         &xs,
         &series,
     );
     std::fs::write(a.out.join("fleet-sweep.svg"), &svg)?;
-    crate::png::write_png(&svg, &a.out.join("fleet-sweep.png"))?;
-    println!(
-        "results → {} (results.json, table.md, fleet-sweep.svg/.png)",
-        a.out.display()
-    );
-    Ok(())
+    crate::png::write_png(&svg, &a.out.join("fleet-sweep.png"))
 }
