@@ -151,20 +151,7 @@ pub fn run(a: NoisyNeighbourArgs, components: &ComponentLookup) -> anyhow::Resul
     .context("the agents alone")?;
     let span_s = alone_runs[0].makespan_us / 1e6;
     let agents_rate = alone_runs[0].prompt_tokens as f64 / span_s.max(1e-9);
-    let traces: Vec<PreparedTrace> = a
-        .flood_percent
-        .iter()
-        .map(|&pct| {
-            let flood = with_flood(
-                &agents,
-                agents_rate * pct as f64 / 100.0,
-                span_s,
-                a.flood_prompt_tokens,
-                a.flood_output_tokens,
-            );
-            PreparedTrace::new(&flood, BLOCK_SIZE, a.replay.hide_agents)
-        })
-        .collect();
+    let traces = flood_traces(&a, &agents, agents_rate, span_s);
     let units: Vec<Unit> = (0..traces.len())
         .flat_map(|level| {
             [false, true].map(|shares| Unit {
@@ -173,25 +160,7 @@ pub fn run(a: NoisyNeighbourArgs, components: &ComponentLookup) -> anyhow::Resul
             })
         })
         .collect();
-    let results: Vec<UnitResult> = crate::parallel::run_units(a.jobs, (0..units.len()).collect(), |i| {
-        let unit = &units[i];
-        let trace = &traces[unit.level.expect("flood units have a level")];
-        let mut cfg = a.replay.config(cache)?;
-        if unit.shares {
-            cfg.shares = Some(vec![(
-                AGENTS.to_string(),
-                Share {
-                    min_blocks: guarantee as u64,
-                    max_blocks: u64::MAX,
-                },
-            )]);
-        }
-        let runs = run_all(&host, trace, &cfg, &policies, a.replay.rerank(), false, |r| {
-            bar.set_message(r.policy.clone());
-            bar.inc(1);
-        })?;
-        Ok((i, summarize(&runs)))
-    })?;
+    let results = run_flood_units(&a, &host, &traces, &units, &policies, (cache, guarantee), &bar)?;
     bar.finish_and_clear();
     let mut results = results;
     results.sort_by_key(|r| r.0);
@@ -207,6 +176,56 @@ pub fn run(a: NoisyNeighbourArgs, components: &ComponentLookup) -> anyhow::Resul
         results: &results,
     };
     report.write(started.elapsed().as_secs_f64())
+}
+
+/// The agents' trace with a flood beside it at each of `--flood-percent` of the agents' own
+/// prompt-token rate, over the agents' span.
+fn flood_traces(a: &NoisyNeighbourArgs, agents: &Trace, agents_rate: f64, span_s: f64) -> Vec<PreparedTrace> {
+    a.flood_percent
+        .iter()
+        .map(|&pct| {
+            let flood = with_flood(
+                agents,
+                agents_rate * pct as f64 / 100.0,
+                span_s,
+                a.flood_prompt_tokens,
+                a.flood_output_tokens,
+            );
+            PreparedTrace::new(&flood, BLOCK_SIZE, a.replay.hide_agents)
+        })
+        .collect()
+}
+
+/// Every (flood level, shares or not) unit under every policy, on `--jobs` threads; `(cache,
+/// guarantee)` in blocks (the guarantee is the agents' share when a unit has shares).
+fn run_flood_units(
+    a: &NoisyNeighbourArgs,
+    host: &crate::harness::PolicyHost,
+    traces: &[PreparedTrace],
+    units: &[Unit],
+    policies: &[PolicySpec],
+    (cache, guarantee): (usize, usize),
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<Vec<UnitResult>> {
+    crate::parallel::run_units(a.jobs, (0..units.len()).collect(), |i| {
+        let unit = &units[i];
+        let trace = &traces[unit.level.expect("flood units have a level")];
+        let mut cfg = a.replay.config(cache)?;
+        if unit.shares {
+            cfg.shares = Some(vec![(
+                AGENTS.to_string(),
+                Share {
+                    min_blocks: guarantee as u64,
+                    max_blocks: u64::MAX,
+                },
+            )]);
+        }
+        let runs = run_all(host, trace, &cfg, policies, a.replay.rerank(), false, |r| {
+            bar.set_message(r.policy.clone());
+            bar.inc(1);
+        })?;
+        Ok((i, summarize(&runs)))
+    })
 }
 
 struct Report<'a> {
