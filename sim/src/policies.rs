@@ -901,4 +901,3 @@ impl SimPolicy for Slotted {
 fn is_component_file(spec: &str) -> bool {
     spec.ends_with(".wasm") || spec.contains('/') || spec.contains(std::path::MAIN_SEPARATOR)
 }
-

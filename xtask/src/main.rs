@@ -29,7 +29,6 @@ mod workspace;
 
 use agentrt_policy_build::{c, go, js, python, run};
 
-
 use anyhow::{bail, Context, Result};
 
 use crate::workspace::Workspace;

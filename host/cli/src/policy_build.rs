@@ -48,7 +48,8 @@ pub fn run(args: BuildArgs) -> Result<()> {
         None => dir.join("target").join(format!("{name}.wasm")),
     };
     let tree = Tree::standalone(&dir, policy_sdk::VENDORED, &dir.join("target/agentrt-build"));
-    build_one(&tree, language, &dir, &out).with_context(|| format!("building the {} policy {name}", language.name()))?;
+    build_one(&tree, language, &dir, &out)
+        .with_context(|| format!("building the {} policy {name}", language.name()))?;
     println!("built {name} ({}): {}", language.name(), out.display());
     if args.test {
         test(&out)?;
@@ -89,7 +90,10 @@ fn test(component: &Path) -> Result<()> {
         .status()
         .context("running `agentrt policy test`")?;
     if !status.success() {
-        bail!("the conformance kit failed on {} (its report is above)", component.display());
+        bail!(
+            "the conformance kit failed on {} (its report is above)",
+            component.display()
+        );
     }
     Ok(())
 }

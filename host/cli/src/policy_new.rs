@@ -286,7 +286,12 @@ mod tests {
         let dir = scratch("standalone");
         for (lang, file, prefix, suffix) in [
             (Lang::Rust, "Cargo.toml", "agentrt-sdk = { path = \"", "\" }"),
-            (Lang::Js, "policy.js", "from '", "';"),
+            (
+                Lang::Js,
+                "policy.js",
+                "import { Policy, exportPolicy, recencyScores } from '",
+                "';",
+            ),
             (Lang::Js, "policy.test.js", "import { Harness, rank } from '", "';"),
             (Lang::Go, "go.mod", "replace agentrt.dev/policy => ", ""),
         ] {

@@ -71,7 +71,9 @@ pub fn build_all(tree: &Tree, out_dir: &Path) -> Result<Vec<PathBuf>> {
 /// Build the policy in `dir` (its C files but the tests) with the SDK into the component `out`.
 pub fn build(tools: &Toolchain, tree: &Tree, dir: &Path, name: &str, out: &Path) -> Result<()> {
     let bindings = bindings(tree)?;
-    note(&format!("zig cc {name} (wasm32-wasi, the first build compiles wasi-libc)"));
+    note(&format!(
+        "zig cc {name} (wasm32-wasi, the first build compiles wasi-libc)"
+    ));
     let core = tree.scratch.join("c-build").join(format!("{name}.core.wasm"));
     std::fs::create_dir_all(core.parent().expect("a file in a folder"))?;
     let sdk = tree.sdk.join(SDK_DIR);

@@ -101,8 +101,9 @@ pub fn build(tools: &Toolchain, tree: &Tree, dir: &Path, name: &str, out: &Path)
         .arg("."))?;
     let mut wasm = std::fs::read(&core).with_context(|| format!("reading {}", core.display()))?;
     embed_world(tree, &mut wasm)?;
-    encode_module(&wasm, &[("wasi_snapshot_preview1", &wasi_stub())], out)
-        .with_context(|| format!("{name}: a Go policy may import only agentrt:policy/host; see docs/zero-wasi.md (Go)"))?;
+    encode_module(&wasm, &[("wasi_snapshot_preview1", &wasi_stub())], out).with_context(|| {
+        format!("{name}: a Go policy may import only agentrt:policy/host; see docs/zero-wasi.md (Go)")
+    })?;
     Ok(std::fs::write(stamp(tree, name), "")?)
 }
 

@@ -119,7 +119,10 @@ impl Language {
     /// The language of the policy in `dir`, by the one marker file it holds.
     pub fn detect(dir: &Path) -> Result<Language> {
         if !dir.is_dir() {
-            bail!("{} is not a folder: name a policy's folder (default: the current one)", dir.display());
+            bail!(
+                "{} is not a folder: name a policy's folder (default: the current one)",
+                dir.display()
+            );
         }
         let found: Vec<Language> = Self::ALL
             .into_iter()

@@ -85,7 +85,10 @@ pub fn test_all(tree: &Tree) -> Result<()> {
         if suite.join(APP).is_file() {
             path.push(suite.clone());
         }
-        note(&format!("pytest {}", suite.strip_prefix(root).unwrap_or(&suite).display()));
+        note(&format!(
+            "pytest {}",
+            suite.strip_prefix(root).unwrap_or(&suite).display()
+        ));
         run(Command::new(&tools.python)
             .current_dir(root)
             .env("PYTHONPATH", std::env::join_paths(&path)?)

@@ -33,7 +33,9 @@ pub fn build_all(root: &Path, target: &Path, out_dir: &Path, cargo: impl Fn() ->
         let out = out_dir.join(format!("{}.wasm", krate.name));
         // One `cargo rustc` per crate: it is the only way to ask for a cdylib for this target while
         // the crates stay plain rlibs for native tests.
-        run(cargo().args(["rustc", "--quiet", "-p", &krate.package]).args(wasm_args()))?;
+        run(cargo()
+            .args(["rustc", "--quiet", "-p", &krate.package])
+            .args(wasm_args()))?;
         encode_component(&core_module(target, &krate.package), &out)?;
         built.push(out);
     }

@@ -47,7 +47,10 @@ pub fn install_once(
     if std::fs::read_to_string(&marker).is_ok_and(|m| m == what) && ready() {
         return Ok(());
     }
-    note(&format!("installing {what} into {} (from {registry}, once)", dir.display()));
+    note(&format!(
+        "installing {what} into {} (from {registry}, once)",
+        dir.display()
+    ));
     let started = Instant::now();
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
