@@ -178,3 +178,48 @@ pub fn run(cmd: &mut Command) -> Result<()> {
 pub(crate) fn note(line: &str) {
     eprintln!("build: {line}");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(label: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("agentrt-policy-build-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_folder_is_of_the_one_language_its_marker_file_says() {
+        let dir = scratch("detect");
+        for language in Language::ALL {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(language.marker()), "").unwrap();
+            assert_eq!(Language::detect(&dir).unwrap(), language);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_folder_with_no_policy_or_two_is_refused_naming_the_fix() {
+        let dir = scratch("refuse");
+        let none = Language::detect(&dir).unwrap_err().to_string();
+        assert!(
+            none.contains("no Cargo.toml, app.py, policy.js, policy.c or go.mod")
+                && none.contains("agentrt policy new"),
+            "{none}"
+        );
+        std::fs::write(dir.join("app.py"), "").unwrap();
+        std::fs::write(dir.join("policy.js"), "").unwrap();
+        let two = Language::detect(&dir).unwrap_err().to_string();
+        assert!(
+            two.contains("app.py and policy.js") && two.contains("one policy per folder"),
+            "{two}"
+        );
+        let missing = Language::detect(&dir.join("nowhere")).unwrap_err().to_string();
+        assert!(missing.contains("is not a folder"), "{missing}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
