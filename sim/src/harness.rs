@@ -308,4 +308,17 @@ mod tests {
         );
         assert_eq!(PolicySpec::parse("belady"), PolicySpec::Belady);
     }
+
+    #[test]
+    fn a_component_file_is_loaded_from_its_path_and_named_by_its_file() {
+        assert_eq!(
+            PolicySpec::parse("./target/my-policy.wasm:k=2"),
+            PolicySpec::Wasm {
+                name: "my-policy:k=2".into(),
+                component: "./target/my-policy.wasm".into(),
+                init: vec![("k".into(), "2".into())],
+            }
+        );
+        assert_eq!(PolicySpec::parse("/tmp/mine.wasm").name(), "mine");
+    }
 }

@@ -20,23 +20,14 @@
 //! default ([`workspace`]). Every command xtask starts is told it, and `AGENTRT_COMPONENTS_DIR`,
 //! so that tests, the demo and the vLLM tests load the components xtask just built.
 //!
-//! Why `wasm32-unknown-unknown` + component encoding rather than `wasm32-wasip2`: the result imports
-//! only `agentrt:policy/host` — no WASI surface at all, so a policy has no ambient capability even
-//! in principle — and it is half the size (docs/background.md §9: 28 KB vs 56 KB for the same policy).
+//! How each language is built, and its toolchain installed, is the crate `agentrt-policy-build`
+//! (sdk/build), which `agentrt policy build` uses too; xtask only says what to build where.
 
-mod c_policies;
-mod component_encoding;
 mod components;
 mod dist;
-mod go_policies;
-mod js_policies;
-mod policy_sources;
-mod python_policies;
-mod toolchains;
-mod wit_bindings;
 mod workspace;
 
-use std::process::Command;
+use agentrt_policy_build::{c, go, js, python, run};
 
 use anyhow::{bail, Context, Result};
 
@@ -66,10 +57,11 @@ fn main() -> Result<()> {
         "test" => {
             components::build_all(&workspace)?;
             run(workspace.command(cargo()).args(["test", "--workspace"]).args(&rest))?;
-            python_policies::test_all(&workspace)?;
-            js_policies::test_all(&workspace)?;
-            c_policies::test_all(&workspace)?;
-            go_policies::test_all(&workspace)?;
+            let tree = workspace.tree();
+            python::test_all(&tree)?;
+            js::test_all(&tree)?;
+            c::test_all(&tree)?;
+            go::test_all(&tree)?;
             vllm_adapter_tests(&workspace)?;
             sglang_adapter_tests(&workspace)
         }
@@ -165,13 +157,4 @@ fn sglang_adapter_tests(workspace: &Workspace) -> Result<()> {
 
 fn cargo() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string())
-}
-
-/// Run a command, inheriting stdio, and fail with the command line if it fails.
-fn run(cmd: &mut Command) -> Result<()> {
-    let status = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
-    if !status.success() {
-        bail!("{cmd:?} failed with {status}");
-    }
-    Ok(())
 }

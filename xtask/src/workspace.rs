@@ -29,6 +29,11 @@ impl Workspace {
         Self { root, target }
     }
 
+    /// What a policy build reads (wit/, sdk/) and where it keeps its intermediate files.
+    pub fn tree(&self) -> agentrt_policy_build::Tree {
+        agentrt_policy_build::Tree::checkout(&self.root, &self.target)
+    }
+
     /// Where `build-policies` writes components.
     pub fn components(&self) -> PathBuf {
         built_components_dir(&self.target)

@@ -1,7 +1,10 @@
 //! `agentrt` — the command-line front of the agent runtime layer.
 //!
 //! - `agentrt policy check FILE.wasm` — load and validate a policy component, print its world.
-//! - `agentrt policy new NAME --lang L` — a policy skeleton in Rust, Python, JavaScript or C.
+//! - `agentrt policy new NAME --lang L` — a policy skeleton in Rust, Python, JavaScript, C or Go:
+//!   a standalone project with its SDK vendored, or a policy of the checkout in its `policies/`.
+//! - `agentrt policy build [DIR]` — build the policy component in DIR, in any of the five
+//!   languages ([`policy_build`]).
 //! - `agentrt policy test FILE.wasm [--trace T]` — the conformance kit: every export on valid and
 //!   hostile input, one line per property ([`policy_test`]).
 //! - `agentrt demo` — run the built-in policies on a short synthetic multi-agent trace and print
@@ -18,8 +21,10 @@
 mod demo;
 mod describe;
 mod embedded;
+mod policy_build;
 mod policy_check;
 mod policy_new;
+mod policy_sdk;
 mod policy_test;
 
 use agentrt_runtime::ComponentLookup;
@@ -59,8 +64,12 @@ enum Command {
 enum PolicyCommand {
     /// Load and validate a component; print the world it implements and its exports.
     Check(policy_check::CheckArgs),
-    /// Write a working skeleton of a policy in Rust, Python, JavaScript or C into ./NAME.
+    /// Write a working skeleton of a policy in Rust, Python, JavaScript, C or Go into ./NAME: a
+    /// project of its own with the SDK vendored in it (in a checkout's policies/: a policy of it).
     New(policy_new::NewArgs),
+    /// Build the policy component in DIR (Rust, Python, JavaScript, C or Go, told by its files),
+    /// installing the language's toolchain on first use.
+    Build(policy_build::BuildArgs),
     /// The conformance kit: call every export with valid and hostile input and check what the
     /// contract asks; one line per property, exit status 1 when any fails.
     Test(policy_test::TestArgs),
@@ -115,6 +124,9 @@ fn main() -> std::process::ExitCode {
         Command::Policy {
             command: PolicyCommand::New(args),
         } => policy_new::run(args),
+        Command::Policy {
+            command: PolicyCommand::Build(args),
+        } => policy_build::run(args),
         Command::Policy {
             command: PolicyCommand::Test(args),
         } => policy_test::run(args),

@@ -1,8 +1,12 @@
 //! `agentrt policy new NAME --lang rust|python|js|c|go`: a working skeleton in `./NAME`, from the
-//! templates in `sdk/templates/<lang>/` (embedded in the binary). Run it in an agentrt checkout's
-//! `policies/` folder: `cargo xtask build-policies` then builds the skeleton like every policy
-//! there (the templates import their SDK from `../../sdk`), and it passes `agentrt policy check`.
-//! Each file's comments say where the logic goes.
+//! templates in `sdk/templates/<lang>/` (embedded in the binary). Each file's comments say where
+//! the logic goes.
+//!
+//! - Anywhere: a standalone project — the skeleton, the SDK vendored into `NAME/agentrt-sdk/`
+//!   ([`crate::policy_sdk`]), and for Rust a manifest that is its own workspace; `agentrt policy
+//!   build` in the folder builds it.
+//! - In an agentrt checkout's `policies/` folder: a policy of that checkout — the templates import
+//!   the checkout's SDK from `../../sdk`, and `cargo xtask build-policies` builds it with the others.
 
 use std::path::{Path, PathBuf};
 
@@ -32,14 +36,18 @@ pub enum Lang {
 }
 
 /// A template file: its path in the skeleton and its text, with `__NAME__` (the policy's name),
-/// `__TYPE__` (the name in CamelCase) and `__PACKAGE__` (the name without `-`: a Go package) to
-/// fill in.
+/// `__TYPE__` (the name in CamelCase), `__PACKAGE__` (the name without `-`: a Go package) and
+/// `__SDK__` (the SDK's folder, relative to the policy's) to fill in.
 type Template = (&'static str, &'static str);
 
 const RUST: &[Template] = &[
     ("Cargo.toml", include_str!("../../../sdk/templates/rust/Cargo.toml")),
     ("src/lib.rs", include_str!("../../../sdk/templates/rust/src/lib.rs")),
 ];
+/// The Rust manifest of a standalone project: its own workspace, the vendored SDK, the `wasm`
+/// profile.
+const RUST_STANDALONE_MANIFEST: &str = include_str!("../../../sdk/templates/standalone/Cargo.toml");
+const GITIGNORE: &str = include_str!("../../../sdk/templates/standalone/gitignore");
 const PYTHON: &[Template] = &[
     ("app.py", include_str!("../../../sdk/templates/python/app.py")),
     ("test_app.py", include_str!("../../../sdk/templates/python/test_app.py")),
@@ -76,7 +84,14 @@ impl Lang {
     }
 
     /// What to do next, printed after the files are written.
-    fn next_steps(self, name: &str) -> String {
+    fn next_steps(self, name: &str, placement: Placement) -> String {
+        if placement == Placement::Standalone {
+            return format!(
+                "cd {name}\n  \
+                 agentrt policy build --test     # → target/{name}.wasm, then the conformance kit\n  \
+                 agentrt sim table --quick --policies lru,cachesage,target/{name}.wasm"
+            );
+        }
         let register = match self {
             Lang::Rust => format!("add \"policies/{name}\" to `members` in the workspace's Cargo.toml, then\n  "),
             _ => String::new(),
@@ -84,32 +99,72 @@ impl Lang {
         format!(
             "{register}cargo xtask build-policies     # → <target>/components/{name}.wasm\n  \
              cargo xtask test               # its native tests with the others\n  \
-             agentrt policy check <target>/components/{name}.wasm"
+             agentrt policy test <target>/components/{name}.wasm"
         )
     }
 }
 
+/// Where a skeleton goes, which decides how it reaches its SDK.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placement {
+    /// A policy of the agentrt checkout whose `policies/` folder it is in.
+    Checkout,
+    /// A project of its own, with the SDK vendored in it.
+    Standalone,
+}
+
 pub fn run(args: NewArgs) -> Result<()> {
+    let placement = placement(&args.dir);
     let written = create(&args.dir, &args.name, args.lang)?;
     let folder = args.dir.join(&args.name);
-    println!("created {} ({} files)", folder.display(), written.len());
-    if !is_policies_folder(&args.dir) {
-        println!(
-            "note: the skeleton imports its SDK from ../../sdk: move it into an agentrt checkout's policies/ folder to build it"
-        );
+    match placement {
+        Placement::Standalone => println!(
+            "created {} ({} files, and agentrt {}'s SDK in {}/)",
+            folder.display(),
+            written.len(),
+            crate::policy_sdk::version(),
+            crate::policy_sdk::VENDORED
+        ),
+        Placement::Checkout => println!(
+            "created {} ({} files; a policy of this checkout, built with its SDK)",
+            folder.display(),
+            written.len()
+        ),
     }
-    println!("next:\n  {}", args.lang.next_steps(&args.name));
+    println!("next:\n  {}", args.lang.next_steps(&args.name, placement));
     Ok(())
 }
 
-/// Write the skeleton of `name` in `lang` into `parent/name`; returns the files written.
+fn placement(parent: &Path) -> Placement {
+    if is_policies_folder(parent) {
+        Placement::Checkout
+    } else {
+        Placement::Standalone
+    }
+}
+
+/// Write the skeleton of `name` in `lang` into `parent/name`; returns the files written (the
+/// vendored SDK of a standalone project aside).
 pub fn create(parent: &Path, name: &str, lang: Lang) -> Result<Vec<PathBuf>> {
     check_name(name)?;
-    let templates = lang.templates();
+    let placement = placement(parent);
     let folder = parent.join(name);
     if folder.exists() {
         bail!("{} already exists; choose another name or remove it", folder.display());
     }
+    let mut templates: Vec<Template> = lang.templates().to_vec();
+    let sdk = match placement {
+        Placement::Checkout => "../../sdk".to_string(),
+        Placement::Standalone => {
+            for template in &mut templates {
+                if template.0 == "Cargo.toml" {
+                    template.1 = RUST_STANDALONE_MANIFEST;
+                }
+            }
+            templates.push((".gitignore", GITIGNORE));
+            format!("./{}", crate::policy_sdk::VENDORED)
+        }
+    };
     let type_name = camel_case(name);
     let mut written = Vec::new();
     for (path, text) in templates {
@@ -119,9 +174,13 @@ pub fn create(parent: &Path, name: &str, lang: Lang) -> Result<Vec<PathBuf>> {
         let text = text
             .replace("__NAME__", name)
             .replace("__TYPE__", &type_name)
-            .replace("__PACKAGE__", &name.replace('-', ""));
+            .replace("__PACKAGE__", &name.replace('-', ""))
+            .replace("__SDK__", &sdk);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
         written.push(path);
+    }
+    if placement == Placement::Standalone {
+        crate::policy_sdk::vendor(&folder)?;
     }
     Ok(written)
 }
@@ -158,7 +217,7 @@ fn camel_case(name: &str) -> String {
 }
 
 /// `dir` is the `policies/` folder of an agentrt checkout (its SDKs are at `../sdk`).
-fn is_policies_folder(dir: &Path) -> bool {
+pub fn is_policies_folder(dir: &Path) -> bool {
     let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
     dir.file_name().is_some_and(|n| n == "policies") && dir.join("../sdk/README.md").is_file()
 }
@@ -196,7 +255,9 @@ mod tests {
             for file in written {
                 let text = std::fs::read_to_string(&file).unwrap();
                 assert!(
-                    !text.contains("__NAME__") && !text.contains("__TYPE__") && !text.contains("__PACKAGE__"),
+                    !["__NAME__", "__TYPE__", "__PACKAGE__", "__SDK__"]
+                        .iter()
+                        .any(|p| text.contains(p)),
                     "{}",
                     file.display()
                 );
@@ -215,6 +276,41 @@ mod tests {
         create(&dir, "taken", Lang::C).unwrap();
         let err = create(&dir, "taken", Lang::C).unwrap_err().to_string();
         assert!(err.contains("already exists"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Outside a checkout, every path a skeleton names to reach its SDK exists in the copy
+    /// vendored beside it, and the Rust one is a workspace of its own with the `wasm` profile.
+    #[test]
+    fn a_skeleton_outside_a_checkout_reaches_the_sdk_vendored_beside_it() {
+        let dir = scratch("standalone");
+        for (lang, file, prefix, suffix) in [
+            (Lang::Rust, "Cargo.toml", "agentrt-sdk = { path = \"", "\" }"),
+            (
+                Lang::Js,
+                "policy.js",
+                "import { Policy, exportPolicy, recencyScores } from '",
+                "';",
+            ),
+            (Lang::Js, "policy.test.js", "import { Harness, rank } from '", "';"),
+            (Lang::Go, "go.mod", "replace agentrt.dev/policy => ", ""),
+        ] {
+            let name = format!("standalone-{lang:?}").to_lowercase();
+            let project = dir.join(&name);
+            if !project.exists() {
+                create(&dir, &name, lang).unwrap();
+            }
+            let text = std::fs::read_to_string(project.join(file)).unwrap();
+            let target = text
+                .lines()
+                .find_map(|l| l.strip_prefix(prefix).and_then(|rest| rest.strip_suffix(suffix)))
+                .unwrap_or_else(|| panic!("{file}: no line {prefix}…{suffix}:\n{text}"));
+            assert!(target.contains("agentrt-sdk"), "{file}: {target}");
+            assert!(project.join(target).exists(), "{file}: {target} is not in the project");
+            assert!(project.join(".gitignore").is_file());
+        }
+        let manifest = std::fs::read_to_string(dir.join("standalone-rust/Cargo.toml")).unwrap();
+        assert!(manifest.contains("\n[workspace]\n") && manifest.contains("[profile.wasm]"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -4,4 +4,4 @@ go 1.25
 
 require agentrt.dev/policy v0.0.0
 
-replace agentrt.dev/policy => ../../sdk/go
+replace agentrt.dev/policy => __SDK__/go

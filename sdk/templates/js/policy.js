@@ -1,7 +1,7 @@
 // __NAME__ — an agentrt policy in JavaScript (skeleton from `agentrt policy new`).
 // sdk/js/README.md has the whole workflow; policies/callrate-js is a worked example.
 
-import { Policy, exportPolicy, recencyScores } from '../../sdk/js/agentrt_policy.js';
+import { Policy, exportPolicy, recencyScores } from '__SDK__/js/agentrt_policy.js';
 
 export class Policy__TYPE__ extends Policy {
   static NAME = '__NAME__';

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { Harness, rank } from '../../sdk/js/testing/harness.js';
+import { Harness, rank } from '__SDK__/js/testing/harness.js';
 import { Policy__TYPE__ } from './policy.js';
 
 test('newest first until you change it', () => {

@@ -31,6 +31,11 @@ pub struct TableArgs {
     /// Capacity sweep as fractions of the headline cache.
     #[arg(long, value_delimiter = ',')]
     pub sweep: Option<Vec<f64>>,
+    /// Policies to compare, comma-separated (default: the evaluation's eight): names as for
+    /// `sim run` (lru, cachesage, belady, …) or component files (`./target/mine.wasm`, a row named
+    /// `mine`), so that a new policy joins the table. Without `belady` the gap column is empty.
+    #[arg(long, value_delimiter = ',')]
+    pub policies: Option<Vec<String>>,
     /// Parallel replays (one per core).
     #[arg(long, default_value_t = 2)]
     pub jobs: usize,
@@ -61,7 +66,10 @@ pub fn run(a: TableArgs, components: &ComponentLookup) -> anyhow::Result<()> {
         .sweep
         .clone()
         .unwrap_or_else(|| if a.quick { vec![0.5, 2.0] } else { vec![0.25, 0.5] });
-    let policies = default_policies();
+    let policies: Vec<PolicySpec> = match &a.policies {
+        Some(names) => names.iter().map(|n| PolicySpec::parse(n)).collect(),
+        None => default_policies(),
+    };
     let host = a.replay.host(components)?;
     host.preload(&policies)?;
 

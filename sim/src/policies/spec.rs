@@ -39,6 +39,9 @@ impl PolicySpec {
     /// component name the lookup finds — a Wasm one optionally followed by its `init`
     /// configuration as `:key=value` pairs (`cachesage:w=8:k=2`), so that variants of one component
     /// can be compared in one run.
+    ///
+    /// A component file (a name ending in `.wasm` or holding a path separator, as the lookup
+    /// tells them apart) is loaded from that path and named by its file name.
     pub fn parse(name: &str) -> Self {
         let mut parts = name.split(':');
         let stem = parts.next().unwrap_or_default();
@@ -54,9 +57,23 @@ impl PolicySpec {
                 let init: Vec<_> = [("model", "classic")].into_iter().chain(extra).collect();
                 Self::wasm(name, "cachesage", &init)
             }
+            other if is_component_file(other) => {
+                // A file's row is named by the file (`./out/mine.wasm:k=2` → `mine:k=2`): a
+                // whole path would crowd every table it appears in.
+                let stem = std::path::Path::new(other)
+                    .file_stem()
+                    .map_or_else(|| other.to_string(), |s| s.to_string_lossy().into_owned());
+                Self::wasm(&format!("{stem}{}", &name[other.len()..]), other, &extra)
+            }
             other => Self::wasm(name, other, &extra),
         }
     }
+}
+
+/// `spec` names a component file rather than a component (the rule of
+/// `ComponentLookup::resolve`).
+fn is_component_file(spec: &str) -> bool {
+    spec.ends_with(".wasm") || spec.contains('/') || spec.contains(std::path::MAIN_SEPARATOR)
 }
 
 #[cfg(test)]
@@ -78,13 +95,10 @@ mod tests {
         assert_eq!(evict.name(), "cachesage-evict:k=2");
         assert_eq!(init(&evict), [("prefetch", "false"), ("k", "2")]);
         assert_eq!(init(&PolicySpec::parse("cachesage-classic")), [("model", "classic")]);
-        // A path is a component like a name; a pair without `=` is not a setting.
+        // A path is a component named by its file; a pair without `=` is not a setting.
         match PolicySpec::parse("./mine.wasm:w=8:junk") {
             PolicySpec::Wasm { name, component, init } => {
-                assert_eq!(
-                    (name.as_str(), component.as_str()),
-                    ("./mine.wasm:w=8:junk", "./mine.wasm")
-                );
+                assert_eq!((name.as_str(), component.as_str()), ("mine:w=8:junk", "./mine.wasm"));
                 assert_eq!(init, [("w".to_string(), "8".to_string())]);
             }
             other => panic!("{other:?}"),

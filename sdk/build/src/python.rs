@@ -1,4 +1,4 @@
-//! The Python policies (`policies/*/app.py`): build each into a component with componentize-py,
+//! The Python policies (`app.py`; a checkout's `policies/*/app.py`): build each into a component with componentize-py,
 //! and run their native tests (`test_*.py` beside each app, and the SDK's own) with pytest.
 //!
 //! componentize-py and pytest come from PyPI into a venv of their own
@@ -12,70 +12,83 @@ use std::process::Command;
 
 use anyhow::Result;
 
-use crate::policy_sources::{discover, is_current, name, source_files, NON_RUST_WIT};
-use crate::workspace::Workspace;
-use crate::{run, toolchains};
+use crate::sources::{discover, is_current, name, source_files};
+use crate::{note, run, toolchains, Tree};
 
 /// The componentize-py release the Python SDK is written against (its bindings' module names —
 /// `wit_world`, `componentize_py_types` — change between releases).
 const COMPONENTIZE_PY_VERSION: &str = "0.25.1";
 const PYTEST_VERSION: &str = "8.3.5";
-/// The Python SDK (`agentrt_policy`), put on the app's path.
-const SDK_DIR: &str = "sdk/python";
+/// The Python SDK (`agentrt_policy`) under [`Tree::sdk`], put on the app's path.
+const SDK_DIR: &str = "python";
 /// The app module of a Python policy folder.
-const APP: &str = "app.py";
+pub const APP: &str = "app.py";
 
-/// Build every `policies/*/app.py` whose component is older than its sources; returns the
-/// components (built now or already current).
-pub fn build_all(root: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
-    let apps = discover(root, APP)?;
+/// Build every `policies/*/app.py` of a checkout whose component is older than its sources;
+/// returns the components (built now or already current).
+pub fn build_all(tree: &Tree, out_dir: &Path) -> Result<Vec<PathBuf>> {
+    let apps = discover(&tree.root, APP)?;
     let mut tools: Option<Toolchain> = None;
     let mut built = Vec::new();
     for dir in apps {
         let name = name(&dir);
         let out = out_dir.join(format!("{name}.wasm"));
-        let inputs = source_files(&[&dir, &root.join(SDK_DIR), &root.join(NON_RUST_WIT)])?;
+        let inputs = source_files(&[&dir, &tree.sdk.join(SDK_DIR), &tree.non_rust_wit()])?;
         if !is_current(&out, &inputs) {
             let tools = match &tools {
                 Some(tools) => tools,
                 None => tools.insert(Toolchain::get()?),
             };
-            eprintln!("xtask: componentize-py {name} (CPython inside; ~10 s)");
-            let tmp = out.with_extension("wasm.tmp");
-            run(Command::new(&tools.componentize_py)
-                .current_dir(root)
-                .args(["-d", NON_RUST_WIT, "-w", "policy", "componentize", "--stub-wasi", "-p"])
-                .arg(&dir)
-                .args(["-p", SDK_DIR, "app", "-o"])
-                .arg(&tmp)
-                .stdout(std::process::Stdio::null()))?;
-            std::fs::rename(&tmp, &out)?;
+            build(tools, tree, &dir, &name, &out)?;
         }
         built.push(out);
     }
     Ok(built)
 }
 
+/// Build the app in `dir` into the component `out`.
+pub fn build(tools: &Toolchain, tree: &Tree, dir: &Path, name: &str, out: &Path) -> Result<()> {
+    note(&format!("componentize-py {name} (CPython inside; ~10 s)"));
+    let tmp = out.with_extension("wasm.tmp");
+    run(Command::new(&tools.componentize_py)
+        .current_dir(&tree.root)
+        .arg("-d")
+        .arg(tree.non_rust_wit())
+        .args(["-w", "policy", "componentize", "--stub-wasi", "-p"])
+        .arg(dir)
+        .arg("-p")
+        .arg(tree.sdk.join(SDK_DIR))
+        .args(["app", "-o"])
+        .arg(&tmp)
+        .stdout(std::process::Stdio::null()))?;
+    Ok(std::fs::rename(&tmp, out)?)
+}
+
 /// Run the SDK's tests, then each Python policy's, natively in CPython on the bindings
 /// componentize-py generates for the contract (one pytest per policy: each imports its `app`).
-pub fn test_all(workspace: &Workspace) -> Result<()> {
-    let root = &workspace.root;
+pub fn test_all(tree: &Tree) -> Result<()> {
+    let root = &tree.root;
     let apps = discover(root, APP)?;
     let tools = Toolchain::get()?;
-    let bindings = workspace.target.join("py-bindings");
+    let bindings = tree.scratch.join("py-bindings");
     let _ = std::fs::remove_dir_all(&bindings);
     run(Command::new(&tools.componentize_py)
         .current_dir(root)
-        .args(["-d", NON_RUST_WIT, "-w", "policy", "bindings"])
+        .arg("-d")
+        .arg(tree.non_rust_wit())
+        .args(["-w", "policy", "bindings"])
         .arg(&bindings)
         .stdout(std::process::Stdio::null()))?;
-    let suites = std::iter::once(root.join(SDK_DIR).join("tests")).chain(apps);
+    let suites = std::iter::once(tree.sdk.join(SDK_DIR).join("tests")).chain(apps);
     for suite in suites {
-        let mut path = vec![bindings.clone(), root.join(SDK_DIR)];
+        let mut path = vec![bindings.clone(), tree.sdk.join(SDK_DIR)];
         if suite.join(APP).is_file() {
             path.push(suite.clone());
         }
-        eprintln!("xtask: pytest {}", suite.strip_prefix(root).unwrap_or(&suite).display());
+        note(&format!(
+            "pytest {}",
+            suite.strip_prefix(root).unwrap_or(&suite).display()
+        ));
         run(Command::new(&tools.python)
             .current_dir(root)
             .env("PYTHONPATH", std::env::join_paths(&path)?)
@@ -87,13 +100,13 @@ pub fn test_all(workspace: &Workspace) -> Result<()> {
 }
 
 /// componentize-py and the Python that runs the native tests, from one venv.
-struct Toolchain {
+pub struct Toolchain {
     componentize_py: PathBuf,
     python: PathBuf,
 }
 
 impl Toolchain {
-    fn get() -> Result<Self> {
+    pub fn get() -> Result<Self> {
         if let Some(tool) = std::env::var_os("AGENTRT_COMPONENTIZE_PY") {
             let componentize_py = PathBuf::from(tool);
             let python = componentize_py.with_file_name("python");

@@ -5,7 +5,7 @@
 //! Every install goes through [`install_once`]: a marker written last, naming exactly what was
 //! installed, tells a finished install from an interrupted or older one, which is started over.
 //! The two ways a tool arrives — a Python venv ([`pip_venv`]) and an npm prefix ([`npm_prefix`]) —
-//! are the only ones xtask uses (the C and Go bindings generators are libraries built into xtask).
+//! are the only ones used (the C and Go bindings generators are libraries built into this crate).
 //!
 //! The languages beside Rust and Python are optional on a developer's machine: when one's
 //! toolchain cannot be installed, [`optional`] says so and its components are skipped (a
@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::run;
+use crate::{note, run};
 
 /// Set (to anything but `0`) to make a language toolchain that cannot be installed an error.
 pub const REQUIRE_LANGS_ENV: &str = "AGENTRT_REQUIRE_LANGS";
@@ -47,10 +47,10 @@ pub fn install_once(
     if std::fs::read_to_string(&marker).is_ok_and(|m| m == what) && ready() {
         return Ok(());
     }
-    eprintln!(
-        "xtask: installing {what} into {} (from {registry}, once)",
+    note(&format!(
+        "installing {what} into {} (from {registry}, once)",
         dir.display()
-    );
+    ));
     let started = Instant::now();
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -59,7 +59,7 @@ pub fn install_once(
         bail!("{what} installed into {}, but is not usable there", dir.display());
     }
     std::fs::write(&marker, what)?;
-    eprintln!("xtask: installed {what} in {:.0} s", started.elapsed().as_secs_f64());
+    note(&format!("installed {what} in {:.0} s", started.elapsed().as_secs_f64()));
     Ok(())
 }
 
@@ -118,12 +118,12 @@ pub fn optional<T>(language: &str, toolchain: Result<T>) -> Result<std::result::
         ))),
         Err(e) => {
             let reason = format!("no {language} toolchain: {e:#}");
-            eprintln!("xtask: SKIPPED the {language} policies: {reason}");
+            note(&format!("SKIPPED the {language} policies: {reason}"));
             Ok(Err(reason))
         }
     }
 }
 
-fn required() -> bool {
+pub fn required() -> bool {
     std::env::var(REQUIRE_LANGS_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
 }

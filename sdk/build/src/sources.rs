@@ -1,5 +1,5 @@
 //! What the language modules share about a policy written in a language other than Rust: finding
-//! its folder under `policies/` (by the file that marks its language), the files its component is
+//! a checkout's policies under `policies/` (by the file that marks their language), the files its component is
 //! built from, whether the component is older than them, the note left when its language's
 //! toolchain is missing, and the build loop of the languages whose toolchain is optional.
 
@@ -8,10 +8,7 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 
-/// The contract text the Python, JavaScript, C and Go SDKs build against: the 0.2.0 line, which
-/// the host still loads. Their policies hear about the GPU tier only; the host tier (0.3.0) is the
-/// Rust SDK's until their packed decoders learn the tier bits.
-pub const NON_RUST_WIT: &str = "wit/compat/0.2.0";
+use crate::Tree;
 
 /// Folders under `root/policies` holding `marker` (`app.py`, `policy.js`, `policy.c`, `go.mod`),
 /// sorted.
@@ -102,7 +99,7 @@ pub struct OptionalLanguage<'a> {
     pub name: &'a str,
     /// The file that marks a policy folder of the language.
     pub marker: &'a str,
-    /// The SDK's folder: every policy's component depends on it.
+    /// The SDK's folder under [`Tree::sdk`]: every policy's component depends on it.
     pub sdk_dir: &'a str,
 }
 
@@ -111,7 +108,7 @@ pub struct PolicyToBuild<'a> {
     pub dir: &'a Path,
     pub name: &'a str,
     pub out: &'a Path,
-    /// The files the component is built from (its folder, the SDK, wit/).
+    /// The files the component is built from (its folder, the SDK, the contract).
     pub inputs: &'a [PathBuf],
 }
 
@@ -120,21 +117,21 @@ pub struct PolicyToBuild<'a> {
 /// policies and builds none), then `build` runs for each. Returns every component, built now or
 /// before.
 pub fn build_each<T>(
-    root: &Path,
+    tree: &Tree,
     out_dir: &Path,
     language: &OptionalLanguage,
     is_built: impl Fn(&PolicyToBuild) -> bool,
     toolchain: impl FnOnce() -> Result<T>,
     mut build: impl FnMut(&T, &PolicyToBuild) -> Result<()>,
 ) -> Result<Vec<PathBuf>> {
-    let policies = discover(root, language.marker)?;
+    let policies = discover(&tree.root, language.marker)?;
     let mut toolchain = Some(toolchain);
     let mut tools: Option<T> = None;
     let mut built = Vec::new();
     for dir in &policies {
         let name = name(dir);
         let out = out_dir.join(format!("{name}.wasm"));
-        let inputs = source_files(&[dir, &root.join(language.sdk_dir), &root.join(NON_RUST_WIT)])?;
+        let inputs = source_files(&[dir, &tree.sdk.join(language.sdk_dir), &tree.non_rust_wit()])?;
         let policy = PolicyToBuild {
             dir,
             name: &name,

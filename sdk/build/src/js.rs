@@ -1,4 +1,4 @@
-//! The JavaScript policies (`policies/*/policy.js`): build each into a component with
+//! The JavaScript policies (`policy.js`; a checkout's `policies/*/policy.js`): build each into a component with
 //! componentize-js, and run their native tests and the SDK's (`*.test.js`) with Node's test
 //! runner.
 //!
@@ -12,61 +12,74 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::policy_sources::{build_each, discover, is_current, OptionalLanguage, PolicyToBuild, NON_RUST_WIT};
-use crate::workspace::Workspace;
-use crate::{run, toolchains};
+use crate::sources::{build_each, discover, is_current, OptionalLanguage, PolicyToBuild};
+use crate::{note, run, toolchains, Tree};
 
 const COMPONENTIZE_JS_VERSION: &str = "0.23.0";
-/// The JavaScript SDK, which policies import by relative path.
-const SDK_DIR: &str = "sdk/js";
+/// The JavaScript SDK under [`Tree::sdk`], which policies import by relative path.
+const SDK_DIR: &str = "js";
 /// The module of a JavaScript policy folder; it exports `guest`.
-const POLICY: &str = "policy.js";
+pub const POLICY: &str = "policy.js";
 /// Every WASI-backed feature of the engine: none may be imported.
 const DISABLED_FEATURES: [&str; 5] = ["stdio", "random", "clocks", "http", "fetch-event"];
 
-/// Build every `policies/*/policy.js` whose component is older than its sources.
-pub fn build_all(root: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
+/// Build every `policies/*/policy.js` of a checkout whose component is older than its sources.
+pub fn build_all(tree: &Tree, out_dir: &Path) -> Result<Vec<PathBuf>> {
     let language = OptionalLanguage {
         name: "JavaScript",
         marker: POLICY,
         sdk_dir: SDK_DIR,
     };
     let up_to_date = |p: &PolicyToBuild| is_current(p.out, p.inputs);
-    build_each(root, out_dir, &language, up_to_date, componentize_js, |cli, p| {
-        eprintln!("xtask: componentize-js {} (SpiderMonkey inside; ~30 s)", p.name);
-        let tmp = p.out.with_extension("wasm.tmp");
-        run(Command::new("node")
-            .current_dir(root)
-            .arg(cli)
-            .arg(p.dir.join(POLICY))
-            .args(["--wit", NON_RUST_WIT, "--world-name", "policy", "--disable"])
-            .args(DISABLED_FEATURES)
-            .arg("--out")
-            .arg(&tmp))?;
-        Ok(std::fs::rename(&tmp, p.out)?)
+    build_each(tree, out_dir, &language, up_to_date, componentize_js, |cli, p| {
+        build(cli, tree, p.dir, p.name, p.out)
     })
+}
+
+/// Build the policy in `dir` into the component `out` with componentize-js (`cli`).
+pub fn build(cli: &Path, tree: &Tree, dir: &Path, name: &str, out: &Path) -> Result<()> {
+    note(&format!("componentize-js {name} (SpiderMonkey inside; ~30 s)"));
+    let tmp = out.with_extension("wasm.tmp");
+    run(Command::new("node")
+        .current_dir(&tree.root)
+        .arg(cli)
+        .arg(dir.join(POLICY))
+        .arg("--wit")
+        .arg(tree.non_rust_wit())
+        .args(["--world-name", "policy", "--disable"])
+        .args(DISABLED_FEATURES)
+        .arg("--out")
+        .arg(&tmp))?;
+    Ok(std::fs::rename(&tmp, out)?)
 }
 
 /// The SDK's tests and every JavaScript policy's, natively in Node.js: the import hook in
 /// `sdk/js/testing/register.js` stands in for the host interface.
-pub fn test_all(workspace: &Workspace) -> Result<()> {
-    let root = &workspace.root;
+pub fn test_all(tree: &Tree) -> Result<()> {
+    let root = &tree.root;
     if let Err(reason) = toolchains::optional("JavaScript", node_version())? {
-        eprintln!("xtask: SKIPPED the JavaScript SDK's native tests: {reason}");
+        note(&format!("SKIPPED the JavaScript SDK's native tests: {reason}"));
         return Ok(());
     }
-    let suites: Vec<PathBuf> = std::iter::once(root.join(SDK_DIR).join("test"))
+    let sdk = tree.sdk.join(SDK_DIR);
+    let suites: Vec<PathBuf> = std::iter::once(sdk.join("test"))
         .chain(discover(root, POLICY)?)
         .collect();
-    eprintln!("xtask: node --test sdk/js/test policies/*/*.test.js");
+    note("node --test sdk/js/test policies/*/*.test.js");
+    // `--import` takes a URL or a specifier: a relative path must start with `./`.
+    let register = sdk.join("testing/register.js");
+    let register = match register.strip_prefix(root) {
+        Ok(relative) => format!("./{}", relative.display()),
+        Err(_) => format!("file://{}", register.display()),
+    };
     run(Command::new("node")
         .current_dir(root)
-        .args(["--import", "./sdk/js/testing/register.js", "--test"])
+        .args(["--import", &register, "--test"])
         .args(&suites))
 }
 
 /// componentize-js's command-line entry point, installed on first use.
-fn componentize_js() -> Result<PathBuf> {
+pub fn componentize_js() -> Result<PathBuf> {
     node_version()?;
     let prefix = toolchains::npm_prefix(
         &format!("componentize-js-{COMPONENTIZE_JS_VERSION}"),

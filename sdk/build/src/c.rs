@@ -1,12 +1,12 @@
-//! The C policies (`policies/*/policy.c`): bindings from `wit-bindgen c`, compiled with the SDK
+//! The C policies (`policy.c`; a checkout's `policies/*/policy.c`): bindings from `wit-bindgen c`, compiled with the SDK
 //! (`sdk/c`) by `zig cc` for `wasm32-wasi` (clang and wasi-libc inside), encoded as a component by
 //! wit-component; their native tests (`test_*.c`, and the SDK's `sdk/c/tests`) compiled by the
 //! same `zig cc` for this machine and run.
 //!
 //! Toolchains: zig from PyPI, installed on first use (`ziglang`, a venv in
 //! `~/.cache/agentrt/zig-<version>`); the C bindings come from the `wit-bindgen-c` library built
-//! into xtask (a `cargo install` of wit-bindgen-cli took 17–35 minutes here, a cost every clean CI
-//! machine would pay; the library builds with xtask in about a minute). A component must not import
+//! into this crate (a `cargo install` of wit-bindgen-cli took 17–35 minutes here, a cost every clean CI
+//! machine would pay; the library builds in about a minute). A component must not import
 //! WASI: libc's stdio, `snprintf` and `strtod` would pull in `fd_write`, and encoding then fails
 //! naming the import ([docs/zero-wasi.md](../../docs/zero-wasi.md)).
 
@@ -15,15 +15,15 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
-use crate::component_encoding::encode_component;
-use crate::policy_sources::{build_each, discover, is_current, name, OptionalLanguage, PolicyToBuild};
-use crate::workspace::Workspace;
-use crate::{run, toolchains, wit_bindings};
+use crate::encoding::encode_component;
+use crate::sources::{build_each, discover, is_current, name, OptionalLanguage, PolicyToBuild};
+use crate::{bindings as wit_bindings, note, run, toolchains, Tree};
 
 const ZIG_VERSION: &str = "0.17.0";
-const SDK_DIR: &str = "sdk/c";
+/// The C SDK under [`Tree::sdk`].
+const SDK_DIR: &str = "c";
 /// The file that marks a C policy folder.
-const POLICY: &str = "policy.c";
+pub const POLICY: &str = "policy.c";
 
 /// zig (as `python -m ziglang`).
 pub struct Toolchain {
@@ -31,7 +31,7 @@ pub struct Toolchain {
 }
 
 impl Toolchain {
-    fn get() -> Result<Self> {
+    pub fn get() -> Result<Self> {
         let venv = toolchains::pip_venv(&format!("zig-{ZIG_VERSION}"), &[&format!("ziglang=={ZIG_VERSION}")])?;
         Ok(Self {
             zig_python: venv.join("bin/python"),
@@ -55,58 +55,60 @@ impl Toolchain {
     }
 }
 
-/// Build every `policies/*/policy.c` whose component is older than its sources.
-pub fn build_all(workspace: &Workspace, out_dir: &Path) -> Result<Vec<PathBuf>> {
-    let root = &workspace.root;
+/// Build every `policies/*/policy.c` of a checkout whose component is older than its sources.
+pub fn build_all(tree: &Tree, out_dir: &Path) -> Result<Vec<PathBuf>> {
     let language = OptionalLanguage {
         name: "C",
         marker: POLICY,
         sdk_dir: SDK_DIR,
     };
     let up_to_date = |p: &PolicyToBuild| is_current(p.out, p.inputs);
-    let mut bindings_dir: Option<PathBuf> = None;
-    build_each(root, out_dir, &language, up_to_date, Toolchain::get, |tools, p| {
-        let bindings = match &bindings_dir {
-            Some(dir) => dir,
-            None => bindings_dir.insert(bindings(workspace)?),
-        };
-        let name = p.name;
-        eprintln!("xtask: zig cc {name} (wasm32-wasi, the first build compiles wasi-libc)");
-        let core = workspace.target.join("c-build").join(format!("{name}.core.wasm"));
-        std::fs::create_dir_all(core.parent().unwrap())?;
-        run(tools
-            .cc()
-            .current_dir(root)
-            .args(["-target", "wasm32-wasi", "-mexec-model=reactor", "-s", "-I"])
-            .arg(bindings)
-            .args(["-I", SDK_DIR])
-            .arg(root.join(SDK_DIR).join("agentrt_policy.c"))
-            .arg(bindings.join("policy.c"))
-            .arg(bindings.join("policy_component_type.o"))
-            .args(policy_sources(p.dir)?)
-            .arg("-o")
-            .arg(&core))?;
-        encode_component(&core, p.out).with_context(|| {
-            format!("{name}: a C policy may import only agentrt:policy/host; see docs/zero-wasi.md (C)")
-        })
+    build_each(tree, out_dir, &language, up_to_date, Toolchain::get, |tools, p| {
+        build(tools, tree, p.dir, p.name, p.out)
     })
+}
+
+/// Build the policy in `dir` (its C files but the tests) with the SDK into the component `out`.
+pub fn build(tools: &Toolchain, tree: &Tree, dir: &Path, name: &str, out: &Path) -> Result<()> {
+    let bindings = bindings(tree)?;
+    note(&format!(
+        "zig cc {name} (wasm32-wasi, the first build compiles wasi-libc)"
+    ));
+    let core = tree.scratch.join("c-build").join(format!("{name}.core.wasm"));
+    std::fs::create_dir_all(core.parent().expect("a file in a folder"))?;
+    let sdk = tree.sdk.join(SDK_DIR);
+    run(tools
+        .cc()
+        .current_dir(&tree.root)
+        .args(["-target", "wasm32-wasi", "-mexec-model=reactor", "-s", "-I"])
+        .arg(&bindings)
+        .arg("-I")
+        .arg(&sdk)
+        .arg(sdk.join("agentrt_policy.c"))
+        .arg(bindings.join("policy.c"))
+        .arg(bindings.join("policy_component_type.o"))
+        .args(policy_sources(dir)?)
+        .arg("-o")
+        .arg(&core))?;
+    encode_component(&core, out)
+        .with_context(|| format!("{name}: a C policy may import only agentrt:policy/host; see docs/zero-wasi.md (C)"))
 }
 
 /// The SDK's native tests and every C policy's (`test_*.c`), each compiled for this machine with
 /// the SDK, the generated bindings and a native stand-in for the host, then run.
-pub fn test_all(workspace: &Workspace) -> Result<()> {
-    let root = &workspace.root;
+pub fn test_all(tree: &Tree) -> Result<()> {
+    let root = &tree.root;
     let tools = match toolchains::optional("C", Toolchain::get())? {
         Ok(tools) => tools,
         Err(reason) => {
-            eprintln!("xtask: SKIPPED the C SDK's native tests: {reason}");
+            note(&format!("SKIPPED the C SDK's native tests: {reason}"));
             return Ok(());
         }
     };
-    let bindings = bindings(workspace)?;
-    let bin_dir = workspace.target.join("c-tests");
+    let bindings = bindings(tree)?;
+    let bin_dir = tree.scratch.join("c-tests");
     std::fs::create_dir_all(&bin_dir)?;
-    let sdk = root.join(SDK_DIR);
+    let sdk = tree.sdk.join(SDK_DIR);
     let mut suites = vec![("sdk".to_string(), vec![sdk.join("tests/test_sdk.c")])];
     for dir in discover(root, POLICY)? {
         let mut files = policy_sources(&dir)?;
@@ -115,13 +117,14 @@ pub fn test_all(workspace: &Workspace) -> Result<()> {
     }
     for (suite, files) in suites {
         let exe = bin_dir.join(&suite);
-        eprintln!("xtask: C tests: {suite}");
+        note(&format!("C tests: {suite}"));
         run(tools
             .cc()
             .current_dir(root)
             .arg("-I")
             .arg(&bindings)
-            .args(["-I", SDK_DIR])
+            .arg("-I")
+            .arg(&sdk)
             .arg(sdk.join("agentrt_policy.c"))
             .arg(bindings.join("policy.c"))
             .arg(sdk.join("testing/native_host.c"))
@@ -134,9 +137,9 @@ pub fn test_all(workspace: &Workspace) -> Result<()> {
 }
 
 /// The C bindings of the contract's `policy` world (what `wit-bindgen c` writes), into
-/// `<target>/bindings/c`.
-fn bindings(workspace: &Workspace) -> Result<PathBuf> {
-    wit_bindings::generate(workspace, "c", "policy.h", || wit_bindgen_c::Opts::default().build())
+/// `<scratch>/bindings/c`.
+fn bindings(tree: &Tree) -> Result<PathBuf> {
+    wit_bindings::generate(tree, "c", "policy.h", || wit_bindgen_c::Opts::default().build())
 }
 
 /// A policy's C files that go into its component (not its tests).
