@@ -115,177 +115,229 @@ pub fn run(a: TableArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     bar.finish_and_clear();
     results.sort_by_key(|(w, b, _, _)| (*w, *b));
     let wall = started.elapsed().as_secs_f64();
-    write_table_outputs(
-        &a,
-        &workloads,
-        &params_used,
-        &traces,
-        &results,
-        &policies,
+    TableOutputs {
+        args: &a,
+        workloads: &workloads,
+        params: &params_used,
+        traces: &traces,
+        results: &results,
+        policies: &policies,
         headline,
         wall,
-    )
+    }
+    .write()
 }
 
-#[allow(clippy::too_many_arguments)]
-fn write_table_outputs(
-    a: &TableArgs,
-    workloads: &[Workload],
-    params: &[GenParams],
-    traces: &[PreparedTrace],
-    results: &[UnitResult],
-    policies: &[PolicySpec],
+/// Everything the table's replays produced, and what to write it as.
+struct TableOutputs<'a> {
+    args: &'a TableArgs,
+    workloads: &'a [Workload],
+    params: &'a [GenParams],
+    traces: &'a [PreparedTrace],
+    results: &'a [UnitResult],
+    policies: &'a [PolicySpec],
     headline: usize,
     wall: f64,
-) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    let names: Vec<String> = policies.iter().map(|p| p.name().to_string()).collect();
-    let wnames: Vec<String> = workloads.iter().map(|w| w.name().to_string()).collect();
-    let mut md = String::new();
-    let mut json_workloads = serde_json::Map::new();
-    let mut bars = Vec::new();
-    let mut caps = Vec::new();
-    let mut series = Vec::new();
-    md.push_str(MARKDOWN_HEADER);
-    for (wi, w) in workloads.iter().enumerate() {
-        let mine: Vec<_> = results.iter().filter(|r| r.0 == wi).collect();
-        let head = mine
-            .iter()
-            .find(|r| r.2)
-            .map(|r| &r.3)
-            .context("headline run missing")?;
-        println!(
-            "\n== {} — {} sessions, {} requests, {:.1} M prompt tokens; cache {} blocks ({} k tokens)",
-            w.name(),
-            traces[wi].sessions.len(),
-            traces[wi].requests.len(),
-            traces[wi].prompt_tokens() as f64 / 1e6,
-            headline,
-            headline * BLOCK_SIZE / 1000
-        );
-        print!("{}", table(head));
-        md.push_str(&markdown_rows(w.name(), head));
-        bars.push(
-            names
-                .iter()
-                .map(|n| head.iter().find(|(p, _)| p == n).map_or(0.0, |(_, s)| s.hit_rate))
-                .collect(),
-        );
-        let points: Vec<_> = mine.iter().map(|r| (r.1, &r.3)).collect();
-        caps.push(points.iter().map(|(b, _)| *b).collect());
-        series.push(
-            names
-                .iter()
-                .map(|n| {
-                    points
-                        .iter()
-                        .map(|(_, s)| s.iter().find(|(p, _)| p == n).map_or(0.0, |(_, x)| x.hit_rate))
-                        .collect()
-                })
-                .collect(),
-        );
-        let sweep: Vec<_> = mine.iter().map(|r| run_json(w.name(), r.1, BLOCK_SIZE, &r.3)).collect();
-        json_workloads.insert(
-            w.name().to_string(),
-            serde_json::json!({
-                "generator": params[wi],
-                "sessions": traces[wi].sessions.len(),
-                "requests": traces[wi].requests.len(),
-                "prompt_tokens": traces[wi].prompt_tokens(),
-                "headline": run_json(w.name(), headline, BLOCK_SIZE, head),
-                "sweep": sweep,
-            }),
-        );
-    }
-    // The targets, over the sweep.
-    let mut verdict = String::from("\nCacheSage vs the targets (all capacities of each workload):\n");
-    for (wi, w) in workloads.iter().enumerate() {
-        let mine: Vec<_> = results.iter().filter(|r| r.0 == wi).collect();
-        let get = |r: &Vec<(String, PolicySummary)>, n: &str| r.iter().find(|(p, _)| p == n).map(|(_, s)| s.clone());
-        let gaps: Vec<f64> = mine
-            .iter()
-            .filter_map(|r| get(&r.3, "cachesage").and_then(|s| s.gap_closed))
-            .collect();
-        let worst = mine
-            .iter()
-            .filter_map(|r| get(&r.3, "cachesage").and_then(|s| s.delta_pp_vs_lru))
-            .fold(f64::INFINITY, f64::min);
-        let head = mine
-            .iter()
-            .find(|r| r.2)
-            .and_then(|r| get(&r.3, "cachesage"))
-            .and_then(|s| s.delta_pp_vs_lru);
-        verdict.push_str(&format!(
-            "  {:<10} headline Δ {:>6} pp   mean gap closed {:>5}   worst Δ {:>6} pp\n",
-            w.name(),
-            head.map_or("–".into(), |d| format!("{d:+.1}")),
-            if gaps.is_empty() {
-                "–".into()
-            } else {
-                format!("{:.0}%", gaps.iter().sum::<f64>() / gaps.len() as f64 * 100.0)
-            },
-            if worst.is_finite() {
-                format!("{worst:+.1}")
-            } else {
-                "–".into()
-            },
-        ));
-    }
-    print!("{verdict}");
-    print!("\nWhat the columns say:\n{}", legend_text());
-    println!("\n{} replays in {:.1} s", results.len() * policies.len(), wall);
+}
 
-    let memory = GpuMemory::h100_80gb_llama31_8b();
-    let json = serde_json::json!({
-        "quick": a.quick,
-        "hide_agents": a.replay.hide_agents,
-        "rerank_ms": a.replay.rerank_ms,
-        "session_ends": a.replay.config(1)?.session_ends.name(),
-        "block_size": BLOCK_SIZE,
-        "headline_capacity_blocks": headline,
-        "gpu_memory": memory,
-        "kv_tokens": memory.kv_tokens(),
-        "latency_model": LatencyModel::default(),
-        "engine": {"max_num_seqs": SimConfig::new(1).max_num_seqs, "max_batched_tokens": SimConfig::new(1).max_batched_tokens},
-        "wall_s": wall,
-        "workloads": json_workloads,
-    });
-    let json_path = a.out.join("results.json");
-    std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
-    std::fs::write(
-        a.out.join("table.md"),
-        format!(
-            "{md}\nWhat the columns say:\n\n{}{}",
-            legend_markdown(),
-            verdict.replace("\n  ", "\n    ")
-        ),
-    )?;
-    let title = format!("Token hit rate at the headline cache ({} blocks)", headline);
-    // Bélády is the ceiling, not a contender: the plots say so in their legends.
-    let names: Vec<String> = names
-        .iter()
-        .map(|n| {
-            if n == "belady" {
-                "belady (offline bound)".to_string()
-            } else {
-                n.clone()
-            }
-        })
-        .collect();
-    let plots = [
-        ("hit-rate", crate::plot::hit_rate_bars(&title, &wnames, &names, &bars)),
-        (
-            "capacity",
-            crate::plot::capacity_lines("Token hit rate against cache capacity", &wnames, &names, &caps, &series),
-        ),
-    ];
-    for (stem, svg) in &plots {
-        std::fs::write(a.out.join(format!("{stem}.svg")), svg)?;
-        crate::png::write_png(svg, &a.out.join(format!("{stem}.png")))?;
+/// Per workload: its Markdown rows, its JSON, and the plots' data (hit rate at the headline
+/// cache; hit rate per policy at each capacity).
+#[derive(Default)]
+struct Collected {
+    markdown: String,
+    json_workloads: serde_json::Map<String, serde_json::Value>,
+    bars: Vec<Vec<f64>>,
+    capacities: Vec<Vec<usize>>,
+    series: Vec<Vec<Vec<f64>>>,
+}
+
+impl TableOutputs<'_> {
+    /// The terminal tables, then results.json, table.md and the plots in `--out`.
+    fn write(&self) -> anyhow::Result<()> {
+        let out = &self.args.out;
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        let collected = self.per_workload()?;
+        let verdict = self.verdict();
+        print!("{verdict}");
+        print!("\nWhat the columns say:\n{}", legend_text());
+        println!(
+            "\n{} replays in {:.1} s",
+            self.results.len() * self.policies.len(),
+            self.wall
+        );
+        self.write_json(collected.json_workloads.clone())?;
+        std::fs::write(
+            out.join("table.md"),
+            format!(
+                "{}\nWhat the columns say:\n\n{}{}",
+                collected.markdown,
+                legend_markdown(),
+                verdict.replace("\n  ", "\n    ")
+            ),
+        )?;
+        self.write_plots(&collected)?;
+        println!(
+            "results → {} (results.json, table.md, hit-rate.svg/.png, capacity.svg/.png)",
+            out.display()
+        );
+        Ok(())
     }
-    println!(
-        "results → {} (results.json, table.md, hit-rate.svg/.png, capacity.svg/.png)",
-        a.out.display()
-    );
-    Ok(())
+
+    fn names(&self) -> Vec<String> {
+        self.policies.iter().map(|p| p.name().to_string()).collect()
+    }
+
+    /// Each workload's table printed, and its rows, JSON and plot data collected.
+    fn per_workload(&self) -> anyhow::Result<Collected> {
+        let names = self.names();
+        let headline = self.headline;
+        let mut c = Collected {
+            markdown: MARKDOWN_HEADER.to_string(),
+            ..Collected::default()
+        };
+        for (wi, w) in self.workloads.iter().enumerate() {
+            let trace = &self.traces[wi];
+            let mine: Vec<_> = self.results.iter().filter(|r| r.0 == wi).collect();
+            let head = mine
+                .iter()
+                .find(|r| r.2)
+                .map(|r| &r.3)
+                .context("headline run missing")?;
+            println!(
+                "\n== {} — {} sessions, {} requests, {:.1} M prompt tokens; cache {} blocks ({} k tokens)",
+                w.name(),
+                trace.sessions.len(),
+                trace.requests.len(),
+                trace.prompt_tokens() as f64 / 1e6,
+                headline,
+                headline * BLOCK_SIZE / 1000
+            );
+            print!("{}", table(head));
+            c.markdown.push_str(&markdown_rows(w.name(), head));
+            let hit = |s: &[(String, PolicySummary)], n: &str| {
+                s.iter().find(|(p, _)| p == n).map_or(0.0, |(_, x)| x.hit_rate)
+            };
+            c.bars.push(names.iter().map(|n| hit(head, n)).collect());
+            c.capacities.push(mine.iter().map(|r| r.1).collect());
+            c.series.push(
+                names
+                    .iter()
+                    .map(|n| mine.iter().map(|r| hit(&r.3, n)).collect())
+                    .collect(),
+            );
+            let sweep: Vec<_> = mine.iter().map(|r| run_json(w.name(), r.1, BLOCK_SIZE, &r.3)).collect();
+            c.json_workloads.insert(
+                w.name().to_string(),
+                serde_json::json!({
+                    "generator": self.params[wi],
+                    "sessions": trace.sessions.len(),
+                    "requests": trace.requests.len(),
+                    "prompt_tokens": trace.prompt_tokens(),
+                    "headline": run_json(w.name(), headline, BLOCK_SIZE, head),
+                    "sweep": sweep,
+                }),
+            );
+        }
+        Ok(c)
+    }
+
+    /// CacheSage against the targets, over every capacity of each workload.
+    fn verdict(&self) -> String {
+        let mut verdict = String::from("\nCacheSage vs the targets (all capacities of each workload):\n");
+        for (wi, w) in self.workloads.iter().enumerate() {
+            let mine: Vec<_> = self.results.iter().filter(|r| r.0 == wi).collect();
+            let get =
+                |r: &Vec<(String, PolicySummary)>, n: &str| r.iter().find(|(p, _)| p == n).map(|(_, s)| s.clone());
+            let gaps: Vec<f64> = mine
+                .iter()
+                .filter_map(|r| get(&r.3, "cachesage").and_then(|s| s.gap_closed))
+                .collect();
+            let worst = mine
+                .iter()
+                .filter_map(|r| get(&r.3, "cachesage").and_then(|s| s.delta_pp_vs_lru))
+                .fold(f64::INFINITY, f64::min);
+            let head = mine
+                .iter()
+                .find(|r| r.2)
+                .and_then(|r| get(&r.3, "cachesage"))
+                .and_then(|s| s.delta_pp_vs_lru);
+            verdict.push_str(&format!(
+                "  {:<10} headline Δ {:>6} pp   mean gap closed {:>5}   worst Δ {:>6} pp\n",
+                w.name(),
+                head.map_or("–".into(), |d| format!("{d:+.1}")),
+                if gaps.is_empty() {
+                    "–".into()
+                } else {
+                    format!("{:.0}%", gaps.iter().sum::<f64>() / gaps.len() as f64 * 100.0)
+                },
+                if worst.is_finite() {
+                    format!("{worst:+.1}")
+                } else {
+                    "–".into()
+                },
+            ));
+        }
+        verdict
+    }
+
+    /// results.json: the setting (engine, memory, latency model) and every workload's figures.
+    fn write_json(&self, workloads: serde_json::Map<String, serde_json::Value>) -> anyhow::Result<()> {
+        let a = self.args;
+        let memory = GpuMemory::h100_80gb_llama31_8b();
+        let json = serde_json::json!({
+            "quick": a.quick,
+            "hide_agents": a.replay.hide_agents,
+            "rerank_ms": a.replay.rerank_ms,
+            "session_ends": a.replay.config(1)?.session_ends.name(),
+            "block_size": BLOCK_SIZE,
+            "headline_capacity_blocks": self.headline,
+            "gpu_memory": memory,
+            "kv_tokens": memory.kv_tokens(),
+            "latency_model": LatencyModel::default(),
+            "engine": {"max_num_seqs": SimConfig::new(1).max_num_seqs, "max_batched_tokens": SimConfig::new(1).max_batched_tokens},
+            "wall_s": self.wall,
+            "workloads": workloads,
+        });
+        std::fs::write(a.out.join("results.json"), serde_json::to_string_pretty(&json)?)?;
+        Ok(())
+    }
+
+    /// hit-rate and capacity, as SVG and PNG.
+    fn write_plots(&self, c: &Collected) -> anyhow::Result<()> {
+        let title = format!("Token hit rate at the headline cache ({} blocks)", self.headline);
+        let workloads: Vec<String> = self.workloads.iter().map(|w| w.name().to_string()).collect();
+        // Bélády is the ceiling, not a contender: the plots say so in their legends.
+        let names: Vec<String> = self
+            .names()
+            .into_iter()
+            .map(|n| {
+                if n == "belady" {
+                    "belady (offline bound)".to_string()
+                } else {
+                    n
+                }
+            })
+            .collect();
+        let plots = [
+            (
+                "hit-rate",
+                crate::plot::hit_rate_bars(&title, &workloads, &names, &c.bars),
+            ),
+            (
+                "capacity",
+                crate::plot::capacity_lines(
+                    "Token hit rate against cache capacity",
+                    &workloads,
+                    &names,
+                    &c.capacities,
+                    &c.series,
+                ),
+            ),
+        ];
+        for (stem, svg) in &plots {
+            std::fs::write(self.args.out.join(format!("{stem}.svg")), svg)?;
+            crate::png::write_png(svg, &self.args.out.join(format!("{stem}.png")))?;
+        }
+        Ok(())
+    }
 }
