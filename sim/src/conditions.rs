@@ -154,6 +154,65 @@ impl FittedCapacity {
     }
 }
 
+/// The search for the arrival scale at which LRU's utilisation is the target: the closest
+/// probe so far, and how many probes were spent (at most [`MAX_PROBES`]).
+struct ScaleSearch<F: FnMut(f64) -> anyhow::Result<f64>> {
+    target: f64,
+    probes: usize,
+    best: (f64, f64),
+    measure: F,
+}
+
+impl<F: FnMut(f64) -> anyhow::Result<f64>> ScaleSearch<F> {
+    /// Utilisation at `scale`, kept as the best when closest to the target.
+    fn probe(&mut self, scale: f64) -> anyhow::Result<f64> {
+        let u = (self.measure)(scale)?;
+        self.probes += 1;
+        if self.best.1.is_nan() || (u - self.target).abs() < (self.best.1 - self.target).abs() {
+            self.best = (scale, u);
+        }
+        Ok(u)
+    }
+
+    /// From scale 1, steps of ×4 (or ÷4) until the target lies between `lo` (busier than the
+    /// target) and `hi` (idler).
+    fn bracket(&mut self) -> anyhow::Result<(f64, f64)> {
+        let (mut lo, mut hi) = (1.0f64, 1.0f64);
+        if self.probe(1.0)? > self.target {
+            while self.probes < MAX_PROBES {
+                hi *= 4.0;
+                if self.probe(hi)? <= self.target {
+                    break;
+                }
+                lo = hi;
+            }
+        } else {
+            while self.probes < MAX_PROBES {
+                lo /= 4.0;
+                if self.probe(lo)? >= self.target {
+                    break;
+                }
+                hi = lo;
+            }
+        }
+        Ok((lo, hi))
+    }
+
+    /// Bisect `lo..hi` in log scale until the best probe is within [`TOLERANCE`] or the probes
+    /// are spent; the best (scale, utilisation).
+    fn bisect(&mut self, mut lo: f64, mut hi: f64) -> anyhow::Result<(f64, f64)> {
+        while self.probes < MAX_PROBES && (self.best.1 - self.target).abs() > TOLERANCE {
+            let mid = (lo * hi).sqrt();
+            if self.probe(mid)? > self.target {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(self.best)
+    }
+}
+
 /// Native LRU's utilisation of `trace` under `cfg` at arrival scale `scale`.
 fn lru_utilisation(trace: &PreparedTrace, cfg: &SimConfig, scale: f64) -> anyhow::Result<f64> {
     let mut c = cfg.clone();
@@ -205,54 +264,18 @@ impl LoadArgs {
             "--target-utilisation must be between 0 and 1 (exclusive)"
         );
         // Utilisation falls as the scale grows. Bracket the target, then bisect in log scale.
-        let mut measure = |scale: f64| -> anyhow::Result<f64> {
-            let u = lru_utilisation(trace, cfg, scale)?;
-            probe(scale, u);
-            Ok(u)
+        let mut search = ScaleSearch {
+            target,
+            probes: 0,
+            best: (1.0, f64::NAN),
+            measure: |scale: f64| -> anyhow::Result<f64> {
+                let u = lru_utilisation(trace, cfg, scale)?;
+                probe(scale, u);
+                Ok(u)
+            },
         };
-        let mut best = (1.0, measure(1.0)?);
-        let (mut lo, mut hi) = (1.0f64, 1.0f64); // lo: busier than the target; hi: idler
-        let mut probes = 1;
-        if best.1 > target {
-            while probes < MAX_PROBES {
-                hi *= 4.0;
-                let u = measure(hi)?;
-                probes += 1;
-                if (u - target).abs() < (best.1 - target).abs() {
-                    best = (hi, u);
-                }
-                if u <= target {
-                    break;
-                }
-                lo = hi;
-            }
-        } else {
-            while probes < MAX_PROBES {
-                lo /= 4.0;
-                let u = measure(lo)?;
-                probes += 1;
-                if (u - target).abs() < (best.1 - target).abs() {
-                    best = (lo, u);
-                }
-                if u >= target {
-                    break;
-                }
-                hi = lo;
-            }
-        }
-        while probes < MAX_PROBES && (best.1 - target).abs() > TOLERANCE {
-            let mid = (lo * hi).sqrt();
-            let u = measure(mid)?;
-            probes += 1;
-            if (u - target).abs() < (best.1 - target).abs() {
-                best = (mid, u);
-            }
-            if u > target {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
+        let (lo, hi) = search.bracket()?;
+        let best = search.bisect(lo, hi)?;
         cfg.arrival_scale = best.0;
         Ok(Load {
             time_scale: cfg.time_scale,

@@ -235,26 +235,30 @@ pub fn summarize(results: &[RunResult]) -> Vec<(String, PolicySummary)> {
                 steps: r.steps,
                 wall_s: r.wall_s,
                 regret: r.audit.as_ref().map(EvictionAudit::summary),
-                tenants: r
-                    .tenants
-                    .iter()
-                    .map(|t| {
-                        let figures = TenantSummary {
-                            hit_rate: t.hit_rate(),
-                            hit_tokens: t.hit_tokens,
-                            prompt_tokens: t.prompt_tokens,
-                            turn_ms_mean: if t.requests == 0 {
-                                0.0
-                            } else {
-                                t.turn_us_sum / t.requests as f64 / 1000.0
-                            },
-                        };
-                        (t.name.clone(), figures)
-                    })
-                    .collect(),
+                tenants: tenant_summaries(r),
                 host: host_summary(r),
             };
             (r.policy.clone(), summary)
+        })
+        .collect()
+}
+
+/// Each tenant's hit figures and mean turn latency.
+fn tenant_summaries(r: &RunResult) -> std::collections::BTreeMap<String, TenantSummary> {
+    r.tenants
+        .iter()
+        .map(|t| {
+            let figures = TenantSummary {
+                hit_rate: t.hit_rate(),
+                hit_tokens: t.hit_tokens,
+                prompt_tokens: t.prompt_tokens,
+                turn_ms_mean: if t.requests == 0 {
+                    0.0
+                } else {
+                    t.turn_us_sum / t.requests as f64 / 1000.0
+                },
+            };
+            (t.name.clone(), figures)
         })
         .collect()
 }
