@@ -123,13 +123,15 @@ impl Events {
     /// The whole events `bytes` completes, as the client gets them; `None`: nothing to send yet.
     fn pass(&mut self, bytes: Bytes, tenant: Option<&Tenant>) -> Option<Bytes> {
         let events = self.framer.push(bytes)?;
-        if let Some(u) = self.api.usage_in_chunk(&events) {
+        let usage = self.api.usage_in_chunk(&events);
+        if let Some(u) = usage {
             self.usage = Some(self.usage.unwrap_or_default().updated(u));
         }
         if let (Some(id), Some(tenant)) = (self.api.response_id_in_chunk(&events), tenant) {
             tenant.responses.record(&id);
         }
-        if self.strip_usage {
+        // Only events that carry usage can hold the usage chunk: the rest pass without a scan.
+        if self.strip_usage && usage.is_some() {
             without_usage_chunk(events)
         } else {
             Some(events)
