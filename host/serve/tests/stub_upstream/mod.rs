@@ -277,7 +277,7 @@ async fn chat(stub: Stub, headers: HeaderMap, body: Value) -> Response {
 }
 
 /// Bytes of events the `firehose` model streams.
-pub const FIREHOSE_BYTES: usize = 8 << 20;
+pub const FIREHOSE_BYTES: usize = 1 << 20;
 
 /// The `firehose` model's stream: 16 KiB chunks of token events, one shared buffer for all.
 fn firehose() -> Response {
