@@ -15,9 +15,13 @@
 //! deep and uses bob's session id; bob calls a
 //! quick tool on his own session every few requests, and each of his calls must succeed.
 //!
+//! Alice also keeps about [`SLOW_READERS`] streams of a long, fast reply (the stub's `firehose`)
+//! stalled: clients that read the response head and nothing more for 5 s, then leave.
+//!
 //! `AGENTRT_SOAK_SECS` sets the length (default 120).
 
 mod mcp_support;
+mod slow_stream_support;
 #[path = "../../host/serve/tests/stub_upstream/mod.rs"]
 mod stub_upstream;
 #[path = "../../host/serve/tests/support/mod.rs"]
@@ -28,7 +32,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentrt_test_probe as probe;
+use slow_stream_support::SlowReader;
 use support::{chat, install_policy, post, post_json, quantile, settle, Proxy, Setup};
+
+/// How often alice opens a stream she then stalls on, and how long she holds each: about
+/// [`SLOW_READERS`] stalled at once. (Each stream costs the proxy's debug build ~30 ms of CPU while
+/// the client's socket buffers fill; slow_streams.rs measures 600 at once.)
+const SLOW_READER_EVERY: Duration = Duration::from_millis(100);
+const SLOW_READER_HOLDS: Duration = Duration::from_secs(5);
+const SLOW_READERS: u128 = SLOW_READER_HOLDS.as_millis() / SLOW_READER_EVERY.as_millis();
 
 const ALICE: &str = "Bearer key-alice";
 const BOB: &str = "Bearer key-bob";
@@ -202,6 +214,28 @@ async fn attack(p: &Proxy, i: u64) -> (u16, &'static [u16]) {
     }
 }
 
+/// Alice's slow readers until `until`: a stream of the firehose opened every
+/// [`SLOW_READER_EVERY`], answered 200 and stalled for [`SLOW_READER_HOLDS`], so that about
+/// [`SLOW_READERS`] are stalled at any time; the number opened.
+fn slow_stream_rounds(p: &Arc<Proxy>, until: Instant) -> tokio::task::JoinHandle<u32> {
+    let addr = p.url.trim_start_matches("http://").to_string();
+    tokio::spawn(async move {
+        let mut stalled = std::collections::VecDeque::new();
+        let mut opened = 0;
+        while Instant::now() < until {
+            let reader = SlowReader::open_model(&addr, "key-alice", "firehose").await;
+            assert_eq!(reader.status, 200, "a slow reader's stream");
+            stalled.push_back((Instant::now(), reader));
+            opened += 1;
+            while stalled.front().is_some_and(|(at, _)| at.elapsed() > SLOW_READER_HOLDS) {
+                stalled.pop_front();
+            }
+            tokio::time::sleep(SLOW_READER_EVERY).await;
+        }
+        opened
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_memory() {
     let secs = std::env::var("AGENTRT_SOAK_SECS")
@@ -274,6 +308,7 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
             })
         })
         .collect();
+    let slow_streams = slow_stream_rounds(&p, until);
     let swapper = {
         let (p, stop) = (p.clone(), stop.clone());
         tokio::spawn(async move {
@@ -399,6 +434,7 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
     for a in attackers {
         a.await.unwrap();
     }
+    let slow_rounds = slow_streams.await.unwrap();
     stop.store(true, Relaxed);
     let swaps = swapper.await.unwrap();
     let (reloads_applied, reloads_refused) = reloader.await.unwrap();
@@ -416,7 +452,7 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
     eprintln!(
         "soak {secs} s: bob {} requests, p50 {p50:?} p99 {p99:?} max {max:?}; alice {} attacks, {swaps} swaps, \
          {} restarts, {} circuit opens, {} events dropped; {reloads_applied} reloads applied, {reloads_refused} \
-         refused; bob's MCP calls {mcp_calls}; RSS start {} MB, end {} MB, peak {} MB (sampled {} MB)",
+         refused; {slow_rounds} slow readers (~{SLOW_READERS} stalled at once); bob's MCP calls {mcp_calls}; RSS start {} MB, end {} MB, peak {} MB (sampled {} MB)",
         bob.len(),
         attacks.load(Relaxed),
         m.restarts(),

@@ -5,6 +5,12 @@
 //! The connect timeout is the HTTP client's own (set where it is built, [`Upstream::new`]); the
 //! rest are here: response headers within the first-byte timeout, each later piece of the body
 //! within the idle timeout, a non-streamed reply within its size cap.
+//!
+//! Clients' requests ([`Upstream::send_bounded`]) go through hyper's client with its read buffer
+//! capped at [`UPSTREAM_READ_BUFFER_BYTES`]: while a slow client holds up a stream, what the
+//! engine sent meanwhile waits in the kernel, not in a buffer of hyper's that grows to ~400 KiB
+//! per connection (its default, which reqwest does not let one set). The proxy's own calls
+//! (tokenize, warm-ups, start-up checks) keep reqwest.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +27,18 @@ use crate::front::limits::Limits;
 #[derive(Clone)]
 pub struct Upstream(Arc<Inner>);
 
+/// hyper's read buffer per upstream connection of a client's request: an upstream response head
+/// must fit (vLLM's are a few hundred bytes; nginx gives an upstream's head 4–8 KiB), and a stalled stream holds at most this of the
+/// engine's reply in the proxy. hyper's floor is 8 KiB.
+pub const UPSTREAM_READ_BUFFER_BYTES: usize = 16 << 10;
+
+type BoundedClient =
+    hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, reqwest::Body>;
+
 struct Inner {
     client: reqwest::Client,
+    /// Clients' requests: hyper's client with its read buffer capped (the module's doc).
+    bounded: BoundedClient,
     base: String,
     api_key: Option<String>,
     limits: Limits,
@@ -35,8 +51,15 @@ impl Upstream {
             .connect_timeout(limits.upstream_connect_timeout)
             .build()
             .expect("a plain HTTP client builds");
+        let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        connector.set_connect_timeout(Some(limits.upstream_connect_timeout));
+        connector.set_nodelay(true);
+        let bounded = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http1_max_buf_size(UPSTREAM_READ_BUFFER_BYTES)
+            .build(connector);
         Self(Arc::new(Inner {
             client,
+            bounded,
             base: base.to_string(),
             api_key,
             limits,
@@ -87,6 +110,76 @@ impl Upstream {
     }
 }
 
+impl Upstream {
+    /// Send a client's request (built on [`Self::post_to`]) to `upstream` and wait for the
+    /// response headers, as [`send_checked`] does, through the client whose read buffer is
+    /// capped ([`UPSTREAM_READ_BUFFER_BYTES`]).
+    pub async fn send_bounded(
+        &self,
+        request: reqwest::RequestBuilder,
+        upstream: &str,
+    ) -> Result<reqwest::Response, (ApiError, bool)> {
+        let limits = &self.0.limits;
+        let shown = agentrt_guards::shown_url::shown(upstream);
+        let unbuildable = |e: reqwest::Error| {
+            let message = format!("upstream {shown}: the request could not be built: {}", e.without_url());
+            (ApiError::upstream(message), false)
+        };
+        let request = request.build().map_err(unbuildable)?;
+        let request = axum::http::Request::<reqwest::Body>::try_from(request).map_err(unbuildable)?;
+        let waited = limits.upstream_first_byte_timeout;
+        match tokio::time::timeout(waited, self.0.bounded.request(request)).await {
+            Ok(Ok(response)) => Ok(reqwest::Response::from(response.map(reqwest::Body::wrap))),
+            Ok(Err(e)) if e.is_connect() && timed_out(&e) => Err((connect_timeout(&shown, limits), false)),
+            Ok(Err(e)) => Err((
+                ApiError::upstream(format!("upstream {shown} unreachable: {}", causes(&e))),
+                e.is_connect(),
+            )),
+            Err(_) => Err((first_byte_timeout(&shown, waited), false)),
+        }
+    }
+}
+
+/// Whether an error or one of its causes is a timeout.
+fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(e) = cause {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
+/// An error and its causes on one line (hyper's errors carry no URL to hide).
+fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
+}
+
+fn connect_timeout(upstream: &str, limits: &Limits) -> ApiError {
+    ApiError::upstream_timeout(format!(
+        "upstream {upstream}: no connection within {} (--upstream-connect-timeout-ms)",
+        ms(limits.upstream_connect_timeout)
+    ))
+}
+
+fn first_byte_timeout(upstream: &str, waited: Duration) -> ApiError {
+    ApiError::upstream_timeout(format!(
+        "upstream {upstream} sent no response within {} (--upstream-first-byte-timeout-ms)",
+        ms(waited)
+    ))
+}
+
 /// Send a request and wait for the upstream's response headers.
 pub async fn send(
     request: reqwest::RequestBuilder,
@@ -109,13 +202,7 @@ pub async fn send_checked(
     let upstream = agentrt_guards::shown_url::shown(upstream);
     match tokio::time::timeout(waited, request.send()).await {
         Ok(Ok(response)) => Ok(response),
-        Ok(Err(e)) if e.is_connect() && e.is_timeout() => Err((
-            ApiError::upstream_timeout(format!(
-                "upstream {upstream}: no connection within {} (--upstream-connect-timeout-ms)",
-                ms(limits.upstream_connect_timeout)
-            )),
-            false,
-        )),
+        Ok(Err(e)) if e.is_connect() && e.is_timeout() => Err((connect_timeout(&upstream, limits), false)),
         Ok(Err(e)) => {
             let refused = e.is_connect();
             Err((
@@ -123,13 +210,7 @@ pub async fn send_checked(
                 refused,
             ))
         }
-        Err(_) => Err((
-            ApiError::upstream_timeout(format!(
-                "upstream {upstream} sent no response within {} (--upstream-first-byte-timeout-ms)",
-                ms(waited)
-            )),
-            false,
-        )),
+        Err(_) => Err((first_byte_timeout(&upstream, waited), false)),
     }
 }
 

@@ -111,6 +111,43 @@ impl EngineField {
     }
 }
 
+/// What the proxy does with a field of a client's request body (docs/security.md's table of the
+/// engines' request fields, which tests/hostile/engine_schemas.rs checks against this).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Treatment {
+    /// An [`EngineField`]: refused unless the operator allows it (`--client-engine-field`).
+    Refused,
+    /// Written by the proxy: `cache_salt` (the tenant's salt), the engine tag fields
+    /// ([`TAG_FIELDS`]: agentrt's `agentrt_*` keys, a client's own kept), `stream_options`
+    /// (`include_usage` asked for, its chunk dropped unless the client asked).
+    SetByAgentrt,
+    /// Range-checked before it goes upstream ([`crate::request::sampling_fields`]).
+    Checked,
+    /// Passed to the engine as the client sent it.
+    Forwarded,
+}
+
+/// The fields the proxy writes into a request body ([`Treatment::SetByAgentrt`]).
+const SET_BY_AGENTRT: [&str; 4] = [
+    crate::tenant::cache_salt::FIELD,
+    TAG_FIELDS[0],
+    TAG_FIELDS[1],
+    "stream_options",
+];
+
+/// What the proxy does with `field` of a request to `api`.
+pub fn treatment(field: &str, api: crate::request::sampling_fields::Fields) -> Treatment {
+    if EngineField::ALL.iter().any(|f| f.name() == field) {
+        Treatment::Refused
+    } else if SET_BY_AGENTRT.contains(&field) {
+        Treatment::SetByAgentrt
+    } else if crate::request::sampling_fields::is_checked(field, api) {
+        Treatment::Checked
+    } else {
+        Treatment::Forwarded
+    }
+}
+
 /// The prefix of the keys agentrt tags requests with, in any engine's tag field
 /// ([`TAG_FIELDS`]: vLLM's `vllm_xargs`, SGLang's `custom_params`).
 pub const RESERVED_XARGS_PREFIX: &str = crate::engine::kind::RESERVED_TAG_PREFIX;

@@ -291,7 +291,9 @@ async fn send_to(
         request = request.header(name, value);
     }
     let request = telemetry::propagation::inject_into(&span, request);
-    let sent = upstream::send_checked(request, base, state.upstream.limits())
+    let sent = state
+        .upstream
+        .send_bounded(request, base)
         .instrument(span.clone())
         .await;
     match &sent {

@@ -3,8 +3,16 @@
 //! [`super::stream_usage`]), the stream cut with an SSE error event when the upstream fails, falls
 //! silent or the request's key is revoked, and nothing pulled from the upstream for a client that
 //! left.
+//!
+//! A client that reads slowly holds a bounded amount (docs/security.md): the relay queues at most
+//! [`MAX_QUEUED_BYTES`] for it and pulls nothing more from the upstream until the client takes
+//! some, and each chunk is copied out of the upstream connection's read buffer as it passes, so a
+//! queued chunk of a few hundred bytes never keeps that whole buffer (up to ~400 KiB) alive.
+
+use std::sync::Arc;
 
 use axum::body::Bytes;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument as _;
 
 use super::finish::FinishGuard;
@@ -63,6 +71,8 @@ pub(super) fn relay_stream(
             let Some(chunk) = next else { break };
             match chunk {
                 Ok(bytes) => {
+                    // A copy of exactly its size: the slice of the read buffer is let go at once.
+                    let bytes = Bytes::copy_from_slice(&bytes);
                     let Some(bytes) = events.pass(bytes, guard.as_ref().map(|g| &*g.tenant)) else {
                         continue;
                     };
@@ -113,13 +123,15 @@ impl Events {
     /// The whole events `bytes` completes, as the client gets them; `None`: nothing to send yet.
     fn pass(&mut self, bytes: Bytes, tenant: Option<&Tenant>) -> Option<Bytes> {
         let events = self.framer.push(bytes)?;
-        if let Some(u) = self.api.usage_in_chunk(&events) {
+        let usage = self.api.usage_in_chunk(&events);
+        if let Some(u) = usage {
             self.usage = Some(self.usage.unwrap_or_default().updated(u));
         }
         if let (Some(id), Some(tenant)) = (self.api.response_id_in_chunk(&events), tenant) {
             tenant.responses.record(&id);
         }
-        if self.strip_usage {
+        // Only events that carry usage can hold the usage chunk: the rest pass without a scan.
+        if self.strip_usage && usage.is_some() {
             without_usage_chunk(events)
         } else {
             Some(events)
@@ -127,9 +139,15 @@ impl Events {
     }
 }
 
+/// Bytes a stream's relay holds for its client before it stops pulling from the upstream. An
+/// engine's events are a few hundred bytes, so this is slack for dozens; a chunk larger than it
+/// still passes, alone.
+pub const MAX_QUEUED_BYTES: usize = 16 << 10;
+
 /// A minimal generator-style stream over a channel: the producer future sends items and learns
-/// when the consumer is gone, so no upstream bytes are pulled for a client that left. The producer
-/// runs in `span`.
+/// when the consumer is gone, so no upstream bytes are pulled for a client that left. What is
+/// queued between them is bounded in bytes ([`MAX_QUEUED_BYTES`]), not in items: a send waits
+/// until the client has taken enough. The producer runs in `span`.
 fn async_stream<F, Fut>(
     span: tracing::Span,
     producer: F,
@@ -138,13 +156,29 @@ where
     F: FnOnce(Box<dyn Fn(Result<Bytes, std::io::Error>) -> SendFuture + Send>) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
-    let send = Box::new(move |item| {
-        let tx = tx.clone();
-        Box::pin(async move { tx.send(item).await.is_ok() }) as SendFuture
+    // Items are bounded by the bytes' permits; the count only keeps empty items from piling up.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Queued>(256);
+    let room = Arc::new(Semaphore::new(MAX_QUEUED_BYTES));
+    let send = Box::new(move |item: Result<Bytes, std::io::Error>| {
+        let (tx, room) = (tx.clone(), room.clone());
+        Box::pin(async move {
+            let size = item.as_ref().map_or(0, Bytes::len).min(MAX_QUEUED_BYTES);
+            let Ok(permit) = room.acquire_many_owned(size as u32).await else {
+                return false;
+            };
+            tx.send((item, permit)).await.is_ok()
+        }) as SendFuture
     });
     tokio::spawn(producer(send).instrument(span));
-    futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
+    // The permit is dropped as the item is handed on: the bytes are the HTTP server's from then
+    // on, which buffers at most `--max-header-bytes` of them per connection.
+    futures_util::stream::unfold(
+        rx,
+        |mut rx| async move { rx.recv().await.map(|(item, _permit)| (item, rx)) },
+    )
 }
+
+/// An item on its way to the client, with the room it takes in the queue.
+type Queued = (Result<Bytes, std::io::Error>, OwnedSemaphorePermit);
 
 type SendFuture = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;

@@ -159,14 +159,23 @@ pub struct BadField {
     pub message: String,
 }
 
-/// Check `body`'s numeric fields for `api`; the first one out of its range is the error.
-pub fn check(body: &Map<String, Value>, api: Fields) -> Result<(), BadField> {
-    let rules = match api {
+fn rules(api: Fields) -> &'static [(&'static str, Rule)] {
+    match api {
         Fields::Agent(AgentApi::ChatCompletions) => CHAT,
         Fields::Agent(AgentApi::Responses) => RESPONSES,
         Fields::Agent(AgentApi::Messages) => MESSAGES,
         Fields::Completions => COMPLETIONS,
-    };
+    }
+}
+
+/// Whether `api`'s table checks `field` (docs/security.md's table of the engines' fields).
+pub fn is_checked(field: &str, api: Fields) -> bool {
+    rules(api).iter().any(|(name, _)| *name == field)
+}
+
+/// Check `body`'s numeric fields for `api`; the first one out of its range is the error.
+pub fn check(body: &Map<String, Value>, api: Fields) -> Result<(), BadField> {
+    let rules = rules(api);
     if api == Fields::Agent(AgentApi::Messages) && body.get("max_tokens").is_none_or(Value::is_null) {
         return Err(BadField {
             field: "max_tokens",

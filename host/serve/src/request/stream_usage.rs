@@ -68,10 +68,16 @@ fn ends_an_event(bytes: &[u8]) -> bool {
     bytes.ends_with(b"\n\n") || bytes.ends_with(b"\r\n\r\n")
 }
 
-/// The index just past the last blank line in `bytes`.
+/// The index just past the last blank line in `bytes`. A `\r\n\r\n` is looked for only past
+/// the last `\n\n` (it cannot end before one it does not contain), so a stream of `\n\n`
+/// events costs a scan of its last event, not of every pending byte.
 fn last_boundary(bytes: &[u8]) -> Option<usize> {
     let lf = bytes.windows(2).rposition(|w| w == b"\n\n").map(|i| i + 2);
-    let crlf = bytes.windows(4).rposition(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    let from = lf.map_or(0, |end| end - 2);
+    let crlf = bytes[from..]
+        .windows(4)
+        .rposition(|w| w == b"\r\n\r\n")
+        .map(|i| from + i + 4);
     lf.max(crlf)
 }
 

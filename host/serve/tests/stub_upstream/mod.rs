@@ -12,7 +12,9 @@
 //! demand): `hang-before-headers` never answers; `hang-mid-body` sends the start of a
 //! non-streamed reply, then nothing; `hang-mid-stream` sends one SSE chunk, then nothing;
 //! `huge-reply` answers 2 MiB with a `Content-Length`, `huge-reply-chunked` 2 MiB without one;
-//! `slow-MS` answers after MS milliseconds (an engine busy with each request for that long).
+//! `slow-MS` answers after MS milliseconds (an engine busy with each request for that long);
+//! `firehose` streams [`FIREHOSE_BYTES`] of events as fast as they are taken (a long generation,
+//! for clients that read slowly; the stub's own server buffers up to ~400 KiB of it per stream).
 
 // Each test binary uses part of the stub.
 #![allow(dead_code)]
@@ -229,6 +231,9 @@ async fn chat(stub: Stub, headers: HeaderMap, body: Value) -> Response {
     if let Some(fault) = fault(&model) {
         return fault;
     }
+    if model == "firehose" && body["stream"].as_bool() == Some(true) {
+        return firehose();
+    }
     let usage = json!({"prompt_tokens": 12, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 8}});
     if body["stream"].as_bool() != Some(true) && model != "fail-mid-stream" {
         return Json(json!({"id": "c1", "object": "chat.completion", "model": model,
@@ -265,6 +270,27 @@ async fn chat(stub: Stub, headers: HeaderMap, body: Value) -> Response {
             }
         }
     });
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(chunks))
+        .unwrap()
+}
+
+/// Bytes of events the `firehose` model streams.
+pub const FIREHOSE_BYTES: usize = 1 << 20;
+
+/// The `firehose` model's stream: 16 KiB chunks of token events, one shared buffer for all.
+fn firehose() -> Response {
+    static CHUNK: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+    let chunk = CHUNK.get_or_init(|| {
+        let event = "data: {\"choices\":[{\"delta\":{\"content\":\"firehose firehose firehose\"}}]}\n\n";
+        Bytes::from(event.repeat((16 << 10) / event.len()))
+    });
+    let chunks =
+        futures_util::stream::iter((0..FIREHOSE_BYTES / chunk.len()).map(|_| Ok::<_, std::io::Error>(chunk.clone())))
+            .chain(futures_util::stream::once(async {
+                Ok(Bytes::from_static(b"data: [DONE]\n\n"))
+            }));
     Response::builder()
         .header("content-type", "text/event-stream")
         .body(Body::from_stream(chunks))
