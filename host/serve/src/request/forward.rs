@@ -16,13 +16,15 @@ use tracing::Instrument as _;
 
 use agentrt_runtime::types::{EndReason, Event, Item, ItemKind, RequestArrival, RequestFinish};
 
-use super::finish::FinishGuard;
+use super::finish::{FinishGuard, Lifecycle};
 use super::prepare::Prepared;
 use super::state::{failed, revoked_error, unless_revoked, ProxyState};
 use crate::engine::admission::Applicant;
 use crate::engine::replicas::Lease;
 use crate::engine::upstream;
 use crate::front::error::ApiError;
+use crate::hints::parse::RequestHints;
+use crate::hints::tool_wait::tools_in_reply;
 use crate::identity::agent_api::AgentApi;
 use crate::names::ADMISSION_SLOT;
 use crate::policy::feed::session_end;
@@ -57,7 +59,7 @@ pub(super) async fn forward(
     path: &str,
     api: AgentApi,
     prepared: Prepared,
-    permit: TenantPermit,
+    (permit, lifecycle): (TenantPermit, RequestHints),
     received: Instant,
 ) -> Response {
     let Prepared {
@@ -84,6 +86,8 @@ pub(super) async fn forward(
         .map(|session| session_end(session, EndReason::Evicted, at_us))
         .collect();
     events.extend(registration);
+    // A closed session that calls again is open again; a session waiting for a tool has its result.
+    state.hints.arrived(&tenant, identity.session);
     events.push(Event::RequestArrival(RequestArrival {
         request_id,
         agent,
@@ -112,6 +116,11 @@ pub(super) async fn forward(
             warmup: false,
             ok: false,
             at_us: 0,
+        },
+        lifecycle: Lifecycle {
+            request: lifecycle,
+            agent_name: identity.agent_name.clone(),
+            tools: Vec::new(),
         },
         done: false,
     };
@@ -230,6 +239,9 @@ pub(super) async fn forward(
                 let usage = reply.as_ref().and_then(|v| api.usage(v));
                 if let Some(id) = reply.as_ref().and_then(|v| api.response_id(v)) {
                     tenant.responses.record(id);
+                }
+                if let (Some(reply), true) = (&reply, status.is_success()) {
+                    guard.lifecycle.tools = tools_in_reply(api, reply);
                 }
                 guard.finish(status.is_success(), usage);
                 Response::new(Body::from(bytes))
