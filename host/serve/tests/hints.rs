@@ -35,7 +35,15 @@ async fn hint(p: &Proxy, key: &str, body: &Value) -> (u16, Value, Option<String>
 
 /// A call of `path` (`/v1/chat/completions` or `/v1/messages`) by `key` in `session` as `agent`,
 /// with `extra` headers: its status.
-async fn call(p: &Proxy, key: &str, path: &str, body: &Value, session: &str, agent: &str, extra: &[(&str, &str)]) -> u16 {
+async fn call(
+    p: &Proxy,
+    key: &str,
+    path: &str,
+    body: &Value,
+    session: &str,
+    agent: &str,
+    extra: &[(&str, &str)],
+) -> u16 {
     let auth = format!("Bearer {key}");
     let mut headers = vec![
         ("authorization", auth.as_str()),
@@ -82,7 +90,10 @@ async fn hints_reach_only_their_tenants_policy_once_and_bad_ones_are_refused_who
 
     // (1) Closed by header, with the next agent; closing it again by the endpoint is a duplicate.
     let closing = [("x-agentrt-session-end", "closed"), ("x-agentrt-next-agent", "coder")];
-    assert_eq!(call(&p, "key-a", chat_path, &plain, "s-header", "planner", &closing).await, 200);
+    assert_eq!(
+        call(&p, "key-a", chat_path, &plain, "s-header", "planner", &closing).await,
+        200
+    );
     let (status, answer, _) = hint(&p, "key-a", &closes(&["s-header"])).await;
     assert_eq!((status, answer), (200, json!({"accepted": 1, "duplicates": 1})));
     // Closed by the endpoint: twice in one call, once more in another, then reopened by a request
@@ -101,26 +112,69 @@ async fn hints_reach_only_their_tenants_policy_once_and_bad_ones_are_refused_who
         "each close once per time the session was open"
     );
     let tenant = p.app.tenants().get_or_start("alpha").unwrap();
-    assert!(!tenant.agents.is_live(alpha("s-ep")), "a closed session is not ended again as idle");
-    let (planner, coder) = (tenant.agents.handle_of("planner").unwrap(), tenant.agents.handle_of("coder").unwrap());
+    assert!(
+        !tenant.agents.is_live(alpha("s-ep")),
+        "a closed session is not ended again as idle"
+    );
+    let (planner, coder) = (
+        tenant.agents.handle_of("planner").unwrap(),
+        tenant.agents.handle_of("coder").unwrap(),
+    );
     assert_eq!(probe.handoffs, vec![(alpha("s-header"), planner, coder)]);
 
     // (2) Responses that ask for a tool: chat whole and streamed, Messages whole and streamed.
     let tool_chat = chat("You are the researcher.", "Find it.", "tool-call", false);
     let tool_chat_streamed = chat("You are the researcher.", "Find it.", "tool-call", true);
-    assert_eq!(call(&p, "key-a", chat_path, &tool_chat, "s-tool", "researcher", &[]).await, 200);
+    assert_eq!(
+        call(&p, "key-a", chat_path, &tool_chat, "s-tool", "researcher", &[]).await,
+        200
+    );
     // The tool's result comes back after a while: the gap is learned per (agent, tool).
     tokio::time::sleep(Duration::from_millis(30)).await;
-    assert_eq!(call(&p, "key-a", chat_path, &tool_chat_streamed, "s-tool", "researcher", &[]).await, 200);
-    assert_eq!(call(&p, "key-a", "/v1/messages", &messages("tool-call", false), "s-tool", "shell", &[]).await, 200);
-    assert_eq!(call(&p, "key-a", "/v1/messages", &messages("tool-call", true), "s-tool", "shell", &[]).await, 200);
-    assert_eq!(call(&p, "key-a", chat_path, &plain, "s-tool", "planner", &[]).await, 200, "no tool asked");
+    assert_eq!(
+        call(&p, "key-a", chat_path, &tool_chat_streamed, "s-tool", "researcher", &[]).await,
+        200
+    );
+    assert_eq!(
+        call(
+            &p,
+            "key-a",
+            "/v1/messages",
+            &messages("tool-call", false),
+            "s-tool",
+            "shell",
+            &[]
+        )
+        .await,
+        200
+    );
+    assert_eq!(
+        call(
+            &p,
+            "key-a",
+            "/v1/messages",
+            &messages("tool-call", true),
+            "s-tool",
+            "shell",
+            &[]
+        )
+        .await,
+        200
+    );
+    assert_eq!(
+        call(&p, "key-a", chat_path, &plain, "s-tool", "planner", &[]).await,
+        200,
+        "no tool asked"
+    );
     // Said by the framework: a tool wait with its expected time, a user wait.
     let waits = json!({"hints": [
         {"type": "wait", "session": "s-tool", "agent": "researcher", "kind": "tool", "tool": "web_search", "expected_ms": 2000},
         {"type": "wait", "session": "s-tool", "kind": "user"},
     ]});
-    assert_eq!(hint(&p, "key-a", &waits).await.1, json!({"accepted": 2, "duplicates": 0}));
+    assert_eq!(
+        hint(&p, "key-a", &waits).await.1,
+        json!({"accepted": 2, "duplicates": 0})
+    );
     let probe = heard(&p, "alpha").await;
     let tenant = p.app.tenants().get_or_start("alpha").unwrap();
     let (researcher, shell) = (
@@ -177,25 +231,51 @@ async fn hints_reach_only_their_tenants_policy_once_and_bad_ones_are_refused_who
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
     let (status, answer, _) = hint(&p, "key-a", &closes(&many)).await;
     assert_eq!(status, 400, "{answer}");
-    assert!(answer["error"]["message"].as_str().unwrap().contains("over the limit of 64"));
+    assert!(answer["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("over the limit of 64"));
     let long = "x".repeat(250);
     let huge: Vec<&str> = (0..80).map(|_| long.as_str()).collect();
     assert_eq!(hint(&p, "key-a", &closes(&huge)).await.0, 413, "over 16 KiB");
     let bad_header = [("x-agentrt-session-end", "yes")];
-    assert_eq!(call(&p, "key-a", chat_path, &plain, "s-bad", "planner", &bad_header).await, 400);
+    assert_eq!(
+        call(&p, "key-a", chat_path, &plain, "s-bad", "planner", &bad_header).await,
+        400
+    );
     assert_eq!(hint(&p, "nobody", &closes(&["s-bad"])).await.0, 401);
     let probe = heard(&p, "alpha").await;
-    assert!(!probe.closed.contains(&alpha("s-bad")), "nothing of a refused call applied");
-    assert!(p.app.tenants().get_or_start("alpha").unwrap().agents.is_live(alpha("s-bad")));
+    assert!(
+        !probe.closed.contains(&alpha("s-bad")),
+        "nothing of a refused call applied"
+    );
+    assert!(p
+        .app
+        .tenants()
+        .get_or_start("alpha")
+        .unwrap()
+        .agents
+        .is_live(alpha("s-bad")));
 
     let thirty: Vec<String> = (0..30).map(|i| format!("r{i}")).collect();
     let thirty: Vec<&str> = thirty.iter().map(String::as_str).collect();
-    assert_eq!(hint(&p, "key-b", &closes(&thirty)).await.0, 200, "within the burst of 40");
+    assert_eq!(
+        hint(&p, "key-b", &closes(&thirty)).await.0,
+        200,
+        "within the burst of 40"
+    );
     let (status, answer, retry) = hint(&p, "key-b", &closes(&thirty)).await;
     assert_eq!(status, 429, "{answer}");
     let retry: u64 = retry.expect("Retry-After").parse().unwrap();
-    assert!((1..=2).contains(&retry), "30 more at 20 a second, about 10 left: {retry} s");
-    assert_eq!(heard(&p, "beta").await.closed.len(), 31, "the refused call applied nothing");
+    assert!(
+        (1..=2).contains(&retry),
+        "30 more at 20 a second, about 10 left: {retry} s"
+    );
+    assert_eq!(
+        heard(&p, "beta").await.closed.len(),
+        31,
+        "the refused call applied nothing"
+    );
 
     // (5) /metrics counts them.
     let metrics = metrics_text(&p).await;

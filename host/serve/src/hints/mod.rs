@@ -160,7 +160,14 @@ impl Hints {
         let mut events = Vec::new();
         if !tools.is_empty() && !request.closed {
             for tool in &tools {
-                events.push(wait_event(session, agent, &WaitFor::Tool(tool.clone()), None, false, at_us));
+                events.push(wait_event(
+                    session,
+                    agent,
+                    &WaitFor::Tool(tool.clone()),
+                    None,
+                    false,
+                    at_us,
+                ));
                 hints.count("wait_tool", Source::Response, Outcome::Applied);
             }
             let mut lifecycle = hints.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
@@ -194,11 +201,22 @@ impl Hints {
                     wait,
                     expected_ms,
                     ..
-                } => self.wait(tenant, &state, session, agent.as_deref(), wait, *expected_ms, &mut events),
+                } => self.wait(
+                    tenant,
+                    &state,
+                    session,
+                    agent.as_deref(),
+                    wait,
+                    *expected_ms,
+                    &mut events,
+                ),
                 Hint::Handoff {
                     from_agent, to_agent, ..
                 } => {
-                    let from = from_agent.as_deref().and_then(|a| tenant.agents.handle_of(a)).unwrap_or(0);
+                    let from = from_agent
+                        .as_deref()
+                        .and_then(|a| tenant.agents.handle_of(a))
+                        .unwrap_or(0);
                     self.handoff(tenant, &state, (session, from), to_agent, Source::Endpoint, &mut events);
                 }
             }
@@ -225,7 +243,12 @@ impl Hints {
     /// Count a refused call of `tenant` (`malformed`, `rate`, `too_large`).
     pub fn refused(&self, tenant: &Tenant, reason: &'static str) {
         let hints = self.of(tenant);
-        *hints.refused.lock().unwrap_or_else(|p| p.into_inner()).entry(reason).or_default() += 1;
+        *hints
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(reason)
+            .or_default() += 1;
     }
 
     /// `tenant`'s learned tool return times and open waits, for `/admin/tenants/{t}/stats`.
@@ -240,7 +263,14 @@ impl Hints {
     }
 
     /// Close `session`: `false` (a duplicate, nothing told) when it is closed already.
-    fn close(&self, tenant: &Tenant, hints: &TenantHints, session: u64, source: Source, events: &mut Vec<Event>) -> bool {
+    fn close(
+        &self,
+        tenant: &Tenant,
+        hints: &TenantHints,
+        session: u64,
+        source: Source,
+        events: &mut Vec<Event>,
+    ) -> bool {
         let mut lifecycle = hints.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
         if lifecycle.closed.contains(&session) {
             hints.count("closed", source, Outcome::Duplicate);
@@ -249,7 +279,11 @@ impl Hints {
         let live = tenant.agents.forget_session(session);
         lifecycle.closed.insert(session, (), 0);
         lifecycle.times.forget(session);
-        let outcome = if live { Outcome::Applied } else { Outcome::UnknownSession };
+        let outcome = if live {
+            Outcome::Applied
+        } else {
+            Outcome::UnknownSession
+        };
         hints.count("closed", source, outcome);
         events.push(session_end(session, EndReason::Closed, self.clock.now_us()));
         true
@@ -278,7 +312,14 @@ impl Hints {
             WaitFor::User => "wait_user",
         };
         hints.count(kind, Source::Endpoint, known(tenant, session));
-        events.push(wait_event(session, handle, wait, expected_ms, true, self.clock.now_us()));
+        events.push(wait_event(
+            session,
+            handle,
+            wait,
+            expected_ms,
+            true,
+            self.clock.now_us(),
+        ));
     }
 
     /// A handoff to agent `to` (registered first if the tenant has not seen it call).

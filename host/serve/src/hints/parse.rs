@@ -172,7 +172,12 @@ fn parse_wait(fields: &Map<String, Value>, at: &str, session: String) -> Result<
         (Some("user"), None) => WaitFor::User,
         (Some("user"), Some(_)) => return Err(format!("{at}.tool: a user wait names no tool")),
         (Some(other), _) => return Err(format!("{at}.kind: expected \"tool\" or \"user\", got {other:?}")),
-        (None, _) => return Err(format!("{at}.kind: expected \"tool\" or \"user\", got {}", kind_of(kind))),
+        (None, _) => {
+            return Err(format!(
+                "{at}.kind: expected \"tool\" or \"user\", got {}",
+                kind_of(kind)
+            ))
+        }
     };
     let expected_ms = match fields.get("expected_ms") {
         None | Some(Value::Null) => None,
@@ -251,9 +256,10 @@ pub fn request_hints(headers: &HeaderMap) -> Result<RequestHints, String> {
         }
     }
     if let Some(value) = headers.get(NEXT_AGENT_HEADER) {
-        let name = value.to_str().map(str::trim).map_err(|_| {
-            format!("{NEXT_AGENT_HEADER}: expected an agent name in visible ASCII (as x-agent-id)")
-        })?;
+        let name = value
+            .to_str()
+            .map(str::trim)
+            .map_err(|_| format!("{NEXT_AGENT_HEADER}: expected an agent name in visible ASCII (as x-agent-id)"))?;
         if name.is_empty() || name.len() > MAX_NAME_BYTES {
             return Err(format!(
                 "{NEXT_AGENT_HEADER}: expected an agent name of 1 to {MAX_NAME_BYTES} bytes, got {} bytes",
@@ -309,11 +315,20 @@ mod tests {
         let bad_kind = refusal(json!({"hints": [{"type": "session_closed", "session": "S"},
             {"type": "wait", "session": "S", "kind": "user"}, {"type": "wait", "session": "S", "kind": "tool", "tool": "t"},
             {"type": "wait", "session": "S", "kind": "x"}]}));
-        assert_eq!(bad_kind.message, "hints[3].kind: expected \"tool\" or \"user\", got \"x\"");
+        assert_eq!(
+            bad_kind.message,
+            "hints[3].kind: expected \"tool\" or \"user\", got \"x\""
+        );
         assert_eq!(bad_kind.reason, "malformed");
         let cases = [
-            (json!({"hints": [{"type": "closed", "session": "S"}]}), "hints[0].type: expected"),
-            (json!({"hints": [{"type": "session_closed"}]}), "hints[0].session: missing"),
+            (
+                json!({"hints": [{"type": "closed", "session": "S"}]}),
+                "hints[0].type: expected",
+            ),
+            (
+                json!({"hints": [{"type": "session_closed"}]}),
+                "hints[0].session: missing",
+            ),
             (
                 json!({"hints": [{"type": "session_closed", "session": "S", "sesion": 1}]}),
                 "hints[0].sesion: not a field",
@@ -348,7 +363,10 @@ mod tests {
         assert_eq!(too_many.reason, "too_large");
         assert!(too_many.message.contains("65 hints"), "{}", too_many.message);
         let deep = format!("{}{}", "[".repeat(20), "]".repeat(20));
-        assert!(parse_body(deep.as_bytes()).unwrap_err().message.contains("nests deeper"));
+        assert!(parse_body(deep.as_bytes())
+            .unwrap_err()
+            .message
+            .contains("nests deeper"));
     }
 
     #[test]

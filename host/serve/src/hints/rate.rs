@@ -59,7 +59,15 @@ mod tests {
         let wait = bucket.take(5, t0).unwrap_err().unwrap();
         assert!((wait.as_secs_f64() - 0.5).abs() < 1e-9, "{wait:?}");
         assert_eq!(bucket.take(5, t0 + Duration::from_millis(500)), Ok(()));
-        assert_eq!(bucket.take(21, t0 + Duration::from_secs(60)), Err(None), "over the burst");
-        assert_eq!(bucket.take(20, t0 + Duration::from_secs(60)), Ok(()), "refill stops at the burst");
+        assert_eq!(
+            bucket.take(21, t0 + Duration::from_secs(60)),
+            Err(None),
+            "over the burst"
+        );
+        assert_eq!(
+            bucket.take(20, t0 + Duration::from_secs(60)),
+            Ok(()),
+            "refill stops at the burst"
+        );
     }
 }

@@ -55,7 +55,13 @@ async fn post_hints(State(state): State<HintsState>, headers: HeaderMap, body: B
         Ok(body) => body,
         Err(e) => {
             state.hints.refused(&tenant, "too_large");
-            return closing_connection(ApiError { kind: INVALID_HINT, ..e }.into_response());
+            return closing_connection(
+                ApiError {
+                    kind: INVALID_HINT,
+                    ..e
+                }
+                .into_response(),
+            );
         }
     };
     let hints = match parse_body(&body) {

@@ -151,7 +151,8 @@ mod tests {
         assert!(tools_in_reply(AgentApi::ChatCompletions, &stop).is_empty());
         let responses = json!({"output": [{"type": "message"}, {"type": "function_call", "name": "lookup"}]});
         assert_eq!(tools_in_reply(AgentApi::Responses, &responses), ["lookup"]);
-        let messages = json!({"stop_reason": "tool_use", "content": [{"type": "text"}, {"type": "tool_use", "name": "bash"}]});
+        let messages =
+            json!({"stop_reason": "tool_use", "content": [{"type": "text"}, {"type": "tool_use", "name": "bash"}]});
         assert_eq!(tools_in_reply(AgentApi::Messages, &messages), ["bash"]);
     }
 
@@ -163,14 +164,23 @@ mod tests {
             b"data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"web_search\",\"arguments\":\"\"}}]}}]}\n\n\
               data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{}\"}}]}}]}\n\n",
         );
-        chat.read_events(AgentApi::ChatCompletions, b"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n");
+        chat.read_events(
+            AgentApi::ChatCompletions,
+            b"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+        );
         assert_eq!(chat.finish(), ["web_search"]);
         let mut messages = ToolCalls::default();
         messages.read_events(AgentApi::Messages, b"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"content_block\":{\"type\":\"tool_use\",\"name\":\"bash\"}}\n\n");
-        messages.read_events(AgentApi::Messages, b"data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"}}\n\n");
+        messages.read_events(
+            AgentApi::Messages,
+            b"data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"}}\n\n",
+        );
         assert_eq!(messages.finish(), ["bash"]);
         let mut text = ToolCalls::default();
-        text.read_events(AgentApi::ChatCompletions, b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\n");
+        text.read_events(
+            AgentApi::ChatCompletions,
+            b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\n",
+        );
         assert!(text.finish().is_empty());
     }
 }

@@ -44,7 +44,38 @@ pub(super) struct Lifecycle {
     pub tools: Vec<String>,
 }
 
+impl Lifecycle {
+    /// The hints of a request's headers, for its agent `agent_name`; no tools asked yet.
+    pub fn new(request: RequestHints, agent_name: &str) -> Self {
+        Self {
+            request,
+            agent_name: agent_name.to_string(),
+            tools: Vec::new(),
+        }
+    }
+}
+
 impl FinishGuard {
+    /// The guard of a request of `tenant` holding `permit`, to report `template` when it ends.
+    pub fn new(
+        state: ProxyState,
+        tenant: Arc<Tenant>,
+        permit: TenantPermit,
+        template: RequestFinish,
+        lifecycle: Lifecycle,
+    ) -> Self {
+        Self {
+            state,
+            tenant,
+            permit,
+            lease: None,
+            admission: None,
+            template,
+            lifecycle,
+            done: false,
+        }
+    }
+
     pub fn finish(mut self, ok: bool, usage: Option<Usage>) {
         self.report(ok, usage);
     }
@@ -83,7 +114,11 @@ impl FinishGuard {
             Vec::new()
         };
         let who = (finish.session, finish.agent, self.lifecycle.agent_name.as_str());
-        events.extend(self.state.hints.finished(&self.tenant, who, &self.lifecycle.request, tools));
+        events.extend(
+            self.state
+                .hints
+                .finished(&self.tenant, who, &self.lifecycle.request, tools),
+        );
         self.state.feed.tell(&self.tenant, events);
         // In flight until its end has reached the policy: a caller that sees 0 sees every finish.
         self.state.metrics.in_flight.fetch_sub(1, Relaxed);

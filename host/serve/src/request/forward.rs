@@ -100,30 +100,19 @@ pub(super) async fn forward(
     }));
     state.feed.tell(&tenant, events);
     state.metrics.in_flight.fetch_add(1, Relaxed);
-    let mut guard = FinishGuard {
-        state: state.clone(),
-        tenant: tenant.clone(),
-        permit,
-        lease: None,
-        admission: None,
-        template: RequestFinish {
-            request_id,
-            agent,
-            session: identity.session,
-            prompt_tokens: identity.prompt_tokens,
-            cached_tokens: 0,
-            output_tokens: 0,
-            warmup: false,
-            ok: false,
-            at_us: 0,
-        },
-        lifecycle: Lifecycle {
-            request: lifecycle,
-            agent_name: identity.agent_name.clone(),
-            tools: Vec::new(),
-        },
-        done: false,
+    let template = RequestFinish {
+        request_id,
+        agent,
+        session: identity.session,
+        prompt_tokens: identity.prompt_tokens,
+        cached_tokens: 0,
+        output_tokens: 0,
+        warmup: false,
+        ok: false,
+        at_us: 0,
     };
+    let lifecycle = Lifecycle::new(lifecycle, &identity.agent_name);
+    let mut guard = FinishGuard::new(state.clone(), tenant.clone(), permit, template, lifecycle);
     // The policy's next move does not wait for the upstream.
     state.effects.carry_out(tenant.clone());
     // A place upstream, least-demoted first (`--upstream-max-in-flight`); the wait is not the

@@ -205,12 +205,8 @@ impl Policy for Probe {
                 self.prompt_tokens += u64::from(r.prompt_tokens);
                 self.continued_tokens += r.continues.map_or(0, |c| u64::from(c.shared_tokens));
             }
-            Event::SessionEnd(e) if e.reason == agentrt_sdk::EndReason::Closed => {
-                if self.closed.len() < MAX_LIFECYCLE_RECORDS {
-                    self.closed.push(e.session);
-                }
-            }
-            Event::SessionEnd(_) => self.other_ends += 1,
+            Event::SessionEnd(e) if e.reason != agentrt_sdk::EndReason::Closed => self.other_ends += 1,
+            Event::SessionEnd(e) if self.closed.len() < MAX_LIFECYCLE_RECORDS => self.closed.push(e.session),
             Event::SessionWait(w) if self.waits.len() < MAX_LIFECYCLE_RECORDS => {
                 let kind = match w.kind {
                     agentrt_sdk::WaitKind::Tool => 0,
@@ -381,7 +377,12 @@ impl Policy for Probe {
         }
         w.u64(self.other_ends).u32(self.waits.len() as u32);
         for &(session, agent, kind, tool, expected_us, hinted) in &self.waits {
-            w.u64(session).u32(agent).u8(kind).u64(tool).u64(expected_us).u8(u8::from(hinted));
+            w.u64(session)
+                .u32(agent)
+                .u8(kind)
+                .u64(tool)
+                .u64(expected_us)
+                .u8(u8::from(hinted));
         }
         w.u32(self.handoffs.len() as u32);
         for &(session, from, to) in &self.handoffs {
