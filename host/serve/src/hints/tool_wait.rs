@@ -176,6 +176,10 @@ mod tests {
             b"data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"}}\n\n",
         );
         assert_eq!(messages.finish(), ["bash"]);
+        let mut responses = ToolCalls::default();
+        responses.read_events(AgentApi::Responses, b"event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"function_call\",\"name\":\"lookup\",\"arguments\":\"\"}}\n\n");
+        responses.read_events(AgentApi::Responses, b"data: {\"type\":\"response.completed\",\"response\":{\"output\":[{\"type\":\"function_call\",\"name\":\"lookup\"}]}}\n\n");
+        assert_eq!(responses.finish(), ["lookup"]);
         let mut text = ToolCalls::default();
         text.read_events(
             AgentApi::ChatCompletions,
