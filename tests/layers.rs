@@ -299,6 +299,7 @@ const SERVE_LAYERS: &[&[&str]] = &[
     &["tenant"],
     &["engine"],
     &["policy"],
+    &["hints"],
     &["request"],
     &["admin", "mcp"],
     &["app"],

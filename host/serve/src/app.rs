@@ -20,6 +20,8 @@ use crate::engine::upstream::Upstream;
 use crate::engine::upstream_router::UpstreamRouter;
 use crate::front::connections::ConnectionMetrics;
 use crate::front::limits::Limits;
+use crate::hints::route::HintsState;
+use crate::hints::Hints;
 use crate::metrics::{MetricsState, ProxyMetrics};
 use crate::policy::effects::Effects;
 use crate::policy::feed::PolicyFeed;
@@ -72,6 +74,8 @@ pub struct AppConfig {
     pub engine: EngineConfig,
     /// The MCP gateway (`--mcp-server`).
     pub mcp: Option<crate::mcp::GatewayOptions>,
+    /// Lifecycle hints per second per tenant (`--hint-rate`; a burst of twice that).
+    pub hint_rate: f64,
     /// Where the admin API finds a policy an upload names (`--policy`'s lookup); `None`: uploads
     /// must carry the component's bytes.
     pub components: Option<Arc<agentrt_runtime::ComponentLookup>>,
@@ -98,6 +102,7 @@ impl AppConfig {
             admission: None,
             engine: EngineConfig::default(),
             mcp: None,
+            hint_rate: crate::hints::rate::DEFAULT_HINT_RATE,
             components: None,
         }
     }
@@ -157,6 +162,7 @@ impl App {
                 engine: config.engine_kind,
             },
         ));
+        let hints = Arc::new(Hints::new(config.hint_rate, feed.clone(), clock));
         let effects = Arc::new(Effects::new(warmups, engine.pins.clone(), metrics.clone()));
         let gateway = config
             .mcp
@@ -181,6 +187,7 @@ impl App {
             replicas: replicas.clone(),
             feed: feed.clone(),
             effects,
+            hints: hints.clone(),
             metrics: metrics.clone(),
             clock,
             request_ids: Arc::new(std::sync::atomic::AtomicU64::new(1)),
@@ -190,6 +197,7 @@ impl App {
             reloads: reloads.clone(),
             max_upload_bytes: config.limits.max_upload_bytes,
             components: config.components,
+            hints: hints.clone(),
         };
         // The order `/metrics` shows them in.
         let mut reports: Vec<Arc<dyn Report>> = vec![
@@ -199,6 +207,7 @@ impl App {
             }),
             connections.clone(),
             Arc::new(TenantsReport(tenants.clone())),
+            hints.clone(),
         ];
         if let Some(eviction) = engine.eviction_metrics() {
             reports.push(Arc::new(crate::engine::plugin_metrics::EngineEvictionReport(eviction)));
@@ -218,6 +227,10 @@ impl App {
         }
         let mut router = Router::new()
             .merge(crate::request::routes(proxy))
+            .merge(crate::hints::route::routes(HintsState {
+                tenants: tenants.clone(),
+                hints,
+            }))
             .merge(crate::admin::routes(admin))
             .merge(crate::metrics::routes(MetricsState::new(config.metrics_token, reports)))
             .route("/healthz", get(|| async { "ok" }));

@@ -126,6 +126,10 @@ pub struct ServeArgs {
     /// refused; to send no warm-ups, use a policy that asks for none).
     #[arg(help_heading = "Policies", long, value_parser = flag_values::positive_rate, default_value_t = WarmupOptions::default().per_second)]
     pub warmup_rate: f64,
+    /// Lifecycle hints per second per tenant (`POST /v1/agentrt/hints`), with a burst of twice
+    /// that; a call past it gets 429 with Retry-After.
+    #[arg(help_heading = "Tenants and admin", long, value_parser = flag_values::positive_rate, default_value_t = crate::hints::rate::DEFAULT_HINT_RATE)]
+    pub hint_rate: f64,
     /// A session with no request for this long is reported ended (`session-end`) to its policy;
     /// 0 = never. Clients send no "done" signal, so silence is the proxy's only sign that a
     /// workflow finished; size it above the longest pause between two steps of one workflow.
@@ -521,6 +525,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup, check_serve: Serve
             ..WarmupOptions::default()
         },
         metrics_token: args.metrics_token,
+        hint_rate: args.hint_rate,
         reloader,
         admission: args.admission.queue(!args.replicas.replicas.is_empty())?,
         replicas: args.replicas,

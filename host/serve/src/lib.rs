@@ -18,6 +18,8 @@
 //! 5. [`engine`] — the engine(s) behind the proxy: the admission queue, several replicas behind a
 //!    router, the upstream under its timeouts, `/tokenize`, and the engine adapters (the vLLM
 //!    plugin's eviction socket, KV events, cache shares).
+//!    [`hints`] — what the framework says of a session's life (closed, waiting, handed off), by
+//!    header, by `POST /v1/agentrt/hints` or read from responses, told the same way.
 //! 6. [`request`] — one agent call, step by step: prepare (parse once, check, identify, salt,
 //!    amend), forward (policies told, admission, replica, upstream), relay, finish.
 //! 7. [`admin`] — the admin API on its own state; [`mcp`] — the MCP gateway over the tenants;
@@ -39,6 +41,7 @@ pub mod clock;
 pub mod config_flags;
 pub mod engine;
 pub mod front;
+pub mod hints;
 pub mod identity;
 pub mod mcp;
 pub mod metrics;

@@ -14,7 +14,8 @@
 //!   tenant: no tenant) and answers 400; no free policy instance (the pool is full) answers 503.
 //! - `GET /admin/tenants/{tenant}/stats` — the tenant's policy (name, version), its slot's
 //!   counters (calls, errors by kind, fallbacks, restarts, circuit, swaps and their pauses), its
-//!   policy worker's queue and its tables' sizes. 404 for a tenant that has not started.
+//!   policy worker's queue and its tables' sizes, and its lifecycle hints (`hints`: open tool
+//!   waits, the median return time per agent and tool). 404 for a tenant that has not started.
 //! - `GET /admin/tenants/{tenant}/predict[?horizon=N]` — the policy's `predict(N)` (1–64 steps,
 //!   default 1; 400 otherwise) as JSON forecasts. 404 for a tenant that has not started; 503 when
 //!   the policy fails to answer (it is contained like any failed call).
@@ -64,6 +65,8 @@ pub struct AdminState {
     /// Where a policy named in an upload's body is found (`--policy`'s lookup); `None`: names
     /// are refused, only a component's bytes are taken.
     pub components: Option<Arc<ComponentLookup>>,
+    /// Every tenant's hints: the tool return times its stats show.
+    pub hints: Arc<crate::hints::Hints>,
 }
 
 /// The admin API's routes.
@@ -246,9 +249,13 @@ async fn tenant_stats(State(state): State<AdminState>, Path(tenant): Path<String
         Ok(tenant) => tenant,
         Err(e) => return e.into_response(),
     };
+    let hints = state.hints.stats(&tenant);
     // Reading the policy's name waits for its current call.
     match tokio::task::spawn_blocking(move || tenant_report::stats(&tenant)).await {
-        Ok(stats) => Json(stats).into_response(),
+        Ok(mut stats) => {
+            stats["hints"] = hints;
+            Json(stats).into_response()
+        }
         Err(e) => ApiError::internal(format!("reading the tenant's stats did not finish: {e}")).into_response(),
     }
 }

@@ -1,7 +1,7 @@
 //! Telling a tenant's policies what happened: every slot of the tenant hears the same events (on
 //! their workers: this never waits), and sessions reported ended leave the replicas' hint table.
-//! Frameworks never say when a task is over, so a session silent for `--session-idle-ms` is
-//! reported ended here too.
+//! Most frameworks never say when a task is over (those that do send lifecycle hints:
+//! the `hints` module), so a session silent for `--session-idle-ms` is reported ended here too.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;

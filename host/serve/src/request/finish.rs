@@ -11,6 +11,7 @@ use agentrt_runtime::types::{EndReason, Event, RequestFinish};
 use super::state::ProxyState;
 use crate::engine::admission::AdmissionPermit;
 use crate::engine::replicas::Lease;
+use crate::hints::parse::RequestHints;
 use crate::identity::agent_api::Usage;
 use crate::policy::feed::session_end;
 use crate::tenant::{Tenant, TenantPermit};
@@ -28,10 +29,53 @@ pub(super) struct FinishGuard {
     /// Its place in `--upstream-max-in-flight`, given on when the guard goes.
     pub admission: Option<AdmissionPermit>,
     pub template: RequestFinish,
+    /// What the request's headers and its response say of the session's life.
+    pub lifecycle: Lifecycle,
     pub done: bool,
 }
 
+/// A request's lifecycle hints, applied when it ends.
+pub(super) struct Lifecycle {
+    /// Its headers' hints (closed, the next agent).
+    pub request: RequestHints,
+    /// The caller's agent, by name (tool return times are learned per agent and tool).
+    pub agent_name: String,
+    /// The tools its response asked for (set by the relay when the response succeeded).
+    pub tools: Vec<String>,
+}
+
+impl Lifecycle {
+    /// The hints of a request's headers, for its agent `agent_name`; no tools asked yet.
+    pub fn new(request: RequestHints, agent_name: &str) -> Self {
+        Self {
+            request,
+            agent_name: agent_name.to_string(),
+            tools: Vec::new(),
+        }
+    }
+}
+
 impl FinishGuard {
+    /// The guard of a request of `tenant` holding `permit`, to report `template` when it ends.
+    pub fn new(
+        state: ProxyState,
+        tenant: Arc<Tenant>,
+        permit: TenantPermit,
+        template: RequestFinish,
+        lifecycle: Lifecycle,
+    ) -> Self {
+        Self {
+            state,
+            tenant,
+            permit,
+            lease: None,
+            admission: None,
+            template,
+            lifecycle,
+            done: false,
+        }
+    }
+
     pub fn finish(mut self, ok: bool, usage: Option<Usage>) {
         self.report(ok, usage);
     }
@@ -61,6 +105,19 @@ impl FinishGuard {
             ended
                 .into_iter()
                 .map(|session| session_end(session, EndReason::Evicted, at_us)),
+        );
+        // After its finish: the wait its response asked for, the handoff and the close its
+        // headers said (a failed request asked for no tool).
+        let tools = if ok {
+            std::mem::take(&mut self.lifecycle.tools)
+        } else {
+            Vec::new()
+        };
+        let who = (finish.session, finish.agent, self.lifecycle.agent_name.as_str());
+        events.extend(
+            self.state
+                .hints
+                .finished(&self.tenant, who, &self.lifecycle.request, tools),
         );
         self.state.feed.tell(&self.tenant, events);
         // In flight until its end has reached the policy: a caller that sees 0 sees every finish.

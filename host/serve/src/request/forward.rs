@@ -16,13 +16,15 @@ use tracing::Instrument as _;
 
 use agentrt_runtime::types::{EndReason, Event, Item, ItemKind, RequestArrival, RequestFinish};
 
-use super::finish::FinishGuard;
+use super::finish::{FinishGuard, Lifecycle};
 use super::prepare::Prepared;
 use super::state::{failed, revoked_error, unless_revoked, ProxyState};
 use crate::engine::admission::Applicant;
 use crate::engine::replicas::Lease;
 use crate::engine::upstream;
 use crate::front::error::ApiError;
+use crate::hints::parse::RequestHints;
+use crate::hints::tool_wait::tools_in_reply;
 use crate::identity::agent_api::AgentApi;
 use crate::names::ADMISSION_SLOT;
 use crate::policy::feed::session_end;
@@ -57,7 +59,7 @@ pub(super) async fn forward(
     path: &str,
     api: AgentApi,
     prepared: Prepared,
-    permit: TenantPermit,
+    (permit, lifecycle): (TenantPermit, RequestHints),
     received: Instant,
 ) -> Response {
     let Prepared {
@@ -84,6 +86,8 @@ pub(super) async fn forward(
         .map(|session| session_end(session, EndReason::Evicted, at_us))
         .collect();
     events.extend(registration);
+    // A closed session that calls again is open again; a session waiting for a tool has its result.
+    state.hints.arrived(&tenant, identity.session);
     events.push(Event::RequestArrival(RequestArrival {
         request_id,
         agent,
@@ -96,25 +100,19 @@ pub(super) async fn forward(
     }));
     state.feed.tell(&tenant, events);
     state.metrics.in_flight.fetch_add(1, Relaxed);
-    let mut guard = FinishGuard {
-        state: state.clone(),
-        tenant: tenant.clone(),
-        permit,
-        lease: None,
-        admission: None,
-        template: RequestFinish {
-            request_id,
-            agent,
-            session: identity.session,
-            prompt_tokens: identity.prompt_tokens,
-            cached_tokens: 0,
-            output_tokens: 0,
-            warmup: false,
-            ok: false,
-            at_us: 0,
-        },
-        done: false,
+    let template = RequestFinish {
+        request_id,
+        agent,
+        session: identity.session,
+        prompt_tokens: identity.prompt_tokens,
+        cached_tokens: 0,
+        output_tokens: 0,
+        warmup: false,
+        ok: false,
+        at_us: 0,
     };
+    let lifecycle = Lifecycle::new(lifecycle, &identity.agent_name);
+    let mut guard = FinishGuard::new(state.clone(), tenant.clone(), permit, template, lifecycle);
     // The policy's next move does not wait for the upstream.
     state.effects.carry_out(tenant.clone());
     // A place upstream, least-demoted first (`--upstream-max-in-flight`); the wait is not the
@@ -230,6 +228,9 @@ pub(super) async fn forward(
                 let usage = reply.as_ref().and_then(|v| api.usage(v));
                 if let Some(id) = reply.as_ref().and_then(|v| api.response_id(v)) {
                     tenant.responses.record(id);
+                }
+                if let (Some(reply), true) = (&reply, status.is_success()) {
+                    guard.lifecycle.tools = tools_in_reply(api, reply);
                 }
                 guard.finish(status.is_success(), usage);
                 Response::new(Body::from(bytes))

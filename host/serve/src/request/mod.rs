@@ -33,6 +33,8 @@ use crate::engine::admission::ReadingHold;
 use crate::engine::upstream;
 use crate::front::error::ApiError;
 use crate::front::limits::{closing_connection, read_body};
+use crate::hints::parse::{request_hints, RequestHints};
+use crate::hints::route::invalid_hint;
 use crate::identity::agent_api::AgentApi;
 use crate::telemetry;
 use crate::tenant::authenticate::{admit, tenant_of, Admitted};
@@ -144,6 +146,10 @@ async fn agent_call_traced(state: ProxyState, headers: HeaderMap, body: Body, ap
     };
     let Admitted { tenant, permit } = admitted;
     tracing::Span::current().record("tenant", tenant.name.as_str());
+    let lifecycle = match hints_of(&state, &tenant, &headers) {
+        Ok(lifecycle) => lifecycle,
+        Err(e) => return finished(failed(&state, e.shaped(shape))),
+    };
     // The proxy's overhead counts from here: the client's upload time is not the proxy's.
     let received = Instant::now();
     let identity = tracing::info_span!("identity", tenant = %tenant.name, agent = tracing::field::Empty, session = tracing::field::Empty);
@@ -152,8 +158,18 @@ async fn agent_call_traced(state: ProxyState, headers: HeaderMap, body: Body, ap
         .await;
     drop(reading);
     finished(match prepared {
-        Ok(prepared) => forward(state, api.path(), api, prepared, permit, received).await,
+        Ok(prepared) => forward(state, api.path(), api, prepared, (permit, lifecycle), received).await,
         Err(e) => failed(&state, e.shaped(shape)),
+    })
+}
+
+/// The lifecycle hints of a request's headers (`x-agentrt-session-end`, `x-agentrt-next-agent`);
+/// a value they do not accept is a 400 of type `invalid_hint`, counted for the tenant.
+fn hints_of(state: &ProxyState, tenant: &crate::tenant::Tenant, headers: &HeaderMap) -> Result<RequestHints, ApiError> {
+    request_hints(headers).map_err(|message| {
+        state.hints.refused(tenant, "malformed");
+        state.metrics.bad_requests.fetch_add(1, Relaxed);
+        invalid_hint(message)
     })
 }
 
@@ -174,6 +190,10 @@ async fn completions_traced(state: ProxyState, headers: HeaderMap, body: Body) -
     };
     let Admitted { tenant, permit } = admitted;
     tracing::Span::current().record("tenant", tenant.name.as_str());
+    let lifecycle = match hints_of(&state, &tenant, &headers) {
+        Ok(lifecycle) => lifecycle,
+        Err(e) => return finished(failed(&state, e)),
+    };
     // The proxy's overhead counts from here: the client's upload time is not the proxy's.
     let received = Instant::now();
     let identity = tracing::info_span!("identity", tenant = %tenant.name, agent = tracing::field::Empty, session = tracing::field::Empty);
@@ -194,7 +214,7 @@ async fn completions_traced(state: ProxyState, headers: HeaderMap, body: Body) -
                 "/v1/completions",
                 AgentApi::ChatCompletions,
                 prepared,
-                permit,
+                (permit, lifecycle),
                 received,
             )
             .await

@@ -19,6 +19,7 @@ use super::finish::FinishGuard;
 use super::state::revoked_error;
 use super::stream_usage::{without_usage_chunk, SseFramer};
 use crate::engine::upstream;
+use crate::hints::tool_wait::ToolCalls;
 use crate::identity::agent_api::{AgentApi, Usage};
 use crate::tenant::Tenant;
 
@@ -55,6 +56,7 @@ pub(super) fn relay_stream(
         api,
         strip_usage,
         usage: None,
+        tools: ToolCalls::default(),
     };
     async_stream(span, move |yield_| async move {
         let limits = state.upstream.limits();
@@ -102,7 +104,10 @@ pub(super) fn relay_stream(
             chunks_relayed += 1;
         }
         tracing::Span::current().record("chunks", chunks_relayed);
-        if let Some(g) = guard.take() {
+        if let Some(mut g) = guard.take() {
+            if ok_status {
+                g.lifecycle.tools = std::mem::take(&mut events.tools).finish();
+            }
             g.finish(ok_status, events.usage);
         }
     })
@@ -117,6 +122,9 @@ struct Events {
     strip_usage: bool,
     /// The usage so far (streams report it in pieces: the Messages API input first, output last).
     usage: Option<Usage>,
+    /// The tools the reply asks for, read as its events pass (only events that mention a tool
+    /// are parsed).
+    tools: ToolCalls,
 }
 
 impl Events {
@@ -130,6 +138,7 @@ impl Events {
         if let (Some(id), Some(tenant)) = (self.api.response_id_in_chunk(&events), tenant) {
             tenant.responses.record(&id);
         }
+        self.tools.read_events(self.api, &events);
         // Only events that carry usage can hold the usage chunk: the rest pass without a scan.
         if self.strip_usage && usage.is_some() {
             without_usage_chunk(events)

@@ -19,6 +19,7 @@ use crate::engine::tokenize::Tokenizer;
 use crate::engine::upstream::Upstream;
 use crate::engine::upstream_router::UpstreamRouter;
 use crate::front::error::ApiError;
+use crate::hints::Hints;
 use crate::metrics::ProxyMetrics;
 use crate::policy::effects::Effects;
 use crate::policy::feed::PolicyFeed;
@@ -63,6 +64,8 @@ pub struct ProxyState {
     pub feed: PolicyFeed,
     /// What carries out the tenant's policies' side effects after each arrival and finish.
     pub effects: Arc<Effects>,
+    /// What the frameworks say of their sessions' lives, and what responses say of tool waits.
+    pub hints: Arc<Hints>,
     /// The proxy's own counters (`/metrics`).
     pub metrics: Arc<ProxyMetrics>,
     /// The clock the policies' events are stamped with.

@@ -225,6 +225,19 @@ impl AgentDirectory {
             .remove_where(|_, last| now.saturating_duration_since(*last) >= idle)
     }
 
+    /// Forget `session` (the framework closed it): the idle sweep will not end it again. Returns
+    /// whether it was live.
+    pub fn forget_session(&self, session: u64) -> bool {
+        let mut d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        d.sessions.remove(&session).is_some()
+    }
+
+    /// Whether `session` is live (seen, not ended, not forgotten).
+    pub fn is_live(&self, session: u64) -> bool {
+        let d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        d.sessions.contains(&session)
+    }
+
     /// Sessions live now (seen, not ended, not forgotten).
     pub fn live_sessions(&self) -> usize {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).sessions.len()

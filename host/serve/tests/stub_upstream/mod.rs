@@ -6,7 +6,9 @@
 //! `unknown` answers 404 like vLLM; anything else answers, streaming (three chunks, the last with
 //! usage when `stream_options.include_usage` asks for it, as vLLM does) when `stream` is true. `/tokenize` answers a count of 321 and stand-in token ids (404 for model `no-tokenize`).
 //! `/v1/responses` and `/v1/messages` answer a fixed reply in their own shapes, streamed as each
-//! API streams when asked.
+//! API streams when asked. Model `tool-call` asks for a tool instead of answering, as a model
+//! does (whole or streamed): chat completions `web_search` (`finish_reason: "tool_calls"`), the
+//! Messages API `bash` (`stop_reason: "tool_use"`).
 //!
 //! FAULT INJECTION, for the proxy's upstream limits (a real vLLM does not hang or flood on
 //! demand): `hang-before-headers` never answers; `hang-mid-body` sends the start of a
@@ -146,7 +148,10 @@ fn other_api(stub: Stub, path: &'static str, headers: HeaderMap, body: Value) ->
         session_header: session_header(&headers),
     });
     let stream = body["stream"].as_bool() == Some(true);
-    let (whole, events) = if path == "/v1/responses" {
+    let tool_call = body["model"] == "tool-call";
+    let (whole, events) = if path == "/v1/messages" && tool_call {
+        tool_use_message()
+    } else if path == "/v1/responses" {
         let usage = json!({"input_tokens": 20, "output_tokens": 2, "input_tokens_details": {"cached_tokens": 16}});
         let response = json!({"id": "r1", "object": "response", "status": "completed", "usage": usage,
             "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}]});
@@ -198,6 +203,33 @@ fn other_api(stub: Stub, path: &'static str, headers: HeaderMap, body: Value) ->
         .unwrap()
 }
 
+/// A Messages API reply that stops for tool `bash`, whole and as its stream's events.
+fn tool_use_message() -> (Value, Vec<(&'static str, Value)>) {
+    let usage = json!({"input_tokens": 4, "output_tokens": 2, "cache_read_input_tokens": 16});
+    let message = json!({"id": "m1", "type": "message", "role": "assistant", "stop_reason": "tool_use",
+        "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {"cmd": "ls"}}], "usage": usage});
+    let events = vec![
+        (
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "m1", "usage": usage}}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t1", "name": "bash", "input": {}}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"cmd\": \"ls\"}"}}),
+        ),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 2}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ];
+    (message, events)
+}
+
 /// Token ids standing in for a tokenizer's: the bytes of each message's role and content (or of
 /// the prompt), so prompts that share a start share their first tokens, as real ones do.
 fn stand_in_tokens(body: &Value) -> Vec<u32> {
@@ -235,6 +267,14 @@ async fn chat(stub: Stub, headers: HeaderMap, body: Value) -> Response {
         return firehose();
     }
     let usage = json!({"prompt_tokens": 12, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 8}});
+    let tool_call = model == "tool-call";
+    if body["stream"].as_bool() != Some(true) && tool_call {
+        let call = json!({"id": "call1", "type": "function", "function": {"name": "web_search", "arguments": "{}"}});
+        return Json(json!({"id": "c1", "object": "chat.completion", "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [call]}, "finish_reason": "tool_calls"}],
+            "usage": usage}))
+        .into_response();
+    }
     if body["stream"].as_bool() != Some(true) && model != "fail-mid-stream" {
         return Json(json!({"id": "c1", "object": "chat.completion", "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
@@ -249,6 +289,19 @@ async fn chat(stub: Stub, headers: HeaderMap, body: Value) -> Response {
         async move {
             tokio::time::sleep(Duration::from_millis(20)).await;
             match i {
+                // A tool call streams its name in the first delta, its finish reason last.
+                0 if tool_call => Some((
+                    Ok::<_, std::io::Error>(Bytes::from(
+                        "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call1\",\"function\":{\"name\":\"web_search\",\"arguments\":\"\"}}]}}]}\n\n",
+                    )),
+                    1,
+                )),
+                1 if tool_call => Some((
+                    Ok::<_, std::io::Error>(Bytes::from(
+                        "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+                    )),
+                    2,
+                )),
                 0 => Some((
                     Ok::<_, std::io::Error>(Bytes::from("data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")),
                     1,

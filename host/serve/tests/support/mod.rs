@@ -79,6 +79,8 @@ pub struct Setup {
     pub eviction_socket: Option<std::path::PathBuf>,
     /// Its group and connection cap (`--eviction-socket-group`, `--eviction-max-connections`).
     pub eviction_socket_options: agentrt_serve::engine::adapters::EvictionSocketOptions,
+    /// Lifecycle hints per second per tenant (`--hint-rate`).
+    pub hint_rate: f64,
 }
 
 impl Setup {
@@ -109,6 +111,7 @@ impl Setup {
             engine: Default::default(),
             eviction_socket: None,
             eviction_socket_options: Default::default(),
+            hint_rate: agentrt_serve::hints::rate::DEFAULT_HINT_RATE,
         }
     }
 
@@ -177,6 +180,7 @@ impl Setup {
                 agentrt_serve::engine::admission::AdmissionQueue::with_queued_bytes(n, wait, queued_bytes)
             }),
             mcp,
+            hint_rate: self.hint_rate,
             upstream_router: self.upstream_router,
             engine_kind: self.engine,
             engine: agentrt_serve::engine::adapters::EngineConfig {

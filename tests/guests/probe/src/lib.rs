@@ -37,6 +37,10 @@
 //! - `late-trap`: `observe` panics on the instance's `trap_at`th request arrival (default
 //!   [`DEFAULT_TRAP_AT`]): a policy that passes a short stream and fails after a while.
 //!
+//! It also keeps what it heard of sessions' lives (0.4.0), in its snapshot (version 3): the
+//! sessions ended as `closed`, every `session-wait` and every `handoff`, the first
+//! [`MAX_LIFECYCLE_RECORDS`] of each, so host tests can check what the proxy told it.
+//!
 //! `hold_mib=N` makes `init` allocate and keep N MiB (for memory-cap tests); `burn=N` makes every
 //! `score` of a non-empty batch first run N iterations of a loop: a fixed amount of CPU work, for
 //! tests of what a call is charged.
@@ -65,6 +69,8 @@ pub const FLOOD_LEN: usize = 100_000;
 pub const LONG_STRING_BYTES: usize = 1 << 20;
 pub const SNAPSHOT_FLOOD_BYTES: usize = 20 << 20;
 pub const DEFAULT_TRAP_AT: u64 = 300;
+/// Most records of each lifecycle kind the probe keeps.
+pub const MAX_LIFECYCLE_RECORDS: usize = 256;
 pub const FAULTS: [&str; 8] = [
     "score-spin",
     "short-score",
@@ -105,6 +111,14 @@ pub struct Probe {
     pub trap_at: u64,
     /// Loop iterations each `score` of a non-empty batch runs first (`burn`; not part of the snapshot).
     pub burn: u64,
+    /// Sessions heard ended as `closed`, in order.
+    pub closed: Vec<u64>,
+    /// Session ends for other reasons (idle, evicted).
+    pub other_ends: u64,
+    /// Every `session-wait`: (session, agent, kind: 0 tool / 1 user, tool hash, expected-us, hinted).
+    pub waits: Vec<(u64, u32, u8, u64, u64, bool)>,
+    /// Every `handoff`: (session, from-agent, to-agent).
+    pub handoffs: Vec<(u64, u32, u32)>,
 }
 
 impl Probe {
@@ -190,6 +204,19 @@ impl Policy for Probe {
                 );
                 self.prompt_tokens += u64::from(r.prompt_tokens);
                 self.continued_tokens += r.continues.map_or(0, |c| u64::from(c.shared_tokens));
+            }
+            Event::SessionEnd(e) if e.reason != agentrt_sdk::EndReason::Closed => self.other_ends += 1,
+            Event::SessionEnd(e) if self.closed.len() < MAX_LIFECYCLE_RECORDS => self.closed.push(e.session),
+            Event::SessionWait(w) if self.waits.len() < MAX_LIFECYCLE_RECORDS => {
+                let kind = match w.kind {
+                    agentrt_sdk::WaitKind::Tool => 0,
+                    agentrt_sdk::WaitKind::User => 1,
+                };
+                self.waits
+                    .push((w.session, w.agent, kind, w.tool, w.expected_us, w.hinted));
+            }
+            Event::Handoff(h) if self.handoffs.len() < MAX_LIFECYCLE_RECORDS => {
+                self.handoffs.push((h.session, h.from_agent, h.to_agent));
             }
             Event::ToolCall(t) if t.tool == GROW_TOOL => {
                 let mut hoard: Vec<Vec<u8>> = Vec::new();
@@ -334,7 +361,7 @@ impl Policy for Probe {
         if self.cued(SNAPSHOT_FLOOD_AGENT) {
             return vec![7; SNAPSHOT_FLOOD_BYTES];
         }
-        let mut w = Writer::new(MAGIC, 2);
+        let mut w = Writer::new(MAGIC, 3);
         w.u32(self.agents.len() as u32);
         for &(agent, anchor) in &self.agents {
             w.u32(agent).u64(anchor);
@@ -344,6 +371,23 @@ impl Policy for Probe {
             w.u64(b);
         }
         w.u64(self.block_hash_sum).f32(self.bias).u64(self.continued_tokens);
+        w.u32(self.closed.len() as u32);
+        for &session in &self.closed {
+            w.u64(session);
+        }
+        w.u64(self.other_ends).u32(self.waits.len() as u32);
+        for &(session, agent, kind, tool, expected_us, hinted) in &self.waits {
+            w.u64(session)
+                .u32(agent)
+                .u8(kind)
+                .u64(tool)
+                .u64(expected_us)
+                .u8(u8::from(hinted));
+        }
+        w.u32(self.handoffs.len() as u32);
+        for &(session, from, to) in &self.handoffs {
+            w.u64(session).u32(from).u32(to);
+        }
         w.finish()
     }
 
@@ -369,6 +413,9 @@ impl Policy for Probe {
         if version >= 2 {
             next.continued_tokens = r.u64()?;
         }
+        if version >= 3 {
+            restore_lifecycle(&mut r, &mut next)?;
+        }
         r.finish()?;
         // Configuration, not state: the instance keeps its own.
         next.fault = self.fault.take();
@@ -382,6 +429,22 @@ impl Policy for Probe {
         *self = next;
         Ok(())
     }
+}
+
+/// The lifecycle records of a version-3 snapshot.
+fn restore_lifecycle(r: &mut Reader<'_>, next: &mut Probe) -> Result<(), String> {
+    for _ in 0..r.u32()?.min(MAX_LIFECYCLE_RECORDS as u32) {
+        next.closed.push(r.u64()?);
+    }
+    next.other_ends = r.u64()?;
+    for _ in 0..r.u32()?.min(MAX_LIFECYCLE_RECORDS as u32) {
+        next.waits
+            .push((r.u64()?, r.u32()?, r.u8()?, r.u64()?, r.u64()?, r.u8()? != 0));
+    }
+    for _ in 0..r.u32()?.min(MAX_LIFECYCLE_RECORDS as u32) {
+        next.handoffs.push((r.u64()?, r.u32()?, r.u32()?));
+    }
+    Ok(())
 }
 
 agentrt_sdk::export_policy!(Probe);
@@ -409,6 +472,11 @@ mod tests {
             position: 0,
             tier: agentrt_sdk::Tier::Gpu,
         }]);
+        h.observe(&[
+            agentrt_sdk::testing::session_end_for(5, agentrt_sdk::EndReason::Closed),
+            agentrt_sdk::testing::session_end(6),
+        ]);
+        assert_eq!((h.policy().closed.clone(), h.policy().other_ends), (vec![5], 1));
         let snap = h.snapshot();
         let mut other = Harness::<Probe>::new([]).unwrap();
         other.restore(&snap).unwrap();

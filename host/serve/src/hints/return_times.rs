@@ -1,0 +1,136 @@
+//! How long tools take to come back, learned from the traffic: a session that waits for a tool
+//! (read from a response, or said by a hint) is remembered with the time it paused; its next
+//! request ends the wait, and the gap is recorded per (agent, tool). The table keeps the latest
+//! gaps of at most [`MAX_PAIRS`] pairs, least recently used forgotten first, and shows their
+//! median (`/admin/tenants/{t}/stats`). Policies learn their own return curves from the events.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::table::LruTable;
+
+/// Most (agent, tool) pairs one tenant's table keeps.
+pub const MAX_PAIRS: usize = 4096;
+/// Most waits one tenant may have open at once (sessions paused for a tool).
+pub const MAX_OPEN_WAITS: usize = 16_384;
+/// Gaps kept per pair, the latest: what the median is taken over.
+const SAMPLES_PER_PAIR: usize = 32;
+
+/// A session paused for tools.
+#[derive(Debug)]
+struct OpenWait {
+    agent: String,
+    tools: Vec<String>,
+    since: Instant,
+}
+
+/// One tenant's open tool waits and the gaps they ended with.
+#[derive(Debug)]
+pub struct ReturnTimes {
+    open: LruTable<u64, OpenWait>,
+    gaps: LruTable<(String, String), VecDeque<Duration>>,
+}
+
+impl Default for ReturnTimes {
+    fn default() -> Self {
+        Self {
+            open: LruTable::new(MAX_OPEN_WAITS, usize::MAX),
+            gaps: LruTable::new(MAX_PAIRS, usize::MAX),
+        }
+    }
+}
+
+impl ReturnTimes {
+    /// `session` paused at `since`, `agent` waiting for `tools` (`""`: a tool not named).
+    pub fn paused(&mut self, session: u64, agent: &str, tools: Vec<String>, since: Instant) {
+        let wait = OpenWait {
+            agent: agent.to_string(),
+            tools,
+            since,
+        };
+        self.open.insert(session, wait, 0);
+    }
+
+    /// A request of `session` arrived at `now`: the wait, if one was open, ends; returns whether
+    /// one did.
+    pub fn resumed(&mut self, session: u64, now: Instant) -> bool {
+        let Some(wait) = self.open.remove(&session) else {
+            return false;
+        };
+        let gap = now.saturating_duration_since(wait.since);
+        for tool in wait.tools {
+            let key = (wait.agent.clone(), tool);
+            let samples = match self.gaps.get_mut(&key) {
+                Some(samples) => samples,
+                None => {
+                    self.gaps.insert(key.clone(), VecDeque::new(), 0);
+                    self.gaps.get_mut(&key).expect("just inserted")
+                }
+            };
+            if samples.len() == SAMPLES_PER_PAIR {
+                samples.pop_front();
+            }
+            samples.push_back(gap);
+        }
+        true
+    }
+
+    /// A closed session waits for nothing.
+    pub fn forget(&mut self, session: u64) {
+        self.open.remove(&session);
+    }
+
+    /// Sessions waiting now.
+    pub fn open_waits(&self) -> usize {
+        self.open.len()
+    }
+
+    /// Every pair's median gap and sample count, sorted by agent and tool, for the stats route.
+    pub fn report(&self) -> Vec<Value> {
+        let mut rows: Vec<(&(String, String), &VecDeque<Duration>)> = self.gaps.iter().collect();
+        rows.sort_by(|a, b| a.0.cmp(b.0));
+        rows.into_iter()
+            .map(|((agent, tool), samples)| {
+                json!({"agent": agent, "tool": tool, "samples": samples.len(),
+                    "median_ms": median(samples).as_secs_f64() * 1000.0})
+            })
+            .collect()
+    }
+}
+
+fn median(samples: &VecDeque<Duration>) -> Duration {
+    let mut sorted: Vec<Duration> = samples.iter().copied().collect();
+    sorted.sort();
+    match sorted.len() {
+        0 => Duration::ZERO,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_ends_with_the_sessions_next_request_and_its_gap_is_kept_per_agent_and_tool() {
+        let t0 = Instant::now();
+        let mut times = ReturnTimes::default();
+        assert!(!times.resumed(1, t0), "no wait open");
+        for (i, ms) in [100u64, 300, 200].into_iter().enumerate() {
+            let since = t0 + Duration::from_secs(i as u64);
+            times.paused(1, "coder", vec!["bash".into(), "grep".into()], since);
+            assert!(times.resumed(1, since + Duration::from_millis(ms)));
+        }
+        times.paused(2, "coder", vec!["bash".into()], t0);
+        times.forget(2);
+        assert!(!times.resumed(2, t0 + Duration::from_secs(9)), "closed: no gap");
+        let report = times.report();
+        assert_eq!(report.len(), 2);
+        assert_eq!(report[0]["tool"], "bash");
+        assert_eq!(report[0]["samples"], 3);
+        assert_eq!(report[0]["median_ms"], 200.0);
+    }
+}
