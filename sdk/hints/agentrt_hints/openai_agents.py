@@ -21,14 +21,18 @@ from typing import Any, Optional
 
 from ._framework import require
 from .client import AgentrtHints
-from .wire import check_name, expected_ms
+from .wire import MAX_NAME_BYTES, check_name, expected_ms
 
 _agents = require("agents", "openai-agents", "agentrt_hints.openai_agents.AgentrtRunHooks")
 
 
 def _name(agent: Any) -> Optional[str]:
+    """An agent's name as the proxy takes it; None (the hint goes without it) when it has none, or
+    one longer than the proxy's 256 bytes — the SDK allows any."""
     name = getattr(agent, "name", None)
-    return name if isinstance(name, str) and name else None
+    if not isinstance(name, str) or not name or len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        return None
+    return name
 
 
 class AgentrtRunHooks(_agents.RunHooks):
@@ -66,8 +70,9 @@ class AgentrtRunHooks(_agents.RunHooks):
         if not isinstance(tool_name, str) or not tool_name:
             return
         hint = {"type": "wait", "session": self.session, "kind": "tool", "tool": tool_name}
-        if _name(agent) is not None:
-            hint["agent"] = _name(agent)
+        agent_name = _name(agent)
+        if agent_name is not None:
+            hint["agent"] = agent_name
         expected = self.tool_expected_ms.get(tool_name)
         if expected is not None:
             hint["expected_ms"] = expected
