@@ -36,13 +36,17 @@ _NAMES = ("session", "agent", "tool", "from_agent", "to_agent")
 
 
 def _quote(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False) if isinstance(value, str) else repr(value)
+    # As JSON spells it (the proxy's messages do too): "x", null, 1.5.
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def check_name(where: str, value: Any) -> str:
     """A session/agent/tool name: a non-empty string of at most 256 UTF-8 bytes."""
     if not isinstance(value, str):
-        raise ValueError(f"{where}: expected a string, got {type(value).__name__} {_quote(value)}")
+        raise ValueError(f"{where}: expected a string, got {_quote(value)}")
     if not value:
         raise ValueError(f"{where}: must not be empty")
     size = len(value.encode("utf-8"))
@@ -70,7 +74,8 @@ def check_hint(index: int, hint: Any) -> dict:
     for field in _NAMES:
         if field in out and not (field in optional and out[field] is None):
             check_name(f"{at}.{field}", out[field])
-    out = {k: v for k, v in out.items() if v is not None}
+    # An optional field given as None is left out; a required one is checked as given.
+    out = {k: v for k, v in out.items() if not (k in optional and v is None)}
     if kind == "wait":
         _check_wait(at, out)
     return out
