@@ -6,7 +6,9 @@
 //!   C and Go ones (their modules). `--root DIR` builds another tree laid out like this one into
 //!   `DIR/target`.
 //! - `test` — build the components, run every test in the workspace, the Python policies' and
-//!   the Python SDK's native tests (pytest), then the vLLM adapter's Python tests (pytest in `.venv-vllm`, made by `adapters/vllm/setup-venv.sh`; skipped, saying
+//!   the Python SDK's native tests (pytest), the lifecycle-hint package's tests in each venv that has
+//!   a framework it hooks ([`hints_sdk`]: `.venv-vllm` for LangGraph, `~/.cache/agentrt/venv-agents`
+//!   for the OpenAI Agents SDK and AutoGen; skipped, saying so, without them), then the vLLM adapter's Python tests (pytest in `.venv-vllm`, made by `adapters/vllm/setup-venv.sh`; skipped, saying
 //!   so, without it), then the SGLang adapter's (pytest in `$AGENTRT_SGLANG_VENV`, default
 //!   `~/.cache/agentrt/venv-sglang`, made by `adapters/sglang/setup-venv.sh`; skipped, saying so,
 //!   without it).
@@ -29,6 +31,7 @@ mod component_encoding;
 mod components;
 mod dist;
 mod go_policies;
+mod hints_sdk;
 mod js_policies;
 mod policy_sources;
 mod python_policies;
@@ -70,6 +73,7 @@ fn main() -> Result<()> {
             js_policies::test_all(&workspace)?;
             c_policies::test_all(&workspace)?;
             go_policies::test_all(&workspace)?;
+            hints_sdk::test_all(&workspace)?;
             vllm_adapter_tests(&workspace)?;
             sglang_adapter_tests(&workspace)
         }
