@@ -2,7 +2,10 @@
 //! an agent framework its hooks serve: the vLLM venv (`.venv-vllm`, LangGraph) and the agents venv
 //! (`$AGENTRT_AGENTS_VENV`, default `~/.cache/agentrt/venv-agents`: the OpenAI Agents SDK and
 //! AutoGen). Each run skips, saying why, the hook tests whose framework its venv lacks; a venv
-//! that is absent is skipped as a whole, saying which script makes it.
+//! that is absent is skipped as a whole, saying which script makes it. Their test of the real
+//! proxy (`test_agentrt_serve.py`) runs the `agentrt` that `cargo test --workspace` just built
+//! under `CARGO_TARGET_DIR`, with the components in `AGENTRT_COMPONENTS_DIR` (both set by
+//! [`Workspace::command`]).
 
 use std::path::PathBuf;
 

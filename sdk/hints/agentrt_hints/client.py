@@ -92,9 +92,12 @@ class AgentrtHints:
         """The session now waits for its user (a human turn: minutes to never)."""
         return self.send([_wait(session, "user", agent, None, None)])
 
-    def handoff(self, session: str, from_agent: str, to_agent: str) -> Optional[dict]:
-        """`from_agent` hands the session to `to_agent`, which runs next."""
-        return self.send([{"type": "handoff", "session": session, "from_agent": from_agent, "to_agent": to_agent}])
+    def handoff(self, session: str, from_agent: Optional[str], to_agent: str) -> Optional[dict]:
+        """`from_agent` (None: not known) hands the session to `to_agent`, which runs next."""
+        hint = {"type": "handoff", "session": session, "to_agent": to_agent}
+        if from_agent is not None:
+            hint["from_agent"] = from_agent
+        return self.send([hint])
 
     # -- transport ----------------------------------------------------------------------------
 
@@ -102,6 +105,8 @@ class AgentrtHints:
         """Send up to 64 hints in one call (all or nothing at the proxy). Raises `ValueError` on a
         malformed hint; never raises on a delivery failure."""
         body = wire.encode(hints)
+        if not hints:
+            return {"accepted": 0, "duplicates": 0}  # nothing to say: no call
         if time.monotonic() < self._down_until:
             self._drop(len(hints))
             return None

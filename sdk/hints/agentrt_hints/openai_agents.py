@@ -60,10 +60,14 @@ class AgentrtRunHooks(_agents.RunHooks):
         }
 
     async def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> None:
-        source, target = _name(from_agent), _name(to_agent)
-        if source is None or target is None:
+        target = _name(to_agent)
+        if target is None:
             return
-        await self.hints.asend_from_hook([{"type": "handoff", "session": self.session, "from_agent": source, "to_agent": target}])
+        hint = {"type": "handoff", "session": self.session, "to_agent": target}
+        source = _name(from_agent)
+        if source is not None:
+            hint["from_agent"] = source
+        await self.hints.asend_from_hook([hint])
 
     async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
         tool_name = getattr(tool, "name", None)

@@ -30,7 +30,7 @@ NEXT_AGENT_HEADER = "x-agentrt-next-agent"
 _FIELDS = {
     "session_closed": ({"session"}, set()),
     "wait": ({"session", "kind"}, {"agent", "tool", "expected_ms"}),
-    "handoff": ({"session", "from_agent", "to_agent"}, set()),
+    "handoff": ({"session", "to_agent"}, {"from_agent"}),
 }
 _NAMES = ("session", "agent", "tool", "from_agent", "to_agent")
 
@@ -60,10 +60,11 @@ def check_hint(index: int, hint: Any) -> dict:
     at = f"hints[{index}]"
     if not isinstance(hint, Mapping):
         raise ValueError(f"{at}: expected an object with a \"type\", got {type(hint).__name__}")
-    kind = hint.get("type")
-    if kind not in _FIELDS:
-        accepted = ", ".join(f'"{t}"' for t in _FIELDS)
-        raise ValueError(f"{at}.type: expected one of {accepted}, got {_quote(kind)}")
+    if "type" not in hint:
+        raise ValueError(f'{at}.type: missing (one of "session_closed", "wait", "handoff")')
+    kind = hint["type"]
+    if not isinstance(kind, str) or kind not in _FIELDS:
+        raise ValueError(f'{at}.type: expected "session_closed", "wait" or "handoff", got {_quote(kind)}')
     required, optional = _FIELDS[kind]
     for field in sorted(required - set(hint)):
         raise ValueError(f"{at}.{field}: missing (a \"{kind}\" hint needs {', '.join(sorted(required))})")
@@ -88,7 +89,7 @@ def _check_wait(at: str, hint: dict) -> None:
     if kind == "tool" and "tool" not in hint:
         raise ValueError(f"{at}.tool: missing (a tool wait names its tool)")
     if kind == "user" and "tool" in hint:
-        raise ValueError(f'{at}.tool: only a wait of kind "tool" names a tool')
+        raise ValueError(f"{at}.tool: a user wait names no tool")
     expected = hint.get("expected_ms")
     if expected is not None:
         if isinstance(expected, bool) or not isinstance(expected, int):
@@ -101,8 +102,6 @@ def encode(hints: Sequence[Mapping[str, Any]]) -> bytes:
     """The request body for `hints`, checked against every limit of the endpoint."""
     if isinstance(hints, (str, bytes, Mapping)) or not isinstance(hints, Sequence):
         raise ValueError("hints: expected a list of hint objects")
-    if not hints:
-        raise ValueError("hints: empty (send at least one hint)")
     if len(hints) > MAX_HINTS:
         raise ValueError(f"hints: {len(hints)} hints, over the limit of {MAX_HINTS} per call: split the list")
     body = json.dumps({"hints": [check_hint(i, h) for i, h in enumerate(hints)]}, ensure_ascii=False)

@@ -83,7 +83,9 @@ class StandIn:
                         duplicates += 1
                     self.closed.add(hint["session"])
             self.events.append(("hints", headers, body["hints"]))
-        return 200, {"accepted": len(body["hints"]) - duplicates, "duplicates": duplicates}, {}
+        # As the proxy counts: every hint of the call is accepted, the repeated closes among them
+        # are also counted as duplicates.
+        return 200, {"accepted": len(body["hints"]), "duplicates": duplicates}, {}
 
     def on_chat(self, headers: dict, body: Any) -> tuple:
         with self.lock:
@@ -107,8 +109,8 @@ def _check(body: Any) -> Optional[str]:
             return f"hints[{i}].session: missing"
         if hint["type"] == "wait" and hint.get("kind") not in ("tool", "user"):
             return f"hints[{i}].kind: expected \"tool\" or \"user\", got {hint.get('kind')!r}"
-        if hint["type"] == "handoff" and not (hint.get("from_agent") and hint.get("to_agent")):
-            return f"hints[{i}]: a handoff names from_agent and to_agent"
+        if hint["type"] == "handoff" and not hint.get("to_agent"):
+            return f"hints[{i}].to_agent: missing"
     return None
 
 

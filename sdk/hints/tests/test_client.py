@@ -50,31 +50,38 @@ def test_each_method_sends_the_protocols_body_with_the_api_key(agentrt):
     hints.wait_tool("s", "grep")
     hints.wait_user("s", agent="planner")
     hints.handoff("s", "planner", "coder")
+    hints.handoff("s", None, "reviewer")
     assert agentrt.hints() == [
         {"type": "session_closed", "session": "s"},
         {"type": "wait", "session": "s", "kind": "tool", "agent": "researcher", "tool": "web_search", "expected_ms": 2000},
         {"type": "wait", "session": "s", "kind": "tool", "tool": "grep"},
         {"type": "wait", "session": "s", "kind": "user", "agent": "planner"},
-        {"type": "handoff", "session": "s", "from_agent": "planner", "to_agent": "coder"},
+        {"type": "handoff", "session": "s", "to_agent": "coder", "from_agent": "planner"},
+        {"type": "handoff", "session": "s", "to_agent": "reviewer"},
     ]
     for headers, _ in agentrt.hint_calls():
         assert headers["authorization"] == "Bearer key-a"
         assert headers["content-type"] == "application/json"
-    assert (hints.sent, hints.dropped) == (5, 0)
+    assert (hints.sent, hints.dropped) == (6, 0)
+
+
+def test_an_empty_list_is_answered_without_a_call(agentrt):
+    assert AgentrtHints(agentrt.root).send([]) == {"accepted": 0, "duplicates": 0}
+    assert agentrt.hint_calls() == []
 
 
 def test_send_carries_several_hints_in_one_call_and_returns_the_answer(agentrt):
     hints = AgentrtHints(agentrt.root)
     hints.close("s")
     answer = hints.send([{"type": "session_closed", "session": "s"}, {"type": "wait", "session": "t", "kind": "user"}])
-    assert answer == {"accepted": 1, "duplicates": 1}
+    assert answer == {"accepted": 2, "duplicates": 1}
     assert len(agentrt.hint_calls()) == 2
 
 
 LONG = "x" * 257
 MALFORMED = [
-    ([{"type": "closed", "session": "s"}], 'hints[0].type: expected one of "session_closed", "wait", "handoff", got "closed"'),
-    ([{"session": "s"}], "hints[0].type: expected one of"),
+    ([{"type": "closed", "session": "s"}], 'hints[0].type: expected "session_closed", "wait" or "handoff", got "closed"'),
+    ([{"session": "s"}], "hints[0].type: missing"),
     ([{"type": "session_closed"}], "hints[0].session: missing"),
     ([{"type": "session_closed", "session": ""}], "hints[0].session: must not be empty"),
     ([{"type": "session_closed", "session": 7}], "hints[0].session: expected a string, got 7"),
@@ -89,18 +96,17 @@ MALFORMED = [
     ([{"type": "wait", "session": "s", "kind": None}], 'hints[0].kind: expected "tool" or "user", got null'),
     ([{"type": "wait", "session": None, "kind": "user"}], "hints[0].session: expected a string, got null"),
     ([{"type": "wait", "session": "s", "kind": "tool"}], "hints[0].tool: missing"),
-    ([{"type": "wait", "session": "s", "kind": "user", "tool": "t"}], 'only a wait of kind "tool"'),
+    ([{"type": "wait", "session": "s", "kind": "user", "tool": "t"}], "hints[0].tool: a user wait names no tool"),
     ([{"type": "wait", "session": "s", "kind": "tool", "tool": LONG}], "hints[0].tool: 257 bytes"),
     ([{"type": "wait", "session": "s", "kind": "user", "agent": LONG}], "hints[0].agent: 257 bytes"),
     ([{"type": "wait", "session": "s", "kind": "user", "expected_ms": -1}], "hints[0].expected_ms: -1 is outside"),
     ([{"type": "wait", "session": "s", "kind": "user", "expected_ms": 86_400_001}], "is outside 0..=86400000"),
     ([{"type": "wait", "session": "s", "kind": "user", "expected_ms": 1.5}], "expected whole milliseconds"),
     ([{"type": "wait", "session": "s", "kind": "user", "expected_ms": True}], "expected whole milliseconds"),
-    ([{"type": "handoff", "session": "s", "to_agent": "b"}], "hints[0].from_agent: missing"),
+    ([{"type": "handoff", "session": "s", "from_agent": "a"}], "hints[0].to_agent: missing"),
     ([{"type": "handoff", "session": "s", "from_agent": "a", "to_agent": LONG}], "hints[0].to_agent: 257 bytes"),
     (["session_closed"], "hints[0]: expected an object"),
     ([{"type": "session_closed", "session": "s"}] * 65, "65 hints, over the limit of 64 per call: split the list"),
-    ([], "hints: empty"),
     ({"type": "session_closed", "session": "s"}, "hints: expected a list"),
     ([{"type": "wait", "session": "s", "kind": "user", "agent": "a" * 250}] * 64, "over the limit of 16384: split"),
 ]
