@@ -12,6 +12,11 @@ With ``--stream`` every node streams its answer (``ChatOpenAI(streaming=True)``)
 frameworks call a model; LangChain then asks for no usage (it does only against OpenAI's own
 URL), and the proxy still counts each call's prompt and cached tokens.
 
+With ``--hints`` each run of the graph is a named session (``x-session-id``) and the agentrt hint
+package's LangChain callback closes it when the graph reaches END (sdk/hints/README.md): the
+proxy's policy then knows which sessions' cached context will not be asked for again. Off by
+default, so that a run with and a run without hints can be compared.
+
 Needs ``langgraph`` and ``langchain-openai`` (adapters/vllm/setup-venv.sh installs them into
 .venv-vllm).
 """
@@ -20,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import uuid
+from pathlib import Path
 from typing import TypedDict
 
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -48,13 +55,13 @@ class TaskState(TypedDict, total=False):
 
 
 def build_graph(base_url: str, model: str = "tiny", api_key: str = "not-needed", max_tokens: int = 16,
-                stream: bool = False):
+                stream: bool = False, headers: dict | None = None):
     """The compiled graph. Every node is a ChatOpenAI aimed at ``base_url`` (the proxy), streaming
-    its answers when ``stream``."""
+    its answers when ``stream``, sending ``headers`` with every request."""
 
     def llm() -> ChatOpenAI:
         return ChatOpenAI(model=model, base_url=base_url, api_key=api_key, max_tokens=max_tokens, temperature=0,
-                          max_retries=0, streaming=stream)
+                          max_retries=0, streaming=stream, default_headers=headers)
 
     planner, coder, reviewer = llm(), llm(), llm()
 
@@ -83,6 +90,16 @@ def build_graph(base_url: str, model: str = "tiny", api_key: str = "not-needed",
     return graph.compile()
 
 
+def agentrt_hints():
+    """The hint package: installed (`pip install sdk/hints`), else this checkout's."""
+    checkout = str(Path(__file__).resolve().parents[2] / "sdk" / "hints")
+    if checkout not in sys.path:
+        sys.path.append(checkout)
+    import agentrt_hints
+
+    return agentrt_hints
+
+
 TASKS = [
     "Add a --dry-run flag to the export command that prints what would be written without writing it.",
     "The invoice report times out for accounts with more than 10,000 rows; page the query.",
@@ -99,10 +116,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=3, help=f"how many tasks to run (at most {len(TASKS)})")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--stream", action="store_true", help="stream every answer, as most frameworks do")
+    parser.add_argument("--hints", action="store_true",
+                        help="name each run's session and close it at the graph's end (sdk/hints)")
     args = parser.parse_args(argv)
     graph = build_graph(args.base_url, args.model, max_tokens=args.max_tokens, stream=args.stream)
+    hints = agentrt_hints().AgentrtHints(args.base_url) if args.hints else None
     for task in TASKS[: args.tasks]:
-        result = graph.invoke({"task": task})
+        config = None
+        if hints is not None:
+            session = f"langgraph-{uuid.uuid4().hex[:12]}"
+            graph = build_graph(args.base_url, args.model, max_tokens=args.max_tokens, stream=args.stream,
+                                headers=agentrt_hints().headers_for(session))
+            config = {"callbacks": [agentrt_hints().AgentrtCallback(hints, session)]}  # the one line of setup
+        result = graph.invoke({"task": task}, config=config)
         print(f"TASK    {task}\nPLAN    {result['plan']!r}\nPATCH   {result['patch']!r}\nREVIEW  {result['review']!r}\n")
     return 0
 

@@ -9,6 +9,10 @@ No headers, no agent ids, no session ids: the proxy names each agent by its anch
 
     python examples/openai-agents/research.py --base-url http://127.0.0.1:8080/v1 --tasks 2
 
+With ``--hints`` each task's two runs are one named session (``x-session-id``, through the run's
+model settings) and the agentrt hint package's run hooks close it when the writer's run ends
+(sdk/hints/README.md); off by default, so that a run with and a run without hints can be compared.
+
 Needs ``openai-agents`` (examples/setup-venv.sh installs it into ~/.cache/agentrt/venv-agents).
 """
 
@@ -17,12 +21,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import uuid
+from pathlib import Path
 
 from agents import (
     Agent,
     ModelSettings,
     OpenAIChatCompletionsModel,
     OpenAIResponsesModel,
+    RunConfig,
     Runner,
     set_tracing_disabled,
 )
@@ -59,10 +66,28 @@ def build_agents(base_url: str, model: str = "tiny", api_key: str = "not-needed"
     return agent("researcher", RESEARCHER), agent("writer", WRITER)
 
 
-async def run_task(researcher: Agent, writer: Agent, task: str) -> tuple[str, str]:
-    notes = await Runner.run(researcher, task)
-    answer = await Runner.run(writer, f"{task}\n\nThe researcher's notes:\n{notes.final_output}")
+async def run_task(researcher: Agent, writer: Agent, task: str, hints=None) -> tuple[str, str]:
+    """The researcher's run, then the writer's on its notes. With ``hints`` (an AgentrtHints) both
+    runs are one named session, closed when the writer's run ends."""
+    first, last = {}, {}
+    if hints is not None:
+        session = f"openai-agents-{uuid.uuid4().hex[:12]}"
+        settings = RunConfig(model_settings=ModelSettings(extra_headers=agentrt_hints().headers_for(session)))
+        first = {"run_config": settings, "hooks": agentrt_hints().AgentrtRunHooks(hints, session, close=False)}
+        last = {"run_config": settings, "hooks": agentrt_hints().AgentrtRunHooks(hints, session)}  # closes it
+    notes = await Runner.run(researcher, task, **first)
+    answer = await Runner.run(writer, f"{task}\n\nThe researcher's notes:\n{notes.final_output}", **last)
     return str(notes.final_output), str(answer.final_output)
+
+
+def agentrt_hints():
+    """The hint package: installed (`pip install sdk/hints`), else this checkout's."""
+    checkout = str(Path(__file__).resolve().parents[2] / "sdk" / "hints")
+    if checkout not in sys.path:
+        sys.path.append(checkout)
+    import agentrt_hints
+
+    return agentrt_hints
 
 
 async def main(argv: list[str]) -> int:
@@ -75,12 +100,15 @@ async def main(argv: list[str]) -> int:
     # tiny random test model never ends an answer by itself: tests run it on chat completions.
     parser.add_argument("--api", choices=("responses", "chat"), default="responses")
     parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--hints", action="store_true",
+                        help="name each task's session and close it when its last run ends (sdk/hints)")
     args = parser.parse_args(argv)
     set_tracing_disabled(True)  # the SDK would otherwise upload traces to OpenAI
     researcher, writer = build_agents(args.base_url, args.model, max_tokens=args.max_tokens, api=args.api,
                                       temperature=args.temperature)
+    hints = agentrt_hints().AgentrtHints(args.base_url) if args.hints else None
     for task in TASKS[: args.tasks]:
-        notes, answer = await run_task(researcher, writer, task)
+        notes, answer = await run_task(researcher, writer, task, hints)
         print(f"task: {task}\n  notes: {notes!r}\n  answer: {answer!r}")
     return 0
 

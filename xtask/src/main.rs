@@ -6,7 +6,9 @@
 //!   C and Go ones (their modules). `--root DIR` builds another tree laid out like this one into
 //!   `DIR/target`.
 //! - `test` — build the components, run every test in the workspace, the Python policies' and
-//!   the Python SDK's native tests (pytest), then the vLLM adapter's Python tests (pytest in `.venv-vllm`, made by `adapters/vllm/setup-venv.sh`; skipped, saying
+//!   the Python SDK's native tests (pytest), the lifecycle-hint package's tests in each venv that has
+//!   a framework it hooks ([`hints_sdk`]: `.venv-vllm` for LangGraph, `~/.cache/agentrt/venv-agents`
+//!   for the OpenAI Agents SDK and AutoGen; skipped, saying so, without them), then the vLLM adapter's Python tests (pytest in `.venv-vllm`, made by `adapters/vllm/setup-venv.sh`; skipped, saying
 //!   so, without it), then the SGLang adapter's (pytest in `$AGENTRT_SGLANG_VENV`, default
 //!   `~/.cache/agentrt/venv-sglang`, made by `adapters/sglang/setup-venv.sh`; skipped, saying so,
 //!   without it).
@@ -25,6 +27,7 @@
 
 mod components;
 mod dist;
+mod hints_sdk;
 mod workspace;
 
 use agentrt_policy_build::{c, go, js, python, run};
@@ -62,6 +65,7 @@ fn main() -> Result<()> {
             js::test_all(&tree)?;
             c::test_all(&tree)?;
             go::test_all(&tree)?;
+            hints_sdk::test_all(&workspace)?;
             vllm_adapter_tests(&workspace)?;
             sglang_adapter_tests(&workspace)
         }
