@@ -14,18 +14,19 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use agentrt_runtime::types::{EndReason, Event, Item, ItemKind, RequestArrival, RequestFinish};
+use agentrt_runtime::types::{Continuation, EndReason, Event, Item, ItemKind, RequestArrival, RequestFinish};
 
 use super::finish::{FinishGuard, Lifecycle};
 use super::prepare::Prepared;
 use super::state::{failed, revoked_error, unless_revoked, ProxyState};
 use crate::engine::admission::Applicant;
-use crate::engine::replicas::Lease;
+use crate::engine::replicas::{Lease, RouteInput};
 use crate::engine::upstream;
 use crate::front::error::ApiError;
 use crate::hints::parse::RequestHints;
 use crate::hints::tool_wait::tools_in_reply;
 use crate::identity::agent_api::AgentApi;
+use crate::identity::Identity;
 use crate::names::ADMISSION_SLOT;
 use crate::policy::feed::session_end;
 use crate::telemetry;
@@ -79,6 +80,94 @@ pub(super) async fn forward(
         .record("agent", identity.agent_name.as_str())
         .record("session", identity.session)
         .record("request_id", request_id);
+    announce(
+        &state,
+        &tenant,
+        &identity,
+        agent,
+        request_id,
+        (ended, registration, continues),
+    );
+    let template = finish_template(request_id, agent, &identity);
+    let lifecycle = Lifecycle::new(lifecycle, &identity.agent_name);
+    let mut guard = FinishGuard::new(state.clone(), tenant.clone(), permit, template, lifecycle);
+    // The policy's next move does not wait for the upstream.
+    state.effects.carry_out(tenant.clone());
+    // A place upstream, least-demoted first (`--upstream-max-in-flight`); the wait is not the
+    // proxy's overhead.
+    let queued = Instant::now();
+    let revoked = guard.permit.revocation();
+    let waiting = waiting_item(request_id, agent, &identity);
+    if let Err(e) = wait_for_admission(&state, &tenant, &revoked, &mut guard, waiting, body.len()).await {
+        guard.finish(false, None);
+        return failed(&state, e.shaped(api.error_shape()));
+    }
+    let queue_wait = queued.elapsed();
+    let body = Bytes::from(body);
+    state
+        .metrics
+        .observe_overhead(received.elapsed().saturating_sub(queue_wait));
+    let outbound = Outbound {
+        path,
+        body: &body,
+        session: identity.session,
+        agent,
+    };
+    match send_placed(&state, &revoked, route, outbound).await {
+        Ok((reply, lease)) => {
+            guard.lease = lease.map(|mut lease| {
+                lease.prefill_complete();
+                lease
+            });
+            respond(&state, api, &tenant, guard, reply, &revoked, strip_usage).await
+        }
+        Err(e) => {
+            guard.finish(false, None);
+            failed(&state, e.shaped(api.error_shape()))
+        }
+    }
+}
+
+/// The `request-finish` the finish guard completes (tokens, outcome, time) when the call ends.
+fn finish_template(request_id: u64, agent: u32, identity: &Identity) -> RequestFinish {
+    RequestFinish {
+        request_id,
+        agent,
+        session: identity.session,
+        prompt_tokens: identity.prompt_tokens,
+        cached_tokens: 0,
+        output_tokens: 0,
+        warmup: false,
+        ok: false,
+        at_us: 0,
+    }
+}
+
+/// The request as the `admission` slot scores it while it waits for a place: a `request` item,
+/// keyed and aged by its id.
+fn waiting_item(request_id: u64, agent: u32, identity: &Identity) -> Item {
+    Item {
+        kind: ItemKind::Request,
+        key: request_id,
+        agent,
+        session: identity.session,
+        last_access: request_id,
+        tokens: identity.prompt_tokens,
+        position: 0,
+        tier: agentrt_runtime::types::Tier::Gpu,
+    }
+}
+
+/// Tell the tenant's policies the request arrived: the sessions its table let go of (evicted),
+/// the agent's registration when it is new, then `request-arrival`.
+fn announce(
+    state: &ProxyState,
+    tenant: &Arc<Tenant>,
+    identity: &Identity,
+    agent: u32,
+    request_id: u64,
+    (ended, registration, continues): (Vec<u64>, Option<Event>, Option<Continuation>),
+) {
     state.metrics.sessions_ended.fetch_add(ended.len() as u64, Relaxed);
     let at_us = state.clock.now_us();
     let mut events: Vec<Event> = ended
@@ -87,7 +176,7 @@ pub(super) async fn forward(
         .collect();
     events.extend(registration);
     // A closed session that calls again is open again; a session waiting for a tool has its result.
-    state.hints.arrived(&tenant, identity.session);
+    state.hints.arrived(tenant, identity.session);
     events.push(Event::RequestArrival(RequestArrival {
         request_id,
         agent,
@@ -98,89 +187,75 @@ pub(super) async fn forward(
         warmup: false,
         at_us,
     }));
-    state.feed.tell(&tenant, events);
+    state.feed.tell(tenant, events);
     state.metrics.in_flight.fetch_add(1, Relaxed);
-    let template = RequestFinish {
-        request_id,
-        agent,
-        session: identity.session,
-        prompt_tokens: identity.prompt_tokens,
-        cached_tokens: 0,
-        output_tokens: 0,
-        warmup: false,
-        ok: false,
-        at_us: 0,
-    };
-    let lifecycle = Lifecycle::new(lifecycle, &identity.agent_name);
-    let mut guard = FinishGuard::new(state.clone(), tenant.clone(), permit, template, lifecycle);
-    // The policy's next move does not wait for the upstream.
-    state.effects.carry_out(tenant.clone());
-    // A place upstream, least-demoted first (`--upstream-max-in-flight`); the wait is not the
-    // proxy's overhead.
-    let queued = Instant::now();
-    let revoked = guard.permit.revocation();
-    if let Some(queue) = &state.admission {
-        // Its span lasts from here to the place; the waits run inside it.
-        let admission = tracing::info_span!("admission", tenant = %tenant.name, waited = tracing::field::Empty);
-        let admitted = match queue.try_admit() {
-            Some(place) => Ok(place),
-            None => {
-                admission.record("waited", true);
-                let waiting = Item {
-                    kind: ItemKind::Request,
-                    key: request_id,
-                    agent,
-                    session: identity.session,
-                    last_access: request_id,
-                    tokens: identity.prompt_tokens,
-                    position: 0,
-                    tier: agentrt_runtime::types::Tier::Gpu,
-                };
-                let demotion = tenant.verdicts.priority(identity.session).min(0).unsigned_abs();
-                let applicant = applicant(&tenant, demotion, waiting, body.len())
-                    .instrument(admission.clone())
-                    .await;
-                unless_revoked(&state, &revoked, queue.admit(applicant))
-                    .instrument(admission.clone())
-                    .await
-            }
-        };
-        drop(admission);
-        match admitted {
-            Ok(place) => guard.admission = Some(place),
-            Err(e) => {
-                guard.finish(false, None);
-                return failed(&state, e.shaped(api.error_shape()));
-            }
-        }
-    }
-    let queue_wait = queued.elapsed();
+}
 
-    let mut route = route;
+/// With `--upstream-max-in-flight`, a place upstream for `waiting` (a body of `bytes`): at once
+/// when one is free, else in the admission queue, least-demoted first, the tenant's `admission`
+/// slot ordering its own; the place goes into `guard`. A revoked key stops the wait.
+async fn wait_for_admission(
+    state: &ProxyState,
+    tenant: &Arc<Tenant>,
+    revoked: &CancellationToken,
+    guard: &mut FinishGuard,
+    waiting: Item,
+    bytes: usize,
+) -> Result<(), ApiError> {
+    let Some(queue) = &state.admission else {
+        return Ok(());
+    };
+    // Its span lasts from here to the place; the waits run inside it.
+    let admission = tracing::info_span!("admission", tenant = %tenant.name, waited = tracing::field::Empty);
+    let place = match queue.try_admit() {
+        Some(place) => place,
+        None => {
+            admission.record("waited", true);
+            let demotion = tenant.verdicts.priority(waiting.session).min(0).unsigned_abs();
+            let applicant = applicant(tenant, demotion, waiting, bytes)
+                .instrument(admission.clone())
+                .await;
+            unless_revoked(state, revoked, queue.admit(applicant))
+                .instrument(admission.clone())
+                .await?
+        }
+    };
+    guard.admission = Some(place);
+    Ok(())
+}
+
+/// What goes upstream: the route's path, the body, and who sends it.
+struct Outbound<'a> {
+    path: &'a str,
+    body: &'a Bytes,
+    session: u64,
+    agent: u32,
+}
+
+/// Send to the replica the router places the request on (several replicas: once more elsewhere
+/// when the first refuses the connection), else the upstream; the reply's head and the lease.
+/// On failure the upstream's failure is counted and the replica told, unless the key's revocation
+/// cut it.
+async fn send_placed(
+    state: &ProxyState,
+    revoked: &CancellationToken,
+    mut route: Option<RouteInput>,
+    out: Outbound<'_>,
+) -> Result<(reqwest::Response, Option<Lease>), ApiError> {
     let mut lease = match (&state.replicas, route.as_mut()) {
-        (Some(replicas), Some(input)) => Some(replicas.place(agent, input).await),
+        (Some(replicas), Some(input)) => Some(replicas.place(out.agent, input).await),
         _ => None,
     };
-    let body = Bytes::from(body);
-    state
-        .metrics
-        .observe_overhead(received.elapsed().saturating_sub(queue_wait));
-    let mut sent = send_unless_revoked(&state, &revoked, lease.as_ref(), path, &body, identity.session).await;
+    let mut sent = send_unless_revoked(state, revoked, lease.as_ref(), out.path, out.body, out.session).await;
     // A replica that refused the connection got nothing: the request is placed once more.
     if let (Err((_, true)), Some(replicas), Some(input)) = (&sent, &state.replicas, route.as_mut()) {
         if let Some(refused) = lease.take_if(|_| replicas.replicas().len() > 1) {
-            lease = Some(replicas.retry(agent, input, refused).await);
-            sent = send_unless_revoked(&state, &revoked, lease.as_ref(), path, &body, identity.session).await;
+            lease = Some(replicas.retry(out.agent, input, refused).await);
+            sent = send_unless_revoked(state, revoked, lease.as_ref(), out.path, out.body, out.session).await;
         }
     }
-    let reply = match sent.map_err(|(e, _)| e) {
-        Ok(response) => {
-            guard.lease = lease.map(|mut lease| {
-                lease.prefill_complete();
-                lease
-            });
-            response
-        }
+    match sent.map_err(|(e, _)| e) {
+        Ok(response) => Ok((response, lease)),
         Err(e) => {
             state.upstream_failed(&e);
             // A revoked key is no fault of the replica's.
@@ -188,10 +263,22 @@ pub(super) async fn forward(
             if let (Some(lease), false) = (&lease, cut_by_revocation) {
                 lease.failed();
             }
-            guard.finish(false, None);
-            return failed(&state, e.shaped(api.error_shape()));
+            Err(e)
         }
-    };
+    }
+}
+
+/// The upstream's answer to the client: relayed as it streams, or read whole (its usage, stored
+/// response id and the tools it asks for taken on the way); the finish guard goes with it.
+async fn respond(
+    state: &ProxyState,
+    api: AgentApi,
+    tenant: &Arc<Tenant>,
+    mut guard: FinishGuard,
+    reply: reqwest::Response,
+    revoked: &CancellationToken,
+    strip_usage: bool,
+) -> Response {
     let status = StatusCode::from_u16(reply.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let content_type = reply
         .headers()
@@ -222,7 +309,7 @@ pub(super) async fn forward(
     } else {
         let relay = tracing::info_span!("relay", streamed = false);
         let read = upstream::read_reply(reply, state.upstream.limits());
-        match unless_revoked(&state, &revoked, read).instrument(relay).await {
+        match unless_revoked(state, revoked, read).instrument(relay).await {
             Ok(bytes) => {
                 let reply = serde_json::from_slice::<Value>(&bytes).ok();
                 let usage = reply.as_ref().and_then(|v| api.usage(v));
@@ -238,7 +325,7 @@ pub(super) async fn forward(
             Err(e) => {
                 state.upstream_failed(&e);
                 guard.finish(false, None);
-                return failed(&state, e.shaped(api.error_shape()));
+                return failed(state, e.shaped(api.error_shape()));
             }
         }
     };
