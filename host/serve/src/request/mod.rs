@@ -129,37 +129,87 @@ fn finished(response: Response) -> Response {
 
 /// A call in one of the APIs with agent identity: chat completions, Responses, Messages.
 async fn agent_call(state: ProxyState, headers: HeaderMap, body: Body, api: AgentApi) -> Response {
-    let span = request_span(api.path(), &headers);
-    agent_call_traced(state, headers, body, api).instrument(span).await
+    let call = Call::Agent(api);
+    let span = request_span(call.path(), &headers);
+    call_traced(state, headers, body, call).instrument(span).await
 }
 
-async fn agent_call_traced(state: ProxyState, headers: HeaderMap, body: Body, api: AgentApi) -> Response {
+async fn completions(State(state): State<ProxyState>, headers: HeaderMap, body: Body) -> Response {
+    let span = request_span(Call::Completion.path(), &headers);
+    call_traced(state, headers, body, Call::Completion)
+        .instrument(span)
+        .await
+}
+
+/// What a model route takes: a call in an agent API, or a plain completion (no agent API: its
+/// errors keep the default shape and its usage is read in chat completions' words).
+#[derive(Clone, Copy)]
+enum Call {
+    Agent(AgentApi),
+    Completion,
+}
+
+impl Call {
+    fn path(self) -> &'static str {
+        match self {
+            Call::Agent(api) => api.path(),
+            Call::Completion => "/v1/completions",
+        }
+    }
+
+    /// The API whose usage, response ids and errors the reply is read in.
+    fn api(self) -> AgentApi {
+        match self {
+            Call::Agent(api) => api,
+            Call::Completion => AgentApi::ChatCompletions,
+        }
+    }
+
+    /// `e` in the shape the client's API expects.
+    fn shaped(self, e: ApiError) -> ApiError {
+        match self {
+            Call::Agent(api) => e.shaped(api.error_shape()),
+            Call::Completion => e,
+        }
+    }
+}
+
+/// One model call, whatever the route: a place in the tenant's quota before the body is read,
+/// the lifecycle hints of its headers, agent and session identified, then [`forward`].
+async fn call_traced(state: ProxyState, headers: HeaderMap, body: Body, call: Call) -> Response {
     state.metrics.requests.fetch_add(1, Relaxed);
-    let shape = api.error_shape();
     let Received {
         admitted,
         body,
         reading,
     } = match admit_then_read(&state, &headers, body).await {
         Ok(read) => read,
-        Err(e) => return finished(closing_connection(failed(&state, e.shaped(shape)))),
+        Err(e) => return finished(closing_connection(failed(&state, call.shaped(e)))),
     };
     let Admitted { tenant, permit } = admitted;
     tracing::Span::current().record("tenant", tenant.name.as_str());
     let lifecycle = match hints_of(&state, &tenant, &headers) {
         Ok(lifecycle) => lifecycle,
-        Err(e) => return finished(failed(&state, e.shaped(shape))),
+        Err(e) => return finished(failed(&state, call.shaped(e))),
     };
     // The proxy's overhead counts from here: the client's upload time is not the proxy's.
     let received = Instant::now();
     let identity = tracing::info_span!("identity", tenant = %tenant.name, agent = tracing::field::Empty, session = tracing::field::Empty);
-    let prepared = prepare_agent_call(&state, tenant, &headers, body, api)
-        .instrument(identity)
-        .await;
+    let prepared = async {
+        match call {
+            Call::Agent(api) => prepare_agent_call(&state, tenant, &headers, body, api).await,
+            Call::Completion => match parse_body(&state, &tenant, body).await {
+                Ok(json) => prepare_completion(&state, tenant, &headers, json),
+                Err(e) => Err(e),
+            },
+        }
+    }
+    .instrument(identity)
+    .await;
     drop(reading);
     finished(match prepared {
-        Ok(prepared) => forward(state, api.path(), api, prepared, (permit, lifecycle), received).await,
-        Err(e) => failed(&state, e.shaped(shape)),
+        Ok(prepared) => forward(state, call.path(), call.api(), prepared, (permit, lifecycle), received).await,
+        Err(e) => failed(&state, call.shaped(e)),
     })
 }
 
@@ -170,56 +220,6 @@ fn hints_of(state: &ProxyState, tenant: &crate::tenant::Tenant, headers: &Header
         state.hints.refused(tenant, "malformed");
         state.metrics.bad_requests.fetch_add(1, Relaxed);
         invalid_hint(message)
-    })
-}
-
-async fn completions(State(state): State<ProxyState>, headers: HeaderMap, body: Body) -> Response {
-    let span = request_span("/v1/completions", &headers);
-    completions_traced(state, headers, body).instrument(span).await
-}
-
-async fn completions_traced(state: ProxyState, headers: HeaderMap, body: Body) -> Response {
-    state.metrics.requests.fetch_add(1, Relaxed);
-    let Received {
-        admitted,
-        body,
-        reading,
-    } = match admit_then_read(&state, &headers, body).await {
-        Ok(read) => read,
-        Err(e) => return finished(closing_connection(failed(&state, e))),
-    };
-    let Admitted { tenant, permit } = admitted;
-    tracing::Span::current().record("tenant", tenant.name.as_str());
-    let lifecycle = match hints_of(&state, &tenant, &headers) {
-        Ok(lifecycle) => lifecycle,
-        Err(e) => return finished(failed(&state, e)),
-    };
-    // The proxy's overhead counts from here: the client's upload time is not the proxy's.
-    let received = Instant::now();
-    let identity = tracing::info_span!("identity", tenant = %tenant.name, agent = tracing::field::Empty, session = tracing::field::Empty);
-    let prepared = async {
-        match parse_body(&state, &tenant, body).await {
-            Ok(json) => prepare_completion(&state, tenant, &headers, json),
-            Err(e) => Err(e),
-        }
-    }
-    .instrument(identity)
-    .await;
-    drop(reading);
-    finished(match prepared {
-        // Plain completions report usage in chat completions' words.
-        Ok(prepared) => {
-            forward(
-                state,
-                "/v1/completions",
-                AgentApi::ChatCompletions,
-                prepared,
-                (permit, lifecycle),
-                received,
-            )
-            .await
-        }
-        Err(e) => failed(&state, e),
     })
 }
 
