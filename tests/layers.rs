@@ -356,3 +356,29 @@ fn the_reader_resolves_paths_groups_and_super() {
     .into();
     assert_eq!(circles(&graph), vec![vec!["a".to_string(), "b".to_string()]]);
 }
+
+/// Engine crates host/serve's lower layers must not name: the tenant layer and those below it
+/// speak to the engine through traits of their own, which `engine/` implements — so a tenant
+/// reload or an identity rule never depends on which engine (or adapter crate) is in use.
+const ENGINE_CRATES: &[&str] = &["agentrt_vllm", "agentrt_router"];
+
+#[test]
+fn host_serve_layers_below_the_engine_name_no_engine_crate() {
+    let engine_layer = layer_of("engine");
+    let mut found = Vec::new();
+    for (module, code) in modules(&root().join("host/serve/src")) {
+        if layer_of(&module) >= engine_layer {
+            continue;
+        }
+        for engine_crate in ENGINE_CRATES {
+            if code.contains(&format!("{engine_crate}::")) {
+                found.push(format!("{module} names {engine_crate}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "engine crates named below the engine layer:\n{}",
+        found.join("\n")
+    );
+}

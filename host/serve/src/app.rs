@@ -31,7 +31,7 @@ use crate::request::engine_fields::ClientEngineFields;
 use crate::request::{BodyOptions, ProxyState};
 use crate::tenant::cache_salt::CacheSalts;
 use crate::tenant::metrics::{RegistryReport, TenantsReport};
-use crate::tenant::reload::{Reloader, Reloads};
+use crate::tenant::reload::{CacheShares, Reloader, Reloads};
 use crate::tenant::Tenants;
 
 /// Everything the proxy is built from. [`AppConfig::new`] gives the defaults of `agentrt serve`
@@ -167,9 +167,14 @@ impl App {
         let gateway = config
             .mcp
             .map(|options| crate::mcp::gateway(tenants.clone(), clock, options));
-        let reloads = config
-            .reloader
-            .map(|reloader| Reloads::new(reloader, tenants.clone(), engine.cache.clone(), metrics.clone()));
+        let reloads = config.reloader.map(|reloader| {
+            Reloads::new(
+                reloader,
+                tenants.clone(),
+                engine.cache.clone().map(|c| c as Arc<dyn CacheShares>),
+                metrics.clone(),
+            )
+        });
 
         let proxy = ProxyState {
             tenants: tenants.clone(),

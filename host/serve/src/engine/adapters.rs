@@ -14,9 +14,12 @@ use anyhow::Context;
 use agentrt_runtime::{PolicyHandle, PolicyRegistry, Share};
 
 use crate::engine::replicas::{ReplicaArgs, ReplicaEngines, ReplicaRouting};
+use crate::identity::Identity;
 use crate::names::{DEFAULT_TENANT, KV_SLOT};
 use crate::prometheus::Report;
+use crate::tenant::agents::AgentDirectory;
 use crate::tenant::handles::Handles;
+use crate::tenant::reload::CacheShares;
 use crate::tenant::Tenants;
 
 /// The eviction sockets' options, named here for whoever builds an [`EngineConfig`].
@@ -231,5 +234,35 @@ fn render_engine_cache(cache: &agentrt_vllm::SharedCache, out: &mut String) {
         for (tenant, figures, share) in &tenants {
             let _ = writeln!(out, "{name}{{tenant=\"{tenant}\"}} {}", read(figures, share));
         }
+    }
+}
+
+/// A reload sets the shares of the cache the tenants' policies rank (the tenant layer knows the
+/// cache only as [`CacheShares`]).
+impl CacheShares for agentrt_vllm::SharedCache {
+    fn set_shares(&self, shares: HashMap<String, Share>) {
+        agentrt_vllm::SharedCache::set_shares(self, shares);
+    }
+}
+
+/// The vLLM plugin may name agents by string (clients that bypass the proxy); resolve them in the
+/// tenant's directory so both paths agree on handles.
+impl agentrt_vllm::AgentResolver for AgentDirectory {
+    fn resolve(&self, name: &str, policy: &dyn agentrt_vllm::EngineRanker) -> u32 {
+        let identity = Identity {
+            agent_name: name.to_string(),
+            anchor_hash: 0,
+            anchor_tokens: 0,
+            session_key: String::new(),
+            session: 0,
+            prompt_tokens: 0,
+        };
+        let (handle, registration) = self.intern(&identity);
+        if let Some(event) = registration {
+            if let Err(e) = policy.announce(&[event]) {
+                tracing::warn!(agent = name, error = %e, "policy refused agent-registered");
+            }
+        }
+        handle
     }
 }

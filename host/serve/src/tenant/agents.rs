@@ -259,28 +259,6 @@ pub struct SessionRecord {
     pub forgotten: Vec<u64>,
 }
 
-/// The vLLM plugin may name agents by string (clients that bypass the proxy); resolve them in the
-/// same directory so both paths agree on handles.
-impl agentrt_vllm::AgentResolver for AgentDirectory {
-    fn resolve(&self, name: &str, policy: &dyn agentrt_vllm::EngineRanker) -> u32 {
-        let identity = Identity {
-            agent_name: name.to_string(),
-            anchor_hash: 0,
-            anchor_tokens: 0,
-            session_key: String::new(),
-            session: 0,
-            prompt_tokens: 0,
-        };
-        let (handle, registration) = self.intern(&identity);
-        if let Some(event) = registration {
-            if let Err(e) = policy.announce(&[event]) {
-                tracing::warn!(agent = name, error = %e, "policy refused agent-registered");
-            }
-        }
-        handle
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,10 +28,12 @@
 //! keys that changed: applying the rest would leave the file half in effect, and the operator
 //! believing a setting changed that did not.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Condvar, Mutex};
 
+use agentrt_runtime::Share;
 use serde::Serialize;
 
 use crate::metrics::ProxyMetrics;
@@ -277,8 +279,15 @@ impl Drop for Answering<'_> {
 pub struct Reloads {
     reloader: Reloader,
     tenants: Arc<Tenants>,
-    cache: Option<Arc<agentrt_vllm::SharedCache>>,
+    cache: Option<Arc<dyn CacheShares>>,
     metrics: Arc<ProxyMetrics>,
+}
+
+/// The engine's cache divided among tenants, as a reload sees it: only its shares change. The
+/// engine layer implements it for the adapter that ranks by tenant, so this layer names no engine.
+pub trait CacheShares: Send + Sync {
+    /// Each tenant's guaranteed and maximum blocks from now on (a tenant not named: none).
+    fn set_shares(&self, shares: HashMap<String, Share>);
 }
 
 impl Reloads {
@@ -287,7 +296,7 @@ impl Reloads {
     pub fn new(
         reloader: Reloader,
         tenants: Arc<Tenants>,
-        cache: Option<Arc<agentrt_vllm::SharedCache>>,
+        cache: Option<Arc<dyn CacheShares>>,
         metrics: Arc<ProxyMetrics>,
     ) -> Arc<Self> {
         Arc::new(Self {
