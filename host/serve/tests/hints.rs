@@ -175,6 +175,29 @@ async fn hints_reach_only_their_tenants_policy_once_and_bad_ones_are_refused_who
         hint(&p, "key-a", &waits).await.1,
         json!({"accepted": 2, "duplicates": 0})
     );
+    // The same wait read from a response and then said by the framework (the Agents SDK's tool
+    // hook runs after the model's answer): told once. Said with an expected time, that time is
+    // news and is told, and the wait still started when the response asked for the tool.
+    assert_eq!(
+        call(&p, "key-a", chat_path, &tool_chat, "s-dup", "researcher", &[]).await,
+        200
+    );
+    let same_wait = |expected_ms: Option<u64>| {
+        let mut wait =
+            json!({"type": "wait", "session": "s-dup", "agent": "researcher", "kind": "tool", "tool": "web_search"});
+        if let Some(ms) = expected_ms {
+            wait["expected_ms"] = json!(ms);
+        }
+        json!({ "hints": [wait] })
+    };
+    assert_eq!(
+        hint(&p, "key-a", &same_wait(None)).await.1,
+        json!({"accepted": 1, "duplicates": 1})
+    );
+    assert_eq!(
+        hint(&p, "key-a", &same_wait(Some(1500))).await.1,
+        json!({"accepted": 1, "duplicates": 0})
+    );
     let probe = heard(&p, "alpha").await;
     let tenant = p.app.tenants().get_or_start("alpha").unwrap();
     let (researcher, shell) = (
@@ -191,6 +214,8 @@ async fn hints_reach_only_their_tenants_policy_once_and_bad_ones_are_refused_who
             (s, shell, 0, bash, 0, false),
             (s, researcher, 0, search, 2_000_000, true),
             (s, 0, 1, 0, 0, true),
+            (alpha("s-dup"), researcher, 0, search, 0, false),
+            (alpha("s-dup"), researcher, 0, search, 1_500_000, true),
         ]
     );
     let (status, stats) = admin_get(&p, "/admin/tenants/alpha/stats", "s3cret").await;
@@ -284,7 +309,8 @@ async fn hints_reach_only_their_tenants_policy_once_and_bad_ones_are_refused_who
         "agentrt_hints_total{tenant=\"alpha\",kind=\"closed\",source=\"endpoint\",outcome=\"duplicate\"} 3",
         "agentrt_hints_total{tenant=\"alpha\",kind=\"closed\",source=\"endpoint\",outcome=\"unknown_session\"} 1",
         "agentrt_hints_total{tenant=\"alpha\",kind=\"handoff\",source=\"header\",outcome=\"applied\"} 1",
-        "agentrt_hints_total{tenant=\"alpha\",kind=\"wait_tool\",source=\"response\",outcome=\"applied\"} 4",
+        "agentrt_hints_total{tenant=\"alpha\",kind=\"wait_tool\",source=\"response\",outcome=\"applied\"} 5",
+        "agentrt_hints_total{tenant=\"alpha\",kind=\"wait_tool\",source=\"endpoint\",outcome=\"duplicate\"} 1",
         "agentrt_hints_total{tenant=\"alpha\",kind=\"wait_user\",source=\"endpoint\",outcome=\"applied\"} 1",
         "agentrt_hints_refused_total{tenant=\"alpha\",reason=\"malformed\"} 2",
         "agentrt_hints_refused_total{tenant=\"alpha\",reason=\"too_large\"} 2",

@@ -201,15 +201,20 @@ impl Hints {
                     wait,
                     expected_ms,
                     ..
-                } => self.wait(
-                    tenant,
-                    &state,
-                    session,
-                    agent.as_deref(),
-                    wait,
-                    *expected_ms,
-                    &mut events,
-                ),
+                } => {
+                    let told = self.wait(
+                        tenant,
+                        &state,
+                        session,
+                        agent.as_deref(),
+                        wait,
+                        *expected_ms,
+                        &mut events,
+                    );
+                    if !told {
+                        applied.duplicates += 1;
+                    }
+                }
                 Hint::Handoff {
                     from_agent, to_agent, ..
                 } => {
@@ -289,6 +294,8 @@ impl Hints {
         true
     }
 
+    /// A wait said by the framework, told to the policies; false when it only repeats a tool
+    /// wait already read from the response that asked for the tool (counted as a duplicate).
     #[allow(clippy::too_many_arguments)]
     fn wait(
         &self,
@@ -299,14 +306,24 @@ impl Hints {
         wait: &WaitFor,
         expected_ms: Option<u64>,
         events: &mut Vec<Event>,
-    ) {
+    ) -> bool {
         let handle = agent.and_then(|a| tenant.agents.handle_of(a)).unwrap_or(0);
         let kind = match wait {
             WaitFor::Tool(tool) => {
                 let mut lifecycle = hints.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
-                lifecycle
-                    .times
-                    .paused(session, agent.unwrap_or_default(), vec![tool.clone()], Instant::now());
+                // A wait the proxy already read from the response that asked for the tool: the
+                // same fact, told once (and its start kept, so the learned gap is the tool's).
+                // An expected duration is news the response did not carry, and is told.
+                if lifecycle.times.is_waiting_for(session, tool) {
+                    if expected_ms.is_none() {
+                        hints.count("wait_tool", Source::Endpoint, Outcome::Duplicate);
+                        return false;
+                    }
+                } else {
+                    lifecycle
+                        .times
+                        .paused(session, agent.unwrap_or_default(), vec![tool.clone()], Instant::now());
+                }
                 "wait_tool"
             }
             WaitFor::User => "wait_user",
@@ -320,6 +337,7 @@ impl Hints {
             true,
             self.clock.now_us(),
         ));
+        true
     }
 
     /// A handoff to agent `to` (registered first if the tenant has not seen it call).

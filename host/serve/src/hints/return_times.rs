@@ -53,6 +53,13 @@ impl ReturnTimes {
         self.open.insert(session, wait, 0);
     }
 
+    /// Whether `session` is waiting for `tool` now (its wait not yet ended by a request).
+    pub fn is_waiting_for(&self, session: u64, tool: &str) -> bool {
+        self.open
+            .peek(&session)
+            .is_some_and(|w| w.tools.iter().any(|t| t == tool))
+    }
+
     /// A request of `session` arrived at `now`: the wait, if one was open, ends; returns whether
     /// one did.
     pub fn resumed(&mut self, session: u64, now: Instant) -> bool {
