@@ -294,6 +294,8 @@ fn nothing_in_sim_uses_its_experiments() {
 const SERVE_LAYERS: &[&[&str]] = &[
     &["names", "clock", "table", "prometheus", "telemetry"],
     &["front"],
+    // Every credential: API keys, admin and tenant-admin tokens, the metrics token.
+    &["auth"],
     &["metrics"],
     &["identity"],
     &["tenant"],
@@ -379,6 +381,38 @@ fn host_serve_layers_below_the_engine_name_no_engine_crate() {
     assert!(
         found.is_empty(),
         "engine crates named below the engine layer:\n{}",
+        found.join("\n")
+    );
+}
+
+/// What only host/serve's `auth` room may do: read a credential from the headers, or compare
+/// one. Any other module asks `auth` (the tenant layer for the caller, `admin/` for a role,
+/// `/metrics` for its token), so no second, drifting check of a token can appear.
+const CREDENTIAL_READS: &[&str] = &["\"authorization\"", "header::AUTHORIZATION", "constant_time_eq"];
+
+#[test]
+fn host_serve_reads_and_compares_credentials_only_in_auth() {
+    let modules = modules(&root().join("host/serve/src"));
+    assert!(
+        modules.contains_key("auth"),
+        "host/serve has no `auth` room (src/auth/mod.rs): credentials are checked there"
+    );
+    let mut found = Vec::new();
+    for (module, code) in &modules {
+        if module == "auth" || module.starts_with("auth::") {
+            continue;
+        }
+        // Header names are case-insensitive: `"Authorization"` reads the same header.
+        let code = code.to_lowercase();
+        for read in CREDENTIAL_READS {
+            if code.contains(&read.to_lowercase()) {
+                found.push(format!("{module} uses {read}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "credentials read or compared outside host/serve's auth room (ask crate::auth instead):\n{}",
         found.join("\n")
     );
 }

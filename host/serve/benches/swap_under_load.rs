@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentrt_serve::tenant::admin_auth::AdminTokens;
+use agentrt_serve::auth::AdminTokens;
 use serde_json::Value;
 use support::{chat_body, component_bytes, fast_upstream, percentile, start_proxy};
 

@@ -5,24 +5,26 @@
 //! the framework's view of the traffic. The folders are the steps a request walks, in order:
 //!
 //! 1. [`front`] — the front door, which knows no tenant and no policy: the accept loop
-//!    (connection cap, header timeout), the limits, bearer tokens, the proxy's own errors and what
-//!    one request may cost to read.
-//! 2. [`tenant`] — whose request it is, from its headers alone ([`tenant::authenticate`]: key →
-//!    tenant → a place in its in-flight quota, before a byte of the body is read), and that
-//!    tenant's share of the proxy: its settings and their reload, quotas, cache salt, agents and
-//!    sessions, policy slots and their workers, verdicts, stored responses.
-//! 3. [`identity`] — who is calling, read from the request alone: the agent (header, `user`, or
+//!    (connection cap, header timeout), the limits, the proxy's own errors and what one request
+//!    may cost to read.
+//! 2. [`auth`] — every credential, checked from the headers alone: API keys (key → tenant, and
+//!    the key's revocation), the operator's and tenant admins' tokens, the metrics token.
+//! 3. [`tenant`] — whose request it is ([`tenant::admit`]: the caller's tenant → a place in its
+//!    in-flight quota, before a byte of the body is read), and that tenant's share of the proxy:
+//!    its settings and their reload, quotas, cache salt, agents and sessions, policy slots and
+//!    their workers, verdicts, stored responses.
+//! 4. [`identity`] — who is calling, read from the request alone: the agent (header, `user`, or
 //!    the anchor's hash) and the session, whatever the API ([`identity::agent_api`]).
-//! 4. [`policy`] — telling the tenant's policies ([`policy::feed`]) and carrying out what they
+//! 5. [`policy`] — telling the tenant's policies ([`policy::feed`]) and carrying out what they
 //!    answer ([`policy::effects`], [`policy::warmup`]), off the critical path.
-//! 5. [`engine`] — the engine(s) behind the proxy: the admission queue, several replicas behind a
+//! 6. [`engine`] — the engine(s) behind the proxy: the admission queue, several replicas behind a
 //!    router, the upstream under its timeouts, `/tokenize`, and the engine adapters (the vLLM
 //!    plugin's eviction socket, KV events, cache shares).
 //!    [`hints`] — what the framework says of a session's life (closed, waiting, handed off), by
 //!    header, by `POST /v1/agentrt/hints` or read from responses, told the same way.
-//! 6. [`request`] — one agent call, step by step: prepare (parse once, check, identify, salt,
+//! 7. [`request`] — one agent call, step by step: prepare (parse once, check, identify, salt,
 //!    amend), forward (policies told, admission, replica, upstream), relay, finish.
-//! 7. [`admin`] — the admin API on its own state; [`mcp`] — the MCP gateway over the tenants;
+//! 8. [`admin`] — the admin API on its own state; [`mcp`] — the MCP gateway over the tenants;
 //!    [`metrics`] — `/metrics` over a list of reports ([`prometheus::Report`]).
 //!
 //! [`app`] is the composition root ([`App::build`]: the one place that sees every capability,
@@ -36,6 +38,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod auth;
 pub mod cli;
 pub mod clock;
 pub mod config_flags;

@@ -13,12 +13,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
+use crate::auth::MetricsToken;
 use crate::prometheus::{render_counters, Report};
 
 /// What the `/metrics` route needs: its token (none: open) and the reports, in order.
 #[derive(Clone)]
 pub struct MetricsState {
-    token: Option<Arc<str>>,
+    token: MetricsToken,
     reports: Arc<[Arc<dyn Report>]>,
 }
 
@@ -27,7 +28,7 @@ impl MetricsState {
     /// tenant), rendering `reports` in order.
     pub fn new(token: Option<String>, reports: Vec<Arc<dyn Report>>) -> Self {
         Self {
-            token: token.map(Into::into),
+            token: MetricsToken::new(token),
             reports: reports.into(),
         }
     }
@@ -39,10 +40,8 @@ pub fn routes<S: Clone + Send + Sync + 'static>(state: MetricsState) -> Router<S
 }
 
 async fn metrics(State(state): State<MetricsState>, headers: HeaderMap) -> Response {
-    if let Some(token) = &state.token {
-        if let Err(e) = crate::front::auth::require_bearer(&headers, token, "metrics token") {
-            return e.into_response();
-        }
+    if let Err(e) = state.token.check(&headers) {
+        return e.into_response();
     }
     let mut out = String::new();
     for report in state.reports.iter() {

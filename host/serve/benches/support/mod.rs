@@ -11,7 +11,7 @@ use std::time::Duration;
 use agentrt_runtime::{
     ComponentLookup, ComponentSource, EmbeddedSet, EngineOptions, PolicyEngine, PolicyRegistry, SlotConfig,
 };
-use agentrt_serve::tenant::admin_auth::AdminTokens;
+use agentrt_serve::auth::AdminTokens;
 use agentrt_serve::tenant::settings::TenantSettings;
 use agentrt_serve::tenant::Tenants;
 use agentrt_serve::{App, AppConfig};

@@ -1,7 +1,7 @@
 //! The admin API: install or hot-swap a tenant's policy, read a tenant's stats and forecasts,
 //! list tenants. Every route requires `Authorization: Bearer <token>`: the operator's
 //! (`--admin-token`) for every route, a tenant's (`--tenant-admin`) for that tenant's routes only
-//! ([`crate::tenant::admin_auth`]); without any token the API is disabled. The token is checked before a
+//! ([`crate::auth`]); without any token the API is disabled. The token is checked before a
 //! byte of the body is read, and an upload is read under `--max-upload-bytes` (64 MiB by default).
 //!
 //! - `PUT /admin/tenants/{tenant}/policy[?fresh=true][&slot=NAME]` — body: a policy component
@@ -40,10 +40,10 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde_json::json;
 
+use crate::auth::AdminTarget;
 use crate::front::error::ApiError;
 use crate::front::limits::{closing_connection, read_body};
 use crate::names::{validate_tenant_name, KV_SLOT};
-use crate::tenant::admin_auth::AdminTarget;
 use crate::tenant::reload::Reloads;
 use crate::tenant::report as tenant_report;
 use crate::tenant::Tenant;

@@ -1,7 +1,6 @@
-//! The front door: connections, limits, bearer tokens, the proxy's own errors and what one
-//! request may cost to read. It knows no tenant and no policy.
+//! The front door: connections, limits, the proxy's own errors and what one request may cost to
+//! read. It knows no tenant and no policy (nor any credential: [`crate::auth`]).
 
-pub mod auth;
 pub mod connections;
 pub mod error;
 pub mod limits;

@@ -16,7 +16,7 @@ use super::parse::{parse_body, MAX_HINTS_BODY_BYTES};
 use super::Hints;
 use crate::front::error::ApiError;
 use crate::front::limits::{closing_connection, read_body};
-use crate::tenant::authenticate::tenant_of;
+use crate::tenant::admit::tenant_of;
 use crate::tenant::Tenants;
 
 /// The `type` of every refused hint call's error.

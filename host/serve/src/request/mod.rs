@@ -1,6 +1,6 @@
 //! One agent call, step by step: the OpenAI-compatible routes — chat completions, Responses,
 //! Messages, completions, models — and what they share. A request is admitted from its headers
-//! ([`crate::tenant::authenticate`]), its body read under `--max-body-bytes` and prepared once
+//! ([`crate::tenant::admit`]), its body read under `--max-body-bytes` and prepared once
 //! (`prepare`), sent on (`forward`: the policies told, admission, replica, upstream), relayed
 //! (`relay`) and its end reported (`finish`). Policy calls never fail a request: a failing
 //! policy is logged, counted and bypassed.
@@ -37,7 +37,7 @@ use crate::hints::parse::{request_hints, RequestHints};
 use crate::hints::route::invalid_hint;
 use crate::identity::agent_api::AgentApi;
 use crate::telemetry;
-use crate::tenant::authenticate::{admit, tenant_of, Admitted};
+use crate::tenant::admit::{admit, tenant_of, Admitted};
 use state::failed;
 
 /// The agent-call routes and `/v1/models`.

@@ -129,5 +129,5 @@ pub(super) async fn unless_revoked<T>(
 
 /// The 401 of a request whose key was revoked while it was in flight, counted.
 pub(super) fn revoked_error(state: &ProxyState) -> ApiError {
-    state.refused("revoked", ApiError::unauthorized(crate::tenant::REVOKED))
+    state.refused("revoked", ApiError::unauthorized(crate::auth::REVOKED))
 }

@@ -13,9 +13,8 @@
 //! goes with them). Moving from unauthenticated to keyed serving revokes the unauthenticated
 //! requests the same way.
 
-pub mod admin_auth;
+pub mod admit;
 pub mod agents;
-pub mod authenticate;
 pub mod cache_salt;
 pub mod config_file;
 pub mod config_warnings;
@@ -43,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 use agentrt_runtime::types::Event;
 use agentrt_runtime::{PolicyComponent, PolicyError, PolicyHandle, PolicyRegistry, RegistryError, SlotConfig};
 
-use crate::front::auth::bearer;
+use crate::auth::{ApiKeys, Caller, KeyTable};
 use crate::front::error::ApiError;
 use crate::names::{DEFAULT_TENANT, KV_SLOT};
 use crate::table::TableLimits;
@@ -205,19 +204,6 @@ impl Drop for TenantPermit {
     }
 }
 
-/// The message a request cut by its key's revocation ends with.
-pub const REVOKED: &str =
-    "the API key this request was made with was revoked (the operator's --config no longer gives it)";
-
-/// Who a request's headers authenticate: its tenant, and the revocation of the key it used.
-pub struct Caller {
-    /// The tenant's name (`default` when serving without keys).
-    pub tenant: String,
-    /// Cancelled when a reload takes the key away from this tenant; hand it to
-    /// [`Tenant::admit_as`].
-    pub revoked: CancellationToken,
-}
-
 /// Every tenant of the proxy: the settings that map keys to tenants (replaced whole by a reload),
 /// the tenants started so far, and the policy registry their slots live in. A tenant starts on
 /// its first request, with the default policy component.
@@ -238,9 +224,8 @@ pub struct Tenants {
     queue_jobs: usize,
     /// Slots every tenant runs besides `kv`: name, component, settings.
     extra_slots: Vec<(String, Arc<PolicyComponent>, SlotConfig)>,
-    /// API key → the revocation of the requests made with it (`""`: unauthenticated requests).
-    /// Only keys the settings give get an entry, so it is as small as the key table.
-    revocations: Mutex<HashMap<String, CancellationToken>>,
+    /// The revocations of the API keys in use ([`crate::auth`] checks the keys `settings` give).
+    api_keys: ApiKeys,
 }
 
 impl Tenants {
@@ -263,7 +248,7 @@ impl Tenants {
             handles: Handles::default(),
             queue_jobs: DEFAULT_QUEUE_JOBS,
             extra_slots: Vec::new(),
-            revocations: Mutex::new(HashMap::new()),
+            api_keys: ApiKeys::default(),
         }
     }
 
@@ -300,20 +285,7 @@ impl Tenants {
         let _starting = self.starting.lock().unwrap_or_else(|p| p.into_inner());
         let settings = Arc::new(settings);
         let old = self.settings.swap(settings.clone());
-        self.revocations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|key, revoked| {
-                let kept = if key.is_empty() {
-                    settings.keys.is_empty()
-                } else {
-                    settings.keys.get(key) == old.keys.get(key)
-                };
-                if !kept {
-                    revoked.cancel();
-                }
-                kept
-            });
+        self.api_keys.revoke_changed(&old, &settings);
         let mut stopped = Vec::new();
         for tenant in self.list() {
             let cut_off = old.reachable(&tenant.name) && !settings.reachable(&tenant.name);
@@ -365,35 +337,9 @@ impl Tenants {
     }
 
     /// The tenant a request belongs to, from its headers alone, and the revocation of the key it
-    /// carries.
+    /// carries ([`ApiKeys::caller`] under the keys of the settings now).
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
-        let settings = self.settings.load();
-        let (key, tenant) = if settings.keys.is_empty() {
-            ("", DEFAULT_TENANT.to_string())
-        } else {
-            let key = bearer(headers).ok_or_else(|| ApiError::unauthorized("missing `Authorization: Bearer <key>`"))?;
-            let tenant = settings
-                .keys
-                .get(key)
-                .cloned()
-                .ok_or_else(|| ApiError::unauthorized("unknown API key"))?;
-            (key, tenant)
-        };
-        let revoked = {
-            let mut revocations = self.revocations.lock().unwrap_or_else(|p| p.into_inner());
-            // A reload between reading the settings and here may have revoked the key already.
-            let current = self.settings.load();
-            let still = if key.is_empty() {
-                current.keys.is_empty()
-            } else {
-                current.keys.get(key) == Some(&tenant)
-            };
-            if !still {
-                return Err(ApiError::unauthorized(REVOKED));
-            }
-            revocations.entry(key.to_string()).or_default().clone()
-        };
-        Ok(Caller { tenant, revoked })
+        self.api_keys.caller(headers, || self.settings.load())
     }
 
     /// The tenant `name` if it has started.
@@ -522,6 +468,17 @@ impl Tenants {
             .collect();
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all
+    }
+}
+
+/// Requests authenticate against the settings' keys: a reload's new settings are the new table.
+impl KeyTable for TenantSettings {
+    fn tenant_of(&self, key: &str) -> Option<&str> {
+        self.keys.tenant_of(key)
+    }
+
+    fn is_keyless(&self) -> bool {
+        self.keys.is_keyless()
     }
 }
 

@@ -40,8 +40,8 @@ use serde::Deserialize;
 
 use agentrt_runtime::Share;
 
+use crate::auth::AdminTokens;
 use crate::names::{validate_tenant_name, DEFAULT_TENANT};
-use crate::tenant::admin_auth::AdminTokens;
 use crate::tenant::quotas::{LimitSource, Quotas, MAX_ADMISSION_WEIGHT};
 
 /// Every tenant's settings at one moment.

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use axum::http::HeaderMap;
 
-use crate::front::auth::{constant_time_eq, given_bearer};
+use super::bearer::{constant_time_eq, given_bearer};
 use crate::front::error::ApiError;
 use crate::names::DEFAULT_TENANT;
 

@@ -1,7 +1,6 @@
 //! Bearer tokens: reading one from the headers and checking it without leaking, through response
-//! time, how much of a guess was right. Used by `/metrics` and the admin API (whose roles are
-//! [`crate::tenant::admin_auth`]); tenants' API keys select a tenant by lookup instead
-//! ([`crate::tenant`]).
+//! time, how much of a guess was right. The metrics token and the admin tokens are checked this
+//! way; tenants' API keys select a tenant by lookup instead ([`super::api_keys`]).
 
 use axum::http::HeaderMap;
 

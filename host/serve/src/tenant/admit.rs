@@ -1,6 +1,7 @@
-//! Who a request is, from its headers alone, before a byte of its body is read: the key's
-//! tenant (started on first use), and a place in that tenant's in-flight quota. A stranger gets
-//! 401 and a tenant at its quota 429, and neither has its body read.
+//! A request let in, from its headers alone, before a byte of its body is read: who it is
+//! ([`crate::auth`]: the key's tenant and the key's revocation), that tenant (started on first
+//! use), and a place in its in-flight quota. Authentication decides who; the tenant decides how
+//! much. A stranger gets 401 and a tenant at its quota 429, and neither has its body read.
 
 use std::sync::Arc;
 
