@@ -6,7 +6,8 @@
 #
 # Imports the traces with their hints (unless OUT_DIR has them), then replays each row: `--hints
 # none|closed|all` and `--hint-coverage`. LRU and Bélády hear no hints, so they run once per
-# (trace, capacity, load), in the `none` row; session-retain and CacheSage run in every row. One
+# (trace, capacity, load), in the `none` row; session-retain and CacheSage run in every row, and
+# closed-first (LRU with closed sessions' blocks first, the hints' baseline) in every hinted one. One
 # JSON per row in OUT_DIR (default target/hints); `python3 sim/scripts/hints_md.py OUT_DIR` prints
 # the table. Needs a release build and `cargo xtask build-policies`.
 set -euo pipefail
@@ -54,7 +55,8 @@ run_unit() {
         users8) flags=() ;;
         arrivals4) flags=(--arrival-scale 4) ;;
     esac
-    local list=session-retain,cachesage
+    # closed-first is LRU exactly without hints: it runs where hints are told.
+    local list=closed-first,session-retain,cachesage
     [[ "$hints" == none ]] && list=lru,session-retain,cachesage,belady
     local name="$trace-$f-$load-$hints-$coverage"
     "$bin" sim run --trace "$out/$trace.jsonl" --capacity-fraction "$f" "${flags[@]}" --components "$components" \

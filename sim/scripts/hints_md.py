@@ -4,8 +4,9 @@
     python3 sim/scripts/hints_md.py target/hints > table.md
 
 One row per (trace, capacity, load, hints told, coverage): LRU and Bélády from the same (trace,
-capacity, load)'s `none` row (they hear no hints), session-retain's and CacheSage's hit rates with
-those hints, each one's share of the LRU→Bélády gap, and LRU's utilisation.
+capacity, load)'s `none` row (they hear no hints), closed-first's (LRU itself in a `none` row),
+session-retain's and CacheSage's hit rates with those hints, each one's share of the LRU→Bélády
+gap, and LRU's utilisation.
 """
 import json
 import sys
@@ -34,8 +35,8 @@ def main():
     folder = Path(sys.argv[1])
     all_rows = list(rows(folder))
     base = {unit: d["policies"] for unit, hints, _, d in all_rows if hints == "none"}
-    head = ["trace", "cache", "load", "util", "hints", "coverage", "LRU", "session", "CacheSage", "Bélády",
-            "session gap", "CacheSage gap", "CacheSage Δ pp"]
+    head = ["trace", "cache", "load", "util", "hints", "coverage", "LRU", "closed-first", "session", "CacheSage",
+            "Bélády", "closed-first gap", "session gap", "CacheSage gap", "CacheSage Δ pp"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * 6 + "---:|" * (len(head) - 6)]
     key = lambda r: (TRACES.index(r[0][0]), list(LOADS).index(r[0][2]), r[0][1], list(HINTS).index(r[1]), -r[2])
     for unit, hints, coverage, d in sorted(all_rows, key=key):
@@ -45,10 +46,13 @@ def main():
             continue
         lru, bel = b["lru"]["hit_rate"], b["belady"]["hit_rate"]
         sess, sage = p["session-retain"]["hit_rate"], p["cachesage"]["hit_rate"]
+        # Without hints closed-first is LRU exactly, so a `none` row does not run it.
+        closed = p["closed-first"]["hit_rate"] if "closed-first" in p else lru
         cells = [trace, f"{frac * 100:g} % ({d['capacity_blocks']:,})", LOADS.get(load, load),
                  f"{b['lru']['utilisation'] * 100:.0f} %", HINTS[hints], f"{coverage * 100:.0f} %",
-                 f"{lru * 100:.1f}", f"{sess * 100:.1f}", f"{sage * 100:.1f}", f"{bel * 100:.1f}",
-                 share(sess, lru, bel), share(sage, lru, bel), f"{(sage - lru) * 100:+.1f}"]
+                 f"{lru * 100:.1f}", f"{closed * 100:.1f}", f"{sess * 100:.1f}", f"{sage * 100:.1f}",
+                 f"{bel * 100:.1f}", share(closed, lru, bel), share(sess, lru, bel), share(sage, lru, bel),
+                 f"{(sage - lru) * 100:+.1f}"]
         out.append("| " + " | ".join(cells) + " |")
     print("\n".join(out))
 

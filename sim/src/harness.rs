@@ -15,7 +15,7 @@ use agentrt_runtime::Share;
 
 use crate::arbiter::{Ownership, TenantArbiter};
 use crate::audit::Audited;
-use crate::policies::{Belady, NativeLru, PolicySpec, Rerank, SimPolicy, Slotted, WasmPolicy};
+use crate::policies::{Belady, ClosedFirstLru, NativeLru, PolicySpec, Rerank, SimPolicy, Slotted, WasmPolicy};
 use crate::policy_limits::ReplayLimits;
 use crate::prepare::PreparedTrace;
 use crate::scheduler::{RunResult, Sim, SimConfig};
@@ -161,6 +161,7 @@ fn replay(
         }
         (Some(shares), _) => Box::new(arbitrated(host, trace, cfg, shares, policy, rerank)?),
         (None, PolicySpec::NativeLru) => Box::new(NativeLru),
+        (None, PolicySpec::ClosedFirst) => Box::new(ClosedFirstLru::default()),
         (None, PolicySpec::Wasm { name, component, init }) => {
             Box::new(host.start(name, component, init, trace.block_size, rerank)?)
         }
@@ -236,6 +237,9 @@ fn arbitrated(
             }
             // The arbiter evicts the tenant's oldest block when its policy names none.
             PolicySpec::NativeLru | PolicySpec::Belady => Box::new(NativeLru),
+            PolicySpec::ClosedFirst => anyhow::bail!(
+                "closed-first is a baseline for one cache; leave it out with --shares (--policies lru,cachesage)"
+            ),
         });
     }
     Ok(TenantArbiter::new(policy.name(), owners, policies, tenant_shares))

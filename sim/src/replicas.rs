@@ -187,6 +187,7 @@ pub fn run_all(
         for r in 0..setup.replicas {
             instances.push(match policy {
                 PolicySpec::NativeLru => Box::new(crate::policies::NativeLru),
+                PolicySpec::ClosedFirst => Box::new(crate::policies::ClosedFirstLru::default()),
                 PolicySpec::Wasm { name, component, init } => {
                     Box::new(host.start(&format!("{name}/r{r}"), component, init, trace.block_size, rerank)?)
                 }

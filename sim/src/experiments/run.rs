@@ -35,7 +35,8 @@ pub struct RunArgs {
     pub capacity_fraction: Option<f64>,
     #[command(flatten)]
     pub load: crate::conditions::LoadArgs,
-    /// Comma-separated policies (lru, ttl, cachesage, cachesage-evict, belady, lru-native, or a
+    /// Comma-separated policies (lru, ttl, cachesage, cachesage-evict, belady, lru-native,
+    /// closed-first (LRU with the closed sessions' blocks first: hears `--hints`), or a
     /// component name); a Wasm one may carry `init` settings as `:key=value`, e.g.
     /// `cachesage:w=8,cachesage:k=2` compares two variants in one run.
     #[arg(long, value_delimiter = ',')]

@@ -1,4 +1,5 @@
-//! The eviction policies a replay can run: vLLM's LRU natively ([`native`]), Bélády's offline
+//! The eviction policies a replay can run: vLLM's LRU natively ([`native`]), LRU with closed
+//! sessions' blocks first ([`closed_first`], the baseline for lifecycle hints), Bélády's offline
 //! optimum ([`belady`]), and any Wasm policy component run through the real host ([`wasm`],
 //! [`agentrt_runtime::PolicyHandle`]), alone or with policy slots beside it ([`slotted`]); which
 //! one a name means is [`spec`]'s.
@@ -7,6 +8,7 @@
 //! victim when a cached block must go) plus the request-level events the runtime layer sees.
 
 pub mod belady;
+pub mod closed_first;
 pub mod native;
 pub mod slotted;
 pub mod spec;
@@ -21,6 +23,7 @@ use crate::offload::host_pool::TierOp;
 use crate::offload::ranked::{BlockOwner, HostRanker};
 
 pub use belady::{Belady, BELADY_HOST_WINDOW};
+pub use closed_first::ClosedFirstLru;
 pub use native::NativeLru;
 pub use slotted::Slotted;
 pub use spec::PolicySpec;

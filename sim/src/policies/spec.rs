@@ -6,6 +6,8 @@
 pub enum PolicySpec {
     /// vLLM's LRU in the simulator, no Wasm.
     NativeLru,
+    /// LRU with the blocks of sessions the framework closed first (native; hears the hints).
+    ClosedFirst,
     /// Bélády's offline optimum (needs an LRU run first).
     Belady,
     /// A component by name (found by the [`ComponentLookup`](agentrt_runtime::ComponentLookup)) or path (ending in `.wasm`), with
@@ -21,6 +23,7 @@ impl PolicySpec {
     pub fn name(&self) -> &str {
         match self {
             PolicySpec::NativeLru => "lru-native",
+            PolicySpec::ClosedFirst => "closed-first",
             PolicySpec::Belady => "belady",
             PolicySpec::Wasm { name, .. } => name,
         }
@@ -35,7 +38,7 @@ impl PolicySpec {
     }
 
     /// Parse a name: `lru`, `ttl`, `cachesage`, `cachesage-evict` (no warm-ups),
-    /// `cachesage-classic` (the published model), `belady`, `lru-native`, or any
+    /// `cachesage-classic` (the published model), `belady`, `lru-native`, `closed-first`, or any
     /// component name the lookup finds — a Wasm one optionally followed by its `init`
     /// configuration as `:key=value` pairs (`cachesage:w=8:k=2`), so that variants of one component
     /// can be compared in one run.
@@ -48,6 +51,7 @@ impl PolicySpec {
         let extra: Vec<(&str, &str)> = parts.filter_map(|kv| kv.split_once('=')).collect();
         match stem {
             "lru-native" => PolicySpec::NativeLru,
+            "closed-first" => PolicySpec::ClosedFirst,
             "belady" => PolicySpec::Belady,
             "cachesage-evict" => {
                 let init: Vec<_> = [("prefetch", "false")].into_iter().chain(extra).collect();
@@ -91,6 +95,7 @@ mod tests {
     fn names_map_to_the_baselines_the_variants_and_components() {
         assert_eq!(PolicySpec::parse("lru-native"), PolicySpec::NativeLru);
         assert_eq!(PolicySpec::parse("belady"), PolicySpec::Belady);
+        assert_eq!(PolicySpec::parse("closed-first"), PolicySpec::ClosedFirst);
         let evict = PolicySpec::parse("cachesage-evict:k=2");
         assert_eq!(evict.name(), "cachesage-evict:k=2");
         assert_eq!(init(&evict), [("prefetch", "false"), ("k", "2")]);
