@@ -4,11 +4,13 @@
 //! The epoch only matters while guest code runs. A ticker that woke every millisecond forever
 //! cost a serving host 6 % of its CPU samples at 3,000 req/s (docs/performance.md) and kept an
 //! idle host awake, so the ticker parks while no call is in flight: every entry into guest code
-//! holds a [`GuestEntry`], the first of which wakes it. The deadline guarantee is unchanged: a
+//! holds a [`GuestEntry`], the first of which wakes it. It parks only after a tick in which no
+//! call started and none was in flight, so a busy host (calls every few microseconds) keeps it
+//! ticking and its calls never pay for waking it. The deadline guarantee is unchanged: a
 //! call's deadline is counted from the epoch when it was armed, and while that call runs the
 //! ticker ticks, so a guest that loops forever is stopped as before.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -17,8 +19,9 @@ use wasmtime::Engine;
 /// The shared state of one engine's ticker. Cheap to share (`Arc`).
 #[derive(Debug, Default)]
 pub(crate) struct EpochTicker {
-    /// Guest entries in progress, across every store of the engine.
-    in_flight: AtomicUsize,
+    /// Guest entries in progress (low 32 bits) and entries ever begun (high 32 bits, wrapping),
+    /// across every store of the engine: one atomic add per entry keeps both.
+    entries: AtomicU64,
     /// The ticker is waiting (or about to wait) on `wake`; read by a call only to decide
     /// whether it must notify. Written under `lock`.
     parked: AtomicBool,
@@ -29,13 +32,18 @@ pub(crate) struct EpochTicker {
     wake: Condvar,
 }
 
+/// One guest entry in progress, in [`EpochTicker::entries`].
+const IN_FLIGHT: u64 = 1;
+/// One guest entry begun, in [`EpochTicker::entries`].
+const BEGUN: u64 = 1 << 32;
+
 /// Held while guest code may run (a call, or an instantiation that runs start functions).
 #[must_use = "the ticker parks again once this is dropped"]
 pub(crate) struct GuestEntry(Arc<EpochTicker>);
 
 impl Drop for GuestEntry {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.0.entries.fetch_sub(IN_FLIGHT, Ordering::SeqCst);
     }
 }
 
@@ -56,7 +64,7 @@ impl EpochTicker {
     pub(crate) fn enter(self: &Arc<Self>) -> GuestEntry {
         // SeqCst with the ticker's `parked` store then `in_flight` load: either the ticker sees
         // this call and does not wait, or this call sees it parked and wakes it.
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.entries.fetch_add(IN_FLIGHT | BEGUN, Ordering::SeqCst);
         if self.parked.load(Ordering::SeqCst) {
             let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
             self.wake.notify_one();
@@ -76,9 +84,22 @@ impl EpochTicker {
         self.wake.notify_one();
     }
 
+    fn in_flight(&self) -> u64 {
+        self.entries.load(Ordering::SeqCst) & (BEGUN - 1)
+    }
+
+    fn begun(&self) -> u64 {
+        self.entries.load(Ordering::SeqCst) >> 32
+    }
+
     fn run(&self, engine: &Engine, tick: Duration) {
+        let mut begun = self.begun();
         while !self.stop.load(Ordering::SeqCst) {
-            self.park_while_idle();
+            let now = self.begun();
+            if now == begun {
+                self.park_while_idle();
+            }
+            begun = self.begun();
             if self.stop.load(Ordering::SeqCst) {
                 return;
             }
@@ -89,12 +110,12 @@ impl EpochTicker {
     }
 
     fn park_while_idle(&self) {
-        if self.in_flight.load(Ordering::SeqCst) > 0 {
+        if self.in_flight() > 0 {
             return;
         }
         let mut guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         self.parked.store(true, Ordering::SeqCst);
-        while self.in_flight.load(Ordering::SeqCst) == 0 && !self.stop.load(Ordering::SeqCst) {
+        while self.in_flight() == 0 && !self.stop.load(Ordering::SeqCst) {
             guard = self.wake.wait(guard).unwrap_or_else(|p| p.into_inner());
         }
         self.parked.store(false, Ordering::SeqCst);
