@@ -272,3 +272,70 @@ fn the_default_cap_and_pool_hold_a_policy_of_100_mib() {
         small.err()
     );
 }
+
+/// `bytes` with a custom section appended that brings it to `len` bytes (a component may carry
+/// custom sections anywhere at its top level; they change the digest, not the code).
+fn padded_to(mut bytes: Vec<u8>, len: usize) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            out.push(if n == 0 { byte } else { byte | 0x80 });
+            if n == 0 {
+                break;
+            }
+        }
+    }
+    let name = b"pad";
+    // Section id, size (5-byte LEB, so the size is known up front), name, payload.
+    let overhead = 1 + 5 + 1 + name.len();
+    let payload = len
+        .checked_sub(bytes.len() + overhead)
+        .expect("room for the pad section");
+    bytes.push(0);
+    let size = 1 + name.len() + payload;
+    bytes.extend([(size & 0x7f) as u8 | 0x80, ((size >> 7) & 0x7f) as u8 | 0x80]);
+    bytes.extend([((size >> 14) & 0x7f) as u8 | 0x80, ((size >> 21) & 0x7f) as u8 | 0x80]);
+    bytes.push(((size >> 28) & 0x7f) as u8);
+    leb(name.len(), &mut bytes);
+    bytes.extend(name);
+    bytes.resize(len, 0);
+    bytes
+}
+
+#[test]
+fn a_component_rewritten_in_place_is_never_served_its_old_artifact() {
+    let (engine, _cache) = engine();
+    let (lru, ttl) = (component_bytes("lru"), component_bytes("ttl"));
+    let len = lru.len().max(ttl.len()) + 64;
+    let (old, new) = (padded_to(lru, len), padded_to(ttl, len));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.wasm");
+    std::fs::write(&path, &old).unwrap();
+    let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+    // A file's digest is remembered only once the file has settled (2 s; module docs of
+    // agentrt_runtime's file_digest): wait, so that the loads below go through the memo.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let first = engine.load_file(&path).unwrap();
+    let again = engine.load_file(&path).unwrap();
+    assert!(again.load_stats().from_cache);
+    assert_eq!(first.digest(), again.digest());
+    assert_eq!(
+        first.world(engine.wasmtime()).exports,
+        again.world(engine.wasmtime()).exports
+    );
+
+    // Same path, same size, the modification time put back: other bytes, another policy.
+    std::fs::write(&path, &new).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), old.len() as u64);
+    let swapped = engine.load_file(&path).unwrap();
+    let expected = engine.load_bytes("new", &new).unwrap();
+    assert_ne!(swapped.digest(), first.digest(), "served the old component's artifact");
+    assert_eq!(swapped.digest(), expected.digest());
+}

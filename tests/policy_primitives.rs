@@ -251,3 +251,29 @@ fn packed_and_typed_scoring_agree_through_a_real_component() {
         "structure was learned, so survival shows in scores"
     );
 }
+
+#[test]
+fn the_epoch_ticker_sleeps_while_no_call_runs_and_a_loop_is_still_stopped() {
+    use std::time::Duration;
+    let (engine, _cache) = engine();
+    let deadline = Duration::from_millis(50);
+    let limits = agentrt_runtime::SandboxLimits {
+        call_deadline: deadline,
+        ..agentrt_runtime::SandboxLimits::default()
+    };
+    let config = agentrt_runtime::SlotConfig::new("test/probe").with_limits(limits);
+    let probe = agentrt_runtime::PolicyHandle::start(&engine, load(&engine, "probe"), config).unwrap();
+    // The start's calls are over; give the ticker its last tick, then watch it stay asleep.
+    std::thread::sleep(Duration::from_millis(20));
+    let idle = engine.epoch_ticks();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(engine.epoch_ticks(), idle, "the epoch advanced with no call in flight");
+
+    let err = probe.score(&[block_item(PROBE_LOOP_KEY, 1, 1)]).unwrap_err();
+    assert!(
+        matches!(err, agentrt_runtime::PolicyError::DeadlineExceeded { .. }),
+        "{err}"
+    );
+    let ticked = engine.epoch_ticks() - idle;
+    assert!(ticked >= 10, "{ticked} ticks during a 50 ms loop");
+}

@@ -77,7 +77,51 @@ impl PolicyComponent {
                 component
             }
         };
-        let elapsed = started.elapsed();
+        let load = LoadStats {
+            from_cache,
+            elapsed: started.elapsed(),
+        };
+        Self::validated(engine, linker, name, digest, bytes.len(), component, load)
+    }
+
+    /// The component whose bytes have BLAKE3 `digest`, from the artifact cache alone; `None` on a
+    /// miss (the caller then reads and compiles the bytes). For a file whose digest is remembered
+    /// ([`crate::file_digest`]): its bytes need not be read again.
+    pub(crate) fn load_cached(
+        engine: &Engine,
+        linker: &Linker<GuestState>,
+        cache: &crate::ArtifactCache,
+        name: &str,
+        digest: &str,
+        size_bytes: usize,
+    ) -> Option<Result<Self, LoadError>> {
+        let started = std::time::Instant::now();
+        let component = cache.get(engine, digest)?;
+        let load = LoadStats {
+            from_cache: true,
+            elapsed: started.elapsed(),
+        };
+        Some(Self::validated(
+            engine,
+            linker,
+            name,
+            digest.to_string(),
+            size_bytes,
+            component,
+            load,
+        ))
+    }
+
+    /// Check a compiled component against the contract lines and prepare its instantiation.
+    fn validated(
+        engine: &Engine,
+        linker: &Linker<GuestState>,
+        name: &str,
+        digest: String,
+        size_bytes: usize,
+        component: Component,
+        load: LoadStats,
+    ) -> Result<Self, LoadError> {
         let line = check_world(engine, name, &component)?;
         let contract = format!("agentrt:policy@{}", line.version());
         let pre = linker
@@ -94,11 +138,11 @@ impl PolicyComponent {
         Ok(Self {
             name: name.to_string(),
             digest,
-            size_bytes: bytes.len(),
+            size_bytes,
             pre,
             line,
             exports,
-            load: LoadStats { from_cache, elapsed },
+            load,
         })
     }
 

@@ -1,8 +1,9 @@
 //! The wasmtime engine every policy runs on: configuration, the linker with the host's imports, the
-//! epoch ticker that enforces call deadlines, and the compiled-artifact cache.
+//! epoch ticker that enforces call deadlines ([`crate::epoch_ticker`]: it ticks only while a call
+//! is in flight), and the compiled-artifact cache.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,7 +14,9 @@ use crate::artifact_cache::ArtifactCache;
 use crate::bindings::Policy;
 use crate::component::PolicyComponent;
 use crate::component_file::{read_component_file, DEFAULT_MAX_COMPONENT_BYTES};
+use crate::epoch_ticker::EpochTicker;
 use crate::error::LoadError;
+use crate::file_digest::{DigestMemo, FileStamp, Remembered};
 use crate::sandbox::GuestState;
 
 /// How the engine is set up. The defaults suit a serving host.
@@ -25,7 +28,8 @@ pub struct EngineOptions {
     /// Where compiled artifacts are kept; `None` disables the cache.
     pub cache_dir: Option<PathBuf>,
     /// Granularity of call deadlines. Deadlines are enforced by epoch interruption: a thread bumps
-    /// the engine's epoch every tick, and generated code checks it at loop headers and calls.
+    /// the engine's epoch every tick while a policy call is in flight (it sleeps otherwise), and
+    /// generated code checks it at loop headers and calls.
     pub epoch_tick: Duration,
     /// How a call's CPU is bounded: a CPU-time deadline (epochs, the default) or an instruction
     /// budget (fuel). See docs/policy-host.md for the measurements behind the default.
@@ -187,15 +191,20 @@ struct EngineInner {
     engine: Engine,
     linker: Linker<GuestState>,
     cache: Option<ArtifactCache>,
+    /// Digests of component files loaded before, by path and stamp.
+    digests: DigestMemo,
     options: EngineOptions,
     clock_origin: Instant,
     next_seed: AtomicU64,
-    ticker_stop: Arc<AtomicBool>,
+    /// `None` under [`CpuBound::Fuel`].
+    ticker: Option<Arc<EpochTicker>>,
 }
 
 impl Drop for EngineInner {
     fn drop(&mut self) {
-        self.ticker_stop.store(true, Ordering::Relaxed);
+        if let Some(ticker) = &self.ticker {
+            ticker.stop();
+        }
     }
 }
 
@@ -249,10 +258,8 @@ impl PolicyEngine {
             None => None,
         };
 
-        let ticker_stop = Arc::new(AtomicBool::new(false));
-        if options.cpu_bound == CpuBound::EpochDeadline {
-            spawn_epoch_ticker(engine.clone(), options.epoch_tick, ticker_stop.clone());
-        }
+        let ticker = (options.cpu_bound == CpuBound::EpochDeadline)
+            .then(|| EpochTicker::spawn(engine.clone(), options.epoch_tick));
 
         let seed = options.seed.unwrap_or_else(|| {
             std::time::SystemTime::now()
@@ -265,19 +272,41 @@ impl PolicyEngine {
                 engine,
                 linker,
                 cache,
+                digests: DigestMemo::new(crate::file_digest::SETTLE),
                 options,
                 clock_origin: Instant::now(),
                 next_seed: AtomicU64::new(seed),
-                ticker_stop,
+                ticker,
             }),
         })
     }
 
     /// Load, compile (or fetch from the cache) and validate a component file, read under
-    /// [`EngineOptions::max_component_bytes`].
+    /// [`EngineOptions::max_component_bytes`]. A file loaded before and unchanged since is
+    /// neither read nor hashed again: its digest is remembered ([`crate::file_digest`]).
     pub fn load_file(&self, path: &Path) -> Result<PolicyComponent, LoadError> {
+        let name = path.display().to_string();
+        let stamp = FileStamp::of(path);
+        if let (Some(stamp), Some(cache)) = (&stamp, &self.inner.cache) {
+            if let Some(known) = self.inner.digests.get(path, stamp) {
+                let (engine, linker) = (&self.inner.engine, &self.inner.linker);
+                let cached = PolicyComponent::load_cached(engine, linker, cache, &name, &known.digest, known.size);
+                if let Some(loaded) = cached {
+                    return loaded;
+                }
+            }
+        }
+        let read_at = std::time::SystemTime::now();
         let bytes = read_component_file(path, self.inner.options.max_component_bytes)?;
-        self.load_bytes(&path.display().to_string(), &bytes)
+        let component = self.load_bytes(&name, &bytes)?;
+        if let Some(stamp) = stamp {
+            let known = Remembered {
+                digest: component.digest().to_string(),
+                size: bytes.len(),
+            };
+            self.inner.digests.put(path, stamp, read_at, known);
+        }
+        Ok(component)
     }
 
     /// Load, compile (or fetch from the cache) and validate a component from bytes; `name` is
@@ -330,6 +359,18 @@ impl PolicyEngine {
         z ^ (z >> 31)
     }
 
+    /// How many times the epoch ticker has advanced the epoch since the engine started (0 under
+    /// [`CpuBound::Fuel`]). It ticks only while a policy call is in flight, so on an idle host
+    /// this stays still.
+    pub fn epoch_ticks(&self) -> u64 {
+        self.inner.ticker.as_ref().map_or(0, |t| t.ticks())
+    }
+
+    /// The epoch ticker, to be woken around every entry into guest code.
+    pub(crate) fn ticker(&self) -> Option<&Arc<EpochTicker>> {
+        self.inner.ticker.as_ref()
+    }
+
     /// Epoch ticks that make up `deadline` (at least 1).
     pub(crate) fn deadline_ticks(&self, deadline: Duration) -> u64 {
         ticks_in(deadline, self.inner.options.epoch_tick)
@@ -339,20 +380,6 @@ impl PolicyEngine {
 /// Epoch ticks of length `tick` that make up `span` (at least 1).
 pub(crate) fn ticks_in(span: Duration, tick: Duration) -> u64 {
     (span.as_nanos().div_ceil(tick.as_nanos().max(1)) as u64).max(1)
-}
-
-/// Bump the epoch every `tick` until `stop` is set. The thread holds an `Engine` clone (an `Arc`),
-/// so it outlives nothing it needs; it exits within one tick of the engine being dropped.
-fn spawn_epoch_ticker(engine: Engine, tick: Duration, stop: Arc<AtomicBool>) {
-    std::thread::Builder::new()
-        .name("agentrt-epoch".into())
-        .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(tick);
-                engine.increment_epoch();
-            }
-        })
-        .expect("spawning the epoch ticker thread");
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use crate::call_clock::{CallClock, Standing};
 use crate::compat;
 use crate::component::PolicyComponent;
 use crate::engine::{ticks_in, CpuBound};
+use crate::epoch_ticker::EpochTicker;
 use crate::error::{PolicyError, Primitive};
 use crate::policy_log::PolicyLog;
 use crate::results::{
@@ -78,6 +79,8 @@ pub(crate) struct PolicyInstance {
     cpu_bound: CpuBound,
     limits: SandboxLimits,
     label: Arc<str>,
+    /// Woken for every call: it sleeps while no guest code runs.
+    ticker: Option<Arc<EpochTicker>>,
 }
 
 impl PolicyInstance {
@@ -110,6 +113,9 @@ impl PolicyInstance {
                 }
             }
         };
+        let ticker = engine.ticker().cloned();
+        // Instantiation runs the component's start functions: guest code, under the deadline.
+        let entry = ticker.as_ref().map(EpochTicker::enter);
         let instance = component.pre().instantiate(&mut store).map_err(unavailable)?;
         let bindings = match component.contract_line() {
             compat::ContractLine::V0_4 => {
@@ -135,6 +141,7 @@ impl PolicyInstance {
                 .get_typed_func(&mut store, exports.snapshot)
                 .map_err(unavailable)?,
         };
+        drop(entry);
         let mut instance = Self {
             store,
             bindings,
@@ -143,6 +150,7 @@ impl PolicyInstance {
             cpu_bound,
             limits: limits.clone(),
             label,
+            ticker,
         };
         instance.init(config)?;
         Ok(instance)
@@ -154,8 +162,11 @@ impl PolicyInstance {
         primitive: Primitive,
         f: impl FnOnce(&Bindings, &BoundedExports, &mut Store<GuestState>) -> wasmtime::Result<R>,
     ) -> Result<R, PolicyError> {
+        let entry = self.ticker.as_ref().map(EpochTicker::enter);
         arm_cpu_bound(&mut self.store, self.cpu_bound, &self.limits, self.deadline_ticks);
-        let result = f(&self.bindings, &self.bounded, &mut self.store).map_err(|e| self.classify(primitive, e))?;
+        let result = f(&self.bindings, &self.bounded, &mut self.store);
+        drop(entry);
+        let result = result.map_err(|e| self.classify(primitive, e))?;
         // The epoch interrupts guest code only; the host's copying of the result counts too.
         if self.cpu_bound == CpuBound::EpochDeadline && self.store.data().call_clock.standing() == Standing::Spent {
             return Err(PolicyError::DeadlineExceeded {
