@@ -1,5 +1,5 @@
 """The eviction wire protocol, plugin side. The authoritative description (and the host side) is
-``host/vllm/src/wire.rs``; this mirrors it with ``struct`` so that packing costs one C call.
+``host/eviction/src/wire.rs``; this mirrors it with ``struct`` so that packing costs one C call.
 
 Frames: ``u32 length (LE, kind included) | u8 kind | body``. Little-endian throughout.
 """
