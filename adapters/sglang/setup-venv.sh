@@ -14,14 +14,13 @@
 # `sglang.srt.mem_cache.radix_cache` imports on its way in, each at the version SGLang's metadata
 # pins when it pins one (a constraints file made from the wheel's Requires-Dist).
 #
-# Idempotent: a marker file records the recipe and the plugins' pyproject hashes; when they match,
+# Idempotent: a marker file records the recipe and the plugin's pyproject hash; when they match,
 # the script only checks that the radix cache and the plugin import and exits (seconds). ~6 GB,
 # ~3-5 minutes from a cold pip cache.
 set -euo pipefail
 
-RECIPE=1 # bump when the steps below change
+RECIPE=2 # bump when the steps below change
 here="$(cd "$(dirname "$0")" && pwd)"
-repo="$(cd "$here/../.." && pwd)"
 venv="${AGENTRT_SGLANG_VENV:-$HOME/.cache/agentrt/venv-sglang}"
 marker="$venv/.agentrt-sglang-recipe"
 SGLANG_VERSION=0.5.23
@@ -36,14 +35,14 @@ step() { printf '[setup-sglang %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { printf '[setup-sglang] FAILED: %s\n' "$*" >&2; exit 1; }
 trap 'die "command failed at line $LINENO (see output above)"' ERR
 
-plugin_hash() { cat "$here/pyproject.toml" "$repo/adapters/vllm/pyproject.toml" | sha256sum | cut -c1-16; }
-want="recipe=$RECIPE torch=$TORCH_VERSION sglang=$SGLANG_VERSION plugins=$(plugin_hash)"
+plugin_hash() { sha256sum "$here/pyproject.toml" | cut -c1-16; }
+want="recipe=$RECIPE torch=$TORCH_VERSION sglang=$SGLANG_VERSION plugin=$(plugin_hash)"
 
 check_imports() {
     "$venv/bin/python" -W ignore - <<'PY'
 import importlib.metadata as md
 import sglang.srt.mem_cache.radix_cache  # noqa: F401  (the class the plugin patches)
-import agentrt_sglang, agentrt_vllm  # noqa: E401,F401
+import agentrt_sglang, agentrt_engine  # noqa: E401,F401
 eps = [ep.name for ep in md.entry_points(group="sglang.srt.plugins")]
 assert "agentrt" in eps, f"agentrt plugin entry point missing: {eps}"
 print("sglang", md.version("sglang"), "| torch", md.version("torch"), "| plugins", eps)
@@ -55,15 +54,12 @@ editable_from() {
 }
 
 if [[ -f "$marker" && "$(cat "$marker")" == "$want" && -x "$venv/bin/python" ]]; then
-    # A venv kept between checkouts must load *this* checkout's plugins: re-point the editable
-    # installs when they point elsewhere (seconds, no downloads).
-    for pkg in sglang:agentrt_sglang vllm:agentrt_vllm; do
-        dir="$repo/adapters/${pkg%%:*}"
-        if [[ "$(editable_from "${pkg##*:}")" != "$(realpath "$dir")" ]]; then
-            step "re-pointing the editable ${pkg##*:} install at $dir"
-            "$venv/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e "$dir"
-        fi
-    done
+    # A venv kept between checkouts must load *this* checkout's plugin: re-point the editable
+    # install when it points elsewhere (seconds, no downloads).
+    if [[ "$(editable_from agentrt_sglang)" != "$(realpath "$here")" ]]; then
+        step "re-pointing the editable agentrt_sglang install at $here"
+        "$venv/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e "$here"
+    fi
     step "venv at $venv is current ($want); checking imports"
     check_imports || die "venv is marked complete but SGLang's radix cache does not import; delete $venv and re-run"
     exit 0
@@ -115,9 +111,8 @@ for line in meta.get_all("Requires-Dist") or []:
 PY
 "${pip[@]}" install --progress-bar off -c "$work/constraints.txt" "${IMPORTED[@]}"
 
-step "test tools and the agentrt plugins (editable: SGLang's, and vLLM's, whose wire and client it uses)"
+step "test tools and the agentrt plugin (editable; it carries agentrt_engine from adapters/lib/python)"
 "${pip[@]}" install --progress-bar off pytest msgpack
-"${pip[@]}" install --progress-bar off --no-deps --no-build-isolation -e "$repo/adapters/vllm"
 "${pip[@]}" install --progress-bar off --no-deps --no-build-isolation -e "$here"
 
 step "checking: SGLang's radix cache, the plugin entry point"

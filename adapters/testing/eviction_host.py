@@ -137,7 +137,7 @@ class SilentHost:
     connection and reads everything but never answers. Records the RANK frames it got."""
 
     def __init__(self, path) -> None:
-        from agentrt_vllm import wire
+        from agentrt_engine import wire
 
         self.wire = wire
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -50,7 +50,7 @@ if [[ -f "$marker" && "$(cat "$marker")" == "$want" && -x "$venv/bin/python" ]];
     "$venv/bin/python" - <<'PY' || die "venv is marked complete but vLLM does not import; delete $venv and re-run"
 import importlib.metadata as md
 import vllm.v1.core.block_pool  # noqa: F401  (the module the plugin patches)
-import agentrt_vllm  # noqa: F401
+import agentrt_vllm, agentrt_engine  # noqa: E401,F401  (the editable install maps both)
 print("vllm", md.version("vllm"), "ok")
 PY
     bash "$here/fetch-core-tests.sh" "$venv"

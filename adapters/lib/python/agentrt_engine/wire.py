@@ -63,8 +63,8 @@ def _string(text: str) -> bytes:
     return struct.pack("<H", len(raw)) + raw
 
 
-def hello(vllm_version: str) -> bytes:
-    return frame(KIND_HELLO, struct.pack("<H", PROTOCOL_VERSION) + _string(vllm_version))
+def hello(engine_version: str) -> bytes:
+    return frame(KIND_HELLO, struct.pack("<H", PROTOCOL_VERSION) + _string(engine_version))
 
 
 def agent(wire_agent: int, name: str) -> bytes:
