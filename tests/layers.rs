@@ -362,7 +362,34 @@ fn the_reader_resolves_paths_groups_and_super() {
 /// Engine crates host/serve's lower layers must not name: the tenant layer and those below it
 /// speak to the engine through traits of their own, which `engine/` implements — so a tenant
 /// reload or an identity rule never depends on which engine (or adapter crate) is in use.
-const ENGINE_CRATES: &[&str] = &["agentrt_vllm", "agentrt_router"];
+const ENGINE_CRATES: &[&str] = &["agentrt_eviction", "agentrt_router"];
+
+/// The engine crates host/serve depends on, from its `Cargo.toml`: every name in
+/// [`ENGINE_CRATES`] must be one of them, so renaming a crate cannot leave the check above
+/// looking for a name no code can use any more (it would pass whatever the layers did).
+#[test]
+fn the_engine_crates_checked_are_host_serves_dependencies() {
+    let manifest = std::fs::read_to_string(root().join("host/serve/Cargo.toml")).unwrap();
+    let dependencies = manifest
+        .split("[dependencies]")
+        .nth(1)
+        .unwrap()
+        .split("\n[")
+        .next()
+        .unwrap();
+    let declared: BTreeSet<String> = dependencies
+        .lines()
+        .filter_map(|line| line.split(['.', '=', ' ']).next())
+        .filter(|name| !name.is_empty() && !name.starts_with('#'))
+        .map(|name| name.replace('-', "_"))
+        .collect();
+    let stale: Vec<&&str> = ENGINE_CRATES.iter().filter(|c| !declared.contains(**c)).collect();
+    assert!(
+        stale.is_empty(),
+        "ENGINE_CRATES names crates host/serve does not depend on: {stale:?} — put the crates' current \
+         names there (host/serve/Cargo.toml [dependencies])"
+    );
+}
 
 #[test]
 fn host_serve_layers_below_the_engine_name_no_engine_crate() {

@@ -14,16 +14,17 @@
 # `sglang.srt.mem_cache.radix_cache` imports on its way in, each at the version SGLang's metadata
 # pins when it pins one (a constraints file made from the wheel's Requires-Dist).
 #
-# Idempotent: a marker file records the recipe and the plugins' pyproject hashes; when they match,
+# Idempotent: a marker file records the recipe and the plugin's pyproject hash; when they match,
 # the script only checks that the radix cache and the plugin import and exits (seconds). ~6 GB,
 # ~3-5 minutes from a cold pip cache.
 set -euo pipefail
 
-RECIPE=1 # bump when the steps below change
+RECIPE=2 # bump when the steps below change
 here="$(cd "$(dirname "$0")" && pwd)"
-repo="$(cd "$here/../.." && pwd)"
-venv="${AGENTRT_SGLANG_VENV:-$HOME/.cache/agentrt/venv-sglang}"
-marker="$venv/.agentrt-sglang-recipe"
+TAG=sglang
+VENV="${AGENTRT_SGLANG_VENV:-$HOME/.cache/agentrt/venv-sglang}"
+PYTHON_VAR=AGENTRT_SGLANG_PYTHON
+PY_MIN="3, 10" PY_BELOW="3, 14"
 SGLANG_VERSION=0.5.23
 TORCH_VERSION=2.14.1 # sglang 0.5.23's pin
 # What `import sglang.srt.mem_cache.radix_cache` (and the plugin's registry hook) imports, found
@@ -32,95 +33,47 @@ IMPORTED=(numpy orjson psutil pybase64 requests pillow starlette msgspec pydanti
     aiohttp transformers torchvision dill apache-tvm-ffi sentencepiece compressed-tensors gguf
     tokenizers zstandard xxhash)
 
-step() { printf '[setup-sglang %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
-die() { printf '[setup-sglang] FAILED: %s\n' "$*" >&2; exit 1; }
+source "$here/../lib/pip-venv.sh"
 trap 'die "command failed at line $LINENO (see output above)"' ERR
 
-plugin_hash() { cat "$here/pyproject.toml" "$repo/adapters/vllm/pyproject.toml" | sha256sum | cut -c1-16; }
-want="recipe=$RECIPE torch=$TORCH_VERSION sglang=$SGLANG_VERSION plugins=$(plugin_hash)"
+# The plugin's pyproject: its packages (agentrt_engine mapped from adapters/lib/python included).
+plugin_hash() { sha256sum "$here/pyproject.toml" | cut -c1-16; }
+WANT="recipe=$RECIPE torch=$TORCH_VERSION sglang=$SGLANG_VERSION plugin=$(plugin_hash)"
 
 check_imports() {
-    "$venv/bin/python" -W ignore - <<'PY'
+    "$VENV/bin/python" -W ignore - <<'PY'
 import importlib.metadata as md
 import sglang.srt.mem_cache.radix_cache  # noqa: F401  (the class the plugin patches)
-import agentrt_sglang, agentrt_vllm  # noqa: E401,F401
+import agentrt_sglang, agentrt_engine  # noqa: E401,F401
 eps = [ep.name for ep in md.entry_points(group="sglang.srt.plugins")]
 assert "agentrt" in eps, f"agentrt plugin entry point missing: {eps}"
 print("sglang", md.version("sglang"), "| torch", md.version("torch"), "| plugins", eps)
 PY
 }
 
-editable_from() {
-    "$venv/bin/python" -c "import $1, os; print(os.path.dirname(os.path.dirname(os.path.realpath($1.__file__))))" 2>/dev/null || true
-}
-
-if [[ -f "$marker" && "$(cat "$marker")" == "$want" && -x "$venv/bin/python" ]]; then
-    # A venv kept between checkouts must load *this* checkout's plugins: re-point the editable
-    # installs when they point elsewhere (seconds, no downloads).
-    for pkg in sglang:agentrt_sglang vllm:agentrt_vllm; do
-        dir="$repo/adapters/${pkg%%:*}"
-        if [[ "$(editable_from "${pkg##*:}")" != "$(realpath "$dir")" ]]; then
-            step "re-pointing the editable ${pkg##*:} install at $dir"
-            "$venv/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e "$dir"
-        fi
-    done
-    step "venv at $venv is current ($want); checking imports"
-    check_imports || die "venv is marked complete but SGLang's radix cache does not import; delete $venv and re-run"
+if venv_current; then
+    repoint_editable agentrt_sglang "$here"
+    step "venv at $VENV is current ($WANT); checking imports"
+    check_imports || die "venv is marked complete but SGLang's radix cache does not import; delete $VENV and re-run"
     exit 0
 fi
 
-pick_python() {
-    local c
-    for c in "${AGENTRT_SGLANG_PYTHON:-}" python3.12 /root/.pyenv/versions/3.12*/bin/python3 python3.11 python3; do
-        [[ -n "$c" ]] || continue
-        command -v "$c" >/dev/null 2>&1 || [[ -x "$c" ]] || continue
-        if "$c" -c 'import sys, venv; sys.exit(0 if (3, 10) <= sys.version_info[:2] < (3, 14) else 1)' >/dev/null 2>&1; then
-            echo "$c"; return 0
-        fi
-    done
-    return 1
-}
-py="$(pick_python)" || die "no Python 3.10-3.13 with the venv module found (set AGENTRT_SGLANG_PYTHON)"
-step "building venv at $venv with $py ($("$py" --version 2>&1))"
 start=$SECONDS
-rm -f "$marker"
-mkdir -p "$(dirname "$venv")"
-[[ -x "$venv/bin/python" ]] || "$py" -m venv "$venv"
-pip=("$venv/bin/python" -m pip --disable-pip-version-check)
-"${pip[@]}" install -q --upgrade pip packaging
+start_venv
 
-step "torch==$TORCH_VERSION from PyPI (runs on CPU; its CUDA libraries come along and stay unused)"
-"${pip[@]}" install --progress-bar off "torch==$TORCH_VERSION"
-
-step "sglang==$SGLANG_VERSION --no-deps"
-"${pip[@]}" install --progress-bar off --no-deps "sglang==$SGLANG_VERSION"
+engine_wheel_without_deps "$TORCH_VERSION" "runs on CPU; its CUDA libraries come along and stay unused" \
+    sglang "$SGLANG_VERSION" sglang
 
 step "what the radix cache imports, at SGLang's pins"
-site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-meta="$site/sglang-$SGLANG_VERSION.dist-info/METADATA"
-[[ -f "$meta" ]] || die "no $meta after installing sglang"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 # SGLang's exact pins (==) as constraints, so the imported modules are the versions it runs with.
-"$venv/bin/python" - "$meta" > "$work/constraints.txt" <<'PY'
-import sys
-from email.parser import Parser
-from packaging.requirements import Requirement
-
-meta = Parser().parse(open(sys.argv[1], encoding="utf-8"))
-for line in meta.get_all("Requires-Dist") or []:
-    req = Requirement(line)
-    if any(spec.operator == "==" for spec in req.specifier):
-        print(f"{req.name}{req.specifier}")
-PY
+wheel_requirements pins "$meta" > "$work/constraints.txt"
 "${pip[@]}" install --progress-bar off -c "$work/constraints.txt" "${IMPORTED[@]}"
 
-step "test tools and the agentrt plugins (editable: SGLang's, and vLLM's, whose wire and client it uses)"
+step "test tools and the agentrt plugin (editable; it carries agentrt_engine from adapters/lib/python)"
 "${pip[@]}" install --progress-bar off pytest msgpack
-"${pip[@]}" install --progress-bar off --no-deps --no-build-isolation -e "$repo/adapters/vllm"
 "${pip[@]}" install --progress-bar off --no-deps --no-build-isolation -e "$here"
 
 step "checking: SGLang's radix cache, the plugin entry point"
 check_imports
-echo "$want" > "$marker"
-step "done in $((SECONDS - start)) s; venv size $(du -sh "$venv" | cut -f1)"
+finish_venv
+step "done in $((SECONDS - start)) s; venv size $(du -sh "$VENV" | cut -f1)"

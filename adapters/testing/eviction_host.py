@@ -45,7 +45,7 @@ def host_binary() -> Path:
     if not binary.is_file():
         if shutil.which("cargo") is None:
             pytest.skip("agentrt-vllm-host is not built and cargo is not on PATH")
-        subprocess.run(["cargo", "build", "-p", "agentrt-vllm", "--bin", "agentrt-vllm-host"], cwd=REPO, check=True)
+        subprocess.run(["cargo", "build", "-p", "agentrt-eviction", "--bin", "agentrt-vllm-host"], cwd=REPO, check=True)
     return binary
 
 
@@ -137,7 +137,7 @@ class SilentHost:
     connection and reads everything but never answers. Records the RANK frames it got."""
 
     def __init__(self, path) -> None:
-        from agentrt_vllm import wire
+        from agentrt_engine import wire
 
         self.wire = wire
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

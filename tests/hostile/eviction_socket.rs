@@ -7,7 +7,7 @@
 mod stub_upstream;
 #[path = "../../host/serve/tests/support/mod.rs"]
 mod support;
-#[path = "../../host/vllm/tests/common/mod.rs"]
+#[path = "../../host/eviction/tests/common/mod.rs"]
 mod vllm_plugin;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -15,10 +15,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentrt_eviction::eviction::DEFAULT_MAX_CONNECTIONS;
+use agentrt_eviction::{EvictionOptions, EvictionService, SocketAccess, SocketOptions};
 use agentrt_runtime::types::{Pin, SideEffect, Tier};
 use agentrt_tests::CapturedLog;
-use agentrt_vllm::eviction::DEFAULT_MAX_CONNECTIONS;
-use agentrt_vllm::{EvictionOptions, EvictionService, SocketAccess, SocketOptions};
 use support::{chat, post_json, Setup};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
@@ -138,10 +138,10 @@ async fn garbage_frames_close_their_connection_and_log_lines_stay_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let (service, _cache) = lru_service(&dir.path().join("evict.sock"), EvictionOptions::default()).unwrap();
     let garbage: [&[u8]; 4] = [
-        &[2, 0, 0, 0, 0x7f, 1],                                        // an unknown kind
-        &[6, 0, 0, 0, agentrt_vllm::wire::KIND_BLOCKS, 1, 2, 3, 4, 5], // not whole block events
-        &[3, 0, 0, 0, agentrt_vllm::wire::KIND_RANK, 1, 2],            // a RANK body cut short
-        &u32::MAX.to_le_bytes(),                                       // a length past the limit
+        &[2, 0, 0, 0, 0x7f, 1],                                            // an unknown kind
+        &[6, 0, 0, 0, agentrt_eviction::wire::KIND_BLOCKS, 1, 2, 3, 4, 5], // not whole block events
+        &[3, 0, 0, 0, agentrt_eviction::wire::KIND_RANK, 1, 2],            // a RANK body cut short
+        &u32::MAX.to_le_bytes(),                                           // a length past the limit
     ];
     for round in 0..ROUNDS {
         let mut stream = connect(service.path()).await;
@@ -296,7 +296,7 @@ async fn a_mixed_tier_batch_ranks_each_tier_by_its_rule_and_keeps_the_gpu_pins()
         session: 0,
         ttl_ms: u32::MAX,
     }));
-    let host = |hash, last_access| agentrt_vllm::wire::WireItem {
+    let host = |hash, last_access| agentrt_eviction::wire::WireItem {
         tier: Tier::Host,
         ..item(hash, 0, last_access)
     };

@@ -3,7 +3,8 @@
 //! installed `agentrt` looks: docs/deploy.md), and the vLLM plugin as a wheel
 //! (`agentrt_vllm-VERSION-py3-none-any.whl`) for `pip install` into vLLM's environment or image.
 //!
-//! The wheel is built with pip from `adapters/vllm` (pure Python, no compiler): with the vLLM
+//! The wheel is built with pip from `adapters/vllm` (pure Python, no compiler; it carries
+//! `agentrt_engine`, which its pyproject maps from `adapters/lib/python`): with the vLLM
 //! venv's Python when `.venv-vllm` exists (its setuptools, no download), else `python3` in pip's
 //! build isolation (setuptools from PyPI).
 

@@ -22,8 +22,9 @@ import functools
 import logging
 import time
 
-from agentrt_vllm.client import EvictionClient
-from agentrt_vllm.tracker import RequestTag
+from agentrt_engine.client import EvictionClient
+from agentrt_engine.request_tag import RequestTag
+from agentrt_engine.versions import is_supported, may_patch
 
 from .tracker import RadixTracker
 
@@ -46,7 +47,7 @@ def sglang_version() -> str:
 
 
 def check_version(version: str) -> bool:
-    return version.split("+", 1)[0] in SUPPORTED_VERSIONS
+    return is_supported(version, SUPPORTED_VERSIONS)
 
 
 def request_tag(req, client: EvictionClient) -> RequestTag | None:
@@ -102,13 +103,8 @@ def install(socket_path: str | None, deadline_ms: float = 2.0, max_candidates: i
     if _state["installed"]:
         return True
     version = sglang_version()
-    if not check_version(version) and not force:
-        log.error(
-            "agentrt: SGLang %s is not a version this plugin knows (%s); NOT patching the radix cache "
-            "(set AGENTRT_SGLANG_ALLOW_UNTESTED=1 to try anyway)",
-            version,
-            ", ".join(SUPPORTED_VERSIONS),
-        )
+    if not may_patch(log, "SGLang", version, SUPPORTED_VERSIONS, force, "the radix cache",
+                     "AGENTRT_SGLANG_ALLOW_UNTESTED"):
         return False
 
     from sglang.srt.mem_cache.base_prefix_cache import EvictResult
@@ -120,7 +116,7 @@ def install(socket_path: str | None, deadline_ms: float = 2.0, max_candidates: i
         log.error("agentrt: SGLang %s's RadixCache lacks %s; NOT patching", version, ", ".join(missing))
         return False
 
-    client = EvictionClient(socket_path, deadline_ms / 1000.0, f"sglang-{version}") if socket_path else None
+    client = EvictionClient(socket_path, deadline_ms / 1000.0, f"sglang-{version}", log=log) if socket_path else None
     _state["client"] = client
     RadixCache._agentrt = None
 

@@ -2,12 +2,10 @@
 
 SGLang calls ``register()`` (``sglang.srt.plugins.load_plugins``) in each of its processes, the
 scheduler's included, before it builds the tree cache. Configuration is by environment, so it
-reaches the scheduler process:
-
-- ``AGENTRT_EVICTION_SOCKET``: the agentrt eviction service's Unix socket. Unset: do nothing.
-- ``AGENTRT_EVICTION_DEADLINE_MS``: how long an eviction waits for a ranking (default 2).
-- ``AGENTRT_EVICTION_MAX_CANDIDATES``: tree nodes offered per ranking, oldest first (default 256).
-- ``AGENTRT_SGLANG_ALLOW_UNTESTED=1``: patch an SGLang version the plugin was not written against.
+reaches the scheduler process: the ``AGENTRT_EVICTION_*`` settings every engine's plugin reads
+(``agentrt_engine.settings``; SGLang offers ``AGENTRT_EVICTION_MAX_CANDIDATES`` tree nodes per
+ranking, oldest first), and ``AGENTRT_SGLANG_ALLOW_UNTESTED=1`` to patch an SGLang version the
+plugin was not written against.
 
 SGLang must also be started with ``--radix-cache-backend agentrt`` (the cache the plugin ranks).
 """
@@ -15,22 +13,21 @@ SGLang must also be started with ``--radix-cache-backend agentrt`` (the cache th
 from __future__ import annotations
 
 import logging
-import os
 
-from agentrt_vllm.settings import eviction_settings
+from agentrt_engine.plugin import Install, start_plugin
 
 log = logging.getLogger("sglang.agentrt_sglang")
 
+ALLOW_UNTESTED = "AGENTRT_SGLANG_ALLOW_UNTESTED"
+
 
 def register() -> None:
-    settings = eviction_settings(log)
-    if settings is None:
-        return
+    start_plugin(log, ALLOW_UNTESTED, _install)
+
+
+def _install(_allowed: bool) -> Install:
+    """SGLang's patch; its install checks SGLang's version itself (``force``: the operator allowed
+    an untested one)."""
     from .patch import install
 
-    install(
-        settings.socket_path,
-        deadline_ms=settings.deadline_ms,
-        max_candidates=settings.max_candidates,
-        force=os.environ.get("AGENTRT_SGLANG_ALLOW_UNTESTED") == "1",
-    )
+    return install

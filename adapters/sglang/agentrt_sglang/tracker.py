@@ -20,9 +20,9 @@ import heapq
 import logging
 import struct
 
-from agentrt_vllm import wire
-from agentrt_vllm.client import EvictionClient
-from agentrt_vllm.tracker import RequestTag
+from agentrt_engine import wire
+from agentrt_engine.client import EvictionClient
+from agentrt_engine.request_tag import RequestTag
 
 log = logging.getLogger("sglang.agentrt_sglang")
 

@@ -11,8 +11,8 @@ import pytest
 import harness
 from agentrt_sglang import patch
 from agentrt_sglang.tracker import path_hash
-from agentrt_vllm import wire
-from agentrt_vllm.client import EvictionClient
+from agentrt_engine import wire
+from agentrt_engine.client import EvictionClient
 from eviction_host import SilentHost
 
 PLANNER = harness.prompt(1, 480)  # the protected agent's anchor

@@ -23,7 +23,7 @@ import torch
 
 import harness
 from agentrt_sglang.tracker import path_hash
-from agentrt_vllm.client import EvictionClient
+from agentrt_engine.client import EvictionClient
 
 POOL_TOKENS = 800
 AGENTS = ["planner", "coder", "reviewer", "tester"]

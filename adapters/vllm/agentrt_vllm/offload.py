@@ -41,9 +41,11 @@ from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
 from vllm.v1.kv_offload.cpu.policies.lru import LRUCachePolicy
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 
-from . import wire
-from .client import EvictionClient
-from .tracker import RequestTag, key_hash64
+from agentrt_engine import wire
+from agentrt_engine.client import EvictionClient
+from agentrt_engine.request_tag import RequestTag
+
+from .tracker import key_hash64
 
 log = logging.getLogger("vllm.agentrt_vllm")
 
@@ -290,7 +292,7 @@ class AgentrtOffloadingSpec(CPUOffloadingSpec):
                 # The block-pool patch did not install (an untested vLLM): the host tier can
                 # still ask on a connection of its own.
                 deadline_ms = float(os.environ.get("AGENTRT_EVICTION_DEADLINE_MS", "2"))
-                client = EvictionClient(path, deadline_ms / 1000.0, patch.vllm_version())
+                client = EvictionClient(path, deadline_ms / 1000.0, patch.vllm_version(), log=log)
             if client is None:
                 log.warning("agentrt: AGENTRT_EVICTION_SOCKET unset; the host tier runs vLLM's LRU order")
             self._manager = AgentrtOffloadingManager(

@@ -27,8 +27,11 @@ import os
 import weakref
 from collections import OrderedDict
 
-from .client import EvictionClient
-from .tracker import PoolTracker, RequestTag, prefix_hash64
+from agentrt_engine.client import EvictionClient
+from agentrt_engine.request_tag import RequestTag
+from agentrt_engine.versions import is_supported, may_patch
+
+from .tracker import PoolTracker, prefix_hash64
 
 log = logging.getLogger("vllm.agentrt_vllm")
 
@@ -74,8 +77,7 @@ def vllm_version() -> str:
 
 
 def check_version(version: str) -> bool:
-    base = version.split("+", 1)[0]
-    return base in SUPPORTED_VERSIONS
+    return is_supported(version, SUPPORTED_VERSIONS)
 
 
 def request_tag(request, client: EvictionClient) -> RequestTag:
@@ -117,13 +119,7 @@ def install(socket_path: str, deadline_ms: float = 2.0, max_candidates: int = 25
     if _state["installed"]:
         return True
     version = vllm_version()
-    if not check_version(version) and not force:
-        log.error(
-            "agentrt: vLLM %s is not a version this plugin knows (%s); NOT patching the block pool "
-            "(set AGENTRT_VLLM_ALLOW_UNTESTED=1 to try anyway)",
-            version,
-            ", ".join(SUPPORTED_VERSIONS),
-        )
+    if not may_patch(log, "vLLM", version, SUPPORTED_VERSIONS, force, "the block pool", "AGENTRT_VLLM_ALLOW_UNTESTED"):
         return False
 
     from vllm.v1.core import block_pool, kv_cache_utils
@@ -142,7 +138,7 @@ def install(socket_path: str, deadline_ms: float = 2.0, max_candidates: int = 25
         log.error("agentrt: vLLM %s lacks %s; NOT patching", version, ", ".join(missing))
         return False
 
-    client = EvictionClient(socket_path, deadline_ms / 1000.0, version)
+    client = EvictionClient(socket_path, deadline_ms / 1000.0, version, log=log)
     _state["client"] = client
 
     orig_init = BlockPool.__init__

@@ -1,12 +1,10 @@
 """The vLLM general-plugin entry point (``vllm.general_plugins``: ``agentrt``).
 
 vLLM calls ``register()`` in every process it starts, before the engine core builds its scheduler
-and block pool. Configuration is by environment, so it reaches the engine-core process:
-
-- ``AGENTRT_EVICTION_SOCKET``: the agentrt eviction service's Unix socket. Unset: do nothing.
-- ``AGENTRT_EVICTION_DEADLINE_MS``: how long an allocation waits for a ranking (default 2).
-- ``AGENTRT_EVICTION_MAX_CANDIDATES``: candidates per ranking, spread over agents (default 256).
-- ``AGENTRT_VLLM_ALLOW_UNTESTED=1``: patch a vLLM version the plugin was not written against.
+and block pool. Configuration is by environment, so it reaches the engine-core process: the
+``AGENTRT_EVICTION_*`` settings every engine's plugin reads (``agentrt_engine.settings``; vLLM
+spreads ``AGENTRT_EVICTION_MAX_CANDIDATES`` over agents), and ``AGENTRT_VLLM_ALLOW_UNTESTED=1`` to
+patch a vLLM version the plugin was not written against.
 
 An operator who set ``AGENTRT_EVICTION_SOCKET`` asked for agentrt's eviction ranking: on a vLLM
 version the plugin does not know, ``register()`` stops vLLM's start with an error that names the
@@ -17,9 +15,9 @@ than serving without the ranking and saying so only in a log line.
 from __future__ import annotations
 
 import logging
-import os
 
-from .settings import eviction_settings
+from agentrt_engine.plugin import Install, start_plugin
+from agentrt_engine.versions import is_supported
 
 log = logging.getLogger("vllm.agentrt_vllm")
 
@@ -33,8 +31,7 @@ class UntestedVllmError(RuntimeError):
 def version_gate(version: str, supported: tuple[str, ...], allowed: bool) -> None:
     """Raise :class:`UntestedVllmError` for a vLLM ``version`` not in ``supported`` unless
     ``allowed``; an allowed one is warned about."""
-    base = version.split("+", 1)[0]
-    if base in supported:
+    if is_supported(version, supported):
         return
     known = ", ".join(supported)
     if allowed:
@@ -50,16 +47,12 @@ def version_gate(version: str, supported: tuple[str, ...], allowed: bool) -> Non
 
 
 def register() -> None:
-    settings = eviction_settings(log)
-    if settings is None:
-        return
+    start_plugin(log, ALLOW_UNTESTED, _gated_install)
+
+
+def _gated_install(allowed: bool) -> Install:
+    """vLLM's patch, once this vLLM's version passed :func:`version_gate`."""
     from .patch import SUPPORTED_VERSIONS, install, vllm_version
 
-    allowed = os.environ.get(ALLOW_UNTESTED) == "1"
     version_gate(vllm_version(), SUPPORTED_VERSIONS, allowed)
-    install(
-        settings.socket_path,
-        deadline_ms=settings.deadline_ms,
-        max_candidates=settings.max_candidates,
-        force=allowed,
-    )
+    return install

@@ -162,9 +162,10 @@ def plugin_site(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "--no-deps", "--quiet",
                     "--target", str(site), wheel], check=True, capture_output=True)
     # What a vLLM process started with this PYTHONPATH imports and loads as its plugin.
-    probe = ("import agentrt_vllm, importlib.metadata as md; "
+    # The wheel carries agentrt_engine (adapters/lib/python) too: it must not come from elsewhere.
+    probe = ("import agentrt_vllm, agentrt_engine, importlib.metadata as md; "
              "(ep,) = [e for e in md.entry_points(group='vllm.general_plugins') if e.name == 'agentrt']; "
-             "print(agentrt_vllm.__file__, ep.dist._path)")
+             "print(agentrt_vllm.__file__, agentrt_engine.__file__, ep.dist._path)")
     seen = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(site)},
                           check=True, capture_output=True, text=True).stdout.split()
     assert all(p.startswith(str(site)) for p in seen), f"vLLM would not load the wheel from {site}: {seen}"

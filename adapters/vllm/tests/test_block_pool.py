@@ -9,8 +9,8 @@ import pytest
 
 import harness
 from eviction_host import SilentHost
-from agentrt_vllm import wire
-from agentrt_vllm.client import EvictionClient
+from agentrt_engine import wire
+from agentrt_engine.client import EvictionClient
 
 PLANNER = harness.prompt(1, 480)  # 15 full blocks: the protected agent's anchor
 FLOOD = [harness.prompt(100 + i, 320) for i in range(10)]  # 100 blocks through a 39-block cache

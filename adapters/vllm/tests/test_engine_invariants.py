@@ -16,7 +16,7 @@ import pytest
 
 import engine_checks
 import harness
-from agentrt_vllm.client import EvictionClient
+from agentrt_engine.client import EvictionClient
 from engine_checks import check_pool, check_tracker, free_queue_ids, make_request, make_scheduler, model_output
 
 AGENTS = ["planner", "coder", "reviewer", "tester"]

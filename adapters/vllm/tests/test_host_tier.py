@@ -18,10 +18,11 @@ import struct
 import numpy as np
 import pytest
 
-from agentrt_vllm import wire
-from agentrt_vllm.client import EvictionClient
+from agentrt_engine import wire
+from agentrt_engine.client import EvictionClient
 from agentrt_vllm.offload import MIN_WINDOW, AgentrtOffloadingManager, AgentrtOffloadingSpec
-from agentrt_vllm.tracker import RequestTag, key_hash64
+from agentrt_engine.request_tag import RequestTag
+from agentrt_vllm.tracker import key_hash64
 from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
 from vllm.v1.kv_offload.config import (
     OffloadingCacheConfig,

@@ -4,8 +4,11 @@ environment. Each case runs in a fresh interpreter, as vLLM's processes do."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +67,28 @@ def test_an_unknown_vllm_is_let_through_when_the_operator_allows_it():
     version_gate("0.32.0+cpu", ("0.32.0",), allowed=False)
     with pytest.raises(UntestedVllmError, match="AGENTRT_VLLM_ALLOW_UNTESTED=1"):
         version_gate("0.31.9", ("0.32.0",), allowed=False)
+
+
+def test_the_wheel_carries_what_the_engine_plugins_share(tmp_path):
+    """The wheel ``cargo xtask dist`` ships is all an operator installs: it carries
+    ``agentrt_engine`` (adapters/lib/python), which the plugin imports, and loads from a folder
+    that holds nothing else of agentrt."""
+    repo = Path(__file__).resolve().parents[3]
+    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "wheel", "--no-deps",
+                    "--no-build-isolation", "--quiet", "--wheel-dir", str(tmp_path), str(repo / "adapters/vllm")],
+                   check=True, capture_output=True)
+    shutil.rmtree(repo / "adapters/vllm/build", ignore_errors=True)
+    (wheel,) = tmp_path.glob("agentrt_vllm-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for module in ("wire", "client", "request_tag", "settings", "versions", "plugin"):
+        assert f"agentrt_engine/{module}.py" in names, names
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "--no-deps", "--quiet",
+                    "--target", str(site), str(wheel)], check=True, capture_output=True)
+    probe = "import agentrt_vllm.plugin, agentrt_engine; print(agentrt_vllm.plugin.__file__, agentrt_engine.__file__)"
+    # -S: no site-packages, so neither an editable install nor the venv can stand in for the wheel.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRT_")}
+    env["PYTHONPATH"] = str(site)
+    seen = subprocess.run([sys.executable, "-S", "-c", probe], env=env, check=True, capture_output=True,
+                          text=True).stdout.split()
+    assert len(seen) == 2 and all(p.startswith(str(site)) for p in seen), seen

@@ -94,7 +94,7 @@ fn main() -> std::process::ExitCode {
         Command::Policy {
             command: PolicyCommand::Test(_),
         } => "warn,agentrt_runtime::handle=error",
-        Command::Serve(_) => "warn,agentrt_serve=info,agentrt_vllm=info",
+        Command::Serve(_) => "warn,agentrt_serve=info,agentrt_eviction=info",
         _ => "warn",
     };
     // Colours only for a person at a terminal: a log file or a collector gets plain text.

@@ -4,7 +4,7 @@
 //! `agentrt_router::testing`).
 //!
 //! The replicas' KV events are real ones: the msgpack batch a real vLLM published when it cached a
-//! 512-token agent prompt (`host/vllm/tests/fixtures/vllm-0.32.0-cpu/0000.msgpack`), sent on the
+//! 512-token agent prompt (`host/eviction/tests/fixtures/vllm-0.32.0-cpu/0000.msgpack`), sent on the
 //! replica's ZMQ endpoint with vLLM's three frames (topic, sequence, payload), so the service
 //! sees the replica hold that prompt exactly as it would from vLLM.
 //!

@@ -117,7 +117,7 @@ pub struct ServeArgs {
     pub eviction_socket_group: Option<String>,
     /// Connections each eviction socket holds open at once (an engine opens one per engine core
     /// process); more are closed as soon as they are accepted and counted.
-    #[arg(help_heading = "Engine adapters", long, default_value_t = agentrt_vllm::eviction::DEFAULT_MAX_CONNECTIONS)]
+    #[arg(help_heading = "Engine adapters", long, default_value_t = agentrt_eviction::eviction::DEFAULT_MAX_CONNECTIONS)]
     pub eviction_max_connections: usize,
     /// Warm-ups in flight at once.
     #[arg(help_heading = "Policies", long, default_value_t = WarmupOptions::default().max_concurrent)]
@@ -534,8 +534,8 @@ async fn serve(args: ServeArgs, components: &ComponentLookup, check_serve: Serve
             kv_events: args.kv_events,
             kv_events_replay: args.kv_events_replay,
             shares,
-            eviction_socket_options: agentrt_vllm::SocketOptions {
-                access: agentrt_vllm::SocketAccess {
+            eviction_socket_options: agentrt_eviction::SocketOptions {
+                access: agentrt_eviction::SocketAccess {
                     group: args.eviction_socket_group,
                 },
                 max_connections: args.eviction_max_connections,

@@ -9,10 +9,10 @@ mod support;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use agentrt_eviction::wire::{self, Request};
 use agentrt_router::testing::SelectionService;
 use agentrt_runtime::types::{BlockEvent, BlockOp};
 use agentrt_serve::engine::replicas::ReplicaArgs;
-use agentrt_vllm::wire::{self, Request};
 use serde_json::{json, Value};
 use support::{metrics_text, post_json, settle, Proxy, Setup};
 
@@ -212,7 +212,7 @@ impl Plugin {
         plugin
             .send(&Request::Hello {
                 protocol: wire::PROTOCOL_VERSION,
-                vllm_version: "0.32.0+cpu".into(),
+                engine_version: "0.32.0+cpu".into(),
             })
             .await;
         plugin.reply().await;

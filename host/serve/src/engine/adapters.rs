@@ -1,7 +1,7 @@
 //! The engine adapters `agentrt serve` runs beside the proxy: the vLLM plugin's eviction socket
 //! (`--eviction-socket`; several replicas' sockets through [`ReplicaRouting::start_engines`]),
 //! vLLM's KV events (`--kv-events`), and — under cache shares (`--share`) — the engine's cache
-//! divided among the tenants ([`agentrt_vllm::SharedCache`]), each tenant's policy ranking its
+//! divided among the tenants ([`agentrt_eviction::SharedCache`]), each tenant's policy ranking its
 //! own blocks. Without shares one policy ranks the whole engine: the engine tenant's (`default`).
 
 use std::collections::HashMap;
@@ -23,7 +23,7 @@ use crate::tenant::reload::CacheShares;
 use crate::tenant::Tenants;
 
 /// The eviction sockets' options, named here for whoever builds an [`EngineConfig`].
-pub use agentrt_vllm::{SocketAccess as EvictionSocketAccess, SocketOptions as EvictionSocketOptions};
+pub use agentrt_eviction::{SocketAccess as EvictionSocketAccess, SocketOptions as EvictionSocketOptions};
 
 /// Which engine adapters to run. The default runs none (what the proxy's tests use).
 #[derive(Debug, Clone, Default)]
@@ -38,18 +38,18 @@ pub struct EngineConfig {
     pub shares: HashMap<String, Share>,
     /// Every eviction socket's group and connection cap (`--eviction-socket-group`,
     /// `--eviction-max-connections`), the replicas' included.
-    pub eviction_socket_options: agentrt_vllm::SocketOptions,
+    pub eviction_socket_options: agentrt_eviction::SocketOptions,
 }
 
 /// The running adapters; dropping them closes the sockets and subscriptions.
 pub struct EngineAdapters {
     /// The engine's cache divided among tenants, under shares.
-    pub cache: Option<Arc<agentrt_vllm::SharedCache>>,
+    pub cache: Option<Arc<agentrt_eviction::SharedCache>>,
     /// Where `pin`/`unpin` side effects go, when an eviction service runs.
-    pub pins: Option<Arc<agentrt_vllm::PinTable>>,
-    _eviction: Option<agentrt_vllm::EvictionService>,
+    pub pins: Option<Arc<agentrt_eviction::PinTable>>,
+    _eviction: Option<agentrt_eviction::EvictionService>,
     _replica_engines: Option<ReplicaEngines>,
-    _kv_events: Option<agentrt_vllm::KvEventSubscriber>,
+    _kv_events: Option<agentrt_eviction::KvEventSubscriber>,
 }
 
 impl EngineAdapters {
@@ -88,19 +88,19 @@ impl EngineAdapters {
         let engine_tenant = tenants
             .get_or_start(DEFAULT_TENANT)
             .map_err(|e| anyhow::anyhow!(e.message))?;
-        let options = agentrt_vllm::EvictionOptions {
+        let options = agentrt_eviction::EvictionOptions {
             agents: engine_tenant.agents.clone(),
             socket: config.eviction_socket_options.clone(),
-            ..agentrt_vllm::EvictionOptions::default()
+            ..agentrt_eviction::EvictionOptions::default()
         };
-        let (ranker, cache): (Arc<dyn agentrt_vllm::EngineRanker>, _) = if config.shares.is_empty() {
+        let (ranker, cache): (Arc<dyn agentrt_eviction::EngineRanker>, _) = if config.shares.is_empty() {
             (engine_tenant.policy.clone(), None)
         } else {
             let owners = EngineTenants {
                 handles: tenants.handles(),
                 registry: tenants.shared_registry(),
             };
-            let cache = Arc::new(agentrt_vllm::SharedCache::new(
+            let cache = Arc::new(agentrt_eviction::SharedCache::new(
                 Arc::new(owners),
                 DEFAULT_TENANT,
                 config.shares.clone(),
@@ -110,12 +110,12 @@ impl EngineAdapters {
         let pins = (config.eviction_socket.is_some() || replica_sockets).then(|| options.pins.clone());
         let eviction = match &config.eviction_socket {
             Some(path) => {
-                let socket_options = agentrt_vllm::EvictionOptions {
+                let socket_options = agentrt_eviction::EvictionOptions {
                     agents: options.agents.clone(),
                     pins: options.pins.clone(),
                     socket: options.socket.clone(),
                 };
-                let service = agentrt_vllm::EvictionService::bind_with(path, ranker.clone(), socket_options)
+                let service = agentrt_eviction::EvictionService::bind_with(path, ranker.clone(), socket_options)
                     .with_context(|| format!("binding the eviction socket {}", path.display()))?;
                 tracing::info!(socket = %path.display(), "eviction service listening");
                 Some(service)
@@ -130,18 +130,18 @@ impl EngineAdapters {
         let kv_events = match &config.kv_events {
             Some(endpoint) => {
                 let mut events =
-                    agentrt_vllm::KvEventsConfig::for_vllm(endpoint, config.kv_events_replay.as_deref(), "kv");
+                    agentrt_eviction::KvEventsConfig::for_vllm(endpoint, config.kv_events_replay.as_deref(), "kv");
                 if config.eviction_socket.is_some() {
                     // The plugin already reports every store, removal and clear, with agent tags;
                     // forwarding vLLM's events too would count each block twice. Keep the
                     // subscription for its counters (gaps, restarts).
-                    events.forward = agentrt_vllm::Forward {
+                    events.forward = agentrt_eviction::Forward {
                         stored: false,
                         removed: false,
                         cleared: false,
                     };
                 }
-                Some(agentrt_vllm::KvEventSubscriber::spawn(events, engine_tenant.policy.clone()).await?)
+                Some(agentrt_eviction::KvEventSubscriber::spawn(events, engine_tenant.policy.clone()).await?)
             }
             None => None,
         };
@@ -155,8 +155,8 @@ impl EngineAdapters {
     }
 
     /// The counters of the one engine's eviction socket (`--eviction-socket`), when it runs.
-    pub fn eviction_metrics(&self) -> Option<Arc<agentrt_vllm::EvictionMetrics>> {
-        self._eviction.as_ref().map(agentrt_vllm::EvictionService::metrics)
+    pub fn eviction_metrics(&self) -> Option<Arc<agentrt_eviction::EvictionMetrics>> {
+        self._eviction.as_ref().map(agentrt_eviction::EvictionService::metrics)
     }
 
     /// Each replica's eviction socket's path, when several replicas' adapters run.
@@ -173,7 +173,7 @@ struct EngineTenants {
     registry: Arc<PolicyRegistry>,
 }
 
-impl agentrt_vllm::TenantDirectory for EngineTenants {
+impl agentrt_eviction::TenantDirectory for EngineTenants {
     fn tenant_of(&self, handle: u32) -> Option<Arc<str>> {
         self.handles.owner(handle)
     }
@@ -184,7 +184,7 @@ impl agentrt_vllm::TenantDirectory for EngineTenants {
 }
 
 /// The engine's cache under shares, for `/metrics`.
-pub struct EngineCacheReport(pub Arc<agentrt_vllm::SharedCache>);
+pub struct EngineCacheReport(pub Arc<agentrt_eviction::SharedCache>);
 
 impl Report for EngineCacheReport {
     fn render(&self, out: &mut String) {
@@ -194,9 +194,9 @@ impl Report for EngineCacheReport {
 
 /// Each tenant's part of the engine's cache under `--share`: blocks held, its guarantee and
 /// limit, its blocks the engine evicted, and the evictions its requests caused.
-fn render_engine_cache(cache: &agentrt_vllm::SharedCache, out: &mut String) {
+fn render_engine_cache(cache: &agentrt_eviction::SharedCache, out: &mut String) {
     let tenants = cache.tenants();
-    type Read = fn(&agentrt_vllm::TenantCache, &agentrt_runtime::Share) -> u64;
+    type Read = fn(&agentrt_eviction::TenantCache, &agentrt_runtime::Share) -> u64;
     let series: [(&str, &str, &str, Read); 5] = [
         (
             "agentrt_tenant_cache_blocks",
@@ -239,16 +239,16 @@ fn render_engine_cache(cache: &agentrt_vllm::SharedCache, out: &mut String) {
 
 /// A reload sets the shares of the cache the tenants' policies rank (the tenant layer knows the
 /// cache only as [`CacheShares`]).
-impl CacheShares for agentrt_vllm::SharedCache {
+impl CacheShares for agentrt_eviction::SharedCache {
     fn set_shares(&self, shares: HashMap<String, Share>) {
-        agentrt_vllm::SharedCache::set_shares(self, shares);
+        agentrt_eviction::SharedCache::set_shares(self, shares);
     }
 }
 
 /// The vLLM plugin may name agents by string (clients that bypass the proxy); resolve them in the
 /// tenant's directory so both paths agree on handles.
-impl agentrt_vllm::AgentResolver for AgentDirectory {
-    fn resolve(&self, name: &str, policy: &dyn agentrt_vllm::EngineRanker) -> u32 {
+impl agentrt_eviction::AgentResolver for AgentDirectory {
+    fn resolve(&self, name: &str, policy: &dyn agentrt_eviction::EngineRanker) -> u32 {
         let identity = Identity {
             agent_name: name.to_string(),
             anchor_hash: 0,

@@ -6,7 +6,7 @@
 use std::fmt::Write;
 use std::sync::Arc;
 
-use agentrt_vllm::{EvictionCounts, EvictionMetrics};
+use agentrt_eviction::{EvictionCounts, EvictionMetrics};
 
 use crate::prometheus::Report;
 

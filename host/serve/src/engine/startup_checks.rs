@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentrt_vllm::EvictionMetrics;
+use agentrt_eviction::EvictionMetrics;
 
 use crate::engine::upstream::{self, Upstream};
 

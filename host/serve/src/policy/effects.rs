@@ -21,14 +21,18 @@ use crate::tenant::Tenant;
 /// service runs.
 pub struct Effects {
     warmups: Arc<Warmups>,
-    pins: Option<Arc<agentrt_vllm::PinTable>>,
+    pins: Option<Arc<agentrt_eviction::PinTable>>,
     metrics: Arc<ProxyMetrics>,
 }
 
 impl Effects {
     /// Effects carried out by `warmups` and, when the vLLM eviction service runs, `pins`; failed
     /// `act` calls and denied sessions are counted in `metrics`.
-    pub fn new(warmups: Arc<Warmups>, pins: Option<Arc<agentrt_vllm::PinTable>>, metrics: Arc<ProxyMetrics>) -> Self {
+    pub fn new(
+        warmups: Arc<Warmups>,
+        pins: Option<Arc<agentrt_eviction::PinTable>>,
+        metrics: Arc<ProxyMetrics>,
+    ) -> Self {
         Self { warmups, pins, metrics }
     }
 

@@ -88,7 +88,7 @@ impl Report for ReplicaRouting {
         if engines.is_empty() {
             return;
         }
-        let counts: Vec<(Option<&str>, agentrt_vllm::EvictionCounts)> = engines
+        let counts: Vec<(Option<&str>, agentrt_eviction::EvictionCounts)> = engines
             .iter()
             .map(|(name, m)| (Some(name.as_str()), m.counts()))
             .collect();

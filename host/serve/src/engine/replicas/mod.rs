@@ -57,7 +57,7 @@ pub struct ReplicaRouting {
     booking_prefix: String,
     counts: Counts,
     /// Each replica's eviction service counters, once started ([`ReplicaRouting::start_engines`]).
-    engine_metrics: Mutex<Vec<(String, Arc<agentrt_vllm::EvictionMetrics>)>>,
+    engine_metrics: Mutex<Vec<(String, Arc<agentrt_eviction::EvictionMetrics>)>>,
     /// The replicas' `/tokenize`, for prompts' token ids.
     tokenizer: Tokenizer,
 }
@@ -196,28 +196,28 @@ impl ReplicaRouting {
 
     /// Start each replica's engine adapter: its plugin's eviction socket
     /// (`--replica-eviction-socket`) and a subscriber of its KV events (`--replica-kv-events`),
-    /// both through a [`ReplicaView`](agentrt_vllm::ReplicaView) of `ranker` — one policy view
+    /// both through a [`ReplicaView`](agentrt_eviction::ReplicaView) of `ranker` — one policy view
     /// across the replicas, each replica's blocks its own — which also tells this routing where
     /// agents' anchors are cached and evicted. `options` (agents, pins) are shared by every socket.
     pub fn start_engines(
         self: &Arc<Self>,
         args: &ReplicaArgs,
-        ranker: Arc<dyn agentrt_vllm::EngineRanker>,
-        options: &agentrt_vllm::EvictionOptions,
+        ranker: Arc<dyn agentrt_eviction::EngineRanker>,
+        options: &agentrt_eviction::EvictionOptions,
     ) -> anyhow::Result<ReplicaEngines> {
         let sockets = args::eviction_sockets(&self.replicas, &args.eviction_sockets)?;
         let mut engines = ReplicaEngines::default();
         for replica in self.replicas.all() {
             let view = Arc::new(
-                agentrt_vllm::ReplicaView::new(&replica.name, replica.id.0, ranker.clone())
+                agentrt_eviction::ReplicaView::new(&replica.name, replica.id.0, ranker.clone())
                     .with_anchor_events(self.clone()),
             );
             let socket = sockets.get(replica.name.as_str());
             if let Some(path) = socket {
-                let service = agentrt_vllm::EvictionService::bind_with(
+                let service = agentrt_eviction::EvictionService::bind_with(
                     path,
                     view.clone(),
-                    agentrt_vllm::EvictionOptions {
+                    agentrt_eviction::EvictionOptions {
                         agents: options.agents.clone(),
                         pins: options.pins.clone(),
                         socket: options.socket.clone(),
@@ -240,8 +240,8 @@ impl ReplicaRouting {
             let Some(endpoint) = &replica.kv_events else {
                 continue;
             };
-            let mut config = agentrt_vllm::KvEventsConfig::for_vllm(endpoint, None, "kv");
-            if config.mode == agentrt_vllm::SocketMode::Bind {
+            let mut config = agentrt_eviction::KvEventsConfig::for_vllm(endpoint, None, "kv");
+            if config.mode == agentrt_eviction::SocketMode::Bind {
                 // vLLM connects to one subscriber that binds: that is the router's.
                 tracing::warn!(replica = %replica.name, endpoint = %endpoint,
                     "vLLM connects to this endpoint rather than binding it; agentrt does not subscribe (use ipc:// or tcp://*:PORT)");
@@ -249,7 +249,7 @@ impl ReplicaRouting {
             }
             if socket.is_some() {
                 // The plugin reports every store, removal and clear with agent tags already.
-                config.forward = agentrt_vllm::Forward {
+                config.forward = agentrt_eviction::Forward {
                     stored: false,
                     removed: false,
                     cleared: false,
@@ -260,7 +260,7 @@ impl ReplicaRouting {
             tokio::spawn(async move {
                 let mut logged = false;
                 loop {
-                    match agentrt_vllm::KvEventSubscriber::spawn(config.clone(), view.clone()).await {
+                    match agentrt_eviction::KvEventSubscriber::spawn(config.clone(), view.clone()).await {
                         Ok(subscriber) => {
                             subscribers.lock().unwrap_or_else(|p| p.into_inner()).push(subscriber);
                             return;
@@ -376,8 +376,8 @@ impl ReplicaRouting {
 /// The engine adapters of the replicas; dropping them closes the sockets and subscriptions.
 #[derive(Default)]
 pub struct ReplicaEngines {
-    services: Vec<agentrt_vllm::EvictionService>,
-    subscribers: Arc<Mutex<Vec<agentrt_vllm::KvEventSubscriber>>>,
+    services: Vec<agentrt_eviction::EvictionService>,
+    subscribers: Arc<Mutex<Vec<agentrt_eviction::KvEventSubscriber>>>,
 }
 
 impl ReplicaEngines {
@@ -387,7 +387,7 @@ impl ReplicaEngines {
     }
 }
 
-impl agentrt_vllm::AnchorEvents for ReplicaRouting {
+impl agentrt_eviction::AnchorEvents for ReplicaRouting {
     fn anchor_cached(&self, replica: u64, agent: u32) {
         self.placement
             .lock()

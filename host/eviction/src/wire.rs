@@ -1,5 +1,6 @@
-//! The eviction wire protocol between the vLLM plugin (`adapters/vllm/agentrt_vllm`) and
-//! [`EvictionService`](crate::EvictionService), over a Unix stream socket.
+//! The eviction wire protocol between an engine plugin (vLLM's `adapters/vllm/agentrt_vllm`,
+//! SGLang's `adapters/sglang/agentrt_sglang`) and [`EvictionService`](crate::EvictionService),
+//! over a Unix stream socket. The protocol names no engine; the examples below are vLLM's.
 //!
 //! A compact binary format rather than msgpack: the plugin packs and unpacks it with Python's
 //! `struct`/`array` in one call per message, which is cheaper on vLLM's scheduler thread than any
@@ -15,7 +16,7 @@
 //!
 //! | kind | direction | body |
 //! |---|---|---|
-//! | `0x01` HELLO  | plugin → host | `u16 protocol`, `u16 n`, `n` bytes UTF-8 (vLLM version, for logs) |
+//! | `0x01` HELLO  | plugin → host | `u16 protocol`, `u16 n`, `n` bytes UTF-8 (the engine's version, for logs) |
 //! | `0x81` HELLO_OK | host → plugin | `u16 protocol`: the highest version both sides speak (see below) |
 //! | `0x02` AGENT  | plugin → host | `u32 wire_agent` (high bit set), `u16 n`, `n` bytes UTF-8 agent name |
 //! | `0x03` BLOCKS | plugin → host | `k × 3 u64`: block events packed exactly as for `observe-blocks` (op, position, agent in word 0; hash; parent hash), the agent field holding a wire agent id — except that a *removed* event's third word holds the wire agent of the request whose allocation evicted the block (0: none known), which the host counts per tenant and zeroes before any policy sees it |
@@ -77,7 +78,7 @@ pub const ITEM_BYTES: usize = 40;
 
 // Frame kinds, as in the table above: plugin → host below 0x80, host → plugin answers with the
 // high bit set.
-/// HELLO: the plugin's protocol version and vLLM version, first on a connection.
+/// HELLO: the plugin's protocol version and its engine's version, first on a connection.
 pub const KIND_HELLO: u8 = 0x01;
 /// AGENT: defines a wire agent id for an agent name, for the rest of the connection.
 pub const KIND_AGENT: u8 = 0x02;
@@ -128,8 +129,8 @@ pub enum Request {
     Hello {
         /// The plugin's [`PROTOCOL_VERSION`].
         protocol: u16,
-        /// vLLM's version string, for logs.
-        vllm_version: String,
+        /// The engine's version string (vLLM's or SGLang's), for logs.
+        engine_version: String,
     },
     /// AGENT: `wire_agent` names `name` from now on.
     Agent {
@@ -264,7 +265,7 @@ pub fn decode_request(kind: u8, body: &[u8]) -> Result<Request, WireError> {
     let request = match kind {
         KIND_HELLO => Request::Hello {
             protocol: b.u16("protocol")?,
-            vllm_version: b.string("vllm version")?,
+            engine_version: b.string("engine version")?,
         },
         KIND_AGENT => {
             let wire_agent = b.u32("agent id")?;
@@ -438,10 +439,13 @@ pub fn encode_reply(reply: &Reply, out: &mut Vec<u8>) {
 /// Append `request` as a frame (the plugin's side, for tests and tools).
 pub fn encode_request(request: &Request, out: &mut Vec<u8>) {
     match request {
-        Request::Hello { protocol, vllm_version } => {
+        Request::Hello {
+            protocol,
+            engine_version,
+        } => {
             let at = start_frame(out, KIND_HELLO);
             out.extend_from_slice(&protocol.to_le_bytes());
-            put_string(out, vllm_version);
+            put_string(out, engine_version);
             finish_frame(out, at);
         }
         Request::Agent { wire_agent, name } => {
@@ -501,7 +505,7 @@ mod tests {
     fn requests_round_trip() {
         roundtrip_request(Request::Hello {
             protocol: PROTOCOL_VERSION,
-            vllm_version: "0.32.0+cpu".into(),
+            engine_version: "0.32.0+cpu".into(),
         });
         roundtrip_request(Request::Agent {
             wire_agent: DEFINED_AGENT_BIT | 3,
@@ -666,7 +670,7 @@ mod tests {
         encode_request(
             &Request::Hello {
                 protocol: 1,
-                vllm_version: "x".into(),
+                engine_version: "x".into(),
             },
             &mut hello,
         );

@@ -6,10 +6,10 @@ mod common;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use agentrt_eviction::wire::Request;
+use agentrt_eviction::{EvictionService, SharedCache, TenantDirectory};
 use agentrt_runtime::{PolicyHandle, Share};
 use agentrt_tests::{engine, start, PROBE_LOOP_KEY};
-use agentrt_vllm::wire::Request;
-use agentrt_vllm::{EvictionService, SharedCache, TenantDirectory};
 use common::{item, socket_path, Plugin};
 
 /// Agents 1–9 are alpha's, 10–19 beta's; each tenant runs its own policy instance.
@@ -170,7 +170,7 @@ async fn each_tenants_blocks_and_evictions_are_counted() {
         words.extend(stored(agent, hash));
     }
     words.extend(removed(1, 100, 0));
-    agentrt_vllm::EngineRanker::observe_blocks(&cache, &words).unwrap();
+    agentrt_eviction::EngineRanker::observe_blocks(&cache, &words).unwrap();
     let figures: Vec<(String, u64, u64)> = cache
         .tenants()
         .into_iter()
@@ -236,7 +236,7 @@ async fn the_host_tier_is_outside_the_shares_each_owner_ranks_its_own_merged_by_
         words.extend(event);
     }
     s.plugin.send(&Request::Blocks(words)).await;
-    let host = |hash, agent, last| agentrt_vllm::wire::WireItem {
+    let host = |hash, agent, last| agentrt_eviction::wire::WireItem {
         tier: agentrt_runtime::types::Tier::Host,
         ..item(hash, agent, last)
     };
@@ -250,7 +250,7 @@ async fn the_host_tier_is_outside_the_shares_each_owner_ranks_its_own_merged_by_
             items,
         })
         .await;
-    let agentrt_vllm::wire::Reply::Ranked {
+    let agentrt_eviction::wire::Reply::Ranked {
         fallback,
         evict_first,
         declined,

@@ -5,10 +5,10 @@ mod common;
 
 use std::sync::Arc;
 
+use agentrt_eviction::wire::{self, Request};
+use agentrt_eviction::EvictionService;
 use agentrt_runtime::types::{Pin, SideEffect};
 use agentrt_tests::{engine, start, PROBE_LOOP_KEY};
-use agentrt_vllm::wire::{self, Request};
-use agentrt_vllm::EvictionService;
 use common::{item, socket_path, Plugin};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -342,7 +342,7 @@ async fn hello_agrees_on_the_highest_protocol_both_speak() {
         plugin
             .send(&Request::Hello {
                 protocol: plugin_speaks,
-                vllm_version: "0.32.0+cpu".into(),
+                engine_version: "0.32.0+cpu".into(),
             })
             .await;
         assert_eq!(

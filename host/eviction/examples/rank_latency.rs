@@ -2,7 +2,7 @@
 //! wait for the answer. The service runs the `lru` component (`cargo xtask build-policies`).
 //!
 //! ```text
-//! cargo run --release -p agentrt-vllm --example rank_latency [ITEMS] [ROUNDS]
+//! cargo run --release -p agentrt-eviction --example rank_latency [ITEMS] [ROUNDS]
 //! ```
 
 use std::io::{Read, Write};
@@ -10,9 +10,9 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Instant;
 
+use agentrt_eviction::wire::{self, Request, WireItem};
+use agentrt_eviction::EvictionService;
 use agentrt_runtime::{ComponentLookup, EmbeddedSet, EngineOptions, PolicyEngine, PolicyHandle, SlotConfig};
-use agentrt_vllm::wire::{self, Request, WireItem};
-use agentrt_vllm::EvictionService;
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);

@@ -15,11 +15,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentrt_runtime::types::Pin;
-use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyHandle, SlotConfig};
-use agentrt_vllm::{
+use agentrt_eviction::{
     AgentResolver, EvictionOptions, EvictionService, InternedAgents, KvEventSubscriber, KvEventsConfig,
 };
+use agentrt_runtime::types::Pin;
+use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyHandle, SlotConfig};
 use anyhow::Context;
 use clap::Parser;
 use tokio::signal::unix::{signal, SignalKind};

@@ -15,10 +15,10 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use agentrt_eviction::kv_events::decode_batch;
+use agentrt_eviction::{KvEventCounts, KvEventSubscriber, KvEventsConfig, SocketMode};
 use agentrt_runtime::PolicyHandle;
 use agentrt_tests::{engine, start};
-use agentrt_vllm::kv_events::decode_batch;
-use agentrt_vllm::{KvEventCounts, KvEventSubscriber, KvEventsConfig, SocketMode};
 use bytes::Bytes;
 use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
@@ -28,10 +28,10 @@ fn block_totals(payloads: &[Vec<u8>]) -> (u64, u64) {
     for p in payloads {
         for e in decode_batch(p).unwrap().events {
             match e {
-                agentrt_vllm::kv_events::KvEvent::BlockStored { block_hashes, .. } => {
+                agentrt_eviction::kv_events::KvEvent::BlockStored { block_hashes, .. } => {
                     stored += block_hashes.len() as u64
                 }
-                agentrt_vllm::kv_events::KvEvent::BlockRemoved { block_hashes, .. } => {
+                agentrt_eviction::kv_events::KvEvent::BlockRemoved { block_hashes, .. } => {
                     removed += block_hashes.len() as u64
                 }
                 _ => {}

@@ -8,16 +8,16 @@ mod common;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use agentrt_runtime::{PolicyHandle, Share};
-use agentrt_sdk::{BlockEvent, BlockOp};
-use agentrt_tests::{engine, start};
-use agentrt_vllm::kv_events::{decode_batch, pack_event};
-use agentrt_vllm::replica_view::{fold, replica_salt};
-use agentrt_vllm::wire::Request;
-use agentrt_vllm::{
+use agentrt_eviction::kv_events::{decode_batch, pack_event};
+use agentrt_eviction::replica_view::{fold, replica_salt};
+use agentrt_eviction::wire::Request;
+use agentrt_eviction::{
     AnchorEvents, EngineRanker, EvictionService, Forward, KvEventSubscriber, KvEventsConfig, ReplicaView, SharedCache,
     SocketMode, TenantDirectory,
 };
+use agentrt_runtime::{PolicyHandle, Share};
+use agentrt_sdk::{BlockEvent, BlockOp};
+use agentrt_tests::{engine, start};
 use common::{item, Plugin};
 
 const A: u64 = 0x1a;

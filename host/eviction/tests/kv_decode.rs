@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::HashSet;
 
-use agentrt_vllm::kv_events::{decode_batch, pack_event, Forward, KvEvent};
+use agentrt_eviction::kv_events::{decode_batch, pack_event, Forward, KvEvent};
 use rmpv::Value;
 
 fn stored(e: &KvEvent) -> Option<&Vec<u64>> {

@@ -5,9 +5,9 @@
 
 use std::path::PathBuf;
 
+use agentrt_eviction::wire::{self, Reply, Request, WireItem};
+use agentrt_eviction::EvictionService;
 use agentrt_sdk::state::Reader;
-use agentrt_vllm::wire::{self, Reply, Request, WireItem};
-use agentrt_vllm::EvictionService;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
@@ -74,7 +74,7 @@ impl Plugin {
         plugin
             .send(&Request::Hello {
                 protocol: wire::PROTOCOL_VERSION,
-                vllm_version: "0.32.0+cpu".into(),
+                engine_version: "0.32.0+cpu".into(),
             })
             .await;
         assert_eq!(

@@ -5,7 +5,7 @@
 //! One gate per cause, shared by every connection the cause can come from:
 //!
 //! ```
-//! # use agentrt_vllm::log_gate::LogGate;
+//! # use agentrt_eviction::log_gate::LogGate;
 //! let malformed = LogGate::default();
 //! if let Some(more_since_last) = malformed.admit() {
 //!     tracing::warn!(more_since_last, "malformed frame; closing this connection");

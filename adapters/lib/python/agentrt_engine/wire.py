@@ -1,5 +1,5 @@
 """The eviction wire protocol, plugin side. The authoritative description (and the host side) is
-``host/vllm/src/wire.rs``; this mirrors it with ``struct`` so that packing costs one C call.
+``host/eviction/src/wire.rs``; this mirrors it with ``struct`` so that packing costs one C call.
 
 Frames: ``u32 length (LE, kind included) | u8 kind | body``. Little-endian throughout.
 """
@@ -63,8 +63,8 @@ def _string(text: str) -> bytes:
     return struct.pack("<H", len(raw)) + raw
 
 
-def hello(vllm_version: str) -> bytes:
-    return frame(KIND_HELLO, struct.pack("<H", PROTOCOL_VERSION) + _string(vllm_version))
+def hello(engine_version: str) -> bytes:
+    return frame(KIND_HELLO, struct.pack("<H", PROTOCOL_VERSION) + _string(engine_version))
 
 
 def agent(wire_agent: int, name: str) -> bytes:

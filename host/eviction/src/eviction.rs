@@ -111,7 +111,7 @@ impl EvictionService {
         listener.set_nonblocking(true)?;
         let listener = UnixListener::from_std(listener)?;
         let metrics = Arc::new(EvictionMetrics::default());
-        let span = tracing::info_span!("vllm.eviction", path = %path.display(), policy = %policy.label());
+        let span = tracing::info_span!("eviction", path = %path.display(), policy = %policy.label());
         let shared = Shared {
             policy,
             agents: options.agents,
@@ -354,7 +354,10 @@ impl Connection {
             }
         };
         match request {
-            Request::Hello { protocol, vllm_version } => {
+            Request::Hello {
+                protocol,
+                engine_version,
+            } => {
                 // The highest version both speak: a protocol-1 plugin (GPU only) gets 1.
                 let agreed = protocol.min(wire::PROTOCOL_VERSION);
                 if agreed < wire::MIN_PROTOCOL_VERSION {
@@ -365,7 +368,7 @@ impl Connection {
                     );
                 }
                 if let Some(more_since_last) = self.shared.logs.hello.admit() {
-                    tracing::info!(vllm = %vllm_version, protocol, agreed, more_since_last, "plugin hello");
+                    tracing::info!(engine = %engine_version, protocol, agreed, more_since_last, "plugin hello");
                 }
                 wire::encode_reply(&Reply::HelloOk { protocol: agreed }, out);
             }

@@ -1,9 +1,9 @@
-"""The plugin's connection to the agentrt eviction service.
+"""An engine plugin's connection to the agentrt eviction service (vLLM's and SGLang's alike).
 
-Runs on vLLM's scheduler thread, so every call is bounded: a RANK waits at most the deadline
-(``AGENTRT_EVICTION_DEADLINE_MS``, default 2 ms) and then the caller falls back to vLLM's own
+Runs on the engine's scheduler thread, so every call is bounded: a RANK waits at most the deadline
+(``AGENTRT_EVICTION_DEADLINE_MS``, default 2 ms) and then the caller falls back to the engine's own
 order; a broken connection is retried at most once a second; a late answer is dropped by its
-request id when it finally arrives. Nothing here raises into vLLM.
+request id when it finally arrives. Nothing here raises into the engine.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from array import array
 
 from . import wire
 
-log = logging.getLogger("vllm.agentrt_vllm")
+# Each plugin passes its own logger (under its engine's, so the engine's log config shows the lines).
+_default_log = logging.getLogger("agentrt_engine")
 
 
 def _worth_a_line(count: int) -> bool:
@@ -26,10 +27,12 @@ def _worth_a_line(count: int) -> bool:
 
 
 class EvictionClient:
-    def __init__(self, path: str, deadline_s: float, vllm_version: str, retry_s: float = 1.0) -> None:
+    def __init__(self, path: str, deadline_s: float, engine_version: str, retry_s: float = 1.0,
+                 log: logging.Logger | None = None) -> None:
         self.path = path
         self.deadline_s = deadline_s
-        self.vllm_version = vllm_version
+        self.engine_version = engine_version
+        self.log = log or _default_log
         self.retry_s = retry_s
         self.sock: socket.socket | None = None
         self.reader = wire.FrameReader()
@@ -72,12 +75,13 @@ class EvictionClient:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.settimeout(0.05)
             sock.connect(self.path)
-            sock.sendall(wire.hello(self.vllm_version))
+            sock.sendall(wire.hello(self.engine_version))
             sock.setblocking(False)
         except OSError as e:
             self.stats["connect_failures"] += 1
             if _worth_a_line(self.stats["connect_failures"]):
-                log.warning("agentrt: cannot reach eviction service at %s (%s); using vLLM's order", self.path, e)
+                self.log.warning("agentrt: cannot reach eviction service at %s (%s); using the engine's own order",
+                                 self.path, e)
             return False
         self.sock = sock
         self.host_protocol = None
@@ -85,7 +89,7 @@ class EvictionClient:
         # Agent ids are per connection: define them again on the new one.
         self._pending_defs = [wire.agent(wid, name) for name, wid in self._defined.items()]
         if _worth_a_line(self.stats["connections_lost"] + 1):
-            log.info("agentrt: connected to eviction service at %s", self.path)
+            self.log.info("agentrt: connected to eviction service at %s", self.path)
         return True
 
     def _drop(self, why: str) -> None:
@@ -93,7 +97,7 @@ class EvictionClient:
             self.stats["connections_lost"] += 1
             lost = self.stats["connections_lost"]
             if _worth_a_line(lost):
-                log.warning(
+                self.log.warning(
                     "agentrt: eviction service connection lost (%s; %d so far); using the engine's order, retrying every %.0f s",
                     why,
                     lost,
@@ -171,14 +175,14 @@ class EvictionClient:
 
     # -- ranking --------------------------------------------------------------------------------
     def rank(self, items: list[tuple], want: int) -> list[int] | None:
-        """Indices of ``items`` to evict first, or ``None`` (no answer in time: use vLLM's order)."""
+        """Indices of ``items`` to evict first, or ``None`` (no answer in time: use the engine's own order)."""
         answer = self._ask(items, want, wire.TIER_GPU)
         return None if answer is None else answer[0]
 
     def rank_host(self, items: list[tuple], want: int) -> tuple[list[int], list[int]] | None:
         """Host-memory-tier candidates: ``(indices to drop first, at most want; indices the policy
         declines to store)``, or ``None`` (no answer in time, or a host that knows no tiers: use
-        vLLM's order and store everything)."""
+        the engine's own order and store everything)."""
         answer = self._ask(items, want, wire.TIER_HOST)
         if answer is None:
             return None
@@ -261,7 +265,7 @@ class EvictionClient:
                 protocol = wire.decode_hello_ok(body)
                 self.host_protocol = protocol
                 if protocol not in wire.KNOWN_PROTOCOLS:
-                    log.error(
+                    self.log.error(
                         "agentrt: eviction service speaks protocol %d, plugin %d: not using it",
                         protocol,
                         wire.PROTOCOL_VERSION,
@@ -269,9 +273,9 @@ class EvictionClient:
                     self.refused = True
                     self._drop("protocol mismatch")
             else:
-                log.warning("agentrt: unexpected frame kind %#x from host (%d bytes); skipped", kind, len(body))
-        except Exception as e:  # a malformed answer must not reach vLLM
-            log.warning("agentrt: malformed frame kind %#x from host: %s", kind, e)
+                self.log.warning("agentrt: unexpected frame kind %#x from host (%d bytes); skipped", kind, len(body))
+        except Exception as e:  # a malformed answer must not reach the engine
+            self.log.warning("agentrt: malformed frame kind %#x from host: %s", kind, e)
         return None
 
     def close(self) -> None:

@@ -1,7 +1,11 @@
 """The eviction service's settings an engine plugin reads from its environment.
 
-Shared by every engine's plugin (vLLM's here, SGLang's in ``agentrt_sglang``): the operator sets
-the same ``AGENTRT_EVICTION_*`` variables whichever engine runs.
+Shared by every engine's plugin (vLLM's ``agentrt_vllm``, SGLang's ``agentrt_sglang``): the
+operator sets the same ``AGENTRT_EVICTION_*`` variables whichever engine runs.
+
+- ``AGENTRT_EVICTION_SOCKET``: the agentrt eviction service's Unix socket. Unset: do nothing.
+- ``AGENTRT_EVICTION_DEADLINE_MS``: how long an eviction waits for a ranking (default 2).
+- ``AGENTRT_EVICTION_MAX_CANDIDATES``: candidates offered per ranking (default 256).
 """
 
 from __future__ import annotations
