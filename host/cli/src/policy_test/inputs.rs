@@ -138,8 +138,8 @@ fn tool_round(session: u64, agent: u32, turn: u32, request_id: u64, at_us: u64) 
             agent,
             kind: if turn % 3 == 2 { WaitKind::User } else { WaitKind::Tool },
             tool: 0x7001 + u64::from(turn % 2),
-            expected_us: if turn % 2 == 0 { 20_000 } else { 0 },
-            hinted: turn % 2 == 0,
+            expected_us: if turn.is_multiple_of(2) { 20_000 } else { 0 },
+            hinted: turn.is_multiple_of(2),
             at_us: at_us + 2_000,
         }),
         Event::Handoff(Handoff {

@@ -197,7 +197,7 @@ async fn subscribe_kv_events(
             cleared: false,
         };
     }
-    Ok(agentrt_vllm::KvEventSubscriber::spawn(events, engine_policy.clone()).await?)
+    agentrt_vllm::KvEventSubscriber::spawn(events, engine_policy.clone()).await
 }
 
 /// The proxy's answer to the eviction service's question under cache shares: which tenant owns a
