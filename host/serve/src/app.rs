@@ -108,6 +108,21 @@ impl AppConfig {
     }
 }
 
+impl AppConfig {
+    /// What every forwarded request's body is rewritten with; its own step because it is the
+    /// request path's whole share of the configuration, read before the rest is taken apart.
+    fn body_options(&self) -> BodyOptions {
+        BodyOptions {
+            engine_tags: self.engine_tags,
+            engine: self.engine_kind,
+            engine_priorities: self.engine_priorities,
+            cache_salts: CacheSalts::new(self.cache_salt_secret.as_deref()),
+            client_engine_fields: self.client_engine_fields.clone(),
+            upstream_router: self.upstream_router,
+        }
+    }
+}
+
 /// The assembled proxy: its router, and the parts the binary, the tests and the benches look at.
 /// Cheap to clone.
 #[derive(Clone)]
@@ -127,6 +142,70 @@ struct Parts {
     limits: Limits,
 }
 
+impl Parts {
+    /// The series `/metrics` shows, in the order it shows them; its own step because that order
+    /// is part of the page, and each optional part adds its report only when it is there.
+    fn reports(&self, hints: &Arc<Hints>) -> Vec<Arc<dyn Report>> {
+        let mut reports: Vec<Arc<dyn Report>> = vec![
+            Arc::new(ProxyReport {
+                metrics: self.metrics.clone(),
+                tenants: self.tenants.clone(),
+            }),
+            self.connections.clone(),
+            Arc::new(TenantsReport(self.tenants.clone())),
+            hints.clone(),
+        ];
+        if let Some(eviction) = self.engine.eviction_metrics() {
+            reports.push(Arc::new(crate::engine::plugin_metrics::EngineEvictionReport(eviction)));
+        }
+        if let Some(cache) = &self.engine.cache {
+            reports.push(Arc::new(EngineCacheReport(cache.clone())));
+        }
+        if let Some(replicas) = &self.replicas {
+            reports.push(replicas.clone());
+        }
+        if let Some(queue) = &self.admission {
+            reports.push(queue.clone());
+        }
+        reports.push(Arc::new(RegistryReport(self.tenants.clone())));
+        if let Some(gateway) = &self.gateway {
+            reports.push(Arc::new(crate::mcp::McpReport(gateway.clone())));
+        }
+        reports
+    }
+
+    /// Every room's routes merged into one router, each finished with its own state; its own
+    /// step so that the route table reads in one place.
+    fn routes(
+        &self,
+        proxy: ProxyState,
+        hints: Arc<Hints>,
+        components: Option<Arc<agentrt_runtime::ComponentLookup>>,
+        metrics: MetricsState,
+    ) -> Router {
+        let admin = crate::admin::AdminState {
+            tenants: self.tenants.clone(),
+            reloads: self.reloads.clone(),
+            max_upload_bytes: self.limits.max_upload_bytes,
+            components,
+            hints: hints.clone(),
+        };
+        let mut router = Router::new()
+            .merge(crate::request::routes(proxy))
+            .merge(crate::hints::route::routes(HintsState {
+                tenants: self.tenants.clone(),
+                hints,
+            }))
+            .merge(crate::admin::routes(admin))
+            .merge(crate::metrics::routes(metrics))
+            .route("/healthz", get(|| async { "ok" }));
+        if let Some(gateway) = &self.gateway {
+            router = router.merge(agentrt_mcp::routes::router(gateway));
+        }
+        router
+    }
+}
+
 /// The proxy's own series, with whether it serves unauthenticated now (the tenants' settings).
 struct ProxyReport {
     metrics: Arc<ProxyMetrics>,
@@ -142,6 +221,7 @@ impl Report for ProxyReport {
 impl App {
     /// Build every part from `config` and the router over them.
     pub async fn build(config: AppConfig) -> anyhow::Result<Self> {
+        let body = Arc::new(config.body_options());
         let clock = Clock::start();
         let metrics = Arc::new(ProxyMetrics::default());
         let connections = Arc::new(ConnectionMetrics::default());
@@ -180,14 +260,7 @@ impl App {
             tenants: tenants.clone(),
             upstream: upstream.clone(),
             tokenizer: Tokenizer::new(upstream),
-            body: Arc::new(BodyOptions {
-                engine_tags: config.engine_tags,
-                engine: config.engine_kind,
-                engine_priorities: config.engine_priorities,
-                cache_salts: CacheSalts::new(config.cache_salt_secret.as_deref()),
-                client_engine_fields: config.client_engine_fields,
-                upstream_router: config.upstream_router,
-            }),
+            body,
             admission: config.admission.clone(),
             replicas: replicas.clone(),
             feed: feed.clone(),
@@ -197,53 +270,8 @@ impl App {
             clock,
             request_ids: Arc::new(std::sync::atomic::AtomicU64::new(1)),
         };
-        let admin = crate::admin::AdminState {
-            tenants: tenants.clone(),
-            reloads: reloads.clone(),
-            max_upload_bytes: config.limits.max_upload_bytes,
-            components: config.components,
-            hints: hints.clone(),
-        };
-        // The order `/metrics` shows them in.
-        let mut reports: Vec<Arc<dyn Report>> = vec![
-            Arc::new(ProxyReport {
-                metrics: metrics.clone(),
-                tenants: tenants.clone(),
-            }),
-            connections.clone(),
-            Arc::new(TenantsReport(tenants.clone())),
-            hints.clone(),
-        ];
-        if let Some(eviction) = engine.eviction_metrics() {
-            reports.push(Arc::new(crate::engine::plugin_metrics::EngineEvictionReport(eviction)));
-        }
-        if let Some(cache) = &engine.cache {
-            reports.push(Arc::new(EngineCacheReport(cache.clone())));
-        }
-        if let Some(replicas) = &replicas {
-            reports.push(replicas.clone());
-        }
-        if let Some(queue) = &config.admission {
-            reports.push(queue.clone());
-        }
-        reports.push(Arc::new(RegistryReport(tenants.clone())));
-        if let Some(gateway) = &gateway {
-            reports.push(Arc::new(crate::mcp::McpReport(gateway.clone())));
-        }
-        let mut router = Router::new()
-            .merge(crate::request::routes(proxy))
-            .merge(crate::hints::route::routes(HintsState {
-                tenants: tenants.clone(),
-                hints,
-            }))
-            .merge(crate::admin::routes(admin))
-            .merge(crate::metrics::routes(MetricsState::new(config.metrics_token, reports)))
-            .route("/healthz", get(|| async { "ok" }));
-        if let Some(gateway) = &gateway {
-            router = router.merge(agentrt_mcp::routes::router(gateway));
-        }
-        Ok(Self(Arc::new(Parts {
-            router,
+        let mut parts = Parts {
+            router: Router::new(),
             tenants,
             metrics,
             connections,
@@ -254,7 +282,10 @@ impl App {
             reloads,
             engine,
             limits: config.limits,
-        })))
+        };
+        let metrics = MetricsState::new(config.metrics_token, parts.reports(&hints));
+        parts.router = parts.routes(proxy, hints, config.components, metrics);
+        Ok(Self(Arc::new(parts)))
     }
 
     /// Serve on `listener` through the accept loop (its connection cap and header timeout,

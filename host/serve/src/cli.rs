@@ -22,7 +22,7 @@ use crate::policy::warmup::WarmupOptions;
 use crate::request::engine_fields::{ClientEngineFields, EngineField};
 use crate::table::TableLimits;
 use crate::tenant::quotas::{Quotas, DEFAULT_CPU_MS_PER_S, DEFAULT_MAX_IN_FLIGHT, DEFAULT_WARMUP_TOKENS_PER_S};
-use crate::tenant::reload::{initial_settings, ServeTableCheck};
+use crate::tenant::reload::{initial_settings, Reloader, ServeTableCheck};
 use crate::tenant::settings::FlagSettings;
 use crate::tenant::slots::load_extra_slots;
 use crate::tenant::worker::DEFAULT_QUEUE_JOBS;
@@ -467,6 +467,58 @@ pub fn run(args: ServeArgs, components: &ComponentLookup, check_serve: ServeTabl
 
 async fn serve(args: ServeArgs, components: &ComponentLookup, check_serve: ServeTableCheck) -> anyhow::Result<()> {
     let limits = args.limits.limits()?;
+    let loaded = load_tenants(&args, &limits, components, check_serve)?;
+    let checked_upstream =
+        crate::engine::upstream::Upstream::new(&args.upstream, args.upstream_api_key.clone(), limits.clone());
+    let (eviction_socket, replica_sockets) = (args.eviction_socket.clone(), !args.replicas.eviction_sockets.is_empty());
+    let (listen, session_idle_ms) = (args.listen, args.session_idle_ms);
+    let (upstream, policy) = (args.upstream.clone(), args.policy.clone());
+    let app = App::build(app_config(args, limits, loaded, components)?).await?;
+
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    // Before saying we listen: SIGHUP's default action would end the process.
+    #[cfg(unix)]
+    app.reload_on_sighup().context("installing the SIGHUP handler")?;
+    eprintln!(
+        "agentrt serve: listening on http://{} → {} (policy {})",
+        listener.local_addr()?,
+        upstream,
+        policy
+    );
+    use crate::engine::startup_checks::{self, EvictionPath};
+    let eviction = match (eviction_socket, app.engine().eviction_metrics()) {
+        (Some(path), Some(metrics)) => EvictionPath::Socket(path, metrics),
+        _ if replica_sockets => EvictionPath::Replicas,
+        _ => EvictionPath::None,
+    };
+    startup_checks::spawn(eviction, checked_upstream);
+    if session_idle_ms > 0 {
+        app.end_idle_sessions_every(std::time::Duration::from_millis(session_idle_ms));
+    }
+    app.serve(listener, shutdown_signal()).await?;
+    Ok(())
+}
+
+/// The tenants, with what the engine adapters and the MCP gateway take from their loading.
+struct LoadedTenants {
+    tenants: Tenants,
+    reloader: Option<Reloader>,
+    /// The settings' cache shares, which the engine adapters enforce.
+    shares: HashMap<String, Share>,
+    mcp: Option<crate::mcp::GatewayOptions>,
+}
+
+/// Loads `--policy`, the settings (flags and `--config`), the extra slots and the MCP gateway's
+/// policies into the tenants; its own step because every component and file is read and checked
+/// here, so that a bad one fails `serve` before the proxy is assembled.
+fn load_tenants(
+    args: &ServeArgs,
+    limits: &Limits,
+    components: &ComponentLookup,
+    check_serve: ServeTableCheck,
+) -> anyhow::Result<LoadedTenants> {
     let slot = args.policy_limits.slot_config()?;
     let engine = PolicyEngine::new(args.policy_limits.engine_options(&slot))?;
     let source = components.resolve(&args.policy)?;
@@ -478,13 +530,14 @@ async fn serve(args: ServeArgs, components: &ComponentLookup, check_serve: Serve
     };
     let flags = FlagSettings {
         keys: tenant_keys(&args.tenants)?,
-        operator_token: args.admin_token,
+        operator_token: args.admin_token.clone(),
         tenant_admin_tokens: tenant_admin_tokens(&args.tenant_admins)?,
         shares: args.shares.iter().cloned().collect(),
         defaults: args.quotas.quotas(),
         public_anchors: args.public_anchors.iter().copied().collect(),
     };
-    let (settings, reloader) = initial_settings(args.config, flags, check_serve).map_err(|e| anyhow::anyhow!(e))?;
+    let (settings, reloader) =
+        initial_settings(args.config.clone(), flags, check_serve).map_err(|e| anyhow::anyhow!(e))?;
     if settings.keys.is_empty() {
         eprintln!(
             "agentrt serve: no API keys (--tenant, or api-keys in --config): every request is served \
@@ -507,10 +560,23 @@ async fn serve(args: ServeArgs, components: &ComponentLookup, check_serve: Serve
         let servers: Vec<&str> = options.servers.iter().map(|s| s.name.as_str()).collect();
         eprintln!("agentrt serve: MCP gateway at /mcp/{{{}}}", servers.join(","));
     }
-    let checked_upstream =
-        crate::engine::upstream::Upstream::new(&args.upstream, args.upstream_api_key.clone(), limits.clone());
-    let (eviction_socket, replica_sockets) = (args.eviction_socket.clone(), !args.replicas.eviction_sockets.is_empty());
-    let config = AppConfig {
+    Ok(LoadedTenants {
+        tenants,
+        reloader,
+        shares,
+        mcp,
+    })
+}
+
+/// The flags and the loaded tenants as the proxy's configuration; its own step because it is the
+/// one place where each remaining flag becomes a field of [`AppConfig`].
+fn app_config(
+    args: ServeArgs,
+    limits: Limits,
+    loaded: LoadedTenants,
+    components: &ComponentLookup,
+) -> anyhow::Result<AppConfig> {
+    Ok(AppConfig {
         upstream_api_key: args.upstream_api_key,
         limits,
         engine_tags: !args.no_engine_tags,
@@ -526,14 +592,14 @@ async fn serve(args: ServeArgs, components: &ComponentLookup, check_serve: Serve
         },
         metrics_token: args.metrics_token,
         hint_rate: args.hint_rate,
-        reloader,
+        reloader: loaded.reloader,
         admission: args.admission.queue(!args.replicas.replicas.is_empty())?,
         replicas: args.replicas,
         engine: EngineConfig {
             eviction_socket: args.eviction_socket,
             kv_events: args.kv_events,
             kv_events_replay: args.kv_events_replay,
-            shares,
+            shares: loaded.shares,
             eviction_socket_options: agentrt_eviction::SocketOptions {
                 access: agentrt_eviction::SocketAccess {
                     group: args.eviction_socket_group,
@@ -541,36 +607,10 @@ async fn serve(args: ServeArgs, components: &ComponentLookup, check_serve: Serve
                 max_connections: args.eviction_max_connections,
             },
         },
-        mcp,
+        mcp: loaded.mcp,
         components: Some(Arc::new(components.clone())),
-        ..AppConfig::new(tenants, &args.upstream)
-    };
-    let app = App::build(config).await?;
-
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("binding {}", args.listen))?;
-    // Before saying we listen: SIGHUP's default action would end the process.
-    #[cfg(unix)]
-    app.reload_on_sighup().context("installing the SIGHUP handler")?;
-    eprintln!(
-        "agentrt serve: listening on http://{} → {} (policy {})",
-        listener.local_addr()?,
-        args.upstream,
-        args.policy
-    );
-    use crate::engine::startup_checks::{self, EvictionPath};
-    let eviction = match (eviction_socket, app.engine().eviction_metrics()) {
-        (Some(path), Some(metrics)) => EvictionPath::Socket(path, metrics),
-        _ if replica_sockets => EvictionPath::Replicas,
-        _ => EvictionPath::None,
-    };
-    startup_checks::spawn(eviction, checked_upstream);
-    if args.session_idle_ms > 0 {
-        app.end_idle_sessions_every(std::time::Duration::from_millis(args.session_idle_ms));
-    }
-    app.serve(listener, shutdown_signal()).await?;
-    Ok(())
+        ..AppConfig::new(loaded.tenants, &args.upstream)
+    })
 }
 
 async fn shutdown_signal() {

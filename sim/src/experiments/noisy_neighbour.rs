@@ -269,7 +269,35 @@ impl Report<'_> {
     fn write(&self, wall: f64) -> anyhow::Result<()> {
         let a = self.args;
         std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-        let mut md = format!(
+        let mut md = self.table_head();
+        let mut verdicts = Vec::new();
+        let mut json_levels = Vec::new();
+        for (level, &pct) in a.flood_percent.iter().enumerate() {
+            json_levels.push(self.level_rows(level, pct, &mut md, &mut verdicts));
+        }
+        let held = verdicts.iter().filter(|&&v| v).count();
+        let verdict = format!(
+            "\nWith shares the agents keep their alone-at-guarantee hit rate (within {TOLERANCE_PP} pp) in {held} of {} cases.\n",
+            verdicts.len()
+        );
+        print!("{md}{verdict}");
+        println!("replays in {wall:.1} s");
+        std::fs::write(a.out.join("table.md"), format!("{md}{verdict}"))?;
+        let json = self.results_json(wall, json_levels, held, verdicts.len());
+        std::fs::write(a.out.join("results.json"), serde_json::to_string_pretty(&json)?)?;
+        self.plot()?;
+        println!(
+            "results → {} (results.json, table.md, noisy-neighbour.svg/.png)",
+            a.out.display()
+        );
+        Ok(())
+    }
+
+    /// The table's caption and header; its own step because the caption states the setup
+    /// (caches, guarantee, flood rate) every row is read against.
+    fn table_head(&self) -> String {
+        let a = self.args;
+        format!(
             "`{}` agents ({} sessions) next to a flood of unique {}-token prompts. Agents alone: cache {} blocks \
              (their guarantee); shared and shares: cache {} blocks, shares `agents={}`. Flood load in % of the \
              agents' prompt tokens/s ({:.0} tok/s over {:.0} s). Agents' token hit %:\n\n\
@@ -283,50 +311,49 @@ impl Report<'_> {
             self.guarantee,
             self.agents_rate,
             self.span_s,
-        );
-        let mut verdicts = Vec::new();
-        let mut json_levels = Vec::new();
-        for (level, &pct) in a.flood_percent.iter().enumerate() {
-            let (shared, shares) = (self.summaries(level, false), self.summaries(level, true));
-            let mut json_policies = serde_json::Map::new();
-            for policy in &a.policies {
-                let alone = tenant_hit(&self.alone, policy, AGENTS);
-                let (with_shared, with_shares) =
-                    (tenant_hit(shared, policy, AGENTS), tenant_hit(shares, policy, AGENTS));
-                let delta = (with_shares - alone) * 100.0;
-                verdicts.push(delta >= -TOLERANCE_PP);
-                md.push_str(&format!(
-                    "| {pct} | {policy} | {:.1} | {:.1} | {:.1} | {delta:+.1} | {:.1} → {:.1} | {:.0} / {:.0} |\n",
-                    alone * 100.0,
-                    with_shared * 100.0,
-                    with_shares * 100.0,
-                    tenant_hit(shared, policy, FLOOD) * 100.0,
-                    tenant_hit(shares, policy, FLOOD) * 100.0,
-                    tenant_turn_ms(&self.alone, policy, AGENTS),
-                    tenant_turn_ms(shares, policy, AGENTS),
-                ));
-                json_policies.insert(
-                    policy.clone(),
-                    serde_json::json!({
-                        "agents_alone_hit_rate": alone,
-                        "agents_shared_hit_rate": with_shared,
-                        "agents_shares_hit_rate": with_shares,
-                        "flood_shared_hit_rate": tenant_hit(shared, policy, FLOOD),
-                        "flood_shares_hit_rate": tenant_hit(shares, policy, FLOOD),
-                    }),
-                );
-            }
-            json_levels.push(serde_json::json!({"flood_percent": pct, "policies": json_policies}));
+        )
+    }
+
+    /// One flood level: a table row per policy into `md`, whether shares kept the agents' hit
+    /// rate into `verdicts`, and the level's JSON; its own step because a level is one comparison
+    /// (alone, shared, shares) made for every policy.
+    fn level_rows(&self, level: usize, pct: usize, md: &mut String, verdicts: &mut Vec<bool>) -> serde_json::Value {
+        let (shared, shares) = (self.summaries(level, false), self.summaries(level, true));
+        let mut json_policies = serde_json::Map::new();
+        for policy in &self.args.policies {
+            let alone = tenant_hit(&self.alone, policy, AGENTS);
+            let (with_shared, with_shares) = (tenant_hit(shared, policy, AGENTS), tenant_hit(shares, policy, AGENTS));
+            let delta = (with_shares - alone) * 100.0;
+            verdicts.push(delta >= -TOLERANCE_PP);
+            md.push_str(&format!(
+                "| {pct} | {policy} | {:.1} | {:.1} | {:.1} | {delta:+.1} | {:.1} → {:.1} | {:.0} / {:.0} |\n",
+                alone * 100.0,
+                with_shared * 100.0,
+                with_shares * 100.0,
+                tenant_hit(shared, policy, FLOOD) * 100.0,
+                tenant_hit(shares, policy, FLOOD) * 100.0,
+                tenant_turn_ms(&self.alone, policy, AGENTS),
+                tenant_turn_ms(shares, policy, AGENTS),
+            ));
+            json_policies.insert(
+                policy.clone(),
+                serde_json::json!({
+                    "agents_alone_hit_rate": alone,
+                    "agents_shared_hit_rate": with_shared,
+                    "agents_shares_hit_rate": with_shares,
+                    "flood_shared_hit_rate": tenant_hit(shared, policy, FLOOD),
+                    "flood_shares_hit_rate": tenant_hit(shares, policy, FLOOD),
+                }),
+            );
         }
-        let held = verdicts.iter().filter(|&&v| v).count();
-        let verdict = format!(
-            "\nWith shares the agents keep their alone-at-guarantee hit rate (within {TOLERANCE_PP} pp) in {held} of {} cases.\n",
-            verdicts.len()
-        );
-        print!("{md}{verdict}");
-        println!("replays in {wall:.1} s");
-        std::fs::write(a.out.join("table.md"), format!("{md}{verdict}"))?;
-        let json = serde_json::json!({
+        serde_json::json!({"flood_percent": pct, "policies": json_policies})
+    }
+
+    /// `results.json`: the setup, every level's figures and the verdict's count; its own step so
+    /// that the file's fields read in one place.
+    fn results_json(&self, wall: f64, levels: Vec<serde_json::Value>, held: usize, cases: usize) -> serde_json::Value {
+        let a = self.args;
+        serde_json::json!({
             "workload": a.workload.name(),
             "guarantee_blocks": self.guarantee,
             "cache_blocks": self.cache,
@@ -336,18 +363,11 @@ impl Report<'_> {
             "agents_prompt_tokens_per_s": self.agents_rate,
             "span_s": self.span_s,
             "seed": a.seed,
-            "levels": json_levels,
+            "levels": levels,
             "kept_within_tolerance": held,
-            "cases": verdicts.len(),
+            "cases": cases,
             "wall_s": wall,
-        });
-        std::fs::write(a.out.join("results.json"), serde_json::to_string_pretty(&json)?)?;
-        self.plot()?;
-        println!(
-            "results → {} (results.json, table.md, noisy-neighbour.svg/.png)",
-            a.out.display()
-        );
-        Ok(())
+        })
     }
 
     /// The agents' hit rate against the flood load: one panel per policy, one line per setup.

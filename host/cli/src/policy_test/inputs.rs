@@ -33,98 +33,14 @@ fn block_hash(agent: u32, i: u64) -> u64 {
 /// finish; later calls continue the previous prompt), a warm-up, a failed request, engine load,
 /// block events in the typed form, and session ends.
 pub fn stream() -> Vec<Event> {
-    let mut events: Vec<Event> = (1..=AGENTS)
-        .map(|agent| {
-            Event::AgentRegistered(AgentRegistered {
-                agent,
-                name: format!("agent-{agent}"),
-                anchor_hash: anchor_hash(agent),
-                anchor_tokens: ANCHOR_BLOCKS as u32 * BLOCK_TOKENS,
-            })
-        })
-        .collect();
+    let mut events = registrations();
     let mut request_id = 0;
     let mut at_us = 1_000_000;
     for session in 1..=SESSIONS {
         for turn in 0..AGENTS {
-            let agent = (turn + session as u32) % AGENTS + 1;
             request_id += 1;
             at_us += 250_000;
-            let prompt_tokens = 200 + 40 * turn;
-            events.push(Event::RequestArrival(RequestArrival {
-                request_id,
-                agent,
-                session,
-                anchor_hash: anchor_hash(agent),
-                prompt_tokens,
-                continues: (turn > 0).then_some(Continuation {
-                    shared_tokens: prompt_tokens - 40,
-                    previous_tokens: prompt_tokens - 40,
-                }),
-                warmup: session == SESSIONS && turn == 0,
-                at_us,
-            }));
-            events.push(Event::ToolCall(ToolCall {
-                session,
-                agent,
-                tool: 0x7001 + u64::from(turn % 2),
-                args_hash: request_id,
-                at_us: at_us + 1_000,
-            }));
-            events.push(Event::ToolReturn(ToolReturn {
-                session,
-                agent,
-                tool: 0x7001 + u64::from(turn % 2),
-                args_hash: request_id,
-                result_tokens: 64,
-                latency_us: 20_000,
-                ok: turn != 3,
-            }));
-            // What the framework says of the pause and of who runs next, as hints do (0.4).
-            events.push(Event::SessionWait(SessionWait {
-                session,
-                agent,
-                kind: if turn % 3 == 2 { WaitKind::User } else { WaitKind::Tool },
-                tool: 0x7001 + u64::from(turn % 2),
-                expected_us: if turn % 2 == 0 { 20_000 } else { 0 },
-                hinted: turn % 2 == 0,
-                at_us: at_us + 2_000,
-            }));
-            events.push(Event::Handoff(Handoff {
-                session,
-                from_agent: agent,
-                to_agent: agent % AGENTS + 1,
-                at_us: at_us + 3_000,
-            }));
-            for i in 0..ANCHOR_BLOCKS {
-                events.push(Event::Block(BlockEvent {
-                    op: if session == 1 {
-                        BlockOp::Stored
-                    } else {
-                        BlockOp::Touched
-                    },
-                    agent,
-                    block_hash: block_hash(agent, i),
-                    parent_hash: if i == 0 { 0 } else { block_hash(agent, i - 1) },
-                    position: i as u32 * BLOCK_TOKENS,
-                    tier: agentrt_runtime::types::Tier::Gpu,
-                }));
-            }
-            events.push(Event::RequestFinish(RequestFinish {
-                request_id,
-                agent,
-                session,
-                prompt_tokens,
-                cached_tokens: if session == 1 {
-                    0
-                } else {
-                    ANCHOR_BLOCKS as u32 * BLOCK_TOKENS
-                },
-                output_tokens: 30,
-                warmup: session == SESSIONS && turn == 0,
-                ok: turn != 5,
-                at_us: at_us + 100_000,
-            }));
+            events.extend(agent_turn(session, turn, request_id, at_us));
         }
         events.push(Event::EngineLoad(EngineLoad {
             queue_depth: session as u32,
@@ -140,6 +56,118 @@ pub fn stream() -> Vec<Event> {
         ));
     }
     events
+}
+
+/// Every agent registered, before anything of theirs happens; its own step because a policy
+/// hears of an agent first from its registration.
+fn registrations() -> Vec<Event> {
+    (1..=AGENTS)
+        .map(|agent| {
+            Event::AgentRegistered(AgentRegistered {
+                agent,
+                name: format!("agent-{agent}"),
+                anchor_hash: anchor_hash(agent),
+                anchor_tokens: ANCHOR_BLOCKS as u32 * BLOCK_TOKENS,
+            })
+        })
+        .collect()
+}
+
+/// One agent's turn in a session, from its request's arrival to its finish; its own step because
+/// a turn is the stream's unit: every turn hears the same kinds in the same order. Later turns
+/// continue the previous prompt, the last session's first turn is a warm-up, one turn fails.
+fn agent_turn(session: u64, turn: u32, request_id: u64, at_us: u64) -> Vec<Event> {
+    let agent = (turn + session as u32) % AGENTS + 1;
+    let prompt_tokens = 200 + 40 * turn;
+    let mut events = vec![Event::RequestArrival(RequestArrival {
+        request_id,
+        agent,
+        session,
+        anchor_hash: anchor_hash(agent),
+        prompt_tokens,
+        continues: (turn > 0).then_some(Continuation {
+            shared_tokens: prompt_tokens - 40,
+            previous_tokens: prompt_tokens - 40,
+        }),
+        warmup: session == SESSIONS && turn == 0,
+        at_us,
+    })];
+    events.extend(tool_round(session, agent, turn, request_id, at_us));
+    events.extend(anchor_blocks(session, agent));
+    events.push(Event::RequestFinish(RequestFinish {
+        request_id,
+        agent,
+        session,
+        prompt_tokens,
+        cached_tokens: if session == 1 {
+            0
+        } else {
+            ANCHOR_BLOCKS as u32 * BLOCK_TOKENS
+        },
+        output_tokens: 30,
+        warmup: session == SESSIONS && turn == 0,
+        ok: turn != 5,
+        at_us: at_us + 100_000,
+    }));
+    events
+}
+
+/// The turn's tool call and return, the pause that follows and the handoff to the next agent; its
+/// own step because these are what the agent framework (and hints) says, not the engine.
+fn tool_round(session: u64, agent: u32, turn: u32, request_id: u64, at_us: u64) -> [Event; 4] {
+    [
+        Event::ToolCall(ToolCall {
+            session,
+            agent,
+            tool: 0x7001 + u64::from(turn % 2),
+            args_hash: request_id,
+            at_us: at_us + 1_000,
+        }),
+        Event::ToolReturn(ToolReturn {
+            session,
+            agent,
+            tool: 0x7001 + u64::from(turn % 2),
+            args_hash: request_id,
+            result_tokens: 64,
+            latency_us: 20_000,
+            ok: turn != 3,
+        }),
+        // What the framework says of the pause and of who runs next, as hints do (0.4).
+        Event::SessionWait(SessionWait {
+            session,
+            agent,
+            kind: if turn % 3 == 2 { WaitKind::User } else { WaitKind::Tool },
+            tool: 0x7001 + u64::from(turn % 2),
+            expected_us: if turn.is_multiple_of(2) { 20_000 } else { 0 },
+            hinted: turn.is_multiple_of(2),
+            at_us: at_us + 2_000,
+        }),
+        Event::Handoff(Handoff {
+            session,
+            from_agent: agent,
+            to_agent: agent % AGENTS + 1,
+            at_us: at_us + 3_000,
+        }),
+    ]
+}
+
+/// The agent's anchor blocks in the typed form, stored in the first session and touched after;
+/// its own step because the packed form ([`packed_blocks`]) carries the sessions' own blocks.
+fn anchor_blocks(session: u64, agent: u32) -> impl Iterator<Item = Event> {
+    (0..ANCHOR_BLOCKS).map(move |i| {
+        Event::Block(BlockEvent {
+            op: if session == 1 {
+                BlockOp::Stored
+            } else {
+                BlockOp::Touched
+            },
+            agent,
+            block_hash: block_hash(agent, i),
+            parent_hash: if i == 0 { 0 } else { block_hash(agent, i - 1) },
+            position: i as u32 * BLOCK_TOKENS,
+            tier: agentrt_runtime::types::Tier::Gpu,
+        })
+    })
 }
 
 /// Every reason a session ends for, so a policy hears each in the stream.

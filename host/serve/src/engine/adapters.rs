@@ -63,15 +63,7 @@ impl EngineAdapters {
         replica_args: &ReplicaArgs,
     ) -> anyhow::Result<Self> {
         let replica_sockets = !replica_args.eviction_sockets.is_empty();
-        anyhow::ensure!(
-            config.shares.is_empty() || config.eviction_socket.is_some() || replica_sockets,
-            "cache shares (--share, or share = … in --config) need --eviction-socket (or \
-             --replica-eviction-socket): shares act when vLLM's plugin asks which blocks to evict"
-        );
-        anyhow::ensure!(
-            !(config.eviction_socket.is_some() && replica_sockets),
-            "--eviction-socket serves one engine; with --replica-eviction-socket give each replica's plugin its own"
-        );
+        check_sockets(config, replica_sockets)?;
         let replica_events = replicas.is_some_and(|r| r.replicas().all().iter().any(|r| r.kv_events.is_some()));
         if config.eviction_socket.is_none() && config.kv_events.is_none() && !replica_sockets && !replica_events {
             // Nothing of the engine's reaches a policy: no engine tenant to start.
@@ -93,33 +85,10 @@ impl EngineAdapters {
             socket: config.eviction_socket_options.clone(),
             ..agentrt_eviction::EvictionOptions::default()
         };
-        let (ranker, cache): (Arc<dyn agentrt_eviction::EngineRanker>, _) = if config.shares.is_empty() {
-            (engine_tenant.policy.clone(), None)
-        } else {
-            let owners = EngineTenants {
-                handles: tenants.handles(),
-                registry: tenants.shared_registry(),
-            };
-            let cache = Arc::new(agentrt_eviction::SharedCache::new(
-                Arc::new(owners),
-                DEFAULT_TENANT,
-                config.shares.clone(),
-            ));
-            (cache.clone(), Some(cache))
-        };
+        let (ranker, cache) = engine_ranker(config, tenants, &engine_tenant.policy);
         let pins = (config.eviction_socket.is_some() || replica_sockets).then(|| options.pins.clone());
         let eviction = match &config.eviction_socket {
-            Some(path) => {
-                let socket_options = agentrt_eviction::EvictionOptions {
-                    agents: options.agents.clone(),
-                    pins: options.pins.clone(),
-                    socket: options.socket.clone(),
-                };
-                let service = agentrt_eviction::EvictionService::bind_with(path, ranker.clone(), socket_options)
-                    .with_context(|| format!("binding the eviction socket {}", path.display()))?;
-                tracing::info!(socket = %path.display(), "eviction service listening");
-                Some(service)
-            }
+            Some(path) => Some(bind_eviction(path, &ranker, &options)?),
             None => None,
         };
         // Several replicas: each one's plugin socket and KV events, into one policy view.
@@ -128,21 +97,7 @@ impl EngineAdapters {
             None => None,
         };
         let kv_events = match &config.kv_events {
-            Some(endpoint) => {
-                let mut events =
-                    agentrt_eviction::KvEventsConfig::for_vllm(endpoint, config.kv_events_replay.as_deref(), "kv");
-                if config.eviction_socket.is_some() {
-                    // The plugin already reports every store, removal and clear, with agent tags;
-                    // forwarding vLLM's events too would count each block twice. Keep the
-                    // subscription for its counters (gaps, restarts).
-                    events.forward = agentrt_eviction::Forward {
-                        stored: false,
-                        removed: false,
-                        cleared: false,
-                    };
-                }
-                Some(agentrt_eviction::KvEventSubscriber::spawn(events, engine_tenant.policy.clone()).await?)
-            }
+            Some(endpoint) => Some(subscribe_kv_events(config, endpoint, &engine_tenant.policy).await?),
             None => None,
         };
         Ok(Self {
@@ -163,6 +118,86 @@ impl EngineAdapters {
     pub fn replica_sockets(&self) -> Vec<&std::path::Path> {
         self._replica_engines.as_ref().map(|e| e.sockets()).unwrap_or_default()
     }
+}
+
+/// Refuses the socket flags that cannot work together; its own step so that a bad combination
+/// fails before the engine tenant starts.
+fn check_sockets(config: &EngineConfig, replica_sockets: bool) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        config.shares.is_empty() || config.eviction_socket.is_some() || replica_sockets,
+        "cache shares (--share, or share = … in --config) need --eviction-socket (or \
+         --replica-eviction-socket): shares act when vLLM's plugin asks which blocks to evict"
+    );
+    anyhow::ensure!(
+        !(config.eviction_socket.is_some() && replica_sockets),
+        "--eviction-socket serves one engine; with --replica-eviction-socket give each replica's plugin its own"
+    );
+    Ok(())
+}
+
+/// Who ranks the engine's blocks: the engine tenant's policy, or under shares the cache divided
+/// among the tenants (returned too, for the reloads and `/metrics`); its own step because it is
+/// the one choice between the two modes.
+fn engine_ranker(
+    config: &EngineConfig,
+    tenants: &Tenants,
+    engine_policy: &Arc<PolicyHandle>,
+) -> (
+    Arc<dyn agentrt_eviction::EngineRanker>,
+    Option<Arc<agentrt_eviction::SharedCache>>,
+) {
+    if config.shares.is_empty() {
+        return (engine_policy.clone(), None);
+    }
+    let owners = EngineTenants {
+        handles: tenants.handles(),
+        registry: tenants.shared_registry(),
+    };
+    let cache = Arc::new(agentrt_eviction::SharedCache::new(
+        Arc::new(owners),
+        DEFAULT_TENANT,
+        config.shares.clone(),
+    ));
+    (cache.clone(), Some(cache))
+}
+
+/// The one engine's eviction socket (`--eviction-socket`), listening; its own step because the
+/// bind is where a bad path fails, with the path in the error.
+fn bind_eviction(
+    path: &std::path::Path,
+    ranker: &Arc<dyn agentrt_eviction::EngineRanker>,
+    options: &agentrt_eviction::EvictionOptions,
+) -> anyhow::Result<agentrt_eviction::EvictionService> {
+    let socket_options = agentrt_eviction::EvictionOptions {
+        agents: options.agents.clone(),
+        pins: options.pins.clone(),
+        socket: options.socket.clone(),
+    };
+    let service = agentrt_eviction::EvictionService::bind_with(path, ranker.clone(), socket_options)
+        .with_context(|| format!("binding the eviction socket {}", path.display()))?;
+    tracing::info!(socket = %path.display(), "eviction service listening");
+    Ok(service)
+}
+
+/// vLLM's KV events (`--kv-events`) into the engine tenant's policy; its own step because, beside
+/// the plugin's socket, the subscription must forward nothing (see below).
+async fn subscribe_kv_events(
+    config: &EngineConfig,
+    endpoint: &str,
+    engine_policy: &Arc<PolicyHandle>,
+) -> anyhow::Result<agentrt_eviction::KvEventSubscriber> {
+    let mut events = agentrt_eviction::KvEventsConfig::for_vllm(endpoint, config.kv_events_replay.as_deref(), "kv");
+    if config.eviction_socket.is_some() {
+        // The plugin already reports every store, removal and clear, with agent tags;
+        // forwarding vLLM's events too would count each block twice. Keep the
+        // subscription for its counters (gaps, restarts).
+        events.forward = agentrt_eviction::Forward {
+            stored: false,
+            removed: false,
+            cleared: false,
+        };
+    }
+    agentrt_eviction::KvEventSubscriber::spawn(events, engine_policy.clone()).await
 }
 
 /// The proxy's answer to the eviction service's question under cache shares: which tenant owns a
@@ -264,5 +299,38 @@ impl agentrt_eviction::AgentResolver for AgentDirectory {
             }
         }
         handle
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(socket: bool, share: bool) -> EngineConfig {
+        let mut config = EngineConfig {
+            eviction_socket: socket.then(|| PathBuf::from("/run/agentrt/evict.sock")),
+            ..EngineConfig::default()
+        };
+        if share {
+            config.shares.insert(
+                "alpha".to_string(),
+                Share {
+                    min_blocks: 10,
+                    max_blocks: 20,
+                },
+            );
+        }
+        config
+    }
+
+    #[test]
+    fn shares_need_a_socket_and_one_engine_takes_one_socket() {
+        let no_socket = check_sockets(&config(false, true), false).unwrap_err().to_string();
+        assert!(no_socket.contains("need --eviction-socket"), "{no_socket}");
+        let both = check_sockets(&config(true, false), true).unwrap_err().to_string();
+        assert!(both.contains("--eviction-socket serves one engine"), "{both}");
+        for (socket, share, replica_sockets) in [(true, true, false), (false, true, true), (false, false, false)] {
+            assert!(check_sockets(&config(socket, share), replica_sockets).is_ok());
+        }
     }
 }

@@ -12,8 +12,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use axum::body::Bytes;
 use serde_json::{json, Value};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument as _;
 
 use agentrt_runtime::types::{Event, RequestArrival, RequestFinish, WarmPrefix};
@@ -22,6 +23,7 @@ use crate::clock::Clock;
 use crate::engine::kind::EngineKind;
 use crate::engine::replicas::ReplicaRouting;
 use crate::engine::upstream::{self, Upstream};
+use crate::identity::Anchor;
 use crate::metrics::ProxyMetrics;
 use crate::policy::feed::PolicyFeed;
 use crate::telemetry;
@@ -137,55 +139,17 @@ impl Warmups {
     }
 
     async fn warm_traced(&self, tenant: &Arc<Tenant>, warm: WarmPrefix) {
-        let skip = |why: &str| {
-            tracing::Span::current().record("skipped", why);
-            self.metrics.warmups_skipped.fetch_add(1, Relaxed);
-            tracing::debug!(tenant = %tenant.name, anchor = warm.anchor_hash, why, "warm-up skipped");
+        let admitted = match self.admit(tenant, warm.anchor_hash) {
+            Ok(admitted) => admitted,
+            Err(why) => {
+                tracing::Span::current().record("skipped", why);
+                self.metrics.warmups_skipped.fetch_add(1, Relaxed);
+                tracing::debug!(tenant = %tenant.name, anchor = warm.anchor_hash, why, "warm-up skipped");
+                return;
+            }
         };
-        let Some((agent, anchor)) = tenant.agents.anchor(warm.anchor_hash) else {
-            return skip("anchor never seen");
-        };
-        if self.metrics.in_flight.load(Relaxed) >= self.options.busy_in_flight {
-            return skip("engine busy");
-        }
-        // The tenant's own quota first: a throttled tenant takes none of the shared capacity.
-        if !tenant.may_warm_up() {
-            return skip("tenant's warm-up quota");
-        }
-        let key = (tenant.name.clone(), warm.anchor_hash);
-        if !self
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone())
-        {
-            return skip("already warming");
-        }
-        let _release = InFlight {
-            set: &self.in_flight,
-            key,
-        };
-        if !self.take_token() {
-            return skip("rate limit");
-        }
-        let Ok(_slot) = self.slots.clone().try_acquire_owned() else {
-            return skip("concurrency limit");
-        };
-
-        // Through the agent's own API: another would render another prefix.
-        let mut body = anchor.api.warmup_body(
-            &anchor.model,
-            &anchor.messages,
-            anchor.tools.as_ref(),
-            anchor.fields.as_ref(),
-        );
-        if self.engine_tags {
-            self.engine.tag_warmup(&mut body, agent);
-        }
-        // The blocks the agent's requests will look for are salted with its tenant's salt.
-        if let Some(salt) = &anchor.cache_salt {
-            body[crate::tenant::cache_salt::FIELD] = json!(salt);
-        }
+        let (agent, anchor) = (admitted.agent, &admitted.anchor);
+        let body = self.body(agent, anchor);
         // With several replicas: where the router says the agent's next call will go.
         let base = match &self.replicas {
             Some(replicas) => replicas.warm_target(agent, &body).await,
@@ -197,31 +161,9 @@ impl Warmups {
         let estimate = (body.len() / 4) as i64;
         tenant.warmups.pay(estimate);
         let request_id = u64::MAX - self.metrics.warmups_sent.load(Relaxed);
-        let arrival = RequestArrival {
-            request_id,
-            agent,
-            session: 0,
-            anchor_hash: warm.anchor_hash,
-            prompt_tokens: 0,
-            continues: None,
-            warmup: true,
-            at_us: self.clock.now_us(),
-        };
-        self.feed.tell(tenant, vec![Event::RequestArrival(arrival)]);
+        self.tell_arrival(tenant, request_id, agent, warm.anchor_hash);
         self.metrics.warmups_sent.fetch_add(1, Relaxed);
-        let request = self
-            .upstream
-            .post_to(&base, anchor.api.path())
-            .header("x-agentrt-warmup", "1")
-            .body(body);
-        // The engine's span of the warm-up joins the trace of the request that caused it.
-        let request = telemetry::propagation::inject_into(&tracing::Span::current(), request);
-        // Under the first-byte timeout: a hanging upstream must not hold a warm-up slot forever.
-        let limits = self.upstream.limits();
-        let reply = match upstream::send(request, &base, limits).await {
-            Ok(r) if r.status().is_success() => upstream::read_reply(r, limits).await.ok(),
-            _ => None,
-        };
+        let reply = self.send(&base, anchor, body).await;
         let ok = reply.is_some();
         tracing::Span::current().record("ok", ok);
         let usage = reply
@@ -236,6 +178,106 @@ impl Warmups {
             self.metrics.warmups_failed.fetch_add(1, Relaxed);
             tracing::debug!(tenant = %tenant.name, "warm-up failed upstream");
         }
+        self.tell_finish(tenant, request_id, agent, ok);
+    }
+
+    /// Every reason not to warm now, in order (the tenant's own quota before the shared limits);
+    /// its own step so that a skip is counted and traced in one place, whichever check said no.
+    fn admit(&self, tenant: &Tenant, anchor_hash: u64) -> Result<Admitted<'_>, &'static str> {
+        let Some((agent, anchor)) = tenant.agents.anchor(anchor_hash) else {
+            return Err("anchor never seen");
+        };
+        if self.metrics.in_flight.load(Relaxed) >= self.options.busy_in_flight {
+            return Err("engine busy");
+        }
+        // The tenant's own quota first: a throttled tenant takes none of the shared capacity.
+        if !tenant.may_warm_up() {
+            return Err("tenant's warm-up quota");
+        }
+        let key = (tenant.name.clone(), anchor_hash);
+        if !self
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone())
+        {
+            return Err("already warming");
+        }
+        let release = InFlight {
+            set: &self.in_flight,
+            key,
+        };
+        if !self.take_token() {
+            return Err("rate limit");
+        }
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+            return Err("concurrency limit");
+        };
+        Ok(Admitted {
+            agent,
+            anchor,
+            _release: release,
+            _slot: slot,
+        })
+    }
+
+    /// The warm-up's request body; its own step because it must be the prefix the agent's own
+    /// requests will render: the agent's API, its engine tags and its tenant's cache salt.
+    fn body(&self, agent: u32, anchor: &Anchor) -> Value {
+        // Through the agent's own API: another would render another prefix.
+        let mut body = anchor.api.warmup_body(
+            &anchor.model,
+            &anchor.messages,
+            anchor.tools.as_ref(),
+            anchor.fields.as_ref(),
+        );
+        if self.engine_tags {
+            self.engine.tag_warmup(&mut body, agent);
+        }
+        // The blocks the agent's requests will look for are salted with its tenant's salt.
+        if let Some(salt) = &anchor.cache_salt {
+            body[crate::tenant::cache_salt::FIELD] = json!(salt);
+        }
+        body
+    }
+
+    /// Posts the warm-up to `base` and reads the whole reply, `None` on any failure; its own
+    /// step because a warm-up has exactly one try, bounded like any upstream call.
+    async fn send(&self, base: &str, anchor: &Anchor, body: Vec<u8>) -> Option<Bytes> {
+        let request = self
+            .upstream
+            .post_to(base, anchor.api.path())
+            .header("x-agentrt-warmup", "1")
+            .body(body);
+        // The engine's span of the warm-up joins the trace of the request that caused it.
+        let request = telemetry::propagation::inject_into(&tracing::Span::current(), request);
+        // Under the first-byte timeout: a hanging upstream must not hold a warm-up slot forever.
+        let limits = self.upstream.limits();
+        match upstream::send(request, base, limits).await {
+            Ok(r) if r.status().is_success() => upstream::read_reply(r, limits).await.ok(),
+            _ => None,
+        }
+    }
+
+    /// Tells the tenant's policies a warm-up arrived; its own step so that the event's fixed
+    /// fields (marked a warm-up, no session, no tokens yet) are written down once.
+    fn tell_arrival(&self, tenant: &Arc<Tenant>, request_id: u64, agent: u32, anchor_hash: u64) {
+        let arrival = RequestArrival {
+            request_id,
+            agent,
+            session: 0,
+            anchor_hash,
+            prompt_tokens: 0,
+            continues: None,
+            warmup: true,
+            at_us: self.clock.now_us(),
+        };
+        self.feed.tell(tenant, vec![Event::RequestArrival(arrival)]);
+    }
+
+    /// Tells the tenant's policies the warm-up ended and whether it succeeded; its own step for
+    /// the same reason as [`Self::tell_arrival`].
+    fn tell_finish(&self, tenant: &Arc<Tenant>, request_id: u64, agent: u32, ok: bool) {
         let finish = RequestFinish {
             request_id,
             agent,
@@ -249,6 +291,16 @@ impl Warmups {
         };
         self.feed.tell(tenant, vec![Event::RequestFinish(finish)]);
     }
+}
+
+/// A warm-up every limit let through: what it warms, and the holds it keeps until it ends.
+struct Admitted<'a> {
+    agent: u32,
+    anchor: Anchor,
+    /// Takes the anchor out of the in-flight set when the warm-up ends, however it ends.
+    _release: InFlight<'a>,
+    /// One of the `max_concurrent` warm-up slots.
+    _slot: OwnedSemaphorePermit,
 }
 
 /// Removes an anchor from the in-flight set when the warm-up ends, however it ends.

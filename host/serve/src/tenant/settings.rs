@@ -106,9 +106,13 @@ impl FlagSettings {
     /// error. The file's `[defaults]` replace the quota flags'.
     pub fn merge(&self, file: ConfigFile) -> Result<TenantSettings, String> {
         let unauthenticated = file.unauthenticated;
-        let mut keys = self.keys.clone();
-        let mut admin_tokens = self.tenant_admin_tokens.clone();
-        let mut shares = self.shares.clone();
+        let mut merged = Merged {
+            keys: self.keys.clone(),
+            admin_tokens: self.tenant_admin_tokens.clone(),
+            shares: self.shares.clone(),
+            quotas: HashMap::new(),
+            file_tokens: Vec::new(),
+        };
         let mut public_anchors = self.public_anchors.clone();
         for (i, hash) in file.public.anchors.iter().enumerate() {
             public_anchors.insert(parse_anchor_hash(hash).map_err(|e| format!("[public] anchors[{i}]: {e}"))?);
@@ -116,46 +120,26 @@ impl FlagSettings {
         let defaults = file
             .defaults
             .over(self.defaults, "[defaults]", LimitSource::FileDefaults)?;
-        let mut quotas = HashMap::new();
-        // The file's admin tokens, to name their place if one serves another role too.
-        let mut file_tokens: Vec<(String, String)> = Vec::new();
         for (tenant, section) in file.tenants {
-            validate_tenant_name(&tenant).map_err(|e| format!("[tenants.{tenant}]: {e}"))?;
-            let own = section.quotas();
-            for key in section.api_keys {
-                if key.is_empty() {
-                    return Err(format!("[tenants.{tenant}] api-keys: an API key is empty"));
-                }
-                if keys.insert(key, tenant.clone()).is_some() {
-                    return Err(format!(
-                        "[tenants.{tenant}] api-keys: an API key is given more than once (flags or file)"
-                    ));
-                }
-            }
-            for token in section.admin_tokens {
-                if token.is_empty() {
-                    return Err(format!("[tenants.{tenant}] admin-tokens: a token is empty"));
-                }
-                file_tokens.push((token.clone(), tenant.clone()));
-                if admin_tokens.insert(token, tenant.clone()).is_some() {
-                    return Err(format!(
-                        "[tenants.{tenant}] admin-tokens: a token is given more than once (flags or file)"
-                    ));
-                }
-            }
-            if let Some(share) = section.share {
-                let share = share.share().map_err(|e| format!("[tenants.{tenant}] share: {e}"))?;
-                if shares.insert(tenant.clone(), share).is_some() {
-                    return Err(format!(
-                        "[tenants.{tenant}] share: the tenant has a --share flag too; give it in one place"
-                    ));
-                }
-            }
-            if !own.is_empty() {
-                let own = own.over(defaults, &format!("[tenants.{tenant}]"), LimitSource::FileTenant)?;
-                quotas.insert(tenant, own);
-            }
+            merged.add_tenant(tenant, section, defaults)?;
         }
+        self.check_roles(unauthenticated, &merged)?;
+        let admin = AdminTokens::new(self.operator_token.clone(), merged.admin_tokens, &merged.keys)?;
+        Ok(TenantSettings {
+            keys: merged.keys,
+            admin,
+            shares: merged.shares,
+            defaults,
+            quotas: merged.quotas,
+            public_anchors,
+        })
+    }
+
+    /// Refuses what the merged keys and tokens may not say together: keys beside
+    /// `unauthenticated = true`, a keyed tenant named `default`, a file's admin token that is
+    /// also another role's; its own step because these look at the whole merge, not one tenant.
+    fn check_roles(&self, unauthenticated: bool, merged: &Merged) -> Result<(), String> {
+        let keys = &merged.keys;
         if unauthenticated && !keys.is_empty() {
             return Err(
                 "`unauthenticated = true`, but API keys are given (in the file or with --tenant): \
@@ -169,7 +153,7 @@ impl FlagSettings {
                  requests carry no cache salt) and the engine-wide policy's; give the tenant another name"
             ));
         }
-        for (token, tenant) in &file_tokens {
+        for (token, tenant) in &merged.file_tokens {
             let other_role = if self.operator_token.as_ref() == Some(token) {
                 Some("the operator's --admin-token")
             } else if keys.contains_key(token) {
@@ -183,15 +167,60 @@ impl FlagSettings {
                 ));
             }
         }
-        let admin = AdminTokens::new(self.operator_token.clone(), admin_tokens, &keys)?;
-        Ok(TenantSettings {
-            keys,
-            admin,
-            shares,
-            defaults,
-            quotas,
-            public_anchors,
-        })
+        Ok(())
+    }
+}
+
+/// The flags' keys, tokens and shares with the file's tenants added so far.
+struct Merged {
+    keys: HashMap<String, String>,
+    admin_tokens: HashMap<String, String>,
+    shares: HashMap<String, Share>,
+    quotas: HashMap<String, Quotas>,
+    /// The file's admin tokens, to name their place if one serves another role too.
+    file_tokens: Vec<(String, String)>,
+}
+
+impl Merged {
+    /// Adds one `[tenants.NAME]` section; its own step because each section is checked on its
+    /// own (its name, then keys, tokens, share, quotas) and its errors name it.
+    fn add_tenant(&mut self, tenant: String, section: TenantSection, defaults: Quotas) -> Result<(), String> {
+        validate_tenant_name(&tenant).map_err(|e| format!("[tenants.{tenant}]: {e}"))?;
+        let own = section.quotas();
+        for key in section.api_keys {
+            if key.is_empty() {
+                return Err(format!("[tenants.{tenant}] api-keys: an API key is empty"));
+            }
+            if self.keys.insert(key, tenant.clone()).is_some() {
+                return Err(format!(
+                    "[tenants.{tenant}] api-keys: an API key is given more than once (flags or file)"
+                ));
+            }
+        }
+        for token in section.admin_tokens {
+            if token.is_empty() {
+                return Err(format!("[tenants.{tenant}] admin-tokens: a token is empty"));
+            }
+            self.file_tokens.push((token.clone(), tenant.clone()));
+            if self.admin_tokens.insert(token, tenant.clone()).is_some() {
+                return Err(format!(
+                    "[tenants.{tenant}] admin-tokens: a token is given more than once (flags or file)"
+                ));
+            }
+        }
+        if let Some(share) = section.share {
+            let share = share.share().map_err(|e| format!("[tenants.{tenant}] share: {e}"))?;
+            if self.shares.insert(tenant.clone(), share).is_some() {
+                return Err(format!(
+                    "[tenants.{tenant}] share: the tenant has a --share flag too; give it in one place"
+                ));
+            }
+        }
+        if !own.is_empty() {
+            let own = own.over(defaults, &format!("[tenants.{tenant}]"), LimitSource::FileTenant)?;
+            self.quotas.insert(tenant, own);
+        }
+        Ok(())
     }
 }
 
