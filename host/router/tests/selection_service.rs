@@ -24,7 +24,7 @@ use zeromq::{PubSocket, Socket, SocketSend, ZmqMessage};
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../vllm/tests/fixtures/vllm-0.32.0-cpu/0000.msgpack"
+    "/../eviction/tests/fixtures/vllm-0.32.0-cpu/0000.msgpack"
 );
 
 macro_rules! service_or_skip {
