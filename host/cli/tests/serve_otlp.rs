@@ -187,6 +187,19 @@ fn client_tracestate() -> String {
 const UPSTREAM_PASSWORD: &str = "PASSWORD-4f3a";
 
 /// Send one chat call with the client's trace context; the whole answer, read to its end.
+/// Wait until a warm-up went upstream in `trace` (20 s at most).
+async fn wait_for_warmup(seen: &Seen, trace: &str) {
+    let started = Instant::now();
+    while upstream_parents(seen, trace, true).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no warm-up upstream in trace {trace} within 20 s: {:?}",
+            seen.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn call(client: &reqwest::Client, serve: &str, stream: bool, trace: &str, parent: &str) -> String {
     let reply = client
         .post(format!("{serve}/v1/chat/completions"))
@@ -297,22 +310,14 @@ async fn a_requests_spans_reach_an_otlp_receiver_in_the_clients_trace() {
     let client = reqwest::Client::new();
     let whole = call(&client, &serve, false, WHOLE_TRACE, WHOLE_PARENT).await;
     assert!(whole.contains("hello"), "the whole answer: {whole}");
+    // Each call's `act` warms the agent. The second call waits for the first's warm-up: both
+    // calls are one agent's, and a warm-up of an anchor already warming is skipped ("already
+    // warming"), so on a loaded machine the second call's could otherwise never go.
+    wait_for_warmup(&seen, WHOLE_TRACE).await;
     let streamed = call(&client, &serve, true, STREAMED_TRACE, STREAMED_PARENT).await;
     assert!(streamed.contains("[DONE]"), "the streamed answer: {streamed}");
     drop(client);
-    // Each call's `act` warms the agent; wait until a warm-up of each trace went upstream.
-    let started = Instant::now();
-    while [WHOLE_TRACE, STREAMED_TRACE]
-        .iter()
-        .any(|trace| upstream_parents(&seen, trace, true).is_empty())
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "no warm-up upstream in each trace within 20 s: {:?}",
-            seen.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_warmup(&seen, STREAMED_TRACE).await;
 
     // SIGTERM: a graceful stop flushes the spans still batched.
     let pid = serve_process.0.id().to_string();
