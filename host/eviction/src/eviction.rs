@@ -357,50 +357,14 @@ impl Connection {
             Request::Hello {
                 protocol,
                 engine_version,
-            } => {
-                // The highest version both speak: a protocol-1 plugin (GPU only) gets 1.
-                let agreed = protocol.min(wire::PROTOCOL_VERSION);
-                if agreed < wire::MIN_PROTOCOL_VERSION {
-                    tracing::warn!(
-                        plugin = protocol,
-                        host = wire::PROTOCOL_VERSION,
-                        "plugin speaks a protocol version this host does not; it will refuse to use us"
-                    );
-                }
-                if let Some(more_since_last) = self.shared.logs.hello.admit() {
-                    tracing::info!(engine = %engine_version, protocol, agreed, more_since_last, "plugin hello");
-                }
-                wire::encode_reply(&Reply::HelloOk { protocol: agreed }, out);
-            }
+            } => self.hello(protocol, &engine_version, out),
             Request::Agent { wire_agent, name } => {
                 let handle = self.shared.agents.resolve(&name, self.shared.policy.as_ref());
                 add(&self.shared.metrics.agents_defined, 1);
                 tracing::debug!(agent = %name, wire_agent, handle, "agent defined");
                 self.defined.insert(wire_agent, handle);
             }
-            Request::Blocks(mut words) => {
-                let mut evictors = Vec::new();
-                for event in words.chunks_exact_mut(WORDS_PER_EVENT) {
-                    let handle = self.handle_of((event[0] >> 32) as u32);
-                    event[0] = (event[0] & 0xffff_ffff) | (u64::from(handle) << 32);
-                    // A removal's third word names the request that evicted it (the wire
-                    // protocol's one departure from `observe-blocks`); policies get 0 there.
-                    if matches!(op_and_agent(event), Some((BlockOp::Removed, _))) {
-                        evictors.push(self.handle_of(event[2] as u32));
-                        event[2] = 0;
-                    }
-                }
-                add(
-                    &self.shared.metrics.block_events,
-                    (words.len() / WORDS_PER_EVENT) as u64,
-                );
-                if let Err(e) = self.shared.policy.observe_blocks(&words) {
-                    tracing::warn!(error = %e, events = words.len() / WORDS_PER_EVENT, "policy observe-blocks failed");
-                }
-                if !evictors.is_empty() {
-                    self.shared.policy.count_evictors(&evictors);
-                }
-            }
+            Request::Blocks(words) => self.blocks(words),
             Request::Rank {
                 request_id,
                 want,
@@ -418,6 +382,49 @@ impl Connection {
             }
         }
         Ok(())
+    }
+
+    /// The plugin's hello: agree on the highest protocol version both speak (a protocol-1 plugin,
+    /// GPU only, gets 1), and say so.
+    fn hello(&mut self, protocol: u16, engine_version: &str, out: &mut Vec<u8>) {
+        let agreed = protocol.min(wire::PROTOCOL_VERSION);
+        if agreed < wire::MIN_PROTOCOL_VERSION {
+            tracing::warn!(
+                plugin = protocol,
+                host = wire::PROTOCOL_VERSION,
+                "plugin speaks a protocol version this host does not; it will refuse to use us"
+            );
+        }
+        if let Some(more_since_last) = self.shared.logs.hello.admit() {
+            tracing::info!(engine = %engine_version, protocol, agreed, more_since_last, "plugin hello");
+        }
+        wire::encode_reply(&Reply::HelloOk { protocol: agreed }, out);
+    }
+
+    /// Block events: the plugin's agent ids made policy handles, the evicting requests counted
+    /// apart (the policy hears 0 there), then the events to the policy.
+    fn blocks(&mut self, mut words: Vec<u64>) {
+        let mut evictors = Vec::new();
+        for event in words.chunks_exact_mut(WORDS_PER_EVENT) {
+            let handle = self.handle_of((event[0] >> 32) as u32);
+            event[0] = (event[0] & 0xffff_ffff) | (u64::from(handle) << 32);
+            // A removal's third word names the request that evicted it (the wire
+            // protocol's one departure from `observe-blocks`); policies get 0 there.
+            if matches!(op_and_agent(event), Some((BlockOp::Removed, _))) {
+                evictors.push(self.handle_of(event[2] as u32));
+                event[2] = 0;
+            }
+        }
+        add(
+            &self.shared.metrics.block_events,
+            (words.len() / WORDS_PER_EVENT) as u64,
+        );
+        if let Err(e) = self.shared.policy.observe_blocks(&words) {
+            tracing::warn!(error = %e, events = words.len() / WORDS_PER_EVENT, "policy observe-blocks failed");
+        }
+        if !evictors.is_empty() {
+            self.shared.policy.count_evictors(&evictors);
+        }
     }
 
     fn handle_of(&mut self, wire_agent: u32) -> u32 {
