@@ -145,5 +145,10 @@ def test_the_proxys_admission_queue_does_the_same_for_an_engine_scheduling_fcfs(
           f"vLLM FCFS\n{table}")
     fcfs = [o.ttft_s for o in results[False][0]]
     fair = [o.ttft_s for o in results[True][0]]
-    assert p(fair, 0.99) < p(fcfs, 0.99), (p(fair, 0.99), p(fcfs, 0.99))
-    assert statistics.median(fair) < statistics.median(fcfs)
+    # What the queue promises: the light session's calls go first, so they wait for one of the 4
+    # running flood calls to finish rather than behind the flood's queue. Not its tail: a light call
+    # that arrives just after the 4 places were taken waits a whole flood call, about what it waits
+    # under FCFS, so the slowest of 12 calls lands on either side of FCFS's by timing alone (472 →
+    # 297 ms in one run, 207 → 220 ms in another). The median and the mean say "first".
+    assert statistics.median(fair) < statistics.median(fcfs), (statistics.median(fair), statistics.median(fcfs))
+    assert statistics.mean(fair) < statistics.mean(fcfs), (statistics.mean(fair), statistics.mean(fcfs))
