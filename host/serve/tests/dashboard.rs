@@ -2,8 +2,11 @@
 //! exposes: two proxies on loopback — tenants on a policy behind the admission queue, with an
 //! eviction socket for the engine plugin, and tenants behind two replicas (the queue does not combine with replicas yet) — serve a request per
 //! tenant, and every `agentrt_*` name in a panel's or variable's query must be a series one of
-//! their `/metrics` shows.
+//! their `/metrics` shows. The same two expositions are held to a golden file of every family's
+//! type and HELP text and every series' label names (`tests/fixtures/metrics_names.txt`): what
+//! `/metrics` promises its scrapers stays as it was, whoever writes the text.
 
+mod exposition;
 mod stub_upstream;
 mod support;
 
@@ -99,11 +102,21 @@ async fn every_series_the_dashboard_queries_is_on_metrics() {
     let queued = Setup {
         admission: Some((4, Duration::from_secs(5))),
         eviction_socket: Some(sockets.path().join("evict.sock")),
+        // A share of the engine's cache, so its per-tenant series are exposed too.
+        shares: [(
+            "alpha".to_string(),
+            agentrt_runtime::Share {
+                min_blocks: 10,
+                max_blocks: 20,
+            },
+        )]
+        .into(),
         ..two_tenants("lru")
     }
     .start()
     .await;
-    let mut series = exposed(&scrape_after_a_request_per_tenant(&queued).await);
+    let queued_text = scrape_after_a_request_per_tenant(&queued).await;
+    let mut series = exposed(&queued_text);
 
     let (url_a, _a) = stub_upstream::start().await;
     let (url_b, _b) = stub_upstream::start().await;
@@ -116,7 +129,15 @@ async fn every_series_the_dashboard_queries_is_on_metrics() {
     }
     .start()
     .await;
-    series.extend(exposed(&scrape_after_a_request_per_tenant(&replicated).await));
+    let replicated_text = scrape_after_a_request_per_tenant(&replicated).await;
+    series.extend(exposed(&replicated_text));
+
+    let mut names = exposition::names(&queued_text, |_| true);
+    names.extend(exposition::names(&replicated_text, |_| true));
+    exposition::assert_golden(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/metrics_names.txt"),
+        &names,
+    );
 
     let queried: BTreeSet<String> = queries(&serde_json::from_str(DASHBOARD).unwrap())
         .iter()

@@ -4,6 +4,7 @@
 //! The MCP server and client are the official Python SDK's (host/mcp/tests/python); the test
 //! skips, saying why, when their venv is missing.
 
+mod exposition;
 mod stub_upstream;
 mod support;
 
@@ -146,6 +147,11 @@ async fn tool_calls_through_serve_reach_the_tenants_own_policy_and_metrics() {
     assert!(
         metrics.contains("tenant=\"alpha\",slot=\"tools\""),
         "the memo slot is listed with the other slots"
+    );
+    // The gateway's families and series' label names, as they were written by hand before.
+    exposition::assert_golden(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_metrics_names.txt"),
+        &exposition::names(&metrics, |name| name.starts_with("agentrt_mcp_")),
     );
     server.kill().await.unwrap();
 }

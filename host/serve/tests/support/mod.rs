@@ -81,6 +81,8 @@ pub struct Setup {
     pub eviction_socket_options: agentrt_serve::engine::adapters::EvictionSocketOptions,
     /// Lifecycle hints per second per tenant (`--hint-rate`).
     pub hint_rate: f64,
+    /// Tenants' shares of the engine's cache (`--share`; needs `eviction_socket`); none by default.
+    pub shares: HashMap<String, agentrt_runtime::Share>,
 }
 
 impl Setup {
@@ -112,6 +114,7 @@ impl Setup {
             eviction_socket: None,
             eviction_socket_options: Default::default(),
             hint_rate: agentrt_serve::hints::rate::DEFAULT_HINT_RATE,
+            shares: HashMap::new(),
         }
     }
 
@@ -143,7 +146,7 @@ impl Setup {
             keys: self.keys,
             operator_token: self.admin_token,
             tenant_admin_tokens: self.tenant_admins,
-            shares: HashMap::new(),
+            shares: self.shares.clone(),
             defaults: self.quotas,
             public_anchors: Default::default(),
         };
@@ -186,6 +189,7 @@ impl Setup {
             engine: agentrt_serve::engine::adapters::EngineConfig {
                 eviction_socket: self.eviction_socket,
                 eviction_socket_options: self.eviction_socket_options,
+                shares: self.shares,
                 ..Default::default()
             },
             components: Some(std::sync::Arc::new(agentrt_runtime::ComponentLookup::from_environment(
