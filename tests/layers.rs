@@ -292,7 +292,7 @@ fn nothing_in_sim_uses_its_experiments() {
 
 /// host/serve's layers, lowest first: a module may use its own layer's modules and those below.
 const SERVE_LAYERS: &[&[&str]] = &[
-    &["names", "clock", "table", "prometheus", "telemetry"],
+    &["names", "clock", "table", "telemetry"],
     &["front"],
     // Every credential: API keys, admin and tenant-admin tokens, the metrics token.
     &["auth"],

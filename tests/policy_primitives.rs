@@ -180,7 +180,7 @@ fn lru_component_ranks_by_recency() {
 #[test]
 fn registry_isolates_tenants_and_exports_metrics() {
     let (engine, _cache) = engine();
-    let registry = agentrt_runtime::PolicyRegistry::new(engine.clone());
+    let registry = std::sync::Arc::new(agentrt_runtime::PolicyRegistry::new(engine.clone()));
     let probe = load(&engine, "probe");
     let a = registry
         .install("tenant-a", "kv", probe.clone(), agentrt_runtime::SlotConfig::new(""))
@@ -200,7 +200,7 @@ fn registry_isolates_tenants_and_exports_metrics() {
     );
     assert_eq!(registry.slots_of("tenant-b").len(), 1);
 
-    let text = registry.render_prometheus();
+    let text = agentrt_exposition::render_one(registry.clone());
     assert!(
         text.contains("agentrt_policy_calls_total{tenant=\"tenant-a\",slot=\"kv\",primitive=\"observe\"} 1"),
         "{text}"

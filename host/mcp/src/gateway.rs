@@ -96,7 +96,7 @@ pub struct Gateway {
     pub sessions: Arc<SessionTable>,
     /// Each tenant's memo; `None` when its policy did not start (calls then all go upstream).
     memos: Mutex<HashMap<String, Option<Arc<TenantMemo>>>>,
-    /// Its counters, rendered by [`Gateway::render_prometheus`].
+    /// Its counters, shown on `/metrics` by the gateway's [`agentrt_exposition::Report`].
     pub metrics: GatewayMetrics,
 }
 
@@ -143,9 +143,12 @@ impl Gateway {
         memos.insert(tenant.name().to_string(), memo.clone());
         memo
     }
+}
 
-    /// The gateway's metrics in the Prometheus text format.
-    pub fn render_prometheus(&self, out: &mut String) {
+/// The gateway's families on `/metrics` ([`GatewayMetrics::report`]), each tenant's memo size and
+/// sessions read now.
+impl agentrt_exposition::Report for Gateway {
+    fn report(&self, out: &mut agentrt_exposition::Exposition<'_>) -> std::fmt::Result {
         let mut sizes: Vec<(String, usize, usize)> = self
             .memos
             .lock()
@@ -161,6 +164,6 @@ impl Gateway {
             open: self.sessions.open_per_tenant(),
             closed: self.sessions.closed(),
         };
-        self.metrics.render(&sizes, &sessions, out);
+        self.metrics.report(&sizes, &sessions, out)
     }
 }

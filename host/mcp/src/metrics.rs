@@ -1,11 +1,13 @@
-//! The gateway's counters per tenant and upstream server, in the Prometheus text format.
+//! The gateway's counters per tenant and upstream server, and the families `/metrics` shows of them.
 //!
 //! Labels are bounded: tenants are the operator's, servers are configured, tools are not labels.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+
+use agentrt_exposition::{Exposition, Family, Kind};
 
 /// Counters of one (tenant, server).
 #[derive(Debug, Default)]
@@ -123,132 +125,140 @@ impl GatewayMetrics {
             .clone()
     }
 
-    /// Append the counters; `memo_sizes` gives (tenant, entries, bytes) of each tenant's memo,
-    /// `sessions` the sessions each tenant has open.
-    pub fn render(&self, memo_sizes: &[(String, usize, usize)], sessions: &SessionCounts, out: &mut String) {
+    /// The gateway's families: every (tenant, server)'s counters, refusals by reason, sessions open
+    /// per tenant and ended, and each tenant's memo size (`memo_sizes`: tenant, entries, bytes).
+    pub fn report(
+        &self,
+        memo_sizes: &[(String, usize, usize)],
+        sessions: &SessionCounts,
+        out: &mut Exposition<'_>,
+    ) -> fmt::Result {
         let servers = self.servers.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        type Field = fn(&ServerCounters) -> &AtomicU64;
-        let counters: [(&str, &str, Field); 14] = [
-            ("agentrt_mcp_tool_calls_total", "tools/call requests received.", |c| {
-                &c.calls
-            }),
-            (
-                "agentrt_mcp_memo_hits_total",
-                "Tool calls answered from memory, without the server.",
-                |c| &c.memo_hits,
-            ),
-            (
-                "agentrt_mcp_memo_misses_total",
-                "Calls of memoizable tools sent to the server.",
-                |c| &c.memo_misses,
-            ),
-            (
-                "agentrt_mcp_memo_no_answer_total",
-                "Memo lookups the tool-memo policy did not answer in time (sent to the server).",
-                |c| &c.memo_no_answer,
-            ),
-            (
-                "agentrt_mcp_memo_stored_total",
-                "Fetched results kept in memory.",
-                |c| &c.memo_stored,
-            ),
-            (
-                "agentrt_mcp_memo_expired_total",
-                "Kept results the policy dropped (TTL).",
-                |c| &c.memo_expired,
-            ),
-            (
-                "agentrt_mcp_memo_evicted_total",
-                "Kept results dropped to stay within the budget.",
-                |c| &c.memo_evicted,
-            ),
-            (
-                "agentrt_mcp_upstream_errors_total",
-                "Requests the server failed or could not be reached for.",
-                |c| &c.upstream_errors,
-            ),
-            (
-                "agentrt_mcp_tool_errors_total",
-                "Tool results the server marked isError.",
-                |c| &c.tool_errors,
-            ),
-            (
-                "agentrt_mcp_cancelled_total",
-                "Calls the client cancelled while the server worked.",
-                |c| &c.cancelled,
-            ),
-            (
-                "agentrt_mcp_forwarded_total",
-                "Other requests forwarded (lists, reads, prompts).",
-                |c| &c.forwarded,
-            ),
-            (
-                "agentrt_mcp_memo_saved_seconds_total",
-                "Server time saved by hits (the latency of the fetch each served result came from).",
-                |c| &c.memo_saved_us,
-            ),
-            (
-                "agentrt_mcp_upstream_seconds_total",
-                "Time spent waiting on servers for tool calls.",
-                |c| &c.upstream_us,
-            ),
-            (
-                "agentrt_mcp_call_timeouts_total",
-                "Requests a server did not answer within --mcp-call-timeout-ms (cancelled there).",
-                |c| &c.timeouts,
-            ),
-        ];
-        for (name, help, field) in counters {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            let seconds = name.ends_with("_seconds_total");
-            for ((tenant, server), c) in &servers {
-                let v = field(c).load(Relaxed);
-                if seconds {
-                    let _ = writeln!(
-                        out,
-                        "{name}{{tenant=\"{tenant}\",server=\"{server}\"}} {}",
-                        v as f64 / 1e6
-                    );
-                } else {
-                    let _ = writeln!(out, "{name}{{tenant=\"{tenant}\",server=\"{server}\"}} {v}");
-                }
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP agentrt_mcp_refused_total MCP requests refused before they reached a server, by reason.\n\
-             # TYPE agentrt_mcp_refused_total counter"
-        );
-        for why in Refused::ALL {
-            let _ = writeln!(
-                out,
-                "agentrt_mcp_refused_total{{reason=\"{}\"}} {}",
-                why.label(),
-                self.refused(why)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP agentrt_mcp_sessions MCP sessions open now (--mcp-max-sessions per tenant).\n# TYPE agentrt_mcp_sessions gauge"
-        );
-        for (tenant, open) in &sessions.open {
-            let _ = writeln!(out, "agentrt_mcp_sessions{{tenant=\"{tenant}\"}} {open}");
-        }
-        let _ = writeln!(
-            out,
-            "# HELP agentrt_mcp_sessions_closed_total MCP sessions that ended (closed, failed or idle past --mcp-session-idle-ms).\n\
-             # TYPE agentrt_mcp_sessions_closed_total counter\nagentrt_mcp_sessions_closed_total {}",
-            sessions.closed
-        );
-        for (name, help, pick) in [
-            ("agentrt_mcp_memo_entries", "Results kept in memory now.", 0),
-            ("agentrt_mcp_memo_bytes", "Bytes of results kept in memory now.", 1),
-        ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-            for (tenant, entries, bytes) in memo_sizes {
-                let v = if pick == 0 { entries } else { bytes };
-                let _ = writeln!(out, "{name}{{tenant=\"{tenant}\"}} {v}");
-            }
-        }
+        let rows: Vec<_> = servers
+            .iter()
+            .map(|((tenant, server), c)| ([("tenant", tenant.as_str()), ("server", server.as_str())], &**c))
+            .collect();
+        out.table(&SERVER_FAMILIES, &rows)?;
+        out.counters(
+            "agentrt_mcp_refused_total",
+            "MCP requests refused before they reached a server, by reason.",
+            Refused::ALL.map(|why| ([("reason", why.label())], self.refused(why))),
+        )?;
+        out.gauges(
+            "agentrt_mcp_sessions",
+            "MCP sessions open now (--mcp-max-sessions per tenant).",
+            sessions
+                .open
+                .iter()
+                .map(|(tenant, open)| ([("tenant", tenant.as_str())], *open as u64)),
+        )?;
+        out.counter(
+            "agentrt_mcp_sessions_closed_total",
+            "MCP sessions that ended (closed, failed or idle past --mcp-session-idle-ms).",
+            sessions.closed,
+        )?;
+        let per_tenant = |pick: fn(&(String, usize, usize)) -> usize| {
+            memo_sizes
+                .iter()
+                .map(move |m| ([("tenant", m.0.as_str())], pick(m) as u64))
+        };
+        out.gauges(
+            "agentrt_mcp_memo_entries",
+            "Results kept in memory now.",
+            per_tenant(|m| m.1),
+        )?;
+        out.gauges(
+            "agentrt_mcp_memo_bytes",
+            "Bytes of results kept in memory now.",
+            per_tenant(|m| m.2),
+        )
     }
 }
+
+/// The counters of each (tenant, server), one family each.
+const SERVER_FAMILIES: [Family<ServerCounters>; 14] = [
+    Family {
+        name: "agentrt_mcp_tool_calls_total",
+        kind: Kind::Counter,
+        help: "tools/call requests received.",
+        read: |c| c.calls.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_mcp_memo_hits_total",
+        kind: Kind::Counter,
+        help: "Tool calls answered from memory, without the server.",
+        read: |c| c.memo_hits.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_mcp_memo_misses_total",
+        kind: Kind::Counter,
+        help: "Calls of memoizable tools sent to the server.",
+        read: |c| c.memo_misses.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_mcp_memo_no_answer_total",
+        kind: Kind::Counter,
+        help: "Memo lookups the tool-memo policy did not answer in time (sent to the server).",
+        read: |c| c.memo_no_answer.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_mcp_memo_stored_total",
+        kind: Kind::Counter,
+        help: "Fetched results kept in memory.",
+        read: |c| c.memo_stored.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_mcp_memo_expired_total",
+        kind: Kind::Counter,
+        help: "Kept results the policy dropped (TTL).",
+        read: |c| c.memo_expired.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_mcp_memo_evicted_total",
+        kind: Kind::Counter,
+        help: "Kept results dropped to stay within the budget.",
+        read: |c| c.memo_evicted.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_mcp_upstream_errors_total",
+        kind: Kind::Counter,
+        help: "Requests the server failed or could not be reached for.",
+        read: |c| c.upstream_errors.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_mcp_tool_errors_total",
+        kind: Kind::Counter,
+        help: "Tool results the server marked isError.",
+        read: |c| c.tool_errors.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_mcp_cancelled_total",
+        kind: Kind::Counter,
+        help: "Calls the client cancelled while the server worked.",
+        read: |c| c.cancelled.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_mcp_forwarded_total",
+        kind: Kind::Counter,
+        help: "Other requests forwarded (lists, reads, prompts).",
+        read: |c| c.forwarded.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_mcp_memo_saved_seconds_total",
+        kind: Kind::Counter,
+        help: "Server time saved by hits (the latency of the fetch each served result came from).",
+        read: |c| (c.memo_saved_us.load(Relaxed) as f64 / 1e6).into(),
+    },
+    Family {
+        name: "agentrt_mcp_upstream_seconds_total",
+        kind: Kind::Counter,
+        help: "Time spent waiting on servers for tool calls.",
+        read: |c| (c.upstream_us.load(Relaxed) as f64 / 1e6).into(),
+    },
+    Family {
+        name: "agentrt_mcp_call_timeouts_total",
+        kind: Kind::Counter,
+        help: "Requests a server did not answer within --mcp-call-timeout-ms (cancelled there).",
+        read: |c| c.timeouts.load(Relaxed).into(),
+    },
+];

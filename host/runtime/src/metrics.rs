@@ -1,9 +1,11 @@
-//! Counters for one policy slot, rendered in the Prometheus text format.
+//! Counters for one policy slot, and the families `/metrics` shows of every slot's.
 
-use std::fmt::Write;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
+
+use agentrt_exposition::{Exposition, Family, Figure, Kind};
 
 use crate::error::{PolicyError, Primitive};
 
@@ -169,151 +171,125 @@ impl PolicyMetrics {
     pub(crate) fn log_lines_dropped_counter(&self) -> Arc<AtomicU64> {
         self.log_lines_dropped.clone()
     }
-
-    /// Append this slot's series to `out`; `labels` is e.g. `tenant="a",slot="kv"`.
-    pub fn render_prometheus(&self, labels: &str, out: &mut String) {
-        for (i, p) in Primitive::ALL.iter().enumerate() {
-            let calls = self.calls[i].load(Relaxed);
-            if calls == 0 {
-                continue;
-            }
-            let _ = writeln!(out, "agentrt_policy_calls_total{{{labels},primitive=\"{p}\"}} {calls}");
-            let _ = writeln!(
-                out,
-                "agentrt_policy_items_total{{{labels},primitive=\"{p}\"}} {}",
-                self.items[i].load(Relaxed)
-            );
-            let secs = self.nanos[i].load(Relaxed) as f64 / 1e9;
-            let _ = writeln!(
-                out,
-                "agentrt_policy_call_seconds_total{{{labels},primitive=\"{p}\"}} {secs}"
-            );
-        }
-        for (i, kind) in ERROR_KINDS.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "agentrt_policy_errors_total{{{labels},kind=\"{kind}\"}} {}",
-                self.errors[i].load(Relaxed)
-            );
-        }
-        let _ = writeln!(out, "agentrt_policy_fallbacks_total{{{labels}}} {}", self.fallbacks());
-        let _ = writeln!(out, "agentrt_policy_restarts_total{{{labels}}} {}", self.restarts());
-        let _ = writeln!(out, "agentrt_policy_swaps_total{{{labels}}} {}", self.swaps());
-        let _ = writeln!(
-            out,
-            "agentrt_policy_last_swap_pause_seconds{{{labels}}} {}",
-            self.last_swap_pause().unwrap_or_default().as_secs_f64()
-        );
-        let _ = writeln!(
-            out,
-            "agentrt_policy_swap_pause_seconds_total{{{labels}}} {}",
-            self.swap_pause_total().as_secs_f64()
-        );
-        let _ = writeln!(
-            out,
-            "agentrt_policy_log_lines_dropped_total{{{labels}}} {}",
-            self.log_lines_dropped()
-        );
-        let _ = writeln!(
-            out,
-            "agentrt_policy_memory_bytes{{{labels}}} {}",
-            self.memory_bytes.load(Relaxed)
-        );
-        for (name, value) in [
-            ("agentrt_policy_calls_skipped_total", self.calls_skipped()),
-            ("agentrt_policy_circuit_open", u64::from(self.circuit_open())),
-            ("agentrt_policy_circuit_opens_total", self.circuit_opens()),
-            ("agentrt_policy_checkpoint_failures_total", self.checkpoint_failures()),
-            ("agentrt_policy_rollbacks_total", self.rollbacks()),
-        ] {
-            let _ = writeln!(out, "{name}{{{labels}}} {value}");
-        }
-    }
 }
 
-/// `# HELP`/`# TYPE` lines for the series above, written once per exposition.
-pub fn prometheus_header(out: &mut String) {
-    for (name, kind, help) in [
-        (
-            "agentrt_policy_calls_total",
-            "counter",
-            "Calls into a policy, by primitive.",
-        ),
-        (
-            "agentrt_policy_items_total",
-            "counter",
-            "Events or items carried by those calls.",
-        ),
-        (
-            "agentrt_policy_call_seconds_total",
-            "counter",
-            "Time spent inside policy calls.",
-        ),
-        (
-            "agentrt_policy_errors_total",
-            "counter",
-            "Failed policy calls, by kind.",
-        ),
-        (
-            "agentrt_policy_fallbacks_total",
-            "counter",
-            "Rankings that fell back to LRU because the policy failed.",
-        ),
-        (
-            "agentrt_policy_restarts_total",
-            "counter",
-            "Instances re-created after a failure.",
-        ),
-        ("agentrt_policy_swaps_total", "counter", "Hot swaps completed."),
-        (
-            "agentrt_policy_last_swap_pause_seconds",
-            "gauge",
-            "How long the last hot swap held the slot's callers (0 before the first).",
-        ),
-        (
-            "agentrt_policy_swap_pause_seconds_total",
-            "counter",
-            "How long all hot swaps together held the slot's callers.",
-        ),
-        (
-            "agentrt_policy_log_lines_dropped_total",
-            "counter",
-            "Policy log lines dropped over the slot's rate limit.",
-        ),
-        (
-            "agentrt_policy_memory_bytes",
-            "gauge",
-            "Linear memories and tables of the live instance, summed.",
-        ),
-        (
-            "agentrt_policy_calls_skipped_total",
-            "counter",
-            "Calls not made because the slot's circuit breaker was open.",
-        ),
-        (
-            "agentrt_policy_circuit_open",
-            "gauge",
-            "1 while the slot's circuit breaker is open after repeated failures.",
-        ),
-        (
-            "agentrt_policy_circuit_opens_total",
-            "counter",
-            "Times the slot's circuit breaker opened.",
-        ),
-        (
-            "agentrt_policy_checkpoint_failures_total",
-            "counter",
-            "Checkpoints that failed; the previous one was kept.",
-        ),
-        (
-            "agentrt_policy_rollbacks_total",
-            "counter",
-            "Swaps rolled back because the new component kept failing.",
-        ),
-    ] {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    }
+/// A slot's series are labelled with its tenant and its name.
+pub type SlotLabels<'a> = [(&'static str, &'a str); 2];
+
+/// Every family of the slots' series, each with one series per slot (and per primitive or error
+/// kind): calls, items and time only for primitives called at least once.
+pub fn report_slots(out: &mut Exposition<'_>, slots: &[(SlotLabels<'_>, &PolicyMetrics)]) -> fmt::Result {
+    let called = |read: fn(&PolicyMetrics, usize) -> Figure| {
+        slots.iter().flat_map(move |(labels, m)| {
+            Primitive::ALL
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| m.calls[*i].load(Relaxed) > 0)
+                .map(move |(i, p)| {
+                    let [tenant, slot] = *labels;
+                    ([tenant, slot, ("primitive", p.name())], read(m, i))
+                })
+        })
+    };
+    out.counters(
+        "agentrt_policy_calls_total",
+        "Calls into a policy, by primitive.",
+        called(|m, i| m.calls[i].load(Relaxed).into()),
+    )?;
+    out.counters(
+        "agentrt_policy_items_total",
+        "Events or items carried by those calls.",
+        called(|m, i| m.items[i].load(Relaxed).into()),
+    )?;
+    out.counters(
+        "agentrt_policy_call_seconds_total",
+        "Time spent inside policy calls.",
+        called(|m, i| (m.nanos[i].load(Relaxed) as f64 / 1e9).into()),
+    )?;
+    let errors = slots.iter().flat_map(|(labels, m)| {
+        let [tenant, slot] = *labels;
+        m.errors_by_kind()
+            .map(move |(kind, n)| ([tenant, slot, ("kind", kind)], n))
+    });
+    out.counters("agentrt_policy_errors_total", "Failed policy calls, by kind.", errors)?;
+    out.table(&SLOT_FAMILIES, slots)
 }
+
+/// The slot's series with no label of their own.
+const SLOT_FAMILIES: [Family<PolicyMetrics>; 12] = [
+    Family {
+        name: "agentrt_policy_fallbacks_total",
+        kind: Kind::Counter,
+        help: "Rankings that fell back to LRU because the policy failed.",
+        read: |m| m.fallbacks().into(),
+    },
+    Family {
+        name: "agentrt_policy_restarts_total",
+        kind: Kind::Counter,
+        help: "Instances re-created after a failure.",
+        read: |m| m.restarts().into(),
+    },
+    Family {
+        name: "agentrt_policy_swaps_total",
+        kind: Kind::Counter,
+        help: "Hot swaps completed.",
+        read: |m| m.swaps().into(),
+    },
+    Family {
+        name: "agentrt_policy_last_swap_pause_seconds",
+        kind: Kind::Gauge,
+        help: "How long the last hot swap held the slot's callers (0 before the first).",
+        read: |m| m.last_swap_pause().unwrap_or_default().as_secs_f64().into(),
+    },
+    Family {
+        name: "agentrt_policy_swap_pause_seconds_total",
+        kind: Kind::Counter,
+        help: "How long all hot swaps together held the slot's callers.",
+        read: |m| m.swap_pause_total().as_secs_f64().into(),
+    },
+    Family {
+        name: "agentrt_policy_log_lines_dropped_total",
+        kind: Kind::Counter,
+        help: "Policy log lines dropped over the slot's rate limit.",
+        read: |m| m.log_lines_dropped().into(),
+    },
+    Family {
+        name: "agentrt_policy_memory_bytes",
+        kind: Kind::Gauge,
+        help: "Linear memories and tables of the live instance, summed.",
+        read: |m| m.memory_bytes().into(),
+    },
+    Family {
+        name: "agentrt_policy_calls_skipped_total",
+        kind: Kind::Counter,
+        help: "Calls not made because the slot's circuit breaker was open.",
+        read: |m| m.calls_skipped().into(),
+    },
+    Family {
+        name: "agentrt_policy_circuit_open",
+        kind: Kind::Gauge,
+        help: "1 while the slot's circuit breaker is open after repeated failures.",
+        read: |m| u64::from(m.circuit_open()).into(),
+    },
+    Family {
+        name: "agentrt_policy_circuit_opens_total",
+        kind: Kind::Counter,
+        help: "Times the slot's circuit breaker opened.",
+        read: |m| m.circuit_opens().into(),
+    },
+    Family {
+        name: "agentrt_policy_checkpoint_failures_total",
+        kind: Kind::Counter,
+        help: "Checkpoints that failed; the previous one was kept.",
+        read: |m| m.checkpoint_failures().into(),
+    },
+    Family {
+        name: "agentrt_policy_rollbacks_total",
+        kind: Kind::Counter,
+        help: "Swaps rolled back because the new component kept failing.",
+        read: |m| m.rollbacks().into(),
+    },
+];
 
 #[cfg(test)]
 mod tests {
@@ -328,8 +304,13 @@ mod tests {
         assert_eq!(metrics.swaps(), 2);
         assert_eq!(metrics.last_swap_pause(), Some(Duration::from_micros(120)));
         assert_eq!(metrics.swap_pause_total(), Duration::from_micros(420));
-        let mut out = String::new();
-        metrics.render_prometheus("tenant=\"a\",slot=\"kv\"", &mut out);
+        struct OneSlot(PolicyMetrics);
+        impl agentrt_exposition::Report for OneSlot {
+            fn report(&self, out: &mut Exposition<'_>) -> fmt::Result {
+                report_slots(out, &[([("tenant", "a"), ("slot", "kv")], &self.0)])
+            }
+        }
+        let out = agentrt_exposition::render_one(Arc::new(OneSlot(metrics)));
         assert!(
             out.contains("agentrt_policy_last_swap_pause_seconds{tenant=\"a\",slot=\"kv\"} 0.00012\n"),
             "{out}"
@@ -337,6 +318,10 @@ mod tests {
         assert!(
             out.contains("agentrt_policy_swap_pause_seconds_total{tenant=\"a\",slot=\"kv\"} 0.00042\n"),
             "{out}"
+        );
+        assert!(
+            !out.contains("primitive="),
+            "no primitive was called, so no per-primitive series: {out}"
         );
     }
 

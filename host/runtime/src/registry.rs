@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 use crate::component::PolicyComponent;
 use crate::error::PolicyError;
 use crate::handle::{PolicyHandle, SlotConfig, SwapReport};
-use crate::metrics::prometheus_header;
+use crate::metrics::report_slots;
 use crate::PolicyEngine;
 
 /// A tenant's name ([`validate_tenant_name`] says which names are tenants').
@@ -143,21 +143,25 @@ impl PolicyRegistry {
             .map(|((_, s), h)| (s.clone(), h.clone()))
             .collect()
     }
-
-    /// Every slot's metrics in the Prometheus text format.
-    pub fn render_prometheus(&self) -> String {
-        let mut out = String::new();
-        prometheus_header(&mut out);
-        for ((tenant, slot), handle) in self.slots.read().unwrap_or_else(|p| p.into_inner()).iter() {
-            let labels = format!("tenant=\"{}\",slot=\"{}\"", escape(tenant), escape(slot));
-            handle.metrics().render_prometheus(&labels, &mut out);
-        }
-        out
-    }
 }
 
-fn escape(label: &str) -> String {
-    label.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+/// Every slot's series on `/metrics` ([`crate::metrics::report_slots`]), labelled with its tenant
+/// and name (the text's writer escapes them).
+impl agentrt_exposition::Report for PolicyRegistry {
+    fn report(&self, out: &mut agentrt_exposition::Exposition<'_>) -> std::fmt::Result {
+        let slots: Vec<_> = self
+            .slots
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|((tenant, slot), handle)| (tenant.clone(), slot.clone(), handle.clone()))
+            .collect();
+        let rows: Vec<_> = slots
+            .iter()
+            .map(|(tenant, slot, handle)| ([("tenant", tenant.as_str()), ("slot", slot.as_ref())], handle.metrics()))
+            .collect();
+        report_slots(out, &rows)
+    }
 }
 
 /// Why an install or a swap did not happen; each names the slot.

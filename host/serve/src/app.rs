@@ -5,6 +5,8 @@
 //! benches all assemble the proxy through it.
 
 use std::sync::Arc;
+
+use agentrt_exposition::Report;
 use std::time::Duration;
 
 use axum::routing::get;
@@ -26,7 +28,6 @@ use crate::metrics::{MetricsState, ProxyMetrics};
 use crate::policy::effects::Effects;
 use crate::policy::feed::PolicyFeed;
 use crate::policy::warmup::{WarmupDeps, WarmupOptions, Warmups};
-use crate::prometheus::Report;
 use crate::request::engine_fields::ClientEngineFields;
 use crate::request::{BodyOptions, ProxyState};
 use crate::tenant::cache_salt::CacheSalts;
@@ -213,8 +214,8 @@ struct ProxyReport {
 }
 
 impl Report for ProxyReport {
-    fn render(&self, out: &mut String) {
-        self.metrics.render(out, self.tenants.settings().keys.is_empty());
+    fn report(&self, out: &mut agentrt_exposition::Exposition<'_>) -> std::fmt::Result {
+        self.metrics.report(out, self.tenants.settings().keys.is_empty())
     }
 }
 

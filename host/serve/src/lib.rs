@@ -25,12 +25,12 @@
 //! 7. [`request`] — one agent call, step by step: prepare (parse once, check, identify, salt,
 //!    amend), forward (policies told, admission, replica, upstream), relay, finish.
 //! 8. [`admin`] — the admin API on its own state; [`mcp`] — the MCP gateway over the tenants;
-//!    [`metrics`] — `/metrics` over a list of reports ([`prometheus::Report`]).
+//!    [`metrics`] — `/metrics` over a list of reports (`agentrt_exposition::Report`: the Prometheus project's client writes the text).
 //!
 //! [`app`] is the composition root ([`App::build`]: the one place that sees every capability,
 //! used by the binary, the tests and the benches); [`cli`] turns `agentrt serve`'s flags into an
 //! [`AppConfig`], and [`config_flags`] takes any of them from the config file's `[serve]`
-//! table. [`names`], [`clock`], [`table`], [`prometheus`] and [`telemetry`] (OpenTelemetry export
+//! table. [`names`], [`clock`], [`table`] and [`telemetry`] (OpenTelemetry export
 //! and W3C trace context) are leaves every layer may use. `tests/layers.rs` keeps the order: a
 //! module may use only the layers before it.
 
@@ -50,7 +50,6 @@ pub mod mcp;
 pub mod metrics;
 pub mod names;
 pub mod policy;
-pub mod prometheus;
 pub mod request;
 pub mod table;
 pub mod telemetry;

@@ -20,8 +20,8 @@ use agentrt_runtime::PolicyRegistry;
 use crate::clock::Clock;
 use crate::front::error::ApiError;
 use crate::identity::tenant_session;
-use crate::prometheus::Report;
 use crate::tenant::{Tenant, Tenants};
+use agentrt_exposition::Report;
 
 /// The gateway over `tenants`, its events stamped by `clock`; `app` merges its routes.
 pub fn gateway(tenants: Arc<Tenants>, clock: Clock, options: GatewayOptions) -> Arc<Gateway> {
@@ -40,8 +40,8 @@ pub fn gateway(tenants: Arc<Tenants>, clock: Clock, options: GatewayOptions) -> 
 pub struct McpReport(pub Arc<Gateway>);
 
 impl Report for McpReport {
-    fn render(&self, out: &mut String) {
-        self.0.render_prometheus(out);
+    fn report(&self, out: &mut agentrt_exposition::Exposition<'_>) -> std::fmt::Result {
+        self.0.report(out)
     }
 }
 

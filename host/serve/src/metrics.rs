@@ -2,10 +2,12 @@
 //! proxy's, the accept loop's, the tenants', the engine cache's, the replicas', the admission
 //! queue's, every policy slot's and the MCP gateway's, in that order.
 
-use std::fmt::Write;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
+
+use agentrt_exposition::{Exposition, Family, HistogramFigures, Kind, Report, Reports};
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
@@ -14,13 +16,12 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::auth::MetricsToken;
-use crate::prometheus::{render_counters, Report};
 
 /// What the `/metrics` route needs: its token (none: open) and the reports, in order.
 #[derive(Clone)]
 pub struct MetricsState {
     token: MetricsToken,
-    reports: Arc<[Arc<dyn Report>]>,
+    reports: Reports,
 }
 
 impl MetricsState {
@@ -29,7 +30,7 @@ impl MetricsState {
     pub fn new(token: Option<String>, reports: Vec<Arc<dyn Report>>) -> Self {
         Self {
             token: MetricsToken::new(token),
-            reports: reports.into(),
+            reports: Reports::new(reports),
         }
     }
 }
@@ -43,11 +44,8 @@ async fn metrics(State(state): State<MetricsState>, headers: HeaderMap) -> Respo
     if let Err(e) = state.token.check(&headers) {
         return e.into_response();
     }
-    let mut out = String::new();
-    for report in state.reports.iter() {
-        report.render(&mut out);
-    }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+    let text = state.reports.render();
+    ([(header::CONTENT_TYPE, agentrt_exposition::CONTENT_TYPE)], text).into_response()
 }
 
 /// Upper bounds (µs) of the proxy-overhead histogram: time from receiving a request to sending it
@@ -96,15 +94,15 @@ impl Refusals {
             .map_or(0, |i| self.0[i].load(Relaxed))
     }
 
-    fn render(&self, out: &mut String) {
-        let name = "agentrt_proxy_refused_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Authenticated requests refused before going upstream, by reason (docs/security.md).\n# TYPE {name} counter"
-        );
-        for (reason, n) in REFUSAL_REASONS.iter().zip(&self.0) {
-            let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {}", n.load(Relaxed));
-        }
+    fn report(&self, out: &mut Exposition<'_>) -> fmt::Result {
+        out.counters(
+            "agentrt_proxy_refused_total",
+            "Authenticated requests refused before going upstream, by reason (docs/security.md).",
+            REFUSAL_REASONS
+                .iter()
+                .zip(&self.0)
+                .map(|(reason, n)| ([("reason", *reason)], n.load(Relaxed))),
+        )
     }
 }
 
@@ -164,132 +162,185 @@ impl ProxyMetrics {
     /// request's body being read to its sending upstream, less its wait in the admission queue.
     pub fn observe_overhead(&self, d: Duration) {
         let us = d.as_micros() as u64;
-        for (i, bound) in OVERHEAD_BUCKETS_US.iter().enumerate() {
-            if us <= *bound {
-                self.overhead_buckets[i].fetch_add(1, Relaxed);
-            }
+        // Each observation in its one bucket (the first bound at or above it): the exposition
+        // writes the buckets cumulative. Past the last bound it is only in the count and sum.
+        if let Some(i) = OVERHEAD_BUCKETS_US.iter().position(|bound| us <= *bound) {
+            self.overhead_buckets[i].fetch_add(1, Relaxed);
         }
         self.overhead_count.fetch_add(1, Relaxed);
         self.overhead_sum_us.fetch_add(us, Relaxed);
     }
 
     /// The proxy's series; `unauthenticated`: no API key is in force now.
-    pub fn render(&self, out: &mut String, unauthenticated: bool) {
-        let counters = [
-            ("agentrt_proxy_requests_total", "Requests received.", &self.requests),
-            (
-                "agentrt_proxy_requests_failed_total",
-                "Requests answered with an error status.",
-                &self.requests_failed,
-            ),
-            (
-                "agentrt_proxy_upstream_errors_total",
-                "Upstream unreachable or failed mid-response.",
-                &self.upstream_errors,
-            ),
-            (
-                "agentrt_proxy_upstream_timeouts_total",
-                "Upstream failures that were a connect, first-byte or idle timeout.",
-                &self.upstream_timeouts,
-            ),
-            (
-                "agentrt_proxy_bad_requests_total",
-                "Requests refused as malformed.",
-                &self.bad_requests,
-            ),
-            (
-                "agentrt_proxy_streams_cancelled_total",
-                "Streams the client left before the end.",
-                &self.streams_cancelled,
-            ),
-            (
-                "agentrt_proxy_warmups_sent_total",
-                "Warm-up requests sent upstream.",
-                &self.warmups_sent,
-            ),
-            (
-                "agentrt_proxy_warmups_skipped_total",
-                "Warm-ups dropped (load, rate, unknown anchor).",
-                &self.warmups_skipped,
-            ),
-            (
-                "agentrt_proxy_warmups_failed_total",
-                "Warm-ups the upstream failed (never retried).",
-                &self.warmups_failed,
-            ),
-            (
-                "agentrt_proxy_sessions_denied_total",
-                "Sessions a policy's deny refused from then on (session 0: a whole tenant).",
-                &self.sessions_denied,
-            ),
-            (
-                "agentrt_proxy_denied_requests_total",
-                "Requests refused with 403 because a policy denied their session.",
-                &self.denied_requests,
-            ),
-            (
-                "agentrt_proxy_public_anchor_requests_total",
-                "Requests whose anchor is marked public: sent with the cache salt every tenant shares.",
-                &self.public_anchor_requests,
-            ),
-            (
-                "agentrt_proxy_policy_errors_total",
-                "Policy act calls that failed (their side effects were skipped).",
-                &self.policy_errors,
-            ),
-            (
-                "agentrt_proxy_anchors_tokenized_total",
-                "New agents whose anchor size the upstream counted in tokens.",
-                &self.anchors_tokenized,
-            ),
-            (
-                "agentrt_proxy_sessions_ended_total",
-                "Sessions reported ended to their policy: silent for --session-idle-ms, or forgotten from a full session table (--max-sessions).",
-                &self.sessions_ended,
-            ),
-            (
-                "agentrt_proxy_anchors_estimated_total",
-                "New agents whose anchor size is a byte estimate (the upstream did not count it).",
-                &self.anchors_estimated,
-            ),
-        ];
-        render_counters(out, &counters);
-        self.refused.render(out);
-        let reloads = "agentrt_proxy_reloads_total";
-        let _ = writeln!(
-            out,
-            "# HELP {reloads} Reloads of --config (SIGHUP or POST /admin/reload), installed or refused.\n# TYPE {reloads} counter\n\
-             {reloads}{{result=\"applied\"}} {}\n{reloads}{{result=\"refused\"}} {}",
-            self.reloads_applied.load(Relaxed),
-            self.reloads_refused.load(Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP agentrt_proxy_unauthenticated 1 while no API key is in force: every request is served as tenant `default`, unsalted.\n\
-             # TYPE agentrt_proxy_unauthenticated gauge\nagentrt_proxy_unauthenticated {}",
-            u8::from(unauthenticated)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP agentrt_proxy_in_flight Requests being served.\n# TYPE agentrt_proxy_in_flight gauge\nagentrt_proxy_in_flight {}",
-            self.in_flight.load(Relaxed)
-        );
-        let name = "agentrt_proxy_overhead_seconds";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Time from request received to request sent upstream.\n# TYPE {name} histogram"
-        );
-        for (i, bound) in OVERHEAD_BUCKETS_US.iter().enumerate() {
-            let le = *bound as f64 / 1e6;
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{le=\"{le}\"}} {}",
-                self.overhead_buckets[i].load(Relaxed)
-            );
+    pub fn report(&self, out: &mut Exposition<'_>, unauthenticated: bool) -> fmt::Result {
+        out.table(&PROXY_COUNTERS, &[(agentrt_exposition::NO_LABELS, self)])?;
+        self.refused.report(out)?;
+        out.counters(
+            "agentrt_proxy_reloads_total",
+            "Reloads of --config (SIGHUP or POST /admin/reload), installed or refused.",
+            [
+                ([("result", "applied")], self.reloads_applied.load(Relaxed)),
+                ([("result", "refused")], self.reloads_refused.load(Relaxed)),
+            ],
+        )?;
+        out.gauge(
+            "agentrt_proxy_unauthenticated",
+            "1 while no API key is in force: every request is served as tenant `default`, unsalted.",
+            u64::from(unauthenticated),
+        )?;
+        out.gauge(
+            "agentrt_proxy_in_flight",
+            "Requests being served.",
+            self.in_flight.load(Relaxed),
+        )?;
+        let buckets: Vec<(f64, u64)> = OVERHEAD_BUCKETS_US
+            .iter()
+            .zip(&self.overhead_buckets)
+            .map(|(bound, n)| (*bound as f64 / 1e6, n.load(Relaxed)))
+            .collect();
+        out.histogram(
+            "agentrt_proxy_overhead_seconds",
+            "Time from request received to request sent upstream.",
+            &HistogramFigures {
+                buckets: &buckets,
+                sum: self.overhead_sum_us.load(Relaxed) as f64 / 1e6,
+                count: self.overhead_count.load(Relaxed),
+            },
+        )
+    }
+}
+
+/// The proxy's unlabelled counters.
+const PROXY_COUNTERS: [Family<ProxyMetrics>; 16] = [
+    Family {
+        name: "agentrt_proxy_requests_total",
+        kind: Kind::Counter,
+        help: "Requests received.",
+        read: |m| m.requests.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_proxy_requests_failed_total",
+        kind: Kind::Counter,
+        help: "Requests answered with an error status.",
+        read: |m| m.requests_failed.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_proxy_upstream_errors_total",
+        kind: Kind::Counter,
+        help: "Upstream unreachable or failed mid-response.",
+        read: |m| m.upstream_errors.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_proxy_upstream_timeouts_total",
+        kind: Kind::Counter,
+        help: "Upstream failures that were a connect, first-byte or idle timeout.",
+        read: |m| m.upstream_timeouts.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_proxy_bad_requests_total",
+        kind: Kind::Counter,
+        help: "Requests refused as malformed.",
+        read: |m| m.bad_requests.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_proxy_streams_cancelled_total",
+        kind: Kind::Counter,
+        help: "Streams the client left before the end.",
+        read: |m| m.streams_cancelled.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_proxy_warmups_sent_total",
+        kind: Kind::Counter,
+        help: "Warm-up requests sent upstream.",
+        read: |m| m.warmups_sent.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_proxy_warmups_skipped_total",
+        kind: Kind::Counter,
+        help: "Warm-ups dropped (load, rate, unknown anchor).",
+        read: |m| m.warmups_skipped.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_proxy_warmups_failed_total",
+        kind: Kind::Counter,
+        help: "Warm-ups the upstream failed (never retried).",
+        read: |m| m.warmups_failed.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_proxy_sessions_denied_total",
+        kind: Kind::Counter,
+        help: "Sessions a policy's deny refused from then on (session 0: a whole tenant).",
+        read: |m| m.sessions_denied.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_proxy_denied_requests_total",
+        kind: Kind::Counter,
+        help: "Requests refused with 403 because a policy denied their session.",
+        read: |m| m.denied_requests.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_proxy_public_anchor_requests_total",
+        kind: Kind::Counter,
+        help: "Requests whose anchor is marked public: sent with the cache salt every tenant shares.",
+        read: |m| m.public_anchor_requests.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_proxy_policy_errors_total",
+        kind: Kind::Counter,
+        help: "Policy act calls that failed (their side effects were skipped).",
+        read: |m| m.policy_errors.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_proxy_anchors_tokenized_total",
+        kind: Kind::Counter,
+        help: "New agents whose anchor size the upstream counted in tokens.",
+        read: |m| m.anchors_tokenized.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_proxy_sessions_ended_total",
+        kind: Kind::Counter,
+        help: "Sessions reported ended to their policy: silent for --session-idle-ms, or forgotten from a full session table (--max-sessions).",
+        read: |m| m.sessions_ended.load(Relaxed).into(),
+    },
+    Family {
+        name: "agentrt_proxy_anchors_estimated_total",
+        kind: Kind::Counter,
+        help: "New agents whose anchor size is a byte estimate (the upstream did not count it).",
+        read: |m| m.anchors_estimated.load(Relaxed).into(),
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The overhead histogram on `/metrics`: buckets cumulative over their bounds in seconds, an
+    /// observation past the last bound only in `+Inf`, the sum in seconds.
+    #[test]
+    fn overhead_is_exposed_as_a_cumulative_histogram_in_seconds() {
+        struct Proxy(ProxyMetrics);
+        impl Report for Proxy {
+            fn report(&self, out: &mut Exposition<'_>) -> fmt::Result {
+                self.0.report(out, false)
+            }
         }
-        let count = self.overhead_count.load(Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(out, "{name}_sum {}", self.overhead_sum_us.load(Relaxed) as f64 / 1e6);
-        let _ = writeln!(out, "{name}_count {count}");
+        let metrics = ProxyMetrics::default();
+        for us in [30, 150, 20_000] {
+            metrics.observe_overhead(Duration::from_micros(us));
+        }
+        let text = agentrt_exposition::render_one(Arc::new(Proxy(metrics)));
+        let bucket = |le: &str| {
+            let prefix = format!("agentrt_proxy_overhead_seconds_bucket{{le=\"{le}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .unwrap_or_else(|| panic!("no bucket le={le} in {text}"))
+                .to_string()
+        };
+        assert_eq!(bucket("5e-05"), "1");
+        assert_eq!(bucket("0.0002"), "2");
+        assert_eq!(bucket("0.01"), "2");
+        assert_eq!(bucket("+Inf"), "3");
+        assert!(text.contains("agentrt_proxy_overhead_seconds_count 3\n"), "{text}");
+        assert!(text.contains("agentrt_proxy_overhead_seconds_sum 0.02018\n"), "{text}");
     }
 }

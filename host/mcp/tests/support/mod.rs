@@ -257,9 +257,7 @@ impl TestGateway {
     }
 
     pub fn metrics(&self) -> String {
-        let mut out = String::new();
-        self.gateway.render_prometheus(&mut out);
-        out
+        agentrt_exposition::render_one(self.gateway.clone())
     }
 
     /// The value of metric `name` with `labels` (`tenant="alpha",server="lookup"`).

@@ -5,18 +5,18 @@
 //! own blocks. Without shares one policy ranks the whole engine: the engine tenant's (`default`).
 
 use std::collections::HashMap;
-use std::fmt::Write;
+use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
 
+use agentrt_exposition::{Exposition, Family, Kind, Report};
 use agentrt_runtime::{PolicyHandle, PolicyRegistry, Share};
 
 use crate::engine::replicas::{ReplicaArgs, ReplicaEngines, ReplicaRouting};
 use crate::identity::Identity;
 use crate::names::{DEFAULT_TENANT, KV_SLOT};
-use crate::prometheus::Report;
 use crate::tenant::agents::AgentDirectory;
 use crate::tenant::handles::Handles;
 use crate::tenant::reload::CacheShares;
@@ -222,55 +222,50 @@ impl agentrt_eviction::TenantDirectory for EngineTenants {
 pub struct EngineCacheReport(pub Arc<agentrt_eviction::SharedCache>);
 
 impl Report for EngineCacheReport {
-    fn render(&self, out: &mut String) {
-        render_engine_cache(&self.0, out);
+    /// Each tenant's part of the engine's cache under `--share`: blocks held, its guarantee and
+    /// limit, its blocks the engine evicted, and the evictions its requests caused.
+    fn report(&self, out: &mut Exposition<'_>) -> fmt::Result {
+        let tenants = self.0.tenants();
+        let rows: Vec<_> = tenants.iter().map(|row| ([("tenant", &*row.0)], row)).collect();
+        out.table(&CACHE_FAMILIES, &rows)
     }
 }
 
-/// Each tenant's part of the engine's cache under `--share`: blocks held, its guarantee and
-/// limit, its blocks the engine evicted, and the evictions its requests caused.
-fn render_engine_cache(cache: &agentrt_eviction::SharedCache, out: &mut String) {
-    let tenants = cache.tenants();
-    type Read = fn(&agentrt_eviction::TenantCache, &agentrt_runtime::Share) -> u64;
-    let series: [(&str, &str, &str, Read); 5] = [
-        (
-            "agentrt_tenant_cache_blocks",
-            "gauge",
-            "Blocks the tenant holds in the engine's KV cache.",
-            |c, _| c.blocks,
-        ),
-        (
-            "agentrt_tenant_cache_guarantee_blocks",
-            "gauge",
-            "The tenant's guaranteed share of the cache (--share).",
-            |_, s| s.min_blocks,
-        ),
-        (
-            "agentrt_tenant_cache_limit_blocks",
-            "gauge",
-            "The tenant's limit (--share; 18446744073709551615 = none).",
-            |_, s| s.max_blocks,
-        ),
-        (
-            "agentrt_tenant_cache_evictions_total",
-            "counter",
-            "The tenant's blocks the engine evicted.",
-            |c, _| c.evicted,
-        ),
-        (
-            "agentrt_tenant_cache_evictions_caused_total",
-            "counter",
-            "Blocks (any tenant's) the engine evicted to make room for the tenant's requests.",
-            |c, _| c.caused,
-        ),
-    ];
-    for (name, kind, help, read) in series {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (tenant, figures, share) in &tenants {
-            let _ = writeln!(out, "{name}{{tenant=\"{tenant}\"}} {}", read(figures, share));
-        }
-    }
-}
+/// A tenant, its figures in the engine's cache, and its share.
+type CacheRow = (Arc<str>, agentrt_eviction::TenantCache, Share);
+
+const CACHE_FAMILIES: [Family<CacheRow>; 5] = [
+    Family {
+        name: "agentrt_tenant_cache_blocks",
+        kind: Kind::Gauge,
+        help: "Blocks the tenant holds in the engine's KV cache.",
+        read: |row| row.1.blocks.into(),
+    },
+    Family {
+        name: "agentrt_tenant_cache_guarantee_blocks",
+        kind: Kind::Gauge,
+        help: "The tenant's guaranteed share of the cache (--share).",
+        read: |row| row.2.min_blocks.into(),
+    },
+    Family {
+        name: "agentrt_tenant_cache_limit_blocks",
+        kind: Kind::Gauge,
+        help: "The tenant's limit (--share; 18446744073709551615 = none).",
+        read: |row| row.2.max_blocks.into(),
+    },
+    Family {
+        name: "agentrt_tenant_cache_evictions_total",
+        kind: Kind::Counter,
+        help: "The tenant's blocks the engine evicted.",
+        read: |row| row.1.evicted.into(),
+    },
+    Family {
+        name: "agentrt_tenant_cache_evictions_caused_total",
+        kind: Kind::Counter,
+        help: "Blocks (any tenant's) the engine evicted to make room for the tenant's requests.",
+        read: |row| row.1.caused.into(),
+    },
+];
 
 /// A reload sets the shares of the cache the tenants' policies rank (the tenant layer knows the
 /// cache only as [`CacheShares`]).

@@ -31,14 +31,15 @@
 //! Warm-ups and the proxy's `/tokenize` calls do not take places: they are not user traffic.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use agentrt_exposition::{Exposition, Report};
 use tokio::sync::oneshot;
 
 use crate::front::error::ApiError;
-use crate::prometheus::Report;
 
 /// The largest demotion the queue tells apart (larger ones wait as this one).
 const MAX_DEMOTION: u32 = 1_000_000;
@@ -459,38 +460,54 @@ impl AdmissionQueue {
 
 impl Report for AdmissionQueue {
     /// The queue's series for `/metrics`.
-    fn render(&self, out: &mut String) {
-        use std::fmt::Write;
+    fn report(&self, out: &mut Exposition<'_>) -> fmt::Result {
         let (in_flight, waiting) = self.depth();
         let m = &self.metrics;
-        let _ = write!(
-            out,
-            "# HELP agentrt_proxy_admission_in_flight Requests upstream holding a place (--upstream-max-in-flight).\n\
-             # TYPE agentrt_proxy_admission_in_flight gauge\nagentrt_proxy_admission_in_flight {in_flight}\n\
-             # HELP agentrt_proxy_admission_queue_depth Requests waiting in the proxy for a place upstream.\n\
-             # TYPE agentrt_proxy_admission_queue_depth gauge\nagentrt_proxy_admission_queue_depth {waiting}\n\
-             # HELP agentrt_proxy_admission_waited_total Requests that waited for a place.\n\
-             # TYPE agentrt_proxy_admission_waited_total counter\nagentrt_proxy_admission_waited_total {}\n\
-             # HELP agentrt_proxy_admission_wait_seconds_total Time requests spent waiting for a place.\n\
-             # TYPE agentrt_proxy_admission_wait_seconds_total counter\nagentrt_proxy_admission_wait_seconds_total {:.6}\n\
-             # HELP agentrt_proxy_admission_timeouts_total Requests refused after --upstream-max-wait-ms.\n\
-             # TYPE agentrt_proxy_admission_timeouts_total counter\nagentrt_proxy_admission_timeouts_total {}\n\
-             # HELP agentrt_proxy_admission_abandoned_total Requests whose client left while they waited.\n\
-             # TYPE agentrt_proxy_admission_abandoned_total counter\nagentrt_proxy_admission_abandoned_total {}\n\
-             # HELP agentrt_proxy_admission_overtakes_total Places given to a request ahead of an earlier one of its tenant (a demotion or the admission slot at work).\n\
-             # TYPE agentrt_proxy_admission_overtakes_total counter\nagentrt_proxy_admission_overtakes_total {}\n\
-             # HELP agentrt_proxy_admission_queued_bytes Bytes of the request bodies waiting for a place.\n\
-             # TYPE agentrt_proxy_admission_queued_bytes gauge\nagentrt_proxy_admission_queued_bytes {}\n\
-             # HELP agentrt_proxy_admission_refused_bytes_total Requests refused at once: the queue held as many waiting bodies as it may (--upstream-max-queued-mib, --upstream-max-queued-mib-per-tenant).\n\
-             # TYPE agentrt_proxy_admission_refused_bytes_total counter\nagentrt_proxy_admission_refused_bytes_total {}\n",
+        out.gauge(
+            "agentrt_proxy_admission_in_flight",
+            "Requests upstream holding a place (--upstream-max-in-flight).",
+            in_flight as u64,
+        )?;
+        out.gauge(
+            "agentrt_proxy_admission_queue_depth",
+            "Requests waiting in the proxy for a place upstream.",
+            waiting as u64,
+        )?;
+        out.counter(
+            "agentrt_proxy_admission_waited_total",
+            "Requests that waited for a place.",
             m.waited.load(Relaxed),
+        )?;
+        out.counter(
+            "agentrt_proxy_admission_wait_seconds_total",
+            "Time requests spent waiting for a place.",
             m.wait_us_sum.load(Relaxed) as f64 / 1e6,
+        )?;
+        out.counter(
+            "agentrt_proxy_admission_timeouts_total",
+            "Requests refused after --upstream-max-wait-ms.",
             m.timeouts.load(Relaxed),
+        )?;
+        out.counter(
+            "agentrt_proxy_admission_abandoned_total",
+            "Requests whose client left while they waited.",
             m.abandoned.load(Relaxed),
+        )?;
+        out.counter(
+            "agentrt_proxy_admission_overtakes_total",
+            "Places given to a request ahead of an earlier one of its tenant (a demotion or the admission slot at work).",
             m.overtakes.load(Relaxed),
-            self.queued_bytes(),
+        )?;
+        out.gauge(
+            "agentrt_proxy_admission_queued_bytes",
+            "Bytes of the request bodies waiting for a place.",
+            self.queued_bytes() as u64,
+        )?;
+        out.counter(
+            "agentrt_proxy_admission_refused_bytes_total",
+            "Requests refused at once: the queue held as many waiting bodies as it may (--upstream-max-queued-mib, --upstream-max-queued-mib-per-tenant).",
             m.refused_bytes.load(Relaxed),
-        );
+        )
     }
 }
 

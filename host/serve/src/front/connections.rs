@@ -13,11 +13,12 @@
 //! - When the open connections fall to half of their peak — a flood is gone — the allocator is
 //!   asked to give the freed memory back ([`agentrt_guards::freed_memory`]).
 
-use std::fmt::Write;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentrt_exposition::{Exposition, Report};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -25,7 +26,6 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
 use crate::front::limits::Limits;
-use crate::prometheus::Report;
 
 /// Serve `app` on `listener` under `limits` until `shutdown` resolves, then stop accepting, let
 /// requests in flight finish and return once every connection has closed.
@@ -135,29 +135,26 @@ impl ConnectionMetrics {
 }
 
 impl Report for ConnectionMetrics {
-    fn render(&self, out: &mut String) {
-        let counters = [
-            (
-                "agentrt_proxy_connections_accepted_total",
-                "Connections accepted.",
-                &self.accepted,
-            ),
-            (
-                "agentrt_proxy_connections_refused_total",
-                "Connections closed at once: --max-connections were open.",
-                &self.refused,
-            ),
-            (
-                "agentrt_proxy_header_timeouts_total",
-                "Connections closed for sending no complete request headers within --header-read-timeout-ms.",
-                &self.header_timeouts,
-            ),
-        ];
-        crate::prometheus::render_counters(out, &counters);
-        let _ = writeln!(
-            out,
-            "# HELP agentrt_proxy_connections_open Client connections open.\n# TYPE agentrt_proxy_connections_open gauge\nagentrt_proxy_connections_open {}",
-            self.open.load(Relaxed)
-        );
+    fn report(&self, out: &mut Exposition<'_>) -> fmt::Result {
+        out.counter(
+            "agentrt_proxy_connections_accepted_total",
+            "Connections accepted.",
+            self.accepted.load(Relaxed),
+        )?;
+        out.counter(
+            "agentrt_proxy_connections_refused_total",
+            "Connections closed at once: --max-connections were open.",
+            self.refused.load(Relaxed),
+        )?;
+        out.counter(
+            "agentrt_proxy_header_timeouts_total",
+            "Connections closed for sending no complete request headers within --header-read-timeout-ms.",
+            self.header_timeouts.load(Relaxed),
+        )?;
+        out.gauge(
+            "agentrt_proxy_connections_open",
+            "Client connections open.",
+            self.open.load(Relaxed),
+        )
     }
 }

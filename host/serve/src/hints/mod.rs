@@ -18,10 +18,11 @@ pub mod route;
 pub mod tool_wait;
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
+use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use agentrt_exposition::{Exposition, Report};
 use agentrt_runtime::types::{EndReason, Event, Handoff, SessionWait, WaitKind};
 use serde_json::{json, Value};
 
@@ -31,7 +32,6 @@ use self::return_times::ReturnTimes;
 use crate::clock::Clock;
 use crate::identity::{tenant_session, Identity};
 use crate::policy::feed::{session_end, PolicyFeed};
-use crate::prometheus::Report;
 use crate::table::LruTable;
 use crate::tenant::Tenant;
 
@@ -409,39 +409,39 @@ impl TenantHints {
 }
 
 impl Report for Hints {
-    fn render(&self, out: &mut String) {
+    fn report(&self, out: &mut Exposition<'_>) -> fmt::Result {
         let mut tenants: Vec<(Arc<str>, Arc<TenantHints>)> = {
             let map = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
             map.iter().map(|(n, h)| (n.clone(), h.clone())).collect()
         };
         tenants.sort_by(|a, b| a.0.cmp(&b.0));
-        // Tenant names are letters, digits, `-`, `_` and `.`: nothing to escape.
-        out.push_str(
-            "# HELP agentrt_hints_total Lifecycle hints taken, by kind, where they came from (a request's header, \
-             the hints endpoint, read from a response) and outcome (applied, duplicate, unknown_session).\n\
-             # TYPE agentrt_hints_total counter\n",
-        );
+        let mut taken = Vec::new();
+        let mut refused = Vec::new();
         for (tenant, hints) in &tenants {
             for ((kind, source, outcome), n) in hints.counts.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-                let _ = writeln!(
-                    out,
-                    "agentrt_hints_total{{tenant=\"{tenant}\",kind=\"{kind}\",source=\"{}\",outcome=\"{}\"}} {n}",
-                    source.label(),
-                    outcome.label()
-                );
+                let labels = [
+                    ("tenant", &**tenant),
+                    ("kind", *kind),
+                    ("source", source.label()),
+                    ("outcome", outcome.label()),
+                ];
+                taken.push((labels, *n));
             }
-        }
-        out.push_str(
-            "# HELP agentrt_hints_refused_total Hint calls or headers refused: malformed (400), rate (429, \
-             --hint-rate), too_large (over 64 hints or 16 KiB).\n# TYPE agentrt_hints_refused_total counter\n",
-        );
-        for (tenant, hints) in &tenants {
             for (reason, n) in hints.refused.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-                let _ = writeln!(
-                    out,
-                    "agentrt_hints_refused_total{{tenant=\"{tenant}\",reason=\"{reason}\"}} {n}"
-                );
+                refused.push(([("tenant", &**tenant), ("reason", *reason)], *n));
             }
         }
+        out.counters(
+            "agentrt_hints_total",
+            "Lifecycle hints taken, by kind, where they came from (a request's header, the hints endpoint, \
+             read from a response) and outcome (applied, duplicate, unknown_session).",
+            taken,
+        )?;
+        out.counters(
+            "agentrt_hints_refused_total",
+            "Hint calls or headers refused: malformed (400), rate (429, --hint-rate), too_large (over 64 \
+             hints or 16 KiB).",
+            refused,
+        )
     }
 }
