@@ -32,7 +32,7 @@ impl Report for RegistryReport {
 /// Each tenant's series: its policy worker ([`crate::tenant::worker`]: the queue and what it
 /// dropped), its quotas and what they refused, its prefix-cache hits, and the sizes of the tables
 /// its clients fill ([`crate::table`]).
-const TENANT_FAMILIES: [Family<Tenant>; 17] = [
+const TENANT_FAMILIES: [Family<Tenant>; 18] = [
     Family {
         name: "agentrt_policy_queue_jobs",
         kind: Kind::Gauge,
@@ -44,6 +44,12 @@ const TENANT_FAMILIES: [Family<Tenant>; 17] = [
         kind: Kind::Counter,
         help: "Events the tenant's policy was given.",
         read: |t| t.worker.stats().observed().into(),
+    },
+    Family {
+        name: "agentrt_policy_observe_calls_total",
+        kind: Kind::Counter,
+        help: "observe calls those events took: events queued while the policy was busy go in one call.",
+        read: |t| t.worker.stats().observe_calls().into(),
     },
     Family {
         name: "agentrt_policy_events_dropped_total",

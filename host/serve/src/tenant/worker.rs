@@ -6,7 +6,10 @@
 //! policy looped. So a request never calls a policy; it hands the call to its tenant's worker:
 //!
 //! - `observe` is fire-and-forget. When the queue is full the events are dropped and counted:
-//!   the policy learns less, and only this tenant's policy; the request is not delayed.
+//!   the policy learns less, and only this tenant's policy; the request is not delayed. Events
+//!   that queued while the policy was busy go to it in one call (up to [`MAX_BATCH_EVENTS`], and
+//!   as many as it gets through in about [`BATCH_CALL_BUDGET`]): under load a call — its entry
+//!   into the sandbox, its deadline clock, its span — is paid per batch, not per request.
 //! - `act` is asked for at most once at a time per tenant (requests that find one queued or
 //!   running do not queue another: its answer covers them) and answered through a one-shot
 //!   channel the warm-up task awaits.
@@ -17,9 +20,9 @@
 //! does not queue behind these: the eviction service calls the policy directly.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 use tracing::Span;
@@ -31,6 +34,14 @@ use crate::tenant::quotas::{LiveQuotas, RateBudget};
 
 /// Jobs a tenant's worker holds at most; what comes beyond is dropped and counted.
 pub const DEFAULT_QUEUE_JOBS: usize = 1024;
+
+/// Most events one `observe` call carries when queued requests' events are taken together.
+pub const MAX_BATCH_EVENTS: usize = 1024;
+
+/// About how long one batched `observe` call may take: a tenth of the default call deadline
+/// (20 ms), so a batch never makes a slow policy miss its deadline where single requests would
+/// not. The batch's size follows from the policy's measured time per event.
+pub const BATCH_CALL_BUDGET: Duration = Duration::from_millis(2);
 
 /// A job and the span of the request that queued it: the call's own span is its child, so an
 /// exported trace shows the policy calls a request caused, though they run after it on this
@@ -47,6 +58,8 @@ pub struct WorkerStats {
     queued: AtomicU64,
     /// Events given to the policy.
     observed: AtomicU64,
+    /// `observe` calls those events took (fewer than the requests that queued them, under load).
+    observe_calls: AtomicU64,
     /// Events dropped because the queue was full.
     dropped: AtomicU64,
     /// `observe` calls the policy failed (its handle logs and contains each).
@@ -63,6 +76,10 @@ impl WorkerStats {
     /// Events given to the policy since start.
     pub fn observed(&self) -> u64 {
         self.observed.load(Relaxed)
+    }
+    /// `observe` calls made since start: each carries the events of one or more jobs.
+    pub fn observe_calls(&self) -> u64 {
+        self.observe_calls.load(Relaxed)
     }
     /// Events dropped since start because the queue was full.
     pub fn dropped(&self) -> u64 {
@@ -98,6 +115,18 @@ impl PolicyWorker {
         queue_jobs: usize,
         quotas: Arc<LiveQuotas>,
     ) -> std::io::Result<Self> {
+        Self::spawn_batching(tenant, policy, queue_jobs, quotas, MAX_BATCH_EVENTS)
+    }
+
+    /// [`Self::spawn`] with at most `max_batch_events` events per `observe` call (1: one job's
+    /// events per call, as before batching — the benchmark's baseline).
+    pub fn spawn_batching(
+        tenant: &str,
+        policy: Arc<PolicyHandle>,
+        queue_jobs: usize,
+        quotas: Arc<LiveQuotas>,
+        max_batch_events: usize,
+    ) -> std::io::Result<Self> {
         let (jobs, queue) = sync_channel::<Job>(queue_jobs.max(1));
         let act_pending = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(WorkerStats::default());
@@ -108,6 +137,7 @@ impl PolicyWorker {
             stats: stats.clone(),
             budget: RateBudget::new(f64::from(quotas.get().policy_cpu_ms_per_s)),
             quotas,
+            batch: BatchSize::up_to(max_batch_events),
         };
         std::thread::Builder::new()
             .name(format!("policy-{tenant}"))
@@ -179,46 +209,243 @@ struct WorkerThread {
     /// is their CPU time.
     budget: RateBudget,
     quotas: Arc<LiveQuotas>,
+    batch: BatchSize,
+}
+
+/// Events observed together: the events of one or more queued jobs, the span of the first, and
+/// the job that ended the batch (an `act`, which must see them first) if one did.
+struct Batch {
+    events: Vec<Event>,
+    parent: Span,
+    jobs: u64,
+    next: Option<Job>,
 }
 
 impl WorkerThread {
     fn run(mut self, queue: Receiver<Job>) {
-        for job in queue {
-            let within_budget = self.budget.available(f64::from(self.quotas.get().policy_cpu_ms_per_s));
-            let started = Instant::now();
+        let mut next = None;
+        while let Some(job) = next.take().or_else(|| queue.recv().ok()) {
             match job {
-                Job::Observe(events, _) if !within_budget => {
-                    self.stats.throttled.fetch_add(events.len() as u64, Relaxed);
-                }
                 Job::Observe(events, parent) => {
-                    let _span = tracing::info_span!(parent: &parent, "policy.observe", tenant = %self.tenant, policy = %self.policy.label(), events = events.len() as i64).entered();
-                    self.stats.observed.fetch_add(events.len() as u64, Relaxed);
-                    if let Err(e) = self.policy.observe(&events) {
-                        self.stats.failed.fetch_add(1, Relaxed);
-                        // A suspended policy was reported once when its circuit opened.
-                        if !e.is_circuit_open() {
-                            tracing::warn!(tenant = %self.tenant, error = %e, "policy observe failed; requests continue");
-                        }
+                    let batch = gather(&queue, events, parent, self.batch.events());
+                    next = batch.next;
+                    self.observe(batch.events, &batch.parent, batch.jobs);
+                }
+                Job::Act(reply, parent) => self.act(reply, &parent),
+            }
+        }
+    }
+}
+
+/// `events` and the events of the observe jobs queued behind them, until the batch holds `limit`
+/// events; an `act` found behind them ends the batch (it is answered after them, in order).
+fn gather(queue: &Receiver<Job>, mut events: Vec<Event>, parent: Span, limit: usize) -> Batch {
+    {
+        let mut jobs = 1;
+        while events.len() < limit {
+            match queue.try_recv() {
+                Ok(Job::Observe(more, _)) => {
+                    events.extend(more);
+                    jobs += 1;
+                }
+                Ok(act) => {
+                    return Batch {
+                        events,
+                        parent,
+                        jobs,
+                        next: Some(act),
                     }
                 }
-                Job::Act(reply, parent) => {
-                    let _span = tracing::info_span!(parent: &parent, "policy.act", tenant = %self.tenant, policy = %self.policy.label(), within_budget).entered();
-                    // Cleared before the call: a request arriving during it queues the next `act`,
-                    // which will see its events.
-                    self.act_pending.store(false, Relaxed);
-                    let answer = if within_budget {
-                        self.policy.act()
-                    } else {
-                        self.stats.throttled.fetch_add(1, Relaxed);
-                        Ok(Vec::new())
-                    };
-                    // The warm-up task may have gone (shutdown); nothing to tell then.
-                    let _ = reply.send(answer);
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        }
+        Batch {
+            events,
+            parent,
+            jobs,
+            next: None,
+        }
+    }
+}
+
+impl WorkerThread {
+    /// One `observe` call with the events of `jobs` queued jobs.
+    fn observe(&mut self, events: Vec<Event>, parent: &Span, jobs: u64) {
+        let within_budget = self.within_budget();
+        let started = Instant::now();
+        if !within_budget {
+            self.stats.throttled.fetch_add(events.len() as u64, Relaxed);
+        } else {
+            let _span = tracing::info_span!(parent: parent, "policy.observe", tenant = %self.tenant, policy = %self.policy.label(), events = events.len() as i64, requests = jobs as i64).entered();
+            self.stats.observed.fetch_add(events.len() as u64, Relaxed);
+            self.stats.observe_calls.fetch_add(1, Relaxed);
+            match self.policy.observe(&events) {
+                Ok(()) => self.batch.measured(events.len(), started.elapsed()),
+                Err(e) => {
+                    self.stats.failed.fetch_add(1, Relaxed);
+                    // A suspended policy was reported once when its circuit opened.
+                    if !e.is_circuit_open() {
+                        tracing::warn!(tenant = %self.tenant, error = %e, "policy observe failed; requests continue");
+                    }
                 }
             }
-            self.budget.spend(started.elapsed().as_secs_f64() * 1000.0);
-            // Counted until done: zero means the policy has been given everything.
-            self.stats.queued.fetch_sub(1, Relaxed);
         }
+        self.done(started, jobs);
+    }
+
+    fn act(&mut self, reply: oneshot::Sender<Result<Vec<SideEffect>, PolicyError>>, parent: &Span) {
+        let within_budget = self.within_budget();
+        let started = Instant::now();
+        let _span = tracing::info_span!(parent: parent, "policy.act", tenant = %self.tenant, policy = %self.policy.label(), within_budget).entered();
+        // Cleared before the call: a request arriving during it queues the next `act`, which
+        // will see its events.
+        self.act_pending.store(false, Relaxed);
+        let answer = if within_budget {
+            self.policy.act()
+        } else {
+            self.stats.throttled.fetch_add(1, Relaxed);
+            Ok(Vec::new())
+        };
+        // The warm-up task may have gone (shutdown); nothing to tell then.
+        let _ = reply.send(answer);
+        self.done(started, 1);
+    }
+
+    fn within_budget(&mut self) -> bool {
+        self.budget.available(f64::from(self.quotas.get().policy_cpu_ms_per_s))
+    }
+
+    /// A call (or its skipping) of `jobs` jobs took since `started`.
+    fn done(&mut self, started: Instant, jobs: u64) {
+        self.budget.spend(started.elapsed().as_secs_f64() * 1000.0);
+        // Counted until done: zero means the policy has been given everything.
+        self.stats.queued.fetch_sub(jobs, Relaxed);
+    }
+}
+
+/// How many events a batch may hold: as many as the policy observes in about
+/// [`BATCH_CALL_BUDGET`], by its time per event so far (an average that follows the last calls),
+/// between 1 and `max` ([`MAX_BATCH_EVENTS`]). Before the first measured call, one job's events.
+#[derive(Debug)]
+struct BatchSize {
+    max: usize,
+    nanos_per_event: Option<f64>,
+}
+
+impl Default for BatchSize {
+    fn default() -> Self {
+        Self::up_to(MAX_BATCH_EVENTS)
+    }
+}
+
+impl BatchSize {
+    fn up_to(max: usize) -> Self {
+        Self {
+            max: max.max(1),
+            nanos_per_event: None,
+        }
+    }
+
+    fn events(&self) -> usize {
+        match self.nanos_per_event {
+            None => 1,
+            Some(ns) => ((BATCH_CALL_BUDGET.as_nanos() as f64 / ns.max(1.0)) as usize).clamp(1, self.max),
+        }
+    }
+
+    fn measured(&mut self, events: usize, took: Duration) {
+        if events == 0 {
+            return;
+        }
+        let ns = took.as_nanos() as f64 / events as f64;
+        // Weighted to the recent calls, so a policy that slows down (a bigger model) gets
+        // smaller batches within a few calls.
+        self.nanos_per_event = Some(match self.nanos_per_event {
+            None => ns,
+            Some(old) => 0.75 * old + 0.25 * ns,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentrt_runtime::types::{EndReason, SessionEnd};
+
+    /// `n` events, told apart by their session: `first`, `first + 1`, …
+    fn events(first: u64, n: u64) -> Vec<Event> {
+        (first..first + n)
+            .map(|session| {
+                Event::SessionEnd(SessionEnd {
+                    session,
+                    reason: EndReason::Closed,
+                    at_us: 0,
+                })
+            })
+            .collect()
+    }
+
+    fn sessions(events: &[Event]) -> Vec<u64> {
+        events
+            .iter()
+            .map(|e| match e {
+                Event::SessionEnd(end) => end.session,
+                _ => unreachable!("only session ends are queued"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn queued_observe_jobs_are_taken_together_in_order_until_an_act() {
+        let (jobs, queue) = sync_channel(16);
+        for first in [2, 4, 6] {
+            jobs.try_send(Job::Observe(events(first, 2), Span::none())).unwrap();
+        }
+        let (reply, _answer) = oneshot::channel();
+        jobs.try_send(Job::Act(reply, Span::none())).unwrap();
+        jobs.try_send(Job::Observe(events(8, 2), Span::none())).unwrap();
+
+        let batch = gather(&queue, events(0, 2), Span::none(), MAX_BATCH_EVENTS);
+        assert_eq!(sessions(&batch.events), [0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(batch.jobs, 4);
+        assert!(
+            matches!(batch.next, Some(Job::Act(..))),
+            "the act ends the batch, after its events"
+        );
+        // The observe behind the act is the next batch's.
+        assert!(matches!(queue.try_recv(), Ok(Job::Observe(..))));
+    }
+
+    #[test]
+    fn a_batch_stops_once_it_holds_its_limit() {
+        let (jobs, queue) = sync_channel(16);
+        for first in [2, 4, 6] {
+            jobs.try_send(Job::Observe(events(first, 2), Span::none())).unwrap();
+        }
+        let batch = gather(&queue, events(0, 2), Span::none(), 3);
+        assert_eq!(sessions(&batch.events), [0, 1, 2, 3]);
+        assert_eq!(batch.jobs, 2);
+        assert!(batch.next.is_none());
+        let batch = gather(&queue, events(10, 1), Span::none(), 1);
+        assert_eq!(batch.jobs, 1, "a limit of one takes no other job");
+    }
+
+    #[test]
+    fn the_batch_size_follows_the_policys_time_per_event() {
+        let mut size = BatchSize::default();
+        assert_eq!(size.events(), 1, "one job's events until a call was measured");
+        size.measured(100, Duration::from_micros(100)); // 1 µs per event
+        assert_eq!(size.events(), 2_000.min(MAX_BATCH_EVENTS));
+        let mut slow = BatchSize::default();
+        slow.measured(10, Duration::from_millis(50)); // 5 ms per event: one job at a time
+        assert_eq!(slow.events(), 1);
+        let mut middling = BatchSize::default();
+        middling.measured(10, Duration::from_micros(100)); // 10 µs per event
+        assert_eq!(middling.events(), 200);
+        // A policy that slows down gets smaller batches within a few calls.
+        for _ in 0..8 {
+            middling.measured(10, Duration::from_millis(1));
+        }
+        assert!(middling.events() < 40, "{}", middling.events());
     }
 }
