@@ -22,6 +22,7 @@ use crate::engine::upstream::Upstream;
 use crate::engine::upstream_router::UpstreamRouter;
 use crate::front::connections::ConnectionMetrics;
 use crate::front::limits::Limits;
+use crate::front::overload::{shed_when_late, Overload, SchedulingLag};
 use crate::hints::route::HintsState;
 use crate::hints::Hints;
 use crate::metrics::{MetricsState, ProxyMetrics};
@@ -141,6 +142,8 @@ struct Parts {
     reloads: Option<Arc<Reloads>>,
     engine: EngineAdapters,
     limits: Limits,
+    /// The shedding rule (`--shed-lag-ms`), when on.
+    overload: Option<Arc<Overload>>,
 }
 
 impl Parts {
@@ -153,9 +156,14 @@ impl Parts {
                 tenants: self.tenants.clone(),
             }),
             self.connections.clone(),
-            Arc::new(TenantsReport(self.tenants.clone())),
-            hints.clone(),
         ];
+        if let Some(overload) = &self.overload {
+            reports.push(overload.clone());
+        }
+        reports.extend([
+            Arc::new(TenantsReport(self.tenants.clone())) as Arc<dyn Report>,
+            hints.clone(),
+        ]);
         if let Some(eviction) = self.engine.eviction_metrics() {
             reports.push(Arc::new(crate::engine::plugin_metrics::EngineEvictionReport(eviction)));
         }
@@ -191,8 +199,12 @@ impl Parts {
             components,
             hints: hints.clone(),
         };
+        let mut model_routes = crate::request::routes(proxy);
+        if let Some(overload) = &self.overload {
+            model_routes = model_routes.layer(axum::middleware::from_fn_with_state(overload.clone(), shed_when_late));
+        }
         let mut router = Router::new()
-            .merge(crate::request::routes(proxy))
+            .merge(model_routes)
             .merge(crate::hints::route::routes(HintsState {
                 tenants: self.tenants.clone(),
                 hints,
@@ -282,6 +294,10 @@ impl App {
             gateway,
             reloads,
             engine,
+            overload: config
+                .limits
+                .shed_lag
+                .map(|threshold| Overload::new(SchedulingLag::start(), threshold)),
             limits: config.limits,
         };
         let metrics = MetricsState::new(config.metrics_token, parts.reports(&hints));

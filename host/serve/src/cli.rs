@@ -386,6 +386,10 @@ pub struct LimitArgs {
     /// Tools one request may define; more get 400. 0 = requests may define no tools.
     #[arg(long, default_value_t = RequestBudget::default().max_tools)]
     pub max_request_tools: usize,
+    /// While the proxy's workers run later than this (every core busy, requests queued), new
+    /// model requests get 503 with Retry-After at once instead of waiting. 0 = never shed.
+    #[arg(long, default_value_t = Limits::default().shed_lag.map_or(0, |d| d.as_millis() as u64))]
+    pub shed_lag_ms: u64,
 }
 
 /// hyper's smallest read buffer (it panics below it).
@@ -415,6 +419,7 @@ impl LimitArgs {
             upstream_first_byte_timeout: ms(self.upstream_first_byte_timeout_ms),
             upstream_idle_timeout: ms(self.upstream_idle_timeout_ms),
             max_upstream_reply_bytes: self.max_upstream_reply_bytes,
+            shed_lag: (self.shed_lag_ms > 0).then(|| ms(self.shed_lag_ms)),
             budget: RequestBudget {
                 max_json_elements: self.max_json_elements,
                 max_json_depth: self.max_json_depth,

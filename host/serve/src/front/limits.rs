@@ -44,6 +44,9 @@ pub struct Limits {
     /// What one body may cost to parse and keep: JSON elements, conversation items, tools
     /// (`--max-json-elements`, `--max-request-items`, `--max-request-tools`).
     pub budget: crate::front::request_budget::RequestBudget,
+    /// How late the proxy's workers may run before new model requests are shed with 503
+    /// (`--shed-lag-ms`; `None`: never shed). [`crate::front::overload`].
+    pub shed_lag: Option<Duration>,
 }
 
 impl Default for Limits {
@@ -65,6 +68,9 @@ impl Default for Limits {
             upstream_idle_timeout: Duration::from_secs(120),
             max_upstream_reply_bytes: 64 << 20,
             budget: crate::front::request_budget::RequestBudget::default(),
+            // Well above what a busy proxy that keeps up runs late (a few milliseconds), well
+            // below the seconds clients wait before giving up.
+            shed_lag: Some(Duration::from_millis(500)),
         }
     }
 }

@@ -4,4 +4,5 @@
 pub mod connections;
 pub mod error;
 pub mod limits;
+pub mod overload;
 pub mod request_budget;
