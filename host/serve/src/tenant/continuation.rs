@@ -8,11 +8,17 @@
 //! (prefix equality of the message list is prefix equality of the templated prompt); for plain
 //! completions, 256-byte pieces of the prompt. Sizes are bytes / 4, like the proxy's other token
 //! estimates. Only hashes and sizes are kept — never the prompt text.
+//!
+//! The running hash is XXH3 (64 bits), not a cryptographic one: it is hashed over every byte of
+//! every prompt, and a shape is compared only with the same tenant's same agent's last one, held
+//! in memory — a collision a client could craft misleads only its own tenant's figure of what
+//! its calls carry forward. 20 KB of chat in 40 messages: 19.9 µs with SHA-256, 2.9 µs with XXH3
+//! (this machine, one thread).
 
 use std::sync::Mutex;
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
+use xxhash_rust::xxh3::Xxh3;
 
 use agentrt_runtime::types::Continuation;
 
@@ -27,16 +33,14 @@ pub struct PromptShape(Vec<(u64, u32)>);
 
 impl PromptShape {
     fn from_chunks<'a>(chunks: impl Iterator<Item = &'a [u8]>) -> Self {
-        let mut running = Sha256::new();
+        let mut running = Xxh3::new();
         let mut bytes = 0usize;
         let mut points = Vec::new();
         for chunk in chunks {
-            running.update((chunk.len() as u64).to_le_bytes());
+            running.update(&(chunk.len() as u64).to_le_bytes());
             running.update(chunk);
             bytes += chunk.len();
-            let digest = running.clone().finalize();
-            let hash = u64::from_le_bytes(digest[..8].try_into().expect("sha256 has 32 bytes"));
-            points.push((hash, (bytes / 4) as u32));
+            points.push((running.digest(), (bytes / 4) as u32));
         }
         Self(points)
     }
