@@ -247,7 +247,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup, check_serve: Serve
     let checked_upstream =
         crate::engine::upstream::Upstream::new(&args.upstream, args.upstream_api_key.clone(), limits.clone());
     let (eviction_socket, replica_sockets) = (args.eviction_socket.clone(), !args.replicas.eviction_sockets.is_empty());
-    let (listen, session_idle_ms) = (args.listen, args.session_idle_ms);
+    let (listen, session_idle_ms, engine) = (args.listen, args.session_idle_ms, args.engine);
     let (upstream, policy) = (args.upstream.clone(), args.policy.clone());
     let app = App::build(app_config(args, limits, loaded, components)?).await?;
 
@@ -269,7 +269,7 @@ async fn serve(args: ServeArgs, components: &ComponentLookup, check_serve: Serve
         _ if replica_sockets => EvictionPath::Replicas,
         _ => EvictionPath::None,
     };
-    startup_checks::spawn(eviction, checked_upstream);
+    startup_checks::spawn(engine, eviction, checked_upstream);
     if session_idle_ms > 0 {
         app.end_idle_sessions_every(std::time::Duration::from_millis(session_idle_ms));
     }
