@@ -76,22 +76,25 @@ async fn call_traced(
     let connection = upstream.connection(&caller).await?;
     let eligibility = eligibility(upstream, &caller, &connection, &request.name).await?;
     let key = ResultKey::of(&upstream.server.name, &request.name, request.arguments.as_ref());
-    // Timed from here, so a memo policy's first start (below) counts in the call's latency.
     let started_us = caller.tenant.now_us();
     let started = Instant::now();
+    let report = Report {
+        caller: &caller,
+        tool: tool_hash(&request.name),
+        key: key.key,
+    };
+    // The tenant's stream hears of the call before the memo is consulted (or its policy started).
+    let called = report.call(started_us);
+    caller.tenant.observe(vec![called.clone()]);
     let call = Call {
-        report: Report {
-            caller: &caller,
-            tool: tool_hash(&request.name),
-            key: key.key,
-        },
+        report,
         memo: upstream.gateway.memo(caller.tenant.as_ref()),
         memoizable: eligibility.memoizable(),
         counters,
         started_us,
         started,
     };
-    if let Some(hit) = call.announce(&key).await {
+    if let Some(hit) = call.consult_memo(&key, called).await {
         return Ok(hit);
     }
     let (result, latency_us) = match call.forward(upstream, request, &context, &connection).await? {
@@ -102,7 +105,7 @@ async fn call_traced(
     Ok(CallToolResponse::Complete(result))
 }
 
-/// One call in flight: what its steps (announce, forward, finish) share.
+/// One call in flight: what its steps (consult the memo, forward, finish) share.
 struct Call<'a> {
     report: Report<'a>,
     /// The tenant's memo, if the gateway runs a memo policy.
@@ -123,12 +126,10 @@ enum Forwarded {
 }
 
 impl Call<'_> {
-    /// Report the call to the tenant's stream, then answer it from the memo if the memo still
-    /// keeps a result for exactly `key`'s arguments. A tool the host's rule does not qualify is
-    /// never looked up, but its call is still shown to the memo policy.
-    async fn announce(&self, key: &ResultKey) -> Option<CallToolResponse> {
-        let called = self.report.call(self.started_us);
-        self.report.caller.tenant.observe(vec![called.clone()]);
+    /// The answer from the memo, if it still keeps a result for exactly `key`'s arguments. A tool
+    /// the host's rule does not qualify is never looked up, but its call (`called`) is still shown
+    /// to the memo policy.
+    async fn consult_memo(&self, key: &ResultKey, called: Event) -> Option<CallToolResponse> {
         let memo = self.memo.as_deref()?;
         if !self.memoizable {
             memo.observe(vec![called]);
