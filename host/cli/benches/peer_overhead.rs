@@ -242,79 +242,109 @@ fn spread_ms(v: &[f64]) -> String {
     format!("{:.2} ({:.2}–{:.2})", median(v.to_vec()), lo, hi)
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let secs: f64 = flag(&args, "--secs").unwrap_or(2.0);
-    let repeats: usize = flag(&args, "--repeats").unwrap_or(3);
-    let rates: Vec<f64> = flag::<String>(&args, "--rates")
-        .unwrap_or_else(|| "200,500,1000,2000,3000,4000,6000".into())
-        .split(',')
-        .filter_map(|r| r.trim().parse().ok())
-        .collect();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let upstream = fast_upstream().await;
-        let mut paths = vec![
-            Path { label: "direct".into(), url: upstream.clone(), process: None },
-            agentrt("agentrt serve, lru", &upstream, &["--policy", "lru"]).await,
-            agentrt("agentrt serve, cachesage + guard", &upstream, &["--slot", "guard=guard"]).await,
-        ];
-        match agentrt_router::testing::vllm_router_binary() {
-            Ok(binary) => {
-                paths.push(vllm_router(&binary, "round_robin", &upstream).await);
-                paths.push(vllm_router(&binary, "cache_aware", &upstream).await);
-            }
-            Err(why) => println!("vllm-router rows skipped: {why}"),
-        }
-        let client = reqwest::Client::builder().pool_max_idle_per_host(1024).build().unwrap();
-        for path in &paths {
-            open_loop(&client, &path.url, 500.0, 1.0).await; // warm connections and caches
-        }
+/// The command line's settings: seconds per run, repeats, and the offered rates.
+struct Settings {
+    secs: f64,
+    repeats: usize,
+    rates: Vec<f64>,
+}
 
-        // added[path][rate] = per-repeat (p50, p99) less the direct path's; saturated paths stop.
-        let mut added: Vec<Vec<Vec<(f64, f64)>>> = vec![vec![Vec::new(); rates.len()]; paths.len()];
-        let mut saturated_at: Vec<Option<f64>> = vec![None; paths.len()];
-        let mut failures = vec![0usize; paths.len()];
+impl Settings {
+    fn from_args() -> Self {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        Self {
+            secs: flag(&args, "--secs").unwrap_or(2.0),
+            repeats: flag(&args, "--repeats").unwrap_or(3),
+            rates: flag::<String>(&args, "--rates")
+                .unwrap_or_else(|| "200,500,1000,2000,3000,4000,6000".into())
+                .split(',')
+                .filter_map(|r| r.trim().parse().ok())
+                .collect(),
+        }
+    }
+}
+
+/// The paths compared: direct first (every other path is measured against it), then agentrt's,
+/// then the router's when its binary is there.
+async fn start_paths(upstream: &str) -> Vec<Path> {
+    let mut paths = vec![
+        Path {
+            label: "direct".into(),
+            url: upstream.to_string(),
+            process: None,
+        },
+        agentrt("agentrt serve, lru", upstream, &["--policy", "lru"]).await,
+        agentrt("agentrt serve, cachesage + guard", upstream, &["--slot", "guard=guard"]).await,
+    ];
+    match agentrt_router::testing::vllm_router_binary() {
+        Ok(binary) => {
+            paths.push(vllm_router(&binary, "round_robin", upstream).await);
+            paths.push(vllm_router(&binary, "cache_aware", upstream).await);
+        }
+        Err(why) => println!("vllm-router rows skipped: {why}"),
+    }
+    paths
+}
+
+/// What the sweep over the rates measured, per path.
+struct Sweep {
+    /// `added[path][rate]` = per-repeat (p50, p99) less the direct path's; saturated paths stop.
+    added: Vec<Vec<Vec<(f64, f64)>>>,
+    saturated_at: Vec<Option<f64>>,
+    failures: Vec<usize>,
+}
+
+impl Sweep {
+    /// Offer each rate to every path not yet saturated, `repeats` times.
+    async fn run(client: &reqwest::Client, paths: &[Path], settings: &Settings) -> Self {
+        let Settings { secs, repeats, rates } = settings;
+        let mut sweep = Sweep {
+            added: vec![vec![Vec::new(); rates.len()]; paths.len()],
+            saturated_at: vec![None; paths.len()],
+            failures: vec![0; paths.len()],
+        };
         for (r, &rate) in rates.iter().enumerate() {
             eprintln!("peer_overhead: {rate} req/s, {repeats} × {secs} s per path");
-            for repeat in 0..repeats {
-                let mut direct = None;
+            for repeat in 0..*repeats {
                 // Rotate the order so no path always runs first or last in a repeat.
                 let order: Vec<usize> = (0..paths.len()).map(|k| (k + repeat) % paths.len()).collect();
                 let mut runs: Vec<Option<Run>> = (0..paths.len()).map(|_| None).collect();
                 for &p in &order {
-                    if saturated_at[p].is_some() {
+                    if sweep.saturated_at[p].is_some() {
                         continue;
                     }
-                    runs[p] = Some(open_loop(&client, &paths[p].url, rate, secs).await);
+                    runs[p] = Some(open_loop(client, &paths[p].url, rate, *secs).await);
                 }
-                if let Some(run) = &runs[0] {
-                    direct = Some((percentile(&run.latencies, 0.5), percentile(&run.latencies, 0.99)));
-                }
-                for (p, run) in runs.into_iter().enumerate() {
-                    let Some(run) = run else { continue };
-                    failures[p] += run.failed;
-                    if run.saturated() {
-                        saturated_at[p].get_or_insert(rate);
-                        continue;
-                    }
-                    if let Some((d50, d99)) = direct {
-                        let ms = |d: Duration| d.as_secs_f64() * 1e3;
-                        let p50 = ms(percentile(&run.latencies, 0.5)) - ms(d50);
-                        let p99 = ms(percentile(&run.latencies, 0.99)) - ms(d99);
-                        added[p][r].push((p50, p99));
-                    }
-                }
+                sweep.record(r, rate, runs);
             }
         }
-        let mut ceilings = Vec::new();
-        for path in &paths {
-            ceilings.push(ceiling(&client, &path.url, 64, secs.max(2.0)).await);
-        }
+        sweep
+    }
 
+    /// Record one repeat at rate index `r`: each path's quantiles less the direct path's.
+    fn record(&mut self, r: usize, rate: f64, runs: Vec<Option<Run>>) {
+        let direct = runs[0]
+            .as_ref()
+            .map(|run| (percentile(&run.latencies, 0.5), percentile(&run.latencies, 0.99)));
+        for (p, run) in runs.into_iter().enumerate() {
+            let Some(run) = run else { continue };
+            self.failures[p] += run.failed;
+            if run.saturated() {
+                self.saturated_at[p].get_or_insert(rate);
+                continue;
+            }
+            if let Some((d50, d99)) = direct {
+                let ms = |d: Duration| d.as_secs_f64() * 1e3;
+                let p50 = ms(percentile(&run.latencies, 0.5)) - ms(d50);
+                let p99 = ms(percentile(&run.latencies, 0.99)) - ms(d99);
+                self.added[p][r].push((p50, p99));
+            }
+        }
+    }
+
+    /// The two tables: added latency per rate, then saturation, ceiling, memory and failures.
+    fn report(&self, paths: &[Path], settings: &Settings, ceilings: &[f64]) {
+        let Settings { secs, repeats, rates } = settings;
         println!(
             "\nAdded latency (ms) over the direct path at each offered load: median of {repeats} runs of {secs} s (min–max); \
              open loop, one fast in-process upstream, loopback, {} cores shared by all",
@@ -327,7 +357,10 @@ fn main() {
             for (q, name) in [(0, "p50"), (1, "p99")] {
                 let cells: Vec<String> = (0..rates.len())
                     .map(|r| {
-                        let v: Vec<f64> = added[p][r].iter().map(|a| if q == 0 { a.0 } else { a.1 }).collect();
+                        let v: Vec<f64> = self.added[p][r]
+                            .iter()
+                            .map(|a| if q == 0 { a.0 } else { a.1 })
+                            .collect();
                         if v.is_empty() {
                             "saturated".into()
                         } else {
@@ -344,11 +377,33 @@ fn main() {
             println!(
                 "| {} | {} | {:.0} | {} | {} |",
                 path.label,
-                saturated_at[p].map_or("beyond the last rate".into(), |r| format!("{r}")),
+                self.saturated_at[p].map_or("beyond the last rate".into(), |r| format!("{r}")),
                 ceilings[p],
                 path.peak_rss_mb().map_or("–".into(), |m| format!("{m:.0}")),
-                failures[p],
+                self.failures[p],
             );
         }
+    }
+}
+
+fn main() {
+    let settings = Settings::from_args();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let upstream = fast_upstream().await;
+        let paths = start_paths(&upstream).await;
+        let client = reqwest::Client::builder().pool_max_idle_per_host(1024).build().unwrap();
+        for path in &paths {
+            open_loop(&client, &path.url, 500.0, 1.0).await; // warm connections and caches
+        }
+        let sweep = Sweep::run(&client, &paths, &settings).await;
+        let mut ceilings = Vec::new();
+        for path in &paths {
+            ceilings.push(ceiling(&client, &path.url, 64, settings.secs.max(2.0)).await);
+        }
+        sweep.report(&paths, &settings, &ceilings);
     });
 }

@@ -92,58 +92,15 @@ impl McpArgs {
         if self.servers.is_empty() {
             return Ok(None);
         }
-        let servers = self
-            .servers
-            .iter()
-            .map(|raw| UpstreamSpec::parse(raw))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(anyhow::Error::msg)?;
-        for (i, server) in servers.iter().enumerate() {
-            anyhow::ensure!(
-                servers[..i].iter().all(|s| s.name != server.name),
-                "--mcp-server: the name `{}` is given twice",
-                server.name
-            );
-        }
+        let servers = self.parse_servers()?;
         let rules = MemoRules {
             allow: entries(&self.memo_allow, "--mcp-memo-allow")?,
             deny: entries(&self.memo_deny, "--mcp-memo-deny")?,
         };
-        let memo_policy = match self.memo_policy.as_str() {
-            "none" => None,
-            name => {
-                let mut init = Vec::new();
-                for pair in &self.memo_config {
-                    let (k, v) = pair
-                        .split_once('=')
-                        .ok_or_else(|| anyhow::anyhow!("--mcp-memo-config {pair:?}: expected KEY=VALUE"))?;
-                    init.push((k.to_string(), v.to_string()));
-                }
-                let component = load(name).map_err(|e| anyhow::anyhow!("--mcp-memo-policy {name}: {e:#}"))?;
-                Some(MemoPolicy {
-                    component,
-                    config: SlotConfig { init, ..slot.clone() },
-                })
-            }
-        };
-        anyhow::ensure!(self.memo_decision_ms > 0, "--mcp-memo-decision-ms must be at least 1");
-        anyhow::ensure!(self.max_sessions > 0, "--mcp-max-sessions must be at least 1");
-        anyhow::ensure!(self.call_timeout_ms > 0, "--mcp-call-timeout-ms must be at least 1");
-        // A session is idle while a call of its runs: it must outlive the longest call.
-        anyhow::ensure!(
-            self.session_idle_ms > self.call_timeout_ms,
-            "--mcp-session-idle-ms ({}) must exceed --mcp-call-timeout-ms ({}): a session would expire during a call",
-            self.session_idle_ms,
-            self.call_timeout_ms
-        );
+        let memo_policy = self.load_memo_policy(load, slot)?;
+        self.check_limits()?;
         let stdio_env = ChildEnv::parse(&self.stdio_env).map_err(anyhow::Error::msg)?;
-        let allowed_hosts = if self.allowed_hosts.iter().any(|h| h == "*") {
-            Vec::new()
-        } else if self.allowed_hosts.is_empty() {
-            GatewayOptions::default().allowed_hosts
-        } else {
-            self.allowed_hosts.clone()
-        };
+        let allowed_hosts = self.accepted_hosts();
         Ok(Some(GatewayOptions {
             servers,
             rules,
@@ -165,6 +122,74 @@ impl McpArgs {
             call_timeout: Duration::from_millis(self.call_timeout_ms),
             stdio_env,
         }))
+    }
+
+    /// The `--mcp-server` specs, parsed; a name may front one server only.
+    fn parse_servers(&self) -> anyhow::Result<Vec<UpstreamSpec>> {
+        let servers = self
+            .servers
+            .iter()
+            .map(|raw| UpstreamSpec::parse(raw))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(anyhow::Error::msg)?;
+        for (i, server) in servers.iter().enumerate() {
+            anyhow::ensure!(
+                servers[..i].iter().all(|s| s.name != server.name),
+                "--mcp-server: the name `{}` is given twice",
+                server.name
+            );
+        }
+        Ok(servers)
+    }
+
+    /// The tool-memo policy's component and `init` config, or `None` for `--mcp-memo-policy none`.
+    fn load_memo_policy(
+        &self,
+        load: impl FnOnce(&str) -> anyhow::Result<Arc<PolicyComponent>>,
+        slot: &SlotConfig,
+    ) -> anyhow::Result<Option<MemoPolicy>> {
+        let name = match self.memo_policy.as_str() {
+            "none" => return Ok(None),
+            name => name,
+        };
+        let mut init = Vec::new();
+        for pair in &self.memo_config {
+            let (k, v) = pair
+                .split_once('=')
+                .ok_or_else(|| anyhow::anyhow!("--mcp-memo-config {pair:?}: expected KEY=VALUE"))?;
+            init.push((k.to_string(), v.to_string()));
+        }
+        let component = load(name).map_err(|e| anyhow::anyhow!("--mcp-memo-policy {name}: {e:#}"))?;
+        Ok(Some(MemoPolicy {
+            component,
+            config: SlotConfig { init, ..slot.clone() },
+        }))
+    }
+
+    /// The timing and session limits, each at least 1, and the idle limit above the call limit.
+    fn check_limits(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.memo_decision_ms > 0, "--mcp-memo-decision-ms must be at least 1");
+        anyhow::ensure!(self.max_sessions > 0, "--mcp-max-sessions must be at least 1");
+        anyhow::ensure!(self.call_timeout_ms > 0, "--mcp-call-timeout-ms must be at least 1");
+        // A session is idle while a call of its runs: it must outlive the longest call.
+        anyhow::ensure!(
+            self.session_idle_ms > self.call_timeout_ms,
+            "--mcp-session-idle-ms ({}) must exceed --mcp-call-timeout-ms ({}): a session would expire during a call",
+            self.session_idle_ms,
+            self.call_timeout_ms
+        );
+        Ok(())
+    }
+
+    /// The `Host` values the `/mcp` routes accept: empty for `*` (any), loopback names by default.
+    fn accepted_hosts(&self) -> Vec<String> {
+        if self.allowed_hosts.iter().any(|h| h == "*") {
+            Vec::new()
+        } else if self.allowed_hosts.is_empty() {
+            GatewayOptions::default().allowed_hosts
+        } else {
+            self.allowed_hosts.clone()
+        }
     }
 }
 

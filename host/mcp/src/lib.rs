@@ -8,7 +8,8 @@
 //!
 //! Module map: [`tenancy`] (the narrow interface to the server the gateway is mounted in) →
 //! [`routes`] (HTTP routes: authentication from headers, session ownership and caps, bodies the
-//! server would not receive as written) → [`front`] (the MCP server agents see: forwarding under a
+//! server would not receive as written) → [`agent_server`] (the MCP server agents see) over
+//! [`upstream_handle`] (one upstream server: the tenant's session to it, every request under a
 //! deadline) → [`tool_call`] (one call: events, memo, cancellation); [`caller`] (tenant, agent,
 //! session of a request, its in-flight permit); [`sessions`] (who opened each agent session, how
 //! many each tenant has), [`session_manager`] (rmcp's sessions, bound to them); [`exact_json`]
@@ -21,12 +22,12 @@
 
 #![warn(missing_docs)]
 
+pub mod agent_server;
 pub mod args;
 pub mod caller;
 pub mod child_env;
 pub mod eligibility;
 pub mod exact_json;
-pub mod front;
 pub mod gateway;
 pub mod keys;
 pub mod memo;
@@ -35,12 +36,12 @@ pub mod memo_worker;
 pub mod metrics;
 pub mod result_type;
 pub mod routes;
-pub mod server_front;
 pub mod session_manager;
 pub mod sessions;
 pub mod tenancy;
 pub mod tool_call;
 pub mod upstream;
+pub mod upstream_handle;
 
 pub use args::McpArgs;
 pub use gateway::{Gateway, GatewayOptions, MemoPolicy, TOOLS_SLOT};

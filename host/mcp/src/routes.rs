@@ -25,9 +25,9 @@ use axum::routing::any;
 use axum::Router;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
+use crate::agent_server::UpstreamHandle;
 use crate::caller::AuthenticatedTenant;
 use crate::exact_json::{self, Inexact};
-use crate::front::ServerFront;
 use crate::gateway::Gateway;
 use crate::metrics::Refused;
 use crate::session_manager::{with_reservation, BoundSessions};
@@ -42,7 +42,7 @@ const SESSION_NOT_FOUND: &str = "Not Found: Session not found";
 pub fn router(gateway: &Arc<Gateway>) -> Router {
     let mut router = Router::new();
     for spec in &gateway.options.servers {
-        let front = ServerFront {
+        let upstream = UpstreamHandle {
             gateway: gateway.clone(),
             server: Arc::new(spec.clone()),
         };
@@ -54,7 +54,7 @@ pub fn router(gateway: &Arc<Gateway>) -> Router {
             config.with_allowed_hosts(gateway.options.allowed_hosts.clone())
         };
         let sessions = BoundSessions::new(gateway.sessions.clone(), gateway.options.session_idle);
-        let service = StreamableHttpService::new(move || Ok(front.clone()), Arc::new(sessions), config);
+        let service = StreamableHttpService::new(move || Ok(upstream.clone()), Arc::new(sessions), config);
         router = router.route_service(&format!("/mcp/{}", spec.name), service);
     }
     let configured: Arc<str> = gateway

@@ -63,12 +63,10 @@ async fn drive(url: &str, n: usize, concurrency: usize) -> (Vec<Duration>, Durat
     (all, started.elapsed())
 }
 
-fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
-    let n = args.first().copied().unwrap_or(5_000);
-    let concurrency = args.get(1).copied().unwrap_or(8);
-    // The binary's subscriber (host/cli/src/main.rs): warnings to stderr, spans over OTLP when
-    // the environment asks.
+/// Install the binary's subscriber (host/cli/src/main.rs): warnings to stderr, spans over OTLP
+/// when the environment asks. Returns the exporter's guard (dropped last, to flush) and the
+/// endpoint the spans go to, if any.
+fn init_tracing() -> (Option<agentrt_serve::telemetry::Telemetry>, Option<String>) {
     let (otlp, telemetry) = match agentrt_serve::telemetry::from_environment() {
         Ok(Some((layer, guard))) => (Some(layer), Some(guard)),
         Ok(None) => (None, None),
@@ -81,6 +79,62 @@ fn main() {
     let exporting = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
         .ok()
         .filter(|_| telemetry.is_some());
+    (telemetry, exporting)
+}
+
+/// One path's figures: its label, p50, p99 and throughput (req/s).
+type Row = (&'static str, Duration, Duration, f64);
+
+/// Warm every path, then drive `n` requests through each in turn.
+async fn measure(paths: &[(&'static str, &String)], n: usize, concurrency: usize) -> Vec<Row> {
+    // Warm every path (connections, the policy's first compile-cache hit, allocations).
+    for (_, url) in paths {
+        drive(url, 300, concurrency).await;
+    }
+    let mut rows = Vec::new();
+    for (label, url) in paths {
+        let (mut latencies, wall) = drive(url, n, concurrency).await;
+        latencies.sort();
+        rows.push((
+            *label,
+            percentile(&latencies, 0.5),
+            percentile(&latencies, 0.99),
+            n as f64 / wall.as_secs_f64(),
+        ));
+    }
+    rows
+}
+
+/// The table: each path's figures, then what the proxy adds over the direct path.
+fn report(rows: &[Row], n: usize, concurrency: usize, exporting: Option<&str>) {
+    println!("{n} requests, {concurrency} in flight, fast local upstream, CacheSage in the kv slot");
+    match exporting {
+        Some(endpoint) => println!("OpenTelemetry: every request's spans exported over OTLP to {endpoint}"),
+        None => println!("OpenTelemetry: off (OTEL_EXPORTER_OTLP_ENDPOINT unset)"),
+    }
+    println!("{:<24} {:>10} {:>10} {:>12}", "path", "p50 µs", "p99 µs", "req/s");
+    for (label, p50, p99, rps) in rows {
+        println!(
+            "{label:<24} {:>10.0} {:>10.0} {:>12.0}",
+            p50.as_secs_f64() * 1e6,
+            p99.as_secs_f64() * 1e6,
+            rps
+        );
+    }
+    let (d, p) = (&rows[0], &rows[1]);
+    println!(
+        "{:<24} {:>10.0} {:>10.0}",
+        "added by the proxy",
+        (p.1.as_secs_f64() - d.1.as_secs_f64()) * 1e6,
+        (p.2.as_secs_f64() - d.2.as_secs_f64()) * 1e6
+    );
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let n = args.first().copied().unwrap_or(5_000);
+    let concurrency = args.get(1).copied().unwrap_or(8);
+    let (telemetry, exporting) = init_tracing();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -104,42 +158,8 @@ fn main() {
             ("  + guard slot", &two_slots),
             ("  + guard + ttl slots", &three_slots),
         ];
-        // Warm every path (connections, the policy's first compile-cache hit, allocations).
-        for (_, url) in paths {
-            drive(url, 300, concurrency).await;
-        }
-        let mut rows = Vec::new();
-        for (label, url) in paths {
-            let (mut latencies, wall) = drive(url, n, concurrency).await;
-            latencies.sort();
-            rows.push((
-                label,
-                percentile(&latencies, 0.5),
-                percentile(&latencies, 0.99),
-                n as f64 / wall.as_secs_f64(),
-            ));
-        }
-        println!("{n} requests, {concurrency} in flight, fast local upstream, CacheSage in the kv slot");
-        match &exporting {
-            Some(endpoint) => println!("OpenTelemetry: every request's spans exported over OTLP to {endpoint}"),
-            None => println!("OpenTelemetry: off (OTEL_EXPORTER_OTLP_ENDPOINT unset)"),
-        }
-        println!("{:<24} {:>10} {:>10} {:>12}", "path", "p50 µs", "p99 µs", "req/s");
-        for (label, p50, p99, rps) in &rows {
-            println!(
-                "{label:<24} {:>10.0} {:>10.0} {:>12.0}",
-                p50.as_secs_f64() * 1e6,
-                p99.as_secs_f64() * 1e6,
-                rps
-            );
-        }
-        let (d, p) = (&rows[0], &rows[1]);
-        println!(
-            "{:<24} {:>10.0} {:>10.0}",
-            "added by the proxy",
-            (p.1.as_secs_f64() - d.1.as_secs_f64()) * 1e6,
-            (p.2.as_secs_f64() - d.2.as_secs_f64()) * 1e6
-        );
+        let rows = measure(&paths, n, concurrency).await;
+        report(&rows, n, concurrency, exporting.as_deref());
     });
     // Flushes the spans still batched before the figures are trusted to have included export.
     drop(telemetry);

@@ -181,6 +181,106 @@ fn spread(samples: &mut [Duration]) -> (Duration, Duration, Duration) {
     }
 }
 
+/// What the phases measured: every request, every swap, and how long each measured phase ran.
+struct Measured {
+    requests: Vec<RequestSample>,
+    swaps: Vec<SwapSample>,
+    baseline_wall: Duration,
+    swapping_wall: Duration,
+}
+
+/// Warm up, run the baseline, then swap alpha's policy `swaps` times, all under one open-loop
+/// load that tags each request with the phase it started in.
+async fn run_phases(url: &str, rate: f64, swaps: usize) -> Measured {
+    let phase = Arc::new(AtomicU8::new(Phase::WarmUp as u8));
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = tokio::spawn(drive(url.to_string(), rate, phase.clone(), stop.clone()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    phase.store(Phase::Baseline as u8, Relaxed);
+    let baseline_started = Instant::now();
+    tokio::time::sleep(SWAP_EVERY * swaps as u32).await;
+    let baseline_wall = baseline_started.elapsed();
+
+    phase.store(Phase::Swapping as u8, Relaxed);
+    let swapping_started = Instant::now();
+    let swap_samples = swap_repeatedly(url, swaps).await;
+    // The last swap's effect on requests: one more interval of load.
+    tokio::time::sleep(SWAP_EVERY).await;
+    let swapping_wall = swapping_started.elapsed();
+    phase.store(Phase::After as u8, Relaxed);
+    stop.store(true, Relaxed);
+    Measured {
+        requests: load.await.unwrap(),
+        swaps: swap_samples,
+        baseline_wall,
+        swapping_wall,
+    }
+}
+
+/// The requests' table: each tenant's rate and latency without swaps and while alpha swaps.
+fn report_requests(measured: &Measured) {
+    let requests = &measured.requests;
+    println!("| phase | tenant | requests | failed | req/s | p50 ms | p99 ms | max ms |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    for (phase, label, wall) in [
+        (Phase::Baseline, "no swaps", measured.baseline_wall),
+        (Phase::Swapping, "swapping alpha", measured.swapping_wall),
+    ] {
+        for (tenant, (_, name)) in TENANTS.iter().enumerate() {
+            let of_tenant: Vec<_> = requests
+                .iter()
+                .filter(|r| r.phase == phase && r.tenant == tenant)
+                .collect();
+            let failed = of_tenant.iter().filter(|r| !r.ok).count();
+            let mut latencies: Vec<Duration> = of_tenant.iter().map(|r| r.latency).collect();
+            let (p50, p99, max) = spread(&mut latencies);
+            println!(
+                "| {label} | {name} | {} | {failed} | {:.0} | {} | {} | {} |",
+                of_tenant.len(),
+                of_tenant.len() as f64 / wall.as_secs_f64(),
+                ms(p50),
+                ms(p99),
+                ms(max)
+            );
+        }
+    }
+    let sent = requests.len();
+    let failed = requests.iter().filter(|r| !r.ok).count();
+    println!("\nall phases (warm-up included): {sent} requests sent, {failed} failed\n");
+}
+
+/// The swaps' table: per kind of swap and overall, the state carried and the pauses.
+fn report_swaps(swap_samples: &[SwapSample]) {
+    println!("| swaps | count | failed | state carried (median) | pause p50 ms | pause p99 ms | pause max ms | round trip p50 ms |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let mut rows: Vec<(&str, Vec<&SwapSample>)> = CYCLE
+        .iter()
+        .enumerate()
+        .map(|(k, kind)| (kind.label, swap_samples.iter().filter(|s| s.kind == k).collect()))
+        .collect();
+    rows.push(("all", swap_samples.iter().collect()));
+    for (label, samples) in rows {
+        let done: Vec<_> = samples.iter().filter(|s| s.ok).collect();
+        let mut bytes: Vec<u64> = done.iter().map(|s| s.state_bytes).collect();
+        bytes.sort();
+        let mut pauses: Vec<Duration> = done.iter().map(|s| s.paused).collect();
+        let (p50, p99, max) = spread(&mut pauses);
+        let mut trips: Vec<Duration> = done.iter().map(|s| s.round_trip).collect();
+        let (trip50, _, _) = spread(&mut trips);
+        println!(
+            "| {label} | {} | {} | {} B | {} | {} | {} | {} |",
+            samples.len(),
+            samples.len() - done.len(),
+            bytes.get(bytes.len() / 2).copied().unwrap_or(0),
+            ms(p50),
+            ms(p99),
+            ms(max),
+            ms(trip50)
+        );
+    }
+}
+
 fn main() {
     let args: Vec<f64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let rate = args.first().copied().unwrap_or(500.0);
@@ -194,86 +294,14 @@ fn main() {
         let keys = TENANTS.iter().map(|(k, t)| (k.to_string(), t.to_string())).collect();
         let admin = AdminTokens::operator(Some(ADMIN_TOKEN.to_string()));
         let (url, app) = start_proxy(&upstream, keys, admin, &[]).await;
-
-        let phase = Arc::new(AtomicU8::new(Phase::WarmUp as u8));
-        let stop = Arc::new(AtomicBool::new(false));
-        let load = tokio::spawn(drive(url.clone(), rate, phase.clone(), stop.clone()));
-        tokio::time::sleep(Duration::from_secs(1)).await;
-
-        phase.store(Phase::Baseline as u8, Relaxed);
-        let baseline_started = Instant::now();
-        tokio::time::sleep(SWAP_EVERY * swaps as u32).await;
-        let baseline_wall = baseline_started.elapsed();
-
-        phase.store(Phase::Swapping as u8, Relaxed);
-        let swapping_started = Instant::now();
-        let swap_samples = swap_repeatedly(&url, swaps).await;
-        // The last swap's effect on requests: one more interval of load.
-        tokio::time::sleep(SWAP_EVERY).await;
-        let swapping_wall = swapping_started.elapsed();
-        phase.store(Phase::After as u8, Relaxed);
-        stop.store(true, Relaxed);
-        let requests = load.await.unwrap();
+        let measured = run_phases(&url, rate, swaps).await;
 
         println!(
             "{rate} req/s offered (two tenants, open loop), {swaps} hot swaps of alpha's policy, one every {} ms\n",
             SWAP_EVERY.as_millis()
         );
-        println!("| phase | tenant | requests | failed | req/s | p50 ms | p99 ms | max ms |");
-        println!("|---|---|---:|---:|---:|---:|---:|---:|");
-        for (phase, label, wall) in [
-            (Phase::Baseline, "no swaps", baseline_wall),
-            (Phase::Swapping, "swapping alpha", swapping_wall),
-        ] {
-            for (tenant, (_, name)) in TENANTS.iter().enumerate() {
-                let of_tenant: Vec<_> = requests
-                    .iter()
-                    .filter(|r| r.phase == phase && r.tenant == tenant)
-                    .collect();
-                let failed = of_tenant.iter().filter(|r| !r.ok).count();
-                let mut latencies: Vec<Duration> = of_tenant.iter().map(|r| r.latency).collect();
-                let (p50, p99, max) = spread(&mut latencies);
-                println!(
-                    "| {label} | {name} | {} | {failed} | {:.0} | {} | {} | {} |",
-                    of_tenant.len(),
-                    of_tenant.len() as f64 / wall.as_secs_f64(),
-                    ms(p50),
-                    ms(p99),
-                    ms(max)
-                );
-            }
-        }
-        let sent = requests.len();
-        let failed = requests.iter().filter(|r| !r.ok).count();
-        println!("\nall phases (warm-up included): {sent} requests sent, {failed} failed\n");
-
-        println!("| swaps | count | failed | state carried (median) | pause p50 ms | pause p99 ms | pause max ms | round trip p50 ms |");
-        println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-        let mut rows: Vec<(&str, Vec<&SwapSample>)> = CYCLE
-            .iter()
-            .enumerate()
-            .map(|(k, kind)| (kind.label, swap_samples.iter().filter(|s| s.kind == k).collect()))
-            .collect();
-        rows.push(("all", swap_samples.iter().collect()));
-        for (label, samples) in rows {
-            let done: Vec<_> = samples.iter().filter(|s| s.ok).collect();
-            let mut bytes: Vec<u64> = done.iter().map(|s| s.state_bytes).collect();
-            bytes.sort();
-            let mut pauses: Vec<Duration> = done.iter().map(|s| s.paused).collect();
-            let (p50, p99, max) = spread(&mut pauses);
-            let mut trips: Vec<Duration> = done.iter().map(|s| s.round_trip).collect();
-            let (trip50, _, _) = spread(&mut trips);
-            println!(
-                "| {label} | {} | {} | {} B | {} | {} | {} | {} |",
-                samples.len(),
-                samples.len() - done.len(),
-                bytes.get(bytes.len() / 2).copied().unwrap_or(0),
-                ms(p50),
-                ms(p99),
-                ms(max),
-                ms(trip50)
-            );
-        }
+        report_requests(&measured);
+        report_swaps(&measured.swaps);
         let alpha = app.tenants().get("alpha").expect("alpha started");
         let slot = alpha.policy.metrics();
         println!(

@@ -49,8 +49,7 @@ pub struct AppConfig {
     pub upstream_api_key: Option<String>,
     /// The front door's limits.
     pub limits: Limits,
-    /// Add agentrt's tags and `cache_salt` (`--no-engine-tags`, formerly `--no-vllm-xargs`,
-    /// turns it off).
+    /// Add agentrt's tags and `cache_salt` (`--no-engine-tags` turns it off).
     pub engine_tags: bool,
     /// The engine behind the upstream (`--engine`): which request fields carry the tags.
     pub engine_kind: EngineKind,

@@ -183,8 +183,40 @@ impl HostPool {
     }
 
     /// `prepare_store` for request `req`; `None` = cannot store now. `ranker` chooses victims and
-    /// may decline keys under [`HostPolicyKind::Ranked`]; vLLM's policies ignore it.
+    /// may decline keys under [`HostPolicyKind::Ranked`]; vLLM's policies ignore it. The steps
+    /// are vLLM's, in its order: sort the offered keys, record the request's access and its store
+    /// misses, (agentrt's) let the ranking policy decline keys, evict the shortfall, then allocate
+    /// the new keys' chunks write-pending.
     pub fn prepare_store(&mut self, req: u64, keys: &[KeyAt], ranker: &mut dyn HostRanker) -> Option<StoreOutput> {
+        let (mut to_store, ready_existing) = self.sort_offered(keys);
+        self.record_store_access(req, keys, &to_store, &ready_existing);
+        if matches!(self.policy, HostPolicy::Ranked(_)) && !to_store.is_empty() {
+            self.drop_declined(keys, &mut to_store, ranker);
+        }
+        if to_store.is_empty() {
+            return Some(StoreOutput::default());
+        }
+        let shortfall = to_store.len().saturating_sub(self.num_free());
+        let evicted = if shortfall > 0 {
+            let Some(victims) = self.evict_shortfall(shortfall, keys, ranker) else {
+                self.stats.refused_offers += 1;
+                return None;
+            };
+            victims
+        } else {
+            Vec::new()
+        };
+        let ids = self.insert_write_pending(req, keys, &to_store);
+        Some(StoreOutput {
+            keys_to_store: to_store,
+            chunk_ids: ids,
+            evicted,
+        })
+    }
+
+    /// The offered keys to store (absent) and to reuse (resident and ready); a key whose store is
+    /// in flight is neither.
+    fn sort_offered(&self, keys: &[KeyAt]) -> (Vec<HostKey>, Vec<HostKey>) {
         let mut to_store = Vec::new();
         let mut ready_existing = Vec::new();
         for k in keys {
@@ -194,6 +226,12 @@ impl HostPool {
                 Some(_) => {}
             }
         }
+        (to_store, ready_existing)
+    }
+
+    /// Record the request's access to the stored and reused keys, and show the policy each absent
+    /// key once per request (`on_store_miss`).
+    fn record_store_access(&mut self, req: u64, keys: &[KeyAt], to_store: &[HostKey], ready_existing: &[HostKey]) {
         let state = self.access(req, keys);
         let new_misses: Vec<HostKey> = to_store
             .iter()
@@ -201,62 +239,68 @@ impl HostPool {
             .filter(|k| !state.store_miss.contains(k))
             .collect();
         state.store_miss.extend(new_misses.iter().copied());
-        let recorded: KeySet = to_store.iter().chain(&ready_existing).copied().collect();
+        let recorded: KeySet = to_store.iter().chain(ready_existing).copied().collect();
         state.record(
             keys.iter().map(|k| k.key).filter(|k| recorded.contains(k)),
-            &ready_existing,
+            ready_existing,
         );
         if !new_misses.is_empty() {
             self.policy.on_store_miss(&new_misses);
         }
-        if matches!(self.policy, HostPolicy::Ranked(_)) && !to_store.is_empty() {
-            let missing: KeySet = to_store.iter().copied().collect();
-            let offered: Vec<HostBlock> = keys
-                .iter()
-                .filter(|k| missing.contains(&k.key))
-                .map(|k| HostBlock {
-                    key: k.key,
-                    owner: k.owner,
-                    last_access: u64::MAX,
-                })
-                .collect();
-            let declined: KeySet = ranked::declined(&offered, ranker).into_iter().collect();
-            if !declined.is_empty() {
-                self.stats.declined += declined.len() as u64;
-                to_store.retain(|k| !declined.contains(k));
-            }
+    }
+
+    /// agentrt's ranking policy may decline to store some of the absent keys (negative scores).
+    fn drop_declined(&mut self, keys: &[KeyAt], to_store: &mut Vec<HostKey>, ranker: &mut dyn HostRanker) {
+        let missing: KeySet = to_store.iter().copied().collect();
+        let offered: Vec<HostBlock> = keys
+            .iter()
+            .filter(|k| missing.contains(&k.key))
+            .map(|k| HostBlock {
+                key: k.key,
+                owner: k.owner,
+                last_access: u64::MAX,
+            })
+            .collect();
+        let declined: KeySet = ranked::declined(&offered, ranker).into_iter().collect();
+        if !declined.is_empty() {
+            self.stats.declined += declined.len() as u64;
+            to_store.retain(|k| !declined.contains(k));
         }
-        if to_store.is_empty() {
-            return Some(StoreOutput::default());
+    }
+
+    /// Evict exactly `shortfall` chunks through the policy, never one of the offered `keys`, and
+    /// free their slots; `None` (nothing changed) when the evictable chunks cannot cover it.
+    fn evict_shortfall(
+        &mut self,
+        shortfall: usize,
+        keys: &[KeyAt],
+        ranker: &mut dyn HostRanker,
+    ) -> Option<Vec<HostKey>> {
+        if shortfall > self.num_evictable {
+            return None;
         }
-        let mut evicted = Vec::new();
-        let shortfall = to_store.len().saturating_sub(self.num_free());
-        if shortfall > 0 {
-            if shortfall > self.num_evictable {
-                self.stats.refused_offers += 1;
-                return None;
-            }
-            let protected: KeySet = keys.iter().map(|k| k.key).collect();
-            let Some(victims) = self.evict(shortfall, &protected, ranker) else {
-                self.stats.refused_offers += 1;
-                return None;
-            };
-            self.num_evictable -= victims.len();
-            for key in &victims {
-                let chunk = self.chunks.remove(key).expect("the policy evicts resident keys");
-                self.free_list.push(chunk.id);
-                let owner = self.owners.remove(key).unwrap_or_default();
-                self.tier_events.push((TierOp::Removed, *key, owner));
-            }
-            self.stats.evicted += victims.len() as u64;
-            if let Some(events) = &mut self.events {
-                events.push(HostEvent {
-                    keys: victims.clone(),
-                    removed: true,
-                });
-            }
-            evicted = victims;
+        let protected: KeySet = keys.iter().map(|k| k.key).collect();
+        let victims = self.evict(shortfall, &protected, ranker)?;
+        self.num_evictable -= victims.len();
+        for key in &victims {
+            let chunk = self.chunks.remove(key).expect("the policy evicts resident keys");
+            self.free_list.push(chunk.id);
+            let owner = self.owners.remove(key).unwrap_or_default();
+            self.tier_events.push((TierOp::Removed, *key, owner));
         }
+        self.stats.evicted += victims.len() as u64;
+        if let Some(events) = &mut self.events {
+            events.push(HostEvent {
+                keys: victims.clone(),
+                removed: true,
+            });
+        }
+        Some(victims)
+    }
+
+    /// Give each key to store a slot, write-pending (`ref_cnt` −1) until `complete_store`; note
+    /// whose block each pending key is, and that the request inserted them. Returns the slots.
+    fn insert_write_pending(&mut self, req: u64, keys: &[KeyAt], to_store: &[HostKey]) -> Vec<u32> {
         let ids = self.allocate(to_store.len());
         for (&key, &id) in to_store.iter().zip(&ids) {
             self.chunks.insert(key, Chunk { ref_cnt: -1, id });
@@ -269,13 +313,9 @@ impl HostPool {
             self.owners.entry(k.key).or_insert(k.owner);
         }
         self.num_write_pending += to_store.len();
-        let state = self.requests.get_mut(&req).expect("recorded above");
+        let state = self.requests.get_mut(&req).expect("recorded by record_store_access");
         state.inserted.extend(to_store.iter().copied());
-        Some(StoreOutput {
-            keys_to_store: to_store,
-            chunk_ids: ids,
-            evicted,
-        })
+        ids
     }
 
     /// `complete_store`: the copies of `keys` finished (or failed: their chunks are dropped).

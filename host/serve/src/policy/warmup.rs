@@ -85,7 +85,7 @@ pub struct WarmupDeps {
     pub clock: Clock,
     /// Where warm-ups sent, skipped and failed are counted.
     pub metrics: Arc<ProxyMetrics>,
-    /// Tag warm-ups for the engine plugin (off with `--no-engine-tags`, formerly `--no-vllm-xargs`).
+    /// Tag warm-ups for the engine plugin (off with `--no-engine-tags`).
     pub engine_tags: bool,
     /// The engine behind the upstream: which field the tags go into.
     pub engine: EngineKind,

@@ -30,7 +30,7 @@ use crate::tenant::Tenants;
 pub struct BodyOptions {
     /// Add agentrt's tags (agent, session, warm-up flag: in the engine's own field, see
     /// [`EngineKind`]) and `cache_salt`. Off for upstreams that reject unknown fields
-    /// (`--no-engine-tags`, formerly `--no-vllm-xargs`).
+    /// (`--no-engine-tags`).
     pub engine_tags: bool,
     /// The engine behind the upstream (`--engine`): which fields carry the tags.
     pub engine: EngineKind,

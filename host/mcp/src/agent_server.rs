@@ -18,9 +18,9 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 
 use crate::caller::Caller;
-pub use crate::server_front::{ServerFront, TIMED_OUT};
+pub use crate::upstream_handle::{UpstreamHandle, TIMED_OUT};
 
-impl ServerHandler for ServerFront {
+impl ServerHandler for UpstreamHandle {
     /// Before the handshake the gateway says only what it can forward.
     fn get_info(&self) -> ServerConfig {
         let mut info = ServerConfig::default();

@@ -1,7 +1,7 @@
-//! One upstream server's front, as the gateway holds it: the caller's tenant's session to the
+//! One upstream server as the gateway holds it: the caller's tenant's session to the
 //! server, every request to it under `--mcp-call-timeout-ms` (past it the request is dropped —
 //! rmcp tells the server it was cancelled — and the agent gets a JSON-RPC error naming the server,
-//! the method and the limit), and a server's failures counted. [`crate::front`] serves agents
+//! the method and the limit), and a server's failures counted. [`crate::agent_server`] serves agents
 //! through it; [`crate::tool_call`] makes tool calls through it.
 
 use std::future::Future;
@@ -21,16 +21,17 @@ use crate::upstream::{Connection, UpstreamSpec};
 /// TypeScript SDK's `RequestTimeout`).
 pub const TIMED_OUT: ErrorCode = ErrorCode(-32001);
 
-/// The MCP server agents see for one upstream server.
+/// The gateway's handle on one upstream server; [`crate::agent_server`] makes it the MCP server
+/// agents see at `/mcp/SERVER`.
 #[derive(Clone)]
-pub struct ServerFront {
+pub struct UpstreamHandle {
     /// The gateway it belongs to.
     pub gateway: Arc<Gateway>,
     /// The upstream server it forwards to.
     pub server: Arc<UpstreamSpec>,
 }
 
-impl ServerFront {
+impl UpstreamHandle {
     /// The caller's tenant's live session to the server.
     pub async fn connection(&self, caller: &Caller) -> Result<Arc<Connection>, McpError> {
         self.gateway
