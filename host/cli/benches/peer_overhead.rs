@@ -141,7 +141,17 @@ async fn vllm_router(binary: &PathBuf, policy: &str, upstream: &str) -> Path {
 struct Run {
     latencies: Vec<Duration>,
     offered: usize,
+    /// Answered 503 with `Retry-After` at once: the proxy shedding load past its ceiling.
+    shed: usize,
+    /// No answer within the client's 10 s, or any other error.
     failed: usize,
+}
+
+/// How one open-loop request ended.
+enum Outcome {
+    Answered(Duration),
+    Shed,
+    Failed,
 }
 
 impl Run {
@@ -167,25 +177,30 @@ async fn open_loop(client: &reqwest::Client, url: &str, rate: f64, secs: f64) ->
                 .timeout(Duration::from_secs(10))
                 .send()
                 .await;
-            let ok = match answer {
-                Ok(a) if a.status().is_success() => a.bytes().await.is_ok(),
-                _ => false,
-            };
-            ok.then(|| due.elapsed())
+            match answer {
+                Ok(a) if a.status().is_success() => match a.bytes().await {
+                    Ok(_) => Outcome::Answered(due.elapsed()),
+                    Err(_) => Outcome::Failed,
+                },
+                Ok(a) if a.status() == 503 && a.headers().contains_key("retry-after") => Outcome::Shed,
+                _ => Outcome::Failed,
+            }
         }));
     }
     let mut latencies = Vec::with_capacity(offered);
-    let mut failed = 0;
+    let (mut shed, mut failed) = (0, 0);
     for task in tasks {
         match task.await.unwrap() {
-            Some(latency) => latencies.push(latency),
-            None => failed += 1,
+            Outcome::Answered(latency) => latencies.push(latency),
+            Outcome::Shed => shed += 1,
+            Outcome::Failed => failed += 1,
         }
     }
     latencies.sort();
     Run {
         latencies,
         offered,
+        shed,
         failed,
     }
 }
@@ -291,6 +306,7 @@ struct Sweep {
     /// `added[path][rate]` = per-repeat (p50, p99) less the direct path's; saturated paths stop.
     added: Vec<Vec<Vec<(f64, f64)>>>,
     saturated_at: Vec<Option<f64>>,
+    shed: Vec<usize>,
     failures: Vec<usize>,
 }
 
@@ -301,6 +317,7 @@ impl Sweep {
         let mut sweep = Sweep {
             added: vec![vec![Vec::new(); rates.len()]; paths.len()],
             saturated_at: vec![None; paths.len()],
+            shed: vec![0; paths.len()],
             failures: vec![0; paths.len()],
         };
         for (r, &rate) in rates.iter().enumerate() {
@@ -328,6 +345,7 @@ impl Sweep {
             .map(|run| (percentile(&run.latencies, 0.5), percentile(&run.latencies, 0.99)));
         for (p, run) in runs.into_iter().enumerate() {
             let Some(run) = run else { continue };
+            self.shed[p] += run.shed;
             self.failures[p] += run.failed;
             if run.saturated() {
                 self.saturated_at[p].get_or_insert(rate);
@@ -371,15 +389,18 @@ impl Sweep {
                 println!("| {} | {name} | {} |", path.label, cells.join(" | "));
             }
         }
-        println!("\n| path | saturates at (offered req/s) | ceiling, 64 in flight (req/s) | peak RSS (MB) | failed requests |");
-        println!("|---|---:|---:|---:|---:|");
+        println!(
+            "\n| path | saturates at (offered req/s) | ceiling, 64 in flight (req/s) | peak RSS (MB) | shed (503 + Retry-After) | failed (timeouts, errors) |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|");
         for (p, path) in paths.iter().enumerate() {
             println!(
-                "| {} | {} | {:.0} | {} | {} |",
+                "| {} | {} | {:.0} | {} | {} | {} |",
                 path.label,
                 self.saturated_at[p].map_or("beyond the last rate".into(), |r| format!("{r}")),
                 ceilings[p],
                 path.peak_rss_mb().map_or("–".into(), |m| format!("{m:.0}")),
+                self.shed[p],
                 self.failures[p],
             );
         }
