@@ -36,6 +36,8 @@
 pub mod anchor;
 pub mod classic;
 pub mod guard;
+#[cfg(test)]
+mod guard_tests;
 pub mod lifecycle;
 pub mod scaled;
 pub mod shadow;
