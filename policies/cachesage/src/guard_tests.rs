@@ -104,7 +104,8 @@ impl Engine {
             } else {
                 if self.cached.len() == BLOCKS {
                     let (items, scores) = self.rank();
-                    let victim = agentrt_sdk::testing::rank(&items, &scores)[0];
+                    // The host keeps the highest first: the victim is the last.
+                    let victim = *agentrt_sdk::testing::rank(&items, &scores).last().expect("a full cache");
                     self.cached.remove(&items[victim].key);
                     self.guard.observe_block(&block(BlockOp::Removed, agent, items[victim].key));
                 }
@@ -172,6 +173,7 @@ fn a_model_that_keeps_closed_blocks_loses_the_engine_to_closed_first() {
     let (items, scores) = e.rank();
     let order: Vec<u64> = agentrt_sdk::testing::rank(&items, &scores)
         .into_iter()
+        .rev()
         .map(|i| items[i].session)
         .collect();
     let first_open = order.iter().position(|s| !e.closed.contains(s)).expect("open blocks cached");
