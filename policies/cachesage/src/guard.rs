@@ -27,9 +27,9 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use agentrt_sdk::{BlockEvent, BlockOp, Event, Item};
+use agentrt_sdk::{BlockEvent, BlockOp, EndReason, Event, Item};
 
-use crate::shadow::{ShadowLru, Shadowed};
+use crate::shadow::{closed_first_scores, ShadowLru, Shadowed};
 
 /// Block hashes are already spread (the low 64 bits of vLLM's sha256, the simulator's mixes):
 /// one multiply-xorshift instead of SipHash, since every block event looks a hash up.
@@ -78,12 +78,15 @@ const TURNOVERS: f64 = 16.0;
 /// disagreements (a sign test): two experts that are as good as each other flip a coin.
 const Z: f64 = 3.0;
 
-/// The guard's settings (`init` keys `guard` and `guard-margin`).
+/// The guard's settings (`init` keys `guard` and `guard-margin`; `closings` follows `hints`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GuardParams {
     pub enabled: bool,
     /// Fraction of recent block accesses the model may lose to LRU before LRU takes over.
     pub margin: f64,
+    /// Whether the robust expert (and its shadow) hears the framework's closings: closed-first
+    /// once one is heard, plain LRU otherwise.
+    pub closings: bool,
 }
 
 impl Default for GuardParams {
@@ -91,6 +94,7 @@ impl Default for GuardParams {
         Self {
             enabled: true,
             margin: 0.002,
+            closings: true,
         }
     }
 }
@@ -247,6 +251,8 @@ impl Guard {
                 self.now_us = self.now_us.max(r.at_us);
                 if r.warmup {
                     *self.warming.entry(r.agent).or_default() += 1;
+                } else {
+                    self.shadow.arrived(r.agent, r.session);
                 }
             }
             Event::RequestFinish(r) => {
@@ -259,8 +265,12 @@ impl Guard {
                         }
                     }
                 } else {
-                    self.shadow.finished(r.agent, self.now_us);
+                    self.shadow.finished(r.agent, r.session, self.now_us);
                 }
+            }
+            Event::SessionEnd(end) if end.reason == EndReason::Closed && self.params.closings => {
+                self.now_us = self.now_us.max(end.at_us);
+                self.shadow.close(end.session);
             }
             _ => {}
         }
@@ -471,14 +481,27 @@ impl Guard {
         }
     }
 
-    /// The scores to return for `items`: the model's, or LRU's (`recency`), as the guard decides;
+    /// The robust expert's scores: LRU's, or closed-first's once a closing is heard — when the
+    /// candidates also tell the shadow whose each block is.
+    fn robust_scores(&mut self, items: &[Item]) -> Vec<f32> {
+        if !self.shadow.closings_heard() {
+            return agentrt_sdk::recency_scores(items);
+        }
+        for item in items {
+            self.shadow.label(item.key, item.session);
+        }
+        let shadow = &self.shadow;
+        closed_first_scores(items, |s| shadow.closed_seq(s))
+    }
+
+    /// The scores to return for `items`: the model's, or the robust expert's, as the guard decides;
     /// and the ranking is remembered for the disagreements to come.
     pub fn choose(&mut self, items: &[Item], model: Vec<f32>) -> Vec<f32> {
         if !self.params.enabled || items.is_empty() {
             return model;
         }
         self.close_ranking();
-        let recency = agentrt_sdk::recency_scores(items);
+        let recency = self.robust_scores(items);
         let model_active = self.mode == Expert::Model;
         let evict_first = |scores: &[f32]| -> Vec<u64> {
             let key = |s: f32| if s.is_finite() { s } else { f32::NEG_INFINITY };

@@ -168,7 +168,18 @@ fn a_model_that_keeps_closed_blocks_loses_the_engine_to_closed_first() {
         );
     }
     assert_eq!(e.guard.stats().switches_to_lru, 1);
-    // The robust expert ranks closed sessions' blocks first, the earliest closed first, then the
+    // Following it, the histories begun since come back: five rounds on, every second turn hits.
+    for r in rounds..rounds + 5 {
+        round(&mut e, r);
+    }
+    let before = e.hits;
+    for r in rounds + 5..rounds + 10 {
+        round(&mut e, r);
+    }
+    assert_eq!(e.hits - before, 5 * 8, "closed-first keeps every history");
+    assert_eq!(e.guard.mode(), Expert::Lru, "the model keeps losing: not given back");
+
+    // Its ranking puts closed sessions' blocks first, the earliest closed first, then the
     // open sessions' by recency.
     let (items, scores) = e.rank();
     let order: Vec<u64> = agentrt_sdk::testing::rank(&items, &scores)
@@ -186,10 +197,4 @@ fn a_model_that_keeps_closed_blocks_loses_the_engine_to_closed_first() {
         order[..first_open].windows(2).all(|w| closed_rank(&w[0]) <= closed_rank(&w[1])),
         "closed sessions not in the order they closed: {order:?}"
     );
-    // Following it, the histories come back: from here on every second turn hits.
-    let before = e.hits;
-    for r in rounds..rounds + 10 {
-        round(&mut e, r);
-    }
-    assert_eq!(e.hits - before, 10 * 8, "closed-first keeps every history");
 }

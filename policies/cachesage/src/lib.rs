@@ -129,9 +129,12 @@ impl Policy for CacheSage {
 
     fn init(&mut self, config: &Config) -> Result<(), String> {
         let defaults = guard::GuardParams::default();
+        let use_hints = config.parse_or("hints", true)?;
         let params = guard::GuardParams {
             enabled: config.parse_or("guard", defaults.enabled)?,
             margin: config.parse_or("guard-margin", defaults.margin)?,
+            // The robust expert hears the closings the model hears.
+            closings: use_hints,
         };
         if !(params.margin.is_finite() && (0.0..=1.0).contains(&params.margin)) {
             return Err("config key `guard-margin`: must be in [0, 1]".into());
@@ -158,7 +161,7 @@ impl Policy for CacheSage {
             model,
             guard: guard::Guard::new(params),
             lifecycle: lifecycle::Lifecycle::default(),
-            use_hints: config.parse_or("hints", true)?,
+            use_hints,
         };
         Ok(())
     }
