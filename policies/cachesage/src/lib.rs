@@ -23,7 +23,8 @@
 //! **Lifecycle hints** (contract 0.4, [`lifecycle`]): blocks of sessions the framework closed
 //! are evicted first, and a waiting session's blocks next when it is unlikely to return before
 //! the cache turns over (return-time curves learned per wait kind and per tool); the guard judges
-//! the result against LRU like any other ranking of the model. `hints=false` ignores them.
+//! the result against closed-first — LRU with the closed sessions' blocks first, the robust expert
+//! once closings are heard — like any other ranking of the model. `hints=false` ignores them.
 //!
 //! **Two tiers** (contract 0.3): the host-memory tier's candidates are ranked by the same model —
 //! what will be used soon stays on the GPU, what will be used later in host memory. It declines no

@@ -186,7 +186,11 @@ impl ShadowLru {
     }
 
     fn is_free_of(&self, h: u64, key: Key, session: u64) -> bool {
-        self.blocks.get(&h) == Some(&Entry { place: Place::Free { key }, session })
+        self.blocks.get(&h)
+            == Some(&Entry {
+                place: Place::Free { key },
+                session,
+            })
     }
 
     /// Drop the queues' stale entries once they outnumber the live ones well.
@@ -267,7 +271,9 @@ impl ShadowLru {
         let Some(used) = self.in_use.remove(&agent) else { return };
         for h in used {
             let Some(e) = self.blocks.get_mut(&h) else { continue };
-            let Place::InUse { agent: a, position } = e.place else { continue };
+            let Place::InUse { agent: a, position } = e.place else {
+                continue;
+            };
             if a != agent {
                 continue;
             }
@@ -285,7 +291,8 @@ impl ShadowLru {
         self.closings.close(session);
         if let Some(list) = self.free_of_open.remove(&session) {
             self.queued -= list.len();
-            self.evict_first.extend(list.into_iter().map(|(h, key)| (h, key, session)));
+            self.evict_first
+                .extend(list.into_iter().map(|(h, key)| (h, key, session)));
         }
     }
 
@@ -433,13 +440,21 @@ mod tests {
         s.close(10);
         // Three new blocks take B's two (closed first, oldest first), then A's older one.
         call(&mut s, 30, &[5, 6, 7], 50);
-        assert_eq!(call(&mut s, 40, &[3], 60), [Some(Hit)], "A's newer block is the one left");
+        assert_eq!(
+            call(&mut s, 40, &[3], 60),
+            [Some(Hit)],
+            "A's newer block is the one left"
+        );
         assert_eq!(call(&mut s, 41, &[1], 70), [Some(Miss)]);
         let mut t = ShadowLru::default();
         four(&mut t);
         t.close(20);
         call(&mut t, 30, &[5], 50);
-        assert_eq!(call(&mut t, 41, &[1], 60), [Some(Hit)], "A is open: B's block went instead");
+        assert_eq!(
+            call(&mut t, 41, &[1], 60),
+            [Some(Hit)],
+            "A is open: B's block went instead"
+        );
     }
 
     #[test]
@@ -450,7 +465,11 @@ mod tests {
         s.close(20);
         s.arrived(99, 20); // B calls again (a request still in flight)
         call(&mut s, 30, &[5], 50);
-        assert_eq!(call(&mut s, 40, &[2], 60), [Some(Hit)], "B's oldest stayed: LRU took A's 1");
+        assert_eq!(
+            call(&mut s, 40, &[2], 60),
+            [Some(Hit)],
+            "B's oldest stayed: LRU took A's 1"
+        );
         assert_eq!(call(&mut s, 41, &[1], 70), [Some(Miss)]);
     }
 
@@ -469,19 +488,30 @@ mod tests {
         s.close(10);
         s.label(1, 10); // a candidate of the engine's: session 10's
         call(&mut s, 40, &[3], 30);
-        assert_eq!(call(&mut s, 41, &[2], 40), [Some(Hit)], "10's block went first, not LRU's 2");
+        assert_eq!(
+            call(&mut s, 41, &[2], 40),
+            [Some(Hit)],
+            "10's block went first, not LRU's 2"
+        );
     }
 
     #[test]
     fn without_a_closing_the_robust_scores_are_lrus() {
         use agentrt_sdk::testing::gpu_block as item;
         let mut items: Vec<agentrt_sdk::Item> = (0..4).map(|i| item(i, 100 + i)).collect();
-        assert_eq!(closed_first_scores(&items, |_| None), agentrt_sdk::recency_scores(&items));
+        assert_eq!(
+            closed_first_scores(&items, |_| None),
+            agentrt_sdk::recency_scores(&items)
+        );
         items[2].session = 7;
         items[3].session = 8;
         items[1].session = 8;
         let scores = closed_first_scores(&items, |s| [(7, 5), (8, 2)].iter().find(|c| c.0 == s).map(|c| c.1));
-        let order: Vec<u64> = agentrt_sdk::testing::rank(&items, &scores).into_iter().rev().map(|i| items[i].key).collect();
+        let order: Vec<u64> = agentrt_sdk::testing::rank(&items, &scores)
+            .into_iter()
+            .rev()
+            .map(|i| items[i].key)
+            .collect();
         assert_eq!(order, [1, 3, 2, 0], "8 closed before 7, each oldest first, then LRU");
     }
 }
