@@ -440,7 +440,8 @@ impl Guard {
         if self.warming.contains_key(&block.agent) {
             return None;
         }
-        self.shadow.access(block.block_hash, block.position, block.agent)
+        self.shadow
+            .access(block.block_hash, block.parent_hash, block.position, block.agent)
     }
 
     /// The active expert evicted `h`: replay one eviction of the other expert.

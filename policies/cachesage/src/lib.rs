@@ -35,6 +35,7 @@
 //! the GPU tier's, where the model's bets are tested first.
 
 pub mod anchor;
+pub mod attribution;
 pub mod classic;
 pub mod guard;
 #[cfg(test)]

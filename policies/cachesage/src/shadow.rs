@@ -18,20 +18,20 @@
 //! they were freed; a session that calls again is open again and its blocks are back in LRU order
 //! (the simulator's `closed-first` baseline, the same rule). A block's session follows the host's
 //! convention for `item.session`: the session whose request stored it, 0 once another session's
-//! request touched it. Block events name the agent, not the session, so an access is attributed
-//! to the one session the agent has requests in flight for — none when it has several (one agent
-//! serving many conversations at once) — and every ranking's candidates, which name their session,
-//! correct it. Until a closing is heard nothing is closed and the order is LRU's exactly.
+//! request touched it. Block events name the agent, not the session: [`crate::attribution`] tells
+//! it from the requests in flight and the blocks' prefix chains, and every ranking's candidates,
+//! which name their session, correct it. Until a closing is heard nothing is closed and the order
+//! is LRU's exactly.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
+
+use crate::attribution::Attribution;
 
 /// Most blocks the shadow tracks.
 pub const MAX_ENTRIES: usize = 65_536;
 /// Most closed sessions remembered (their blocks leave within a few turnovers).
 pub const MAX_CLOSED: usize = 65_536;
-/// Most agents whose sessions in flight are tracked (beyond, the table starts over).
-pub const MAX_AGENTS: usize = 65_536;
 
 /// The outcome of one access in the shadow, when the block is sampled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,8 +99,8 @@ pub struct ShadowLru {
     queued: usize,
     /// Closed sessions' free blocks, in the order they became first to go: (block, key, session).
     evict_first: VecDeque<(u64, Key, u64)>,
-    /// The sessions each agent has requests in flight for, and how many requests.
-    in_flight: HashMap<u32, Vec<(u64, u32)>>,
+    /// Whose each access is.
+    attribution: Attribution,
 }
 
 fn spread(h: u64) -> u64 {
@@ -120,7 +120,7 @@ impl ShadowLru {
                 capacity,
                 threshold,
                 closings: std::mem::take(&mut self.closings),
-                in_flight: std::mem::take(&mut self.in_flight),
+                attribution: std::mem::take(&mut self.attribution),
                 ..ShadowLru::default()
             };
         }
@@ -130,12 +130,14 @@ impl ShadowLru {
         self.capacity > 0 && ((spread(hash) & 0xffff) as u32) < self.threshold
     }
 
-    /// A request of `agent` accesses `hash` (at depth `position`); `None` when it is not sampled.
-    pub fn access(&mut self, hash: u64, position: u32, agent: u32) -> Option<Shadowed> {
+    /// A request of `agent` accesses `hash` (after `parent`, at depth `position`); `None` when it
+    /// is not sampled.
+    pub fn access(&mut self, hash: u64, parent: u64, position: u32, agent: u32) -> Option<Shadowed> {
+        // Every access, sampled or not, moves its chain on.
+        let session = self.attribution.session_of(agent, hash, parent, position);
         if !self.sampled(hash) {
             return None;
         }
-        let session = self.session_of(agent);
         let place = Place::InUse { agent, position };
         let outcome = match self.blocks.get_mut(&hash) {
             Some(e) => {
@@ -232,42 +234,17 @@ impl ShadowLru {
         }
     }
 
-    /// The one session `agent` has requests in flight for; `None` for none or several.
-    fn session_of(&self, agent: u32) -> Option<u64> {
-        match self.in_flight.get(&agent).map(Vec::as_slice) {
-            Some([(session, _)]) => Some(*session),
-            _ => None,
-        }
-    }
-
     /// A request of `agent` in `session` arrived (not a warm-up): a closed session that calls
     /// again is open again, its blocks back in LRU order.
     pub fn arrived(&mut self, agent: u32, session: u64) {
         self.closings.seq.remove(&session);
-        if self.in_flight.len() >= MAX_AGENTS && !self.in_flight.contains_key(&agent) {
-            self.in_flight.clear();
-        }
-        let sessions = self.in_flight.entry(agent).or_default();
-        match sessions.iter_mut().find(|(s, _)| *s == session) {
-            Some((_, n)) => *n += 1,
-            None => sessions.push((session, 1)),
-        }
+        self.attribution.arrived(agent, session);
     }
 
     /// A request of `agent` in `session` finished at `now_us`: the blocks its agent's requests
     /// used go to the free queue's tail, deepest first.
     pub fn finished(&mut self, agent: u32, session: u64, now_us: u64) {
-        if let Some(sessions) = self.in_flight.get_mut(&agent) {
-            if let Some(i) = sessions.iter().position(|(s, _)| *s == session) {
-                sessions[i].1 -= 1;
-                if sessions[i].1 == 0 {
-                    sessions.swap_remove(i);
-                }
-            }
-            if sessions.is_empty() {
-                self.in_flight.remove(&agent);
-            }
-        }
+        self.attribution.finished(agent, session);
         let Some(used) = self.in_use.remove(&agent) else { return };
         for h in used {
             let Some(e) = self.blocks.get_mut(&h) else { continue };
@@ -365,7 +342,7 @@ mod tests {
         let out = hashes
             .iter()
             .enumerate()
-            .map(|(i, &h)| s.access(h, i as u32 * 16, 1))
+            .map(|(i, &h)| s.access(h, 0, i as u32 * 16, 1))
             .collect();
         s.finished(1, 1, t);
         out
@@ -393,9 +370,9 @@ mod tests {
         request(&mut s, &[10, 11, 12], 100);
         // A request of agent 2 in flight holds one block; one new block of agent 1 evicts the
         // prompt's last block, not its first and not the block in use.
-        assert_eq!(s.access(50, 0, 2), Some(Miss));
+        assert_eq!(s.access(50, 0, 0, 2), Some(Miss));
         assert_eq!(request(&mut s, &[99], 200), [Some(Miss)]);
-        assert_eq!(s.access(50, 0, 2), Some(Hit), "in use: never evicted");
+        assert_eq!(s.access(50, 0, 0, 2), Some(Hit), "in use: never evicted");
         assert_eq!(request(&mut s, &[10, 11, 12], 300), [Some(Hit), Some(Miss), Some(Miss)]);
     }
 
@@ -403,7 +380,7 @@ mod tests {
     fn a_large_cache_is_sampled_within_the_bound() {
         let mut s = ShadowLru::default();
         s.resize(2_000_000);
-        let sampled = (0..200_000u64).filter_map(|h| s.access(h, 0, 1)).count();
+        let sampled = (0..200_000u64).filter_map(|h| s.access(h, 0, 0, 1)).count();
         let expected = 200_000.0 * MAX_ENTRIES as f64 / 2_000_000.0;
         assert!(
             (sampled as f64 - expected).abs() < 0.1 * expected,
@@ -417,7 +394,7 @@ mod tests {
     fn call(s: &mut ShadowLru, session: u64, hashes: &[u64], t: u64) -> Vec<Option<Shadowed>> {
         let agent = session as u32;
         s.arrived(agent, session);
-        let out = hashes.iter().map(|&h| s.access(h, 0, agent)).collect();
+        let out = hashes.iter().map(|&h| s.access(h, 0, 0, agent)).collect();
         s.finished(agent, session, t);
         out
     }
@@ -479,10 +456,11 @@ mod tests {
         let mut s = ShadowLru::default();
         s.resize(2);
         call(&mut s, 30, &[2], 5);
-        // One agent, two conversations in flight at once: whose block 1 is cannot be told.
+        // One agent, two conversations in flight at once, and a block on no chain seen: whose
+        // block 1 is cannot be told.
         s.arrived(1, 10);
         s.arrived(1, 20);
-        assert_eq!(s.access(1, 0, 1), Some(Miss));
+        assert_eq!(s.access(1, 0xdead, 16, 1), Some(Miss));
         s.finished(1, 10, 10);
         s.finished(1, 20, 10);
         s.close(10);
