@@ -1,8 +1,9 @@
 //! The guard: CacheSage never does much worse than LRU, by design rather than by luck of the
 //! workload. Learning-augmented caching (LeCaR, HotStorage '18; CACHEUS, FAST '21; Lykouris &
 //! Vassilvitskii, ICML '18) keeps a robust expert beside the learned one and follows whichever the
-//! recent past favours; here the experts are the model and LRU, and the evidence is counted in
-//! blocks hit.
+//! recent past favours; here the experts are the model and LRU — closed-first (LRU with the
+//! closed sessions' blocks first, the earliest closed first) once the framework's closings are
+//! heard — and the evidence is counted in blocks hit. "LRU" below means that robust expert.
 //!
 //! At every ranking both experts order the same candidates (the model by its scores, LRU by
 //! `last-access`); the engine evicts in the order of the expert followed (the *active* one). As
@@ -27,9 +28,9 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use agentrt_sdk::{BlockEvent, BlockOp, Event, Item};
+use agentrt_sdk::{BlockEvent, BlockOp, EndReason, Event, Item};
 
-use crate::shadow::{ShadowLru, Shadowed};
+use crate::shadow::{closed_first_scores, ShadowLru, Shadowed};
 
 /// Block hashes are already spread (the low 64 bits of vLLM's sha256, the simulator's mixes):
 /// one multiply-xorshift instead of SipHash, since every block event looks a hash up.
@@ -78,12 +79,15 @@ const TURNOVERS: f64 = 16.0;
 /// disagreements (a sign test): two experts that are as good as each other flip a coin.
 const Z: f64 = 3.0;
 
-/// The guard's settings (`init` keys `guard` and `guard-margin`).
+/// The guard's settings (`init` keys `guard` and `guard-margin`; `closings` follows `hints`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GuardParams {
     pub enabled: bool,
     /// Fraction of recent block accesses the model may lose to LRU before LRU takes over.
     pub margin: f64,
+    /// Whether the robust expert (and its shadow) hears the framework's closings: closed-first
+    /// once one is heard, plain LRU otherwise.
+    pub closings: bool,
 }
 
 impl Default for GuardParams {
@@ -91,6 +95,7 @@ impl Default for GuardParams {
         Self {
             enabled: true,
             margin: 0.002,
+            closings: true,
         }
     }
 }
@@ -247,6 +252,8 @@ impl Guard {
                 self.now_us = self.now_us.max(r.at_us);
                 if r.warmup {
                     *self.warming.entry(r.agent).or_default() += 1;
+                } else {
+                    self.shadow.arrived(r.agent, r.session);
                 }
             }
             Event::RequestFinish(r) => {
@@ -259,8 +266,12 @@ impl Guard {
                         }
                     }
                 } else {
-                    self.shadow.finished(r.agent, self.now_us);
+                    self.shadow.finished(r.agent, r.session, self.now_us);
                 }
+            }
+            Event::SessionEnd(end) if end.reason == EndReason::Closed && self.params.closings => {
+                self.now_us = self.now_us.max(end.at_us);
+                self.shadow.close(end.session);
             }
             _ => {}
         }
@@ -429,7 +440,8 @@ impl Guard {
         if self.warming.contains_key(&block.agent) {
             return None;
         }
-        self.shadow.access(block.block_hash, block.position, block.agent)
+        self.shadow
+            .access(block.block_hash, block.parent_hash, block.position, block.agent)
     }
 
     /// The active expert evicted `h`: replay one eviction of the other expert.
@@ -471,14 +483,27 @@ impl Guard {
         }
     }
 
-    /// The scores to return for `items`: the model's, or LRU's (`recency`), as the guard decides;
+    /// The robust expert's scores: LRU's, or closed-first's once a closing is heard — when the
+    /// candidates also tell the shadow whose each block is.
+    fn robust_scores(&mut self, items: &[Item]) -> Vec<f32> {
+        if !self.shadow.closings_heard() {
+            return agentrt_sdk::recency_scores(items);
+        }
+        for item in items {
+            self.shadow.label(item.key, item.session);
+        }
+        let shadow = &self.shadow;
+        closed_first_scores(items, |s| shadow.closed_seq(s))
+    }
+
+    /// The scores to return for `items`: the model's, or the robust expert's, as the guard decides;
     /// and the ranking is remembered for the disagreements to come.
     pub fn choose(&mut self, items: &[Item], model: Vec<f32>) -> Vec<f32> {
         if !self.params.enabled || items.is_empty() {
             return model;
         }
         self.close_ranking();
-        let recency = agentrt_sdk::recency_scores(items);
+        let recency = self.robust_scores(items);
         let model_active = self.mode == Expert::Model;
         let evict_first = |scores: &[f32]| -> Vec<u64> {
             let key = |s: f32| if s.is_finite() { s } else { f32::NEG_INFINITY };
@@ -513,123 +538,5 @@ impl Guard {
         } else {
             recency
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use agentrt_sdk::testing::{gpu_block as item, gpu_block_event as block};
-    use agentrt_sdk::EngineLoad;
-
-    fn guard() -> Guard {
-        let mut g = Guard::new(GuardParams::default());
-        g.observe(&Event::EngineLoad(EngineLoad {
-            queue_depth: 0,
-            running: 0,
-            free_blocks: 0,
-            total_blocks: 64,
-            at_us: 0,
-        }));
-        g
-    }
-
-    /// A model that ranks the newest block lowest (the reverse of LRU), on 8 candidates of which
-    /// the engine evicts 2 each round. `model_right`: the traffic asks for the old blocks the model
-    /// kept; otherwise it asks again for the new ones the model evicted.
-    fn round(g: &mut Guard, base: u64, model_right: bool) -> Vec<f32> {
-        // Eight new blocks are computed (stored), then freed: the candidates.
-        for i in 0..8 {
-            g.observe_block(&block(BlockOp::Stored, base + i));
-        }
-        let items: Vec<Item> = (0..8).map(|i| item(base + i, base + i)).collect();
-        let model: Vec<f32> = (0..8).map(|i| -(i as f32)).collect(); // newest lowest
-        let scores = g.choose(&items, model);
-        // The engine evicts the two lowest-scored.
-        let mut order: Vec<usize> = (0..8).collect();
-        order.sort_by(|&a, &b| {
-            scores[a]
-                .total_cmp(&scores[b])
-                .then(items[a].last_access.cmp(&items[b].last_access))
-        });
-        let victims: Vec<u64> = order[..2].iter().map(|&i| items[i].key).collect();
-        for &v in &victims {
-            g.observe_block(&block(BlockOp::Removed, v));
-        }
-        // The model is right when the old blocks are asked for, wrong when the new ones are.
-        let asked: [u64; 2] = if model_right {
-            [base, base + 1]
-        } else {
-            [base + 6, base + 7]
-        };
-        for h in asked {
-            let op = if victims.contains(&h) {
-                BlockOp::Stored
-            } else {
-                BlockOp::Touched
-            };
-            g.observe_block(&block(op, h));
-        }
-        scores
-    }
-
-    #[test]
-    fn a_wrong_model_hands_back_to_lru_within_a_few_rankings_and_comes_back_when_right() {
-        let mut g = guard();
-        assert_eq!(g.mode(), Expert::Model);
-        let mut rounds = 0;
-        while g.mode() == Expert::Model {
-            round(&mut g, 100 * rounds, false);
-            rounds += 1;
-            assert!(rounds < 10, "still following a model that keeps losing");
-        }
-        // Two misses a ranking that the shadow LRU would have hit; the sign test wants 10.
-        assert!(rounds <= 6, "handed back after {rounds} rankings");
-        assert_eq!(g.stats().switches_to_lru, 1);
-        // In LRU mode the scores are LRU's exactly.
-        let items: Vec<Item> = (0..4).map(|i| item(5000 + i, 5000 + i)).collect();
-        let scores = g.choose(&items, vec![9.0, 1.0, 5.0, 0.0]);
-        assert_eq!(scores, agentrt_sdk::recency_scores(&items));
-        // Still scored while LRU ranks: once the traffic proves it right, the model is back.
-        let mut back = 0;
-        while g.mode() == Expert::Lru {
-            round(&mut g, 10_000 + 100 * back, true);
-            back += 1;
-            assert!(back < 40, "never given back to a model that keeps winning");
-        }
-        assert_eq!(g.stats().switches_to_model, 1);
-    }
-
-    #[test]
-    fn a_model_that_agrees_with_lru_is_never_switched_off() {
-        let mut g = guard();
-        for r in 0..50 {
-            let items: Vec<Item> = (0..8).map(|i| item(r * 100 + i, r * 100 + i)).collect();
-            let model = agentrt_sdk::recency_scores(&items);
-            let scores = g.choose(&items, model.clone());
-            assert_eq!(scores, model);
-            for i in 0..2 {
-                g.observe_block(&block(BlockOp::Removed, r * 100 + i));
-                g.observe_block(&block(BlockOp::Stored, r * 100 + i));
-            }
-        }
-        assert_eq!(g.mode(), Expert::Model);
-        assert_eq!(
-            (g.stats().model_wins, g.stats().lru_wins),
-            (0, 0),
-            "no disagreement, no evidence"
-        );
-    }
-
-    #[test]
-    fn a_model_that_wins_keeps_the_engine() {
-        let mut g = guard();
-        // The model keeps the oldest (reused) and evicts the newest (never asked for again).
-        for r in 0..50 {
-            round(&mut g, 100 * r, true);
-        }
-        assert_eq!(g.mode(), Expert::Model);
-        assert!(g.stats().model_wins > 0 && g.stats().lru_wins == 0, "{:?}", g.stats());
-        assert!(g.advantage() > 0.0);
     }
 }

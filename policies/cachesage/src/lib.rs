@@ -23,7 +23,8 @@
 //! **Lifecycle hints** (contract 0.4, [`lifecycle`]): blocks of sessions the framework closed
 //! are evicted first, and a waiting session's blocks next when it is unlikely to return before
 //! the cache turns over (return-time curves learned per wait kind and per tool); the guard judges
-//! the result against LRU like any other ranking of the model. `hints=false` ignores them.
+//! the result against closed-first — LRU with the closed sessions' blocks first, the robust expert
+//! once closings are heard — like any other ranking of the model. `hints=false` ignores them.
 //!
 //! **Two tiers** (contract 0.3): the host-memory tier's candidates are ranked by the same model —
 //! what will be used soon stays on the GPU, what will be used later in host memory. It declines no
@@ -34,8 +35,11 @@
 //! the GPU tier's, where the model's bets are tested first.
 
 pub mod anchor;
+pub mod attribution;
 pub mod classic;
 pub mod guard;
+#[cfg(test)]
+mod guard_tests;
 pub mod lifecycle;
 pub mod scaled;
 pub mod shadow;
@@ -127,9 +131,12 @@ impl Policy for CacheSage {
 
     fn init(&mut self, config: &Config) -> Result<(), String> {
         let defaults = guard::GuardParams::default();
+        let use_hints = config.parse_or("hints", true)?;
         let params = guard::GuardParams {
             enabled: config.parse_or("guard", defaults.enabled)?,
             margin: config.parse_or("guard-margin", defaults.margin)?,
+            // The robust expert hears the closings the model hears.
+            closings: use_hints,
         };
         if !(params.margin.is_finite() && (0.0..=1.0).contains(&params.margin)) {
             return Err("config key `guard-margin`: must be in [0, 1]".into());
@@ -156,7 +163,7 @@ impl Policy for CacheSage {
             model,
             guard: guard::Guard::new(params),
             lifecycle: lifecycle::Lifecycle::default(),
-            use_hints: config.parse_or("hints", true)?,
+            use_hints,
         };
         Ok(())
     }

@@ -1,6 +1,6 @@
 //! What an agent framework says of sessions' lives (contract 0.4: `session-end` with reason
 //! `closed`, `session-wait`), turned into the order of evictions — for either model, before the
-//! guard judges it against LRU:
+//! guard judges it against its robust expert (closed-first once closings are heard):
 //!
 //! - **Closed sessions' blocks go first**, before any block LRU would pick: a session the
 //!   framework closed sends nothing more. Only a session's own blocks: content another session
