@@ -329,13 +329,19 @@ impl Guard {
                 Expert::Model => self.stats.switches_to_model += 1,
             }
             let (regret, _) = self.shadow_regret();
+            // The robust expert is closed-first once a closing was heard, plain LRU before.
+            let robust = if self.shadow.closings_heard() {
+                "closed-first"
+            } else {
+                "lru"
+            };
             agentrt_sdk::host::log(
                 agentrt_sdk::LogLevel::Info,
                 &format!(
-                    "guard: {} at {} µs (model − LRU per the shadow {:.0} of {:.0} sampled accesses; disagreements settled: model {}, LRU {})",
+                    "guard: {} at {} µs (model − {robust} per the shadow {:.0} of {:.0} sampled accesses; disagreements settled: model {}, {robust} {})",
                     match next {
-                        Expert::Lru => "model → lru",
-                        Expert::Model => "lru → model",
+                        Expert::Lru => format!("model → {robust}"),
+                        Expert::Model => format!("{robust} → model"),
                     },
                     self.now_us,
                     regret,
