@@ -135,21 +135,48 @@ fn bad_config_is_rejected_by_name() {
 
 #[test]
 fn compiled_artifacts_are_cached_and_damage_is_survived() {
+    use agentrt_runtime::{EngineOptions, LoadSource, PolicyEngine};
     let (engine, cache) = engine();
     let path = component_path("lru");
     let first = engine.load_file(&path).unwrap();
-    assert!(!first.load_stats().from_cache);
+    assert_eq!(first.load_stats().source, LoadSource::Compiled);
+    // The same process loading it again finds the compiled code it already holds.
     let second = engine.load_file(&path).unwrap();
-    assert!(second.load_stats().from_cache, "second load must come from the cache");
+    assert_eq!(second.load_stats().source, LoadSource::InMemory);
     assert_eq!(first.digest(), second.digest());
+
+    // Another process (an engine of its own on the same folder) reads the artifact.
+    let on_disk = |keep_compiled_bytes| {
+        PolicyEngine::new(EngineOptions {
+            cache_dir: Some(cache.path().to_path_buf()),
+            keep_compiled_bytes,
+            ..EngineOptions::default()
+        })
+        .unwrap()
+    };
+    let restarted = on_disk(agentrt_runtime::DEFAULT_KEEP_COMPILED_BYTES);
+    let third = restarted.load_file(&path).unwrap();
+    assert_eq!(third.load_stats().source, LoadSource::ArtifactCache);
+    assert_eq!(third.digest(), first.digest());
+    // Keeping nothing in memory, every load reads the artifact.
+    let keeps_nothing = on_disk(0);
+    for _ in 0..2 {
+        assert_eq!(
+            keeps_nothing.load_file(&path).unwrap().load_stats().source,
+            LoadSource::ArtifactCache
+        );
+    }
 
     // Corrupt every artifact: the next load recompiles instead of failing.
     for entry in std::fs::read_dir(cache.path()).unwrap() {
         std::fs::write(entry.unwrap().path(), b"garbage").unwrap();
     }
-    let third = engine.load_file(&path).unwrap();
-    assert!(!third.load_stats().from_cache);
-    assert!(engine.load_file(&path).unwrap().load_stats().from_cache);
+    let after_damage = keeps_nothing.load_file(&path).unwrap();
+    assert_eq!(after_damage.load_stats().source, LoadSource::Compiled);
+    assert_eq!(
+        keeps_nothing.load_file(&path).unwrap().load_stats().source,
+        LoadSource::ArtifactCache
+    );
 }
 
 #[test]
@@ -318,7 +345,7 @@ fn a_component_rewritten_in_place_is_never_served_its_old_artifact() {
     std::thread::sleep(std::time::Duration::from_millis(2100));
     let first = engine.load_file(&path).unwrap();
     let again = engine.load_file(&path).unwrap();
-    assert!(again.load_stats().from_cache);
+    assert!(again.load_stats().from_cache());
     assert_eq!(first.digest(), again.digest());
     assert_eq!(
         first.world(engine.wasmtime()).exports,

@@ -9,18 +9,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentrt_runtime::types::*;
-use agentrt_runtime::{packed, EngineOptions, PolicyEngine, PolicyHandle, PoolingOptions, SandboxLimits, SlotConfig};
+use agentrt_runtime::{
+    packed, EngineOptions, LoadSource, PolicyEngine, PolicyHandle, PoolingOptions, SandboxLimits, SlotConfig,
+    DEFAULT_KEEP_COMPILED_BYTES,
+};
 use agentrt_tests::{component_path, session_end, Rng};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
-fn engine(pooling: bool, cache: &tempfile::TempDir) -> PolicyEngine {
-    PolicyEngine::new(EngineOptions {
+fn engine_options(pooling: bool, cache: &tempfile::TempDir) -> EngineOptions {
+    EngineOptions {
         pooling: pooling.then(PoolingOptions::default),
         cache_dir: Some(cache.path().to_path_buf()),
         seed: Some(1),
         ..EngineOptions::default()
-    })
-    .unwrap()
+    }
+}
+
+fn engine(pooling: bool, cache: &tempfile::TempDir) -> PolicyEngine {
+    PolicyEngine::new(engine_options(pooling, cache)).unwrap()
 }
 
 fn start(engine: &PolicyEngine, name: &str) -> PolicyHandle {
@@ -176,16 +182,33 @@ fn lifecycle(c: &mut Criterion) {
             b.iter(|| black_box(PolicyHandle::start(&engine, component.clone(), slot_config("bench")).unwrap()))
         });
     }
-    let engine = engine(true, &cache);
+    // A load from the on-disk artifact cache (what a restarted process pays), with nothing kept
+    // in memory, and a load of a component this process holds already (a reload, a swap back, a
+    // second tenant on the same policy).
     let path = component_path("cachesage");
-    engine.load_file(&path).unwrap(); // warm the artifact cache
-    group.bench_function("load from artifact cache", |b| {
-        b.iter(|| {
-            let c = engine.load_file(&path).unwrap();
-            assert!(c.load_stats().from_cache);
-            black_box(c)
+    let loads = [
+        ("load from artifact cache", 0, LoadSource::ArtifactCache),
+        (
+            "load again (compiled code kept in memory)",
+            DEFAULT_KEEP_COMPILED_BYTES,
+            LoadSource::InMemory,
+        ),
+    ];
+    for (label, keep_compiled_bytes, source) in loads {
+        let engine = PolicyEngine::new(EngineOptions {
+            keep_compiled_bytes,
+            ..engine_options(true, &cache)
         })
-    });
+        .unwrap();
+        engine.load_file(&path).unwrap(); // warm the artifact cache
+        group.bench_function(label, |b| {
+            b.iter(|| {
+                let c = engine.load_file(&path).unwrap();
+                assert_eq!(c.load_stats().source, source);
+                black_box(c)
+            })
+        });
+    }
     group.finish();
 }
 

@@ -32,6 +32,12 @@ fn main() {
         pooling: pooling.then(PoolingOptions::default),
         cache_dir: Some(cache.path().to_path_buf()),
         seed: Some(1),
+        // `load` measures the artifact cache: nothing kept in memory, every load deserializes.
+        keep_compiled_bytes: if phase == "load" {
+            0
+        } else {
+            agentrt_runtime::DEFAULT_KEEP_COMPILED_BYTES
+        },
         ..EngineOptions::default()
     })
     .expect("engine");

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyHandle, SlotConfig, SlowCompileNotice, CONTRACT};
+use agentrt_runtime::{EngineOptions, LoadSource, PolicyEngine, PolicyHandle, SlotConfig, SlowCompileNotice, CONTRACT};
 use anyhow::Context;
 
 #[derive(clap::Args)]
@@ -42,10 +42,9 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     println!(
         "  compiled: {:.1} ms ({})",
         stats.elapsed.as_secs_f64() * 1e3,
-        if stats.from_cache {
-            "from the artifact cache"
-        } else {
-            "compiled now, cached"
+        match stats.source {
+            LoadSource::Compiled => "compiled now, cached".to_string(),
+            other => other.to_string(),
         }
     );
     let world = component.world(engine.wasmtime());

@@ -8,6 +8,7 @@ use wasmtime::Engine;
 
 use crate::compat::ContractLine;
 use crate::error::LoadError;
+use crate::loaded_components::LoadedComponents;
 use crate::sandbox::GuestState;
 
 /// The contract this host implements. It loads components of the previous lines, 0.3.x and
@@ -41,21 +42,63 @@ pub(crate) struct GuestExports {
 /// How a component was loaded.
 #[derive(Debug, Clone, Copy)]
 pub struct LoadStats {
-    /// True when the compiled artifact came from the on-disk cache.
-    pub from_cache: bool,
-    /// Compile or deserialize time.
+    /// Where its compiled code came from.
+    pub source: LoadSource,
+    /// Compile, deserialize or lookup time.
     pub elapsed: Duration,
 }
 
+/// Where a load found a component's compiled code, cheapest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadSource {
+    /// Already in this process: loaded before, by this tenant or another (a table lookup).
+    InMemory,
+    /// Read from the on-disk artifact cache (a deserialize, under a millisecond).
+    ArtifactCache,
+    /// Compiled from the component's bytes (milliseconds for Rust, seconds for Python or JS).
+    Compiled,
+}
+
+impl std::fmt::Display for LoadSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LoadSource::InMemory => "already loaded in this process",
+            LoadSource::ArtifactCache => "from the artifact cache",
+            LoadSource::Compiled => "compiled",
+        })
+    }
+}
+
+impl LoadStats {
+    /// True unless the load had to compile.
+    pub fn from_cache(&self) -> bool {
+        self.source != LoadSource::Compiled
+    }
+}
+
+/// Where compiled code is found: this process's table, then the artifact cache, then the compiler.
+pub(crate) struct CodeSources<'a> {
+    pub engine: &'a Engine,
+    pub linker: &'a Linker<GuestState>,
+    pub in_memory: &'a LoadedComponents,
+    pub artifacts: Option<&'a crate::ArtifactCache>,
+    pub slow_compile: Option<&'a crate::SlowCompileNotice>,
+}
+
+impl CodeSources<'_> {
+    /// The compiled code of the component whose bytes have BLAKE3 `digest`, without compiling.
+    fn find(&self, digest: &str) -> Option<(Component, LoadSource)> {
+        if let Some(component) = self.in_memory.get(digest) {
+            return Some((component, LoadSource::InMemory));
+        }
+        let component = self.artifacts?.get(self.engine, digest)?;
+        self.in_memory.put(digest, &component);
+        Some((component, LoadSource::ArtifactCache))
+    }
+}
+
 impl PolicyComponent {
-    pub(crate) fn load(
-        engine: &Engine,
-        linker: &Linker<GuestState>,
-        cache: Option<&crate::ArtifactCache>,
-        slow_compile: Option<&crate::SlowCompileNotice>,
-        name: &str,
-        bytes: &[u8],
-    ) -> Result<Self, LoadError> {
+    pub(crate) fn load(sources: &CodeSources<'_>, name: &str, bytes: &[u8]) -> Result<Self, LoadError> {
         check_header(name, bytes)?;
         // BLAKE3 rather than SHA-256: both are collision-resistant (the digest keys compiled native
         // code in the artifact cache, so a tenant must not be able to collide with another's
@@ -63,47 +106,43 @@ impl PolicyComponent {
         // largest part of a load from the artifact cache (docs/performance.md).
         let digest = blake3::hash(bytes).to_hex().to_string();
         let started = std::time::Instant::now();
-        let cached = cache.and_then(|c| c.get(engine, &digest));
-        let from_cache = cached.is_some();
-        let component = match cached {
-            Some(component) => component,
+        let (component, source) = match sources.find(&digest) {
+            Some(found) => found,
             None => {
-                let _watch = slow_compile.map(|notice| notice.watch(name, bytes.len()));
-                let component = Component::new(engine, bytes)
+                let _watch = sources.slow_compile.map(|notice| notice.watch(name, bytes.len()));
+                let component = Component::new(sources.engine, bytes)
                     .map_err(|e| LoadError::new(name, format!("not a valid component: {}", root_cause(&e))))?;
-                if let Some(cache) = cache {
+                if let Some(cache) = sources.artifacts {
                     cache.put(&digest, &component);
                 }
-                component
+                sources.in_memory.put(&digest, &component);
+                (component, LoadSource::Compiled)
             }
         };
         let load = LoadStats {
-            from_cache,
+            source,
             elapsed: started.elapsed(),
         };
-        Self::validated(engine, linker, name, digest, bytes.len(), component, load)
+        Self::validated(sources, name, digest, bytes.len(), component, load)
     }
 
-    /// The component whose bytes have BLAKE3 `digest`, from the artifact cache alone; `None` on a
-    /// miss (the caller then reads and compiles the bytes). For a file whose digest is remembered
-    /// ([`crate::file_digest`]): its bytes need not be read again.
-    pub(crate) fn load_cached(
-        engine: &Engine,
-        linker: &Linker<GuestState>,
-        cache: &crate::ArtifactCache,
+    /// The component whose bytes have BLAKE3 `digest`, from this process or the artifact cache;
+    /// `None` when neither has it (the caller then reads and compiles the bytes). For a file whose
+    /// digest is remembered ([`crate::file_digest`]): its bytes need not be read again.
+    pub(crate) fn load_known(
+        sources: &CodeSources<'_>,
         name: &str,
         digest: &str,
         size_bytes: usize,
     ) -> Option<Result<Self, LoadError>> {
         let started = std::time::Instant::now();
-        let component = cache.get(engine, digest)?;
+        let (component, source) = sources.find(digest)?;
         let load = LoadStats {
-            from_cache: true,
+            source,
             elapsed: started.elapsed(),
         };
         Some(Self::validated(
-            engine,
-            linker,
+            sources,
             name,
             digest.to_string(),
             size_bytes,
@@ -114,17 +153,17 @@ impl PolicyComponent {
 
     /// Check a compiled component against the contract lines and prepare its instantiation.
     fn validated(
-        engine: &Engine,
-        linker: &Linker<GuestState>,
+        sources: &CodeSources<'_>,
         name: &str,
         digest: String,
         size_bytes: usize,
         component: Component,
         load: LoadStats,
     ) -> Result<Self, LoadError> {
-        let line = check_world(engine, name, &component)?;
+        let line = check_world(sources.engine, name, &component)?;
         let contract = format!("agentrt:policy@{}", line.version());
-        let pre = linker
+        let pre = sources
+            .linker
             .instantiate_pre(&component)
             .map_err(|e| LoadError::new(name, format!("does not fit the {contract} world: {}", root_cause(&e))))?;
         let exports_match = match line {

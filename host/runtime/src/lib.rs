@@ -45,6 +45,7 @@ pub mod flag_values;
 pub mod handle;
 mod instance;
 pub mod journal;
+mod loaded_components;
 pub mod metrics;
 pub mod policy_log;
 pub mod registry;
@@ -55,10 +56,12 @@ pub mod side_effects;
 
 pub use artifact_cache::ArtifactCache;
 pub use breaker::BreakerConfig;
-pub use component::{LoadStats, PolicyComponent, WorldShape, CONTRACT};
+pub use component::{LoadSource, LoadStats, PolicyComponent, WorldShape, CONTRACT};
 pub use component_file::{read_component_file, DEFAULT_MAX_COMPONENT_BYTES};
 pub use component_lookup::{ComponentLookup, ComponentNotFound, ComponentSource, EmbeddedComponent, EmbeddedSet};
-pub use engine::{CpuBound, EngineOptions, PolicyEngine, PoolingOptions, SlowCompileNotice};
+pub use engine::{
+    CpuBound, EngineOptions, PolicyEngine, PoolingOptions, SlowCompileNotice, DEFAULT_KEEP_COMPILED_BYTES,
+};
 pub use error::{LoadError, PolicyError, Primitive};
 pub use handle::{keep_order, lru_order, PolicyHandle, Ranking, SlotConfig, SwapReport};
 pub use registry::{parse_slot_config, validate_tenant_name, PolicyRegistry, RegistryError, MAX_TENANT_NAME};

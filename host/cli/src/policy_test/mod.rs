@@ -77,11 +77,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
         Ok(format!(
             "{}, {} in {}",
             report::size(host.component().size_bytes()),
-            if stats.from_cache {
-                "from the artifact cache"
-            } else {
-                "compiled"
-            },
+            stats.source,
             crate::describe::millis(stats.elapsed)
         )),
     ));
