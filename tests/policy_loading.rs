@@ -366,3 +366,33 @@ fn a_component_rewritten_in_place_is_never_served_its_old_artifact() {
     assert_ne!(swapped.digest(), first.digest(), "served the old component's artifact");
     assert_eq!(swapped.digest(), expected.digest());
 }
+
+#[test]
+fn a_perf_map_names_the_guests_compiled_functions() {
+    use agentrt_runtime::{EngineOptions, PolicyEngine};
+    let cache = tempfile::tempdir().unwrap();
+    let engine = PolicyEngine::new(EngineOptions {
+        cache_dir: Some(cache.path().to_path_buf()),
+        perf_map: true,
+        ..EngineOptions::default()
+    })
+    .unwrap();
+    engine.load_file(&component_path("lru")).unwrap();
+    let map = std::path::PathBuf::from(format!("/tmp/perf-{}.map", std::process::id()));
+    let lines = std::fs::read_to_string(&map).expect("the perf map is written");
+    let _ = std::fs::remove_file(&map);
+    // perf's format: start address, size (hex), name. The built component is stripped, so its
+    // functions are named by module and index (`wasm[0]::function[3]`), not by their source names.
+    let functions: Vec<(&str, u64)> = lines
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(3, ' ');
+            let (start, size, name) = (fields.next()?, fields.next()?, fields.next()?);
+            assert!(start.starts_with("0x"), "{line}");
+            name.contains("::function[")
+                .then(|| (name, u64::from_str_radix(size, 16).unwrap()))
+        })
+        .collect();
+    assert!(functions.len() >= 10, "the guest's functions are listed:\n{lines}");
+    assert!(functions.iter().all(|(_, size)| *size > 0), "{functions:?}");
+}

@@ -8,8 +8,10 @@
 //! ```
 //!
 //! Phases: `load` (a component from the artifact cache), `start` / `start-pooling` (instantiate +
-//! `init` + `info`), `observe-typed` (1,024 request arrivals to LRU), `score-cachesage` (64 items).
-//! Prints the mean time per iteration.
+//! `init` + `info`), `observe-typed` (1,024 request arrivals to LRU), `score-cachesage` (64 items)
+//! and `score-cachesage-native` (the same, the policy compiled natively). Prints the mean time per
+//! iteration. `AGENTRT_PERF_MAP=1` writes `/tmp/perf-PID.map`, so that perf names the guest's
+//! functions (build the component with its names: `CARGO_PROFILE_WASM_STRIP=false`).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -69,6 +71,19 @@ fn main() {
                 black_box(policy.score(black_box(&items)).expect("score"));
             })
         }
+        "score-cachesage-native" => {
+            // The same policy, state and items, compiled natively (the SDK's test harness): what
+            // the Wasm ÷ native ratio divides by.
+            let policy = start(&engine, "cachesage");
+            policy.observe(&arrivals(256)).expect("observe");
+            let mut native = agentrt_sdk::testing::Harness::<agentrt_policy_cachesage::CacheSage>::new([]).unwrap();
+            native.observe(&native_registrations());
+            native.restore(&policy.snapshot().expect("snapshot")).expect("restore");
+            let items = native_items(&items(64));
+            Box::new(move || {
+                black_box(native.score(black_box(&items)));
+            })
+        }
         _ => usage(),
     };
 
@@ -85,7 +100,9 @@ fn main() {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: host_phase load|start|start-pooling|observe-typed|score-cachesage [SECONDS]");
+    eprintln!(
+        "usage: host_phase load|start|start-pooling|observe-typed|score-cachesage|score-cachesage-native [SECONDS]"
+    );
     std::process::exit(2)
 }
 
@@ -131,6 +148,38 @@ fn arrivals(n: u64) -> Vec<Event> {
     }));
     events.truncate(n as usize);
     events
+}
+
+/// The agents `arrivals` registers, for the native harness (a snapshot does not carry them).
+fn native_registrations() -> Vec<agentrt_sdk::Event> {
+    arrivals(8)
+        .into_iter()
+        .filter_map(|event| match event {
+            Event::AgentRegistered(a) => Some(agentrt_sdk::Event::AgentRegistered(agentrt_sdk::AgentRegistered {
+                agent: a.agent,
+                name: a.name,
+                anchor_hash: a.anchor_hash,
+                anchor_tokens: a.anchor_tokens,
+            })),
+            _ => None,
+        })
+        .collect()
+}
+
+fn native_items(items: &[Item]) -> Vec<agentrt_sdk::Item> {
+    items
+        .iter()
+        .map(|i| agentrt_sdk::Item {
+            kind: agentrt_sdk::ItemKind::KvBlock,
+            key: i.key,
+            agent: i.agent,
+            session: i.session,
+            last_access: i.last_access,
+            tokens: i.tokens,
+            position: i.position,
+            tier: agentrt_sdk::Tier::Gpu,
+        })
+        .collect()
 }
 
 fn items(n: u64) -> Vec<Item> {

@@ -48,6 +48,11 @@ pub struct EngineOptions {
     /// deserialize; least recently used first out; 0 keeps none. 64 MiB by default: dozens of
     /// Rust policies, a few Python or JavaScript ones.
     pub keep_compiled_bytes: usize,
+    /// Write `/tmp/perf-PID.map` as components are compiled or loaded, so that `perf report`
+    /// names the guest's functions (by name where the component kept its name section) instead
+    /// of showing bare addresses. For profiling a policy; by default on when `$AGENTRT_PERF_MAP`
+    /// is set (to anything but `0`), like the cache folder's `$AGENTRT_CACHE_DIR`.
+    pub perf_map: bool,
 }
 
 /// What to do when compiling a component takes longer than [`Self::after`]: a cold artifact cache
@@ -162,6 +167,7 @@ impl Default for EngineOptions {
             max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES,
             slow_compile: None,
             keep_compiled_bytes: DEFAULT_KEEP_COMPILED_BYTES,
+            perf_map: std::env::var_os("AGENTRT_PERF_MAP").is_some_and(|v| v != "0"),
         }
     }
 }
@@ -234,6 +240,9 @@ impl PolicyEngine {
             CpuBound::Fuel => {
                 config.consume_fuel(true);
             }
+        }
+        if options.perf_map {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
         }
         if let Some(pooling) = &options.pooling {
             let mut pool = PoolingAllocationConfig::default();
