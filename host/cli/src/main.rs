@@ -28,6 +28,13 @@ mod policy_sdk;
 mod policy_test;
 
 use agentrt_runtime::ComponentLookup;
+
+/// mimalloc rather than glibc's malloc: under load the proxy's tokio workers allocate and free on
+/// every request from several threads, and glibc's arenas cost it ~15 % of the proxy's CPU in
+/// malloc and free plus ~4 % waking threads blocked on an arena's lock (a profile of `serve` at
+/// its ceiling, docs/performance.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::{CommandFactory, Parser, Subcommand};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
