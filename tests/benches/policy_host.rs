@@ -14,6 +14,8 @@ use agentrt_runtime::{
     DEFAULT_KEEP_COMPILED_BYTES,
 };
 use agentrt_tests::{component_path, session_end, Rng};
+
+mod native;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 fn engine_options(pooling: bool, cache: &tempfile::TempDir) -> EngineOptions {
@@ -245,19 +247,7 @@ fn native_vs_wasm(c: &mut Criterion) {
     let engine = engine(true, &cache);
     let mut rng = Rng::new(9);
     let wasm_items = items(64, &mut rng);
-    let native_items: Vec<agentrt_sdk::Item> = wasm_items
-        .iter()
-        .map(|i| agentrt_sdk::Item {
-            kind: agentrt_sdk::ItemKind::KvBlock,
-            key: i.key,
-            agent: i.agent,
-            session: i.session,
-            last_access: i.last_access,
-            tokens: i.tokens,
-            position: i.position,
-            tier: agentrt_sdk::Tier::Gpu,
-        })
-        .collect();
+    let native_items = native::native_items(&wasm_items);
 
     let mut group = c.benchmark_group("native vs wasm: score 64");
     let lru = start(&engine, "lru");

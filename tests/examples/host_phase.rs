@@ -21,6 +21,10 @@ use agentrt_runtime::types::*;
 use agentrt_runtime::{EngineOptions, PolicyEngine, PolicyHandle, PoolingOptions, SandboxLimits, SlotConfig};
 use agentrt_tests::component_path;
 
+#[path = "../benches/native/mod.rs"]
+mod native;
+use native::native_items;
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let phase = args.next().unwrap_or_else(|| usage());
@@ -162,22 +166,6 @@ fn native_registrations() -> Vec<agentrt_sdk::Event> {
                 anchor_tokens: a.anchor_tokens,
             })),
             _ => None,
-        })
-        .collect()
-}
-
-fn native_items(items: &[Item]) -> Vec<agentrt_sdk::Item> {
-    items
-        .iter()
-        .map(|i| agentrt_sdk::Item {
-            kind: agentrt_sdk::ItemKind::KvBlock,
-            key: i.key,
-            agent: i.agent,
-            session: i.session,
-            last_access: i.last_access,
-            tokens: i.tokens,
-            position: i.position,
-            tier: agentrt_sdk::Tier::Gpu,
         })
         .collect()
 }
