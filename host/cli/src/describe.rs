@@ -2,7 +2,7 @@
 //! output: the demo and the conformance kit print these rather than the types' `Debug` form.
 
 use agentrt_runtime::types::{Forecast, ForecastKind, SideEffect};
-use agentrt_runtime::PolicyError;
+use agentrt_runtime::{Overrun, PolicyError};
 use std::time::Duration;
 
 /// How an agent handle reads to a person (its name, or `agent N` when unknown).
@@ -78,10 +78,21 @@ pub fn error(error: &PolicyError) -> String {
     match error {
         PolicyError::Trap { primitive, message, .. } => format!("{primitive} trapped: {}", trap_cause(message)),
         PolicyError::DeadlineExceeded {
-            primitive, deadline, ..
+            primitive,
+            deadline,
+            overrun: Overrun::Cpu,
+            ..
         } => {
             format!("{primitive} ran past its {} deadline", millis(*deadline))
         }
+        PolicyError::DeadlineExceeded {
+            primitive,
+            overrun: Overrun::Waiting { on_clock, .. },
+            ..
+        } => format!(
+            "{primitive} was kept waiting {} by a busy host (not the policy's doing)",
+            millis(*on_clock)
+        ),
         PolicyError::FuelExhausted { primitive, .. } => format!("{primitive} used up its fuel"),
         PolicyError::OutOfMemory {
             primitive, cap_bytes, ..

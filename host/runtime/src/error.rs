@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::call_clock::Overrun;
+
 /// Which primitive or lifecycle call failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Primitive {
@@ -27,6 +29,13 @@ pub enum Primitive {
 }
 
 impl Primitive {
+    /// Whether the call starts an instance (`info`, `init`, `restore`): it runs once per instance
+    /// and may wait on the clock longer than a call of the request stream
+    /// ([`crate::call_clock::START_UP_WALL_LIMIT`]).
+    pub fn starts_an_instance(self) -> bool {
+        matches!(self, Primitive::Info | Primitive::Init | Primitive::Restore)
+    }
+
     /// Every primitive, in declaration order: the index per-primitive counters use.
     pub const ALL: [Primitive; 9] = [
         Primitive::Info,
@@ -99,8 +108,9 @@ pub enum PolicyError {
         message: String,
     },
 
-    /// The call ran past its CPU deadline and was interrupted.
-    #[error("policy `{policy}` exceeded its {deadline:?} deadline in {primitive}")]
+    /// The call ran past its CPU deadline, or waited on the clock past its limit, and was
+    /// interrupted.
+    #[error("policy `{policy}` {}", overrun_story(*.primitive, *.deadline, .overrun))]
     DeadlineExceeded {
         /// The slot's label.
         policy: String,
@@ -109,6 +119,8 @@ pub enum PolicyError {
         /// The deadline the call ran past
         /// ([`SandboxLimits::call_deadline`](crate::SandboxLimits::call_deadline)).
         deadline: Duration,
+        /// Whether the policy computed too long or the host kept it waiting.
+        overrun: Overrun,
     },
 
     /// The call burned its fuel (instruction budget) and was stopped.
@@ -204,6 +216,24 @@ pub enum PolicyError {
         /// How long until the breaker lets one trial call through.
         retry_in: Duration,
     },
+}
+
+/// The end of a [`PolicyError::DeadlineExceeded`] message: what ran out, and whose fault it was.
+fn overrun_story(primitive: Primitive, deadline: Duration, overrun: &Overrun) -> String {
+    match overrun {
+        Overrun::Cpu => format!("exceeded its {deadline:?} deadline in {primitive}"),
+        Overrun::Waiting { on_clock, cpu } => {
+            let used = match cpu {
+                Some(cpu) => format!("having used {cpu:.1?} of its {deadline:?} of CPU"),
+                None => format!("(its deadline: {deadline:?})"),
+            };
+            format!(
+                "was stopped in {primitive} after {on_clock:.1?} on the clock, {used}: the host kept \
+                 the call waiting (too few cores for its load, or a slow disk), the policy did not \
+                 compute too long; give the host more CPU or run fewer tenants on it"
+            )
+        }
+    }
 }
 
 impl PolicyError {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use wasmtime::component::TypedFunc;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
-use crate::call_clock::{CallClock, Standing};
+use crate::call_clock::{CallClock, CallKind, Overrun, Standing};
 use crate::compat;
 use crate::component::PolicyComponent;
 use crate::engine::{ticks_in, CpuBound};
@@ -28,12 +28,18 @@ use crate::sandbox::{GuestState, SandboxLimits};
 use crate::types::{Event, Forecast, Item, PolicyInfo, SideEffect};
 use crate::PolicyEngine;
 
-/// Give the next call its CPU allowance: a fresh deadline on a fresh call clock, or a fresh tank
-/// of fuel.
-fn arm_cpu_bound(store: &mut Store<GuestState>, bound: CpuBound, limits: &SandboxLimits, deadline_ticks: u64) {
+/// Give the next call of `kind` its CPU allowance: a fresh deadline on a fresh call clock, or a
+/// fresh tank of fuel.
+fn arm_cpu_bound(
+    store: &mut Store<GuestState>,
+    bound: CpuBound,
+    kind: CallKind,
+    limits: &SandboxLimits,
+    deadline_ticks: u64,
+) {
     match bound {
         CpuBound::EpochDeadline => {
-            store.data_mut().call_clock = CallClock::start(limits.call_deadline);
+            store.data_mut().call_clock = CallClock::start(limits.call_deadline, kind);
             store.set_epoch_deadline(deadline_ticks);
         }
         CpuBound::Fuel => store
@@ -46,7 +52,7 @@ fn arm_cpu_bound(store: &mut Store<GuestState>, bound: CpuBound, limits: &Sandbo
 /// waiting the ticks its remaining CPU time makes up.
 fn on_epoch_deadline(store: &mut Store<GuestState>, epoch_tick: Duration) {
     store.epoch_deadline_callback(move |ctx| match ctx.data().call_clock.standing() {
-        Standing::Spent => Ok(UpdateDeadline::Interrupt),
+        Standing::Spent(_) => Ok(UpdateDeadline::Interrupt),
         Standing::Left(left) => Ok(UpdateDeadline::Continue(ticks_in(left, epoch_tick))),
     });
 }
@@ -101,7 +107,7 @@ impl PolicyInstance {
             on_epoch_deadline(&mut store, engine.options().epoch_tick);
         }
         let deadline_ticks = engine.deadline_ticks(limits.call_deadline);
-        arm_cpu_bound(&mut store, cpu_bound, limits, deadline_ticks);
+        arm_cpu_bound(&mut store, cpu_bound, CallKind::StartUp, limits, deadline_ticks);
         let unavailable = |e: wasmtime::Error| {
             let (policy, message) = (label.to_string(), format!("{e:#}"));
             if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>().is_some() {
@@ -163,19 +169,31 @@ impl PolicyInstance {
         f: impl FnOnce(&Bindings, &BoundedExports, &mut Store<GuestState>) -> wasmtime::Result<R>,
     ) -> Result<R, PolicyError> {
         let entry = self.ticker.as_ref().map(EpochTicker::enter);
-        arm_cpu_bound(&mut self.store, self.cpu_bound, &self.limits, self.deadline_ticks);
+        let kind = if primitive.starts_an_instance() {
+            CallKind::StartUp
+        } else {
+            CallKind::Steady
+        };
+        arm_cpu_bound(&mut self.store, self.cpu_bound, kind, &self.limits, self.deadline_ticks);
         let result = f(&self.bindings, &self.bounded, &mut self.store);
         drop(entry);
         let result = result.map_err(|e| self.classify(primitive, e))?;
         // The epoch interrupts guest code only; the host's copying of the result counts too.
-        if self.cpu_bound == CpuBound::EpochDeadline && self.store.data().call_clock.standing() == Standing::Spent {
-            return Err(PolicyError::DeadlineExceeded {
-                policy: self.label.to_string(),
-                primitive,
-                deadline: self.limits.call_deadline,
-            });
+        if self.cpu_bound == CpuBound::EpochDeadline {
+            if let Standing::Spent(overrun) = self.store.data().call_clock.standing() {
+                return Err(self.deadline_exceeded(primitive, overrun));
+            }
         }
         Ok(result)
+    }
+
+    fn deadline_exceeded(&self, primitive: Primitive, overrun: Overrun) -> PolicyError {
+        PolicyError::DeadlineExceeded {
+            policy: self.label.to_string(),
+            primitive,
+            deadline: self.limits.call_deadline,
+            overrun,
+        }
     }
 
     fn classify(&self, primitive: Primitive, error: wasmtime::Error) -> PolicyError {
@@ -202,11 +220,12 @@ impl PolicyInstance {
             .or_else(|| error.chain().find_map(|e| e.downcast_ref::<Trap>()));
         match trap {
             Some(Trap::Interrupt) => {
-                return PolicyError::DeadlineExceeded {
-                    policy,
-                    primitive,
-                    deadline: self.limits.call_deadline,
-                }
+                // Interrupted only once spent, and time only runs on: the clock still says how.
+                let overrun = match self.store.data().call_clock.standing() {
+                    Standing::Spent(overrun) => overrun,
+                    Standing::Left(_) => Overrun::Cpu,
+                };
+                return self.deadline_exceeded(primitive, overrun);
             }
             Some(Trap::OutOfFuel) => {
                 return PolicyError::FuelExhausted {

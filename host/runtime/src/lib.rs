@@ -56,6 +56,7 @@ pub mod side_effects;
 
 pub use artifact_cache::ArtifactCache;
 pub use breaker::BreakerConfig;
+pub use call_clock::Overrun;
 pub use component::{LoadSource, LoadStats, PolicyComponent, WorldShape, CONTRACT};
 pub use component_file::{read_component_file, DEFAULT_MAX_COMPONENT_BYTES};
 pub use component_lookup::{ComponentLookup, ComponentNotFound, ComponentSource, EmbeddedComponent, EmbeddedSet};

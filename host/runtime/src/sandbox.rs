@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use wasmtime::ResourceLimiter;
 
 use crate::bindings::agentrt::policy::{host, types};
-use crate::call_clock::CallClock;
+use crate::call_clock::{CallClock, CallKind};
 use crate::policy_log::PolicyLog;
 
 /// The default cap on an instance's memories and tables together: 128 MiB.
@@ -172,7 +172,7 @@ impl GuestState {
             log,
             seed,
             clock_origin,
-            call_clock: CallClock::start(limits.call_deadline),
+            call_clock: CallClock::start(limits.call_deadline, CallKind::StartUp),
         }
     }
 }
