@@ -18,6 +18,7 @@
 //! [`ComponentLookup`]: `$AGENTRT_COMPONENTS_DIR`, the folders beside this binary, the components
 //! built into it ([`embedded`]), then the source tree's build output.
 
+mod allocator;
 mod demo;
 mod describe;
 mod embedded;
@@ -29,13 +30,8 @@ mod policy_test;
 
 use agentrt_runtime::ComponentLookup;
 
-/// mimalloc rather than glibc's malloc: under load the proxy's tokio workers allocate and free on
-/// every request from several threads, and glibc's arenas cost it ~15 % of the proxy's CPU in
-/// malloc and free plus ~4 % waking threads blocked on an arena's lock (a profile of `serve` at
-/// its ceiling, docs/performance.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::{CommandFactory, Parser, Subcommand};
+use tracing_subscriber::filter::FilterExt as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
@@ -83,6 +79,7 @@ enum PolicyCommand {
 }
 
 fn main() -> std::process::ExitCode {
+    allocator::no_transparent_huge_pages();
     // `serve --config FILE`: the file's `[serve]` table gives the flags the command line does not.
     let argv =
         match agentrt_serve::config_flags::with_file_flags(&Cli::command(), "serve", std::env::args_os().collect()) {
@@ -104,11 +101,21 @@ fn main() -> std::process::ExitCode {
         Command::Serve(_) => "warn,agentrt_serve=info,agentrt_eviction=info",
         _ => "warn",
     };
+    // Under the default filter the log records events, not spans: `serve`'s request spans are at
+    // `info` for the trace exporter, and the log recording them too (formatting every span's
+    // fields, for a context prefix its lines do not need — they carry the tenant themselves) was
+    // ~6 % of the proxy's CPU at its ceiling. With no exporter no layer wants them and they are
+    // not even created. An operator's own `AGENTRT_LOG` records what it names, spans included.
+    let (filter, with_spans) = match EnvFilter::try_from_env("AGENTRT_LOG") {
+        Ok(filter) => (filter, true),
+        Err(_) => (EnvFilter::new(default_filter), false),
+    };
+    let spans = tracing_subscriber::filter::filter_fn(move |meta| with_spans || meta.is_event());
     // Colours only for a person at a terminal: a log file or a collector gets plain text.
     let log = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
-        .with_filter(EnvFilter::try_from_env("AGENTRT_LOG").unwrap_or_else(|_| EnvFilter::new(default_filter)));
+        .with_filter(filter.and(spans));
     // `serve` exports its spans over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set; the guard
     // flushes the last batch when `main` returns.
     let (otlp, _telemetry) = match &cli.command {

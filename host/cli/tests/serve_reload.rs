@@ -1,6 +1,7 @@
 //! The `agentrt serve` process reloads its tenants' config file on SIGHUP: a key the new file
 //! gives works at once, one it drops is refused, a broken file changes nothing — and the process
-//! keeps running throughout. The file's `[serve]` table gives the process its flags.
+//! keeps running throughout. The file's `[serve]` table gives the process its flags. And the
+//! process runs without transparent huge pages (its allocator's stalls under load).
 
 #![cfg(unix)]
 
@@ -59,6 +60,7 @@ fn start(config: &std::path::Path) -> Serve {
         .arg(config)
         // The log as an operator gets it: the default filter, to a pipe (not a terminal).
         .env_remove("AGENTRT_LOG")
+        .env_remove("MIMALLOC_ALLOW_THP")
         .stderr(Stdio::piped())
         .spawn()
         .expect("starting agentrt serve");
@@ -96,6 +98,14 @@ fn status_with(serve: &Serve, key: &str) -> u16 {
     reply.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
+/// Whether the kernel may back `pid`'s memory with transparent huge pages (`THP_enabled` in its
+/// status); `None` where the kernel does not say (not Linux, or older than 5.0).
+fn thp_enabled(pid: u32) -> Option<bool> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("THP_enabled:"))?;
+    Some(line.split_whitespace().nth(1)? != "0")
+}
+
 fn hang_up(serve: &Serve) {
     let status = Command::new("kill")
         .args(["-HUP", &serve.child.id().to_string()])
@@ -125,6 +135,10 @@ fn sighup_reloads_the_tenants_and_a_broken_file_changes_nothing() {
     let mut serve = start(&config);
     assert_ne!(status_with(&serve, "key-a"), 401);
     assert_eq!(status_with(&serve, "key-b"), 401);
+    match thp_enabled(serve.child.id()) {
+        Some(enabled) => assert!(!enabled, "agentrt serve runs with transparent huge pages"),
+        None => eprintln!("SKIPPED the huge-page check: this kernel's /proc/PID/status has no THP_enabled"),
+    }
     // What an operator must hear at start, in plain text (the log is a pipe, not a terminal).
     for warning in [
         "every user on this machine may read it (mode 644) and it holds API keys or tokens",

@@ -11,8 +11,8 @@
 //! only records them. [`Telemetry`] flushes what is left when dropped, at shutdown.
 //!
 //! When export is off nothing here costs more than a relaxed load: [`enabled`] is false, no
-//! trace context is read from clients or written upstream, and the spans (below the fmt layer's
-//! default level) are not even created.
+//! trace context is read from clients or written upstream, and the spans (which the log does not
+//! record under its default filter) are not even created.
 //!
 //! [`propagation`] reads `traceparent` from a client's headers and writes it on upstream requests;
 //! the span names and their attributes are listed in docs/deploy.md ("Observability").
