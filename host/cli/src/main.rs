@@ -22,6 +22,7 @@ mod allocator;
 mod demo;
 mod describe;
 mod embedded;
+mod logging;
 mod policy_build;
 mod policy_check;
 mod policy_new;
@@ -31,10 +32,8 @@ mod policy_test;
 use agentrt_runtime::ComponentLookup;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use tracing_subscriber::filter::FilterExt as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
-use tracing_subscriber::{EnvFilter, Layer as _};
 
 #[derive(Parser)]
 #[command(
@@ -101,21 +100,8 @@ fn main() -> std::process::ExitCode {
         Command::Serve(_) => "warn,agentrt_serve=info,agentrt_eviction=info",
         _ => "warn",
     };
-    // Under the default filter the log records events, not spans: `serve`'s request spans are at
-    // `info` for the trace exporter, and the log recording them too (formatting every span's
-    // fields, for a context prefix its lines do not need — they carry the tenant themselves) was
-    // ~6 % of the proxy's CPU at its ceiling. With no exporter no layer wants them and they are
-    // not even created. An operator's own `AGENTRT_LOG` records what it names, spans included.
-    let (filter, with_spans) = match EnvFilter::try_from_env("AGENTRT_LOG") {
-        Ok(filter) => (filter, true),
-        Err(_) => (EnvFilter::new(default_filter), false),
-    };
-    let spans = tracing_subscriber::filter::filter_fn(move |meta| with_spans || meta.is_event());
-    // Colours only for a person at a terminal: a log file or a collector gets plain text.
-    let log = tracing_subscriber::fmt::layer()
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .with_filter(filter.and(spans));
+    let agentrt_log = std::env::var("AGENTRT_LOG").ok();
+    let log = logging::layer(default_filter, agentrt_log.as_deref());
     // `serve` exports its spans over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set; the guard
     // flushes the last batch when `main` returns.
     let (otlp, _telemetry) = match &cli.command {
@@ -129,7 +115,12 @@ fn main() -> std::process::ExitCode {
         },
         _ => (None, None),
     };
-    tracing_subscriber::registry().with(log).with(otlp).init();
+    // The exporter's layer only when there is one (`logging` says why).
+    let stack = tracing_subscriber::registry().with(log);
+    match otlp {
+        Some(otlp) => stack.with(otlp).init(),
+        None => stack.init(),
+    }
     let components = ComponentLookup::from_environment(embedded::EMBEDDED);
     let result = match cli.command {
         Command::Policy {
