@@ -65,6 +65,9 @@ mod tests {
     #[test]
     fn an_operators_filter_records_the_spans_it_names() {
         assert_eq!(enabled_under(Some("agentrt_serve=info")), (true, true));
-        assert!(!enabled_under(Some("warn")).0, "a span below the operator's filter was created");
+        assert!(
+            !enabled_under(Some("warn")).0,
+            "a span below the operator's filter was created"
+        );
     }
 }
