@@ -240,10 +240,10 @@ impl WorkerThread {
         while let Some(job) = next.take().or_else(|| queue.recv().ok()) {
             match job {
                 Job::Observe(events, parent) => {
-                    // Only when this job is the only one queued: with a backlog the batch has
-                    // formed already, and waiting would only take time from a busy policy.
-                    let alone = self.stats.queued.load(Relaxed) <= 1;
-                    if alone && last_end.is_some_and(|end| end.elapsed() < GATHER_WAIT) {
+                    // Not when a whole batch is queued already: waiting would only take time
+                    // from a busy policy. (Jobs, not events: a job holds at least one event.)
+                    let short = self.stats.queued.load(Relaxed) < self.batch.events() as u64;
+                    if short && last_end.is_some_and(|end| end.elapsed() < GATHER_WAIT) {
                         std::thread::sleep(GATHER_WAIT);
                     }
                     let batch = gather(&queue, events, parent, self.batch.events());
