@@ -240,13 +240,14 @@ impl WorkerThread {
         while let Some(job) = next.take().or_else(|| queue.recv().ok()) {
             match job {
                 Job::Observe(events, parent) => {
+                    let limit = self.batch.events();
                     // Not when a whole batch is queued already: waiting would only take time
                     // from a busy policy. (Jobs, not events: a job holds at least one event.)
-                    let short = self.stats.queued.load(Relaxed) < self.batch.events() as u64;
+                    let short = self.stats.queued.load(Relaxed) < limit as u64;
                     if short && last_end.is_some_and(|end| end.elapsed() < GATHER_WAIT) {
                         std::thread::sleep(GATHER_WAIT);
                     }
-                    let batch = gather(&queue, events, parent, self.batch.events());
+                    let batch = gather(&queue, events, parent, limit);
                     next = batch.next;
                     self.observe(batch.events, &batch.parent, batch.jobs);
                     last_end = Some(Instant::now());
