@@ -37,6 +37,10 @@ units+=("mc-conv 0.10 util50")
 # with the oracle's, as the simulator then told policies.
 units+=("mc-conv-chained 0.15 recorded" "mc-conv-chained 0.15 recorded-oracle")
 units+=("mc-conv-chained 0.05 arrivals4" "mc-conv-chained 0.05 arrivals4-oracle")
+# REAL_TRACES_UNITS="cc100 0.025 users8;…" replays only those rows.
+if [[ -n "${REAL_TRACES_UNITS:-}" ]]; then
+    IFS=';' read -r -a units <<<"$REAL_TRACES_UNITS"
+fi
 
 run_unit() {
     local trace="$1" f="$2" load="$3"

@@ -46,10 +46,27 @@ pub enum CcAnchors {
     SharedTools,
 }
 
+/// How long a call waits after the previous one finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CcWaits {
+    /// `think_time`, but never longer than the time between the two calls' starts (`t[n] −
+    /// t[n−1]`). The recorder measures `think_time` from the last response it timed: after a call
+    /// with no `api_time` (15 % of cc100's calls follow one) it counts that call's whole life and
+    /// every earlier untimed one too — 199 s, 218 s, 257 s … where `t` says the calls came 19–50 s
+    /// apart. A client cannot have waited after the previous answer longer than the two calls lie
+    /// apart, so the bound only removes what the recorder counted twice; where the previous call
+    /// is untimed the wait still holds that call's own duration (its `api_time` is unknown).
+    Bounded,
+    /// `think_time` as recorded (the tester's `think-only` timing without its `--max-delay` cap;
+    /// this project's imports before 2026-12-05).
+    Recorded,
+}
+
 /// What to take from a folder of conversations, and how to time them.
 #[derive(Debug, Clone)]
 pub struct CcOptions {
     pub anchors: CcAnchors,
+    pub waits: CcWaits,
     /// Leave out conversations with a request longer than this (the tester's `--max-context`).
     pub max_context: Option<u32>,
     /// At most this many conversations (file-name order, after `max_context`).
@@ -92,6 +109,7 @@ struct Reader<'a> {
     file: &'a str,
     conv: &'a str,
     anchors: CcAnchors,
+    waits: CcWaits,
 }
 
 impl Reader<'_> {
@@ -126,6 +144,7 @@ impl Reader<'_> {
             let t = r.time("t")?;
             let api = r.time_opt("api_time")?.unwrap_or(0.0);
             let think = match (r.time_opt("think_time")?, previous) {
+                (Some(x), Some((pt, _))) if self.waits == CcWaits::Bounded => x.min((t - pt).max(0.0)),
                 (Some(x), _) => x,
                 (None, Some((pt, papi))) => (t - pt - papi).max(0.0),
                 (None, None) => 0.0,
@@ -262,6 +281,7 @@ pub fn import(src: &Path, options: &CcOptions) -> anyhow::Result<(Vec<Thread>, V
             file: &file,
             conv: &conv,
             anchors: options.anchors,
+            waits: options.waits,
         };
         let mut max_in = 0;
         let c = reader.conversation(&doc, &mut max_in)?;
@@ -314,6 +334,7 @@ mod tests {
     fn options() -> CcOptions {
         CcOptions {
             anchors: CcAnchors::Source,
+            waits: CcWaits::Bounded,
             max_context: None,
             conversations: None,
             users: 1.0,
@@ -383,6 +404,33 @@ mod tests {
             ..options()
         };
         assert_eq!(import(dir.path(), &one).unwrap().1, ["conv-a"]);
+    }
+
+    /// The recorder's pattern (trace_0348's first calls, shortened): the call at 18 s has no
+    /// `api_time`, so the next call's `think_time` (22 s) is counted from the response at 7.99 s,
+    /// not from the call before it, which the next call follows by 12 s.
+    const UNTIMED_CALL: &str = r#"{
+      "id": "conv-u", "block_size": 64, "tool_tokens": 64, "system_tokens": 64,
+      "requests": [
+        {"t": 0.0, "type": "s", "in": 300, "out": 40, "hash_ids": [1, 2, 3, 4], "stop": "tool_use", "api_time": 7.99, "think_time": 0.0},
+        {"t": 18.0, "type": "s", "in": 320, "out": 20, "hash_ids": [1, 2, 3, 4, 5], "stop": "", "think_time": 10.0},
+        {"t": 30.0, "type": "s", "in": 420, "out": 30, "hash_ids": [1, 2, 3, 4, 5, 6], "stop": "tool_use", "api_time": 14.32, "think_time": 22.0},
+        {"t": 58.0, "type": "s", "in": 500, "out": 30, "hash_ids": [1, 2, 3, 4, 5, 6, 7], "stop": "", "think_time": 14.0}
+      ]
+    }"#;
+
+    #[test]
+    fn a_wait_after_an_untimed_call_is_bounded_by_the_calls_timestamps() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("trace_0001.json"), UNTIMED_CALL).unwrap();
+        let gaps = |waits| {
+            let (threads, _) = import(dir.path(), &CcOptions { waits, ..options() }).unwrap();
+            threads[0].calls.iter().map(|c| c.gap_ms).collect::<Vec<_>>()
+        };
+        // 22 s after the response at 7.99 s is 12 s after the untimed call at 18 s; the others
+        // are consistent with `t` and stay as recorded.
+        assert_eq!(gaps(CcWaits::Bounded), [0.0, 10_000.0, 12_000.0, 14_000.0]);
+        assert_eq!(gaps(CcWaits::Recorded), [0.0, 10_000.0, 22_000.0, 14_000.0]);
     }
 
     #[test]

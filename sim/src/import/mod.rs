@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use anchors::AnchorRule;
-use kv_cache_tester::{CcAnchors, CcOptions};
+use kv_cache_tester::{CcAnchors, CcOptions, CcWaits};
 use mooncake::SessionRule;
 
 /// The source formats.
@@ -59,6 +59,11 @@ pub struct ImportArgs {
     /// (tool definitions shared by every conversation: an assumption, not in the trace).
     #[arg(long, value_enum, default_value = "source")]
     pub cc_anchors: CcAnchors,
+    /// kv-cache-tester: how long a call waits after the previous one finished — `bounded`
+    /// (`think_time`, never longer than the two calls lie apart in `t`: after a call the recorder
+    /// did not time, its `think_time` also counts that call) or `recorded` (`think_time` as is).
+    #[arg(long, value_enum, default_value = "bounded")]
+    pub cc_waits: CcWaits,
     /// kv-cache-tester: leave out conversations with a request longer than this many tokens
     /// (the tester's --max-context).
     #[arg(long)]
@@ -80,6 +85,7 @@ pub fn run(a: ImportArgs) -> anyhow::Result<()> {
         Format::KvCacheTester => {
             let options = CcOptions {
                 anchors: a.cc_anchors,
+                waits: a.cc_waits,
                 max_context: a.max_context,
                 conversations: a.conversations,
                 users: a.users,
@@ -93,11 +99,15 @@ pub fn run(a: ImportArgs) -> anyhow::Result<()> {
             (
                 threads,
                 format!(
-                    "{} conversations ({first_last}), anchors {}, {} users",
+                    "{} conversations ({first_last}), anchors {}, waits {}, {} users",
                     ids.len(),
                     match a.cc_anchors {
                         CcAnchors::Source => "source",
                         CcAnchors::SharedTools => "shared-tools",
+                    },
+                    match a.cc_waits {
+                        CcWaits::Bounded => "bounded by t",
+                        CcWaits::Recorded => "as recorded",
                     },
                     a.users
                 ),
