@@ -9,7 +9,9 @@
 //! Mapping: one session per conversation thread (the main thread, and each subagent); the blocks
 //! inside `tool_tokens` + `system_tokens` are the anchor (`tools/…`, `sys/…`) — the source says
 //! where they are; a call comes `think_time` after the previous one finished (the tester's default
-//! `think-only` timing; `t[n] − t[n−1] − api_time[n−1]` where `think_time` is absent); `stop:
+//! `think-only` timing; `t[n] − t[n−1] − api_time[n−1]` where `think_time` is absent), never longer
+//! than the two calls lie apart (`CcWaits::Bounded`: after an untimed call the recorder's
+//! `think_time` counts that call too); `stop:
 //! tool_use` is the trace's `tool_call`. Hints: a thread's last call closes its session
 //! (`hints.closes`: the conversation, or the subagent's run, is over); after any other call the
 //! session waits for a tool when it stopped with `tool_use`, for the user otherwise
