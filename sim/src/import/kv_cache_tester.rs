@@ -48,6 +48,16 @@ pub enum CcAnchors {
     SharedTools,
 }
 
+impl CcAnchors {
+    /// The rule as the import's summary line names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Source => "source",
+            Self::SharedTools => "shared-tools",
+        }
+    }
+}
+
 /// How long a call waits after the previous one finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CcWaits {
@@ -62,6 +72,16 @@ pub enum CcWaits {
     /// `think_time` as recorded (the tester's `think-only` timing without its `--max-delay` cap;
     /// this project's imports before 2026-12-05).
     Recorded,
+}
+
+impl CcWaits {
+    /// The rule as the import's summary line names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Bounded => "bounded by t",
+            Self::Recorded => "as recorded",
+        }
+    }
 }
 
 /// What to take from a folder of conversations, and how to time them.

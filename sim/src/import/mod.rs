@@ -101,14 +101,8 @@ pub fn run(a: ImportArgs) -> anyhow::Result<()> {
                 format!(
                     "{} conversations ({first_last}), anchors {}, waits {}, {} users",
                     ids.len(),
-                    match a.cc_anchors {
-                        CcAnchors::Source => "source",
-                        CcAnchors::SharedTools => "shared-tools",
-                    },
-                    match a.cc_waits {
-                        CcWaits::Bounded => "bounded by t",
-                        CcWaits::Recorded => "as recorded",
-                    },
+                    a.cc_anchors.name(),
+                    a.cc_waits.name(),
                     a.users
                 ),
             )
