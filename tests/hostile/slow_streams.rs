@@ -75,15 +75,21 @@ fn time_the_others(p: &Arc<Proxy>, stop: &Arc<AtomicBool>) -> tokio::task::JoinH
     })
 }
 
-/// `READERS` slow readers of alpha's, opened 50 at a time; each answered 200.
+/// `READERS` slow readers of alpha's, opened 50 at a time; each answered 200 (a 503 is sent
+/// again after a second, at most 10 times: on a busy machine the proxy may shed while the
+/// streams open, which is its overload rule working, not what this test measures).
 async fn open_readers(p: &Proxy, n: usize) -> Vec<SlowReader> {
     let (mut readers, addr) = (Vec::new(), addr(p));
     for _ in 0..n.div_ceil(50) {
-        let batch = (0..50.min(n - readers.len())).map(|_| SlowReader::open(&addr, "key-a"));
+        let batch = (0..50.min(n - readers.len())).map(|_| SlowReader::open_retrying(&addr, "key-a", "tiny", 10));
         readers.extend(futures_util::future::join_all(batch).await);
     }
     for r in &readers {
-        assert_eq!(r.status, 200, "every slow reader's stream is answered");
+        assert_eq!(
+            r.status, 200,
+            "every slow reader's stream is answered; refused with:\n{}",
+            r.refusal
+        );
     }
     readers
 }

@@ -223,8 +223,12 @@ fn slow_stream_rounds(p: &Arc<Proxy>, until: Instant) -> tokio::task::JoinHandle
         let mut stalled = std::collections::VecDeque::new();
         let mut opened = 0;
         while Instant::now() < until {
-            let reader = SlowReader::open_model(&addr, "key-alice", "firehose").await;
-            assert_eq!(reader.status, 200, "a slow reader's stream");
+            let reader = SlowReader::open_retrying(&addr, "key-alice", "firehose", 10).await;
+            assert_eq!(
+                reader.status, 200,
+                "a slow reader's stream; refused with:\n{}",
+                reader.refusal
+            );
             stalled.push_back((Instant::now(), reader));
             opened += 1;
             while stalled.front().is_some_and(|(at, _)| at.elapsed() > SLOW_READER_HOLDS) {

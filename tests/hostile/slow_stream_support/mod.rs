@@ -106,17 +106,16 @@ async fn write_stream(stream: &mut TcpStream) -> std::io::Result<()> {
 /// A client that asked for a stream and reads no more of it than its head.
 pub struct SlowReader {
     pub status: u16,
+    /// What a refusal (any status but 200) said: its head and as much of its body as came
+    /// within a second, so that a failing assertion says why the stream was refused.
+    pub refusal: String,
     stream: TcpStream,
 }
 
 impl SlowReader {
-    /// Send a streamed chat request to the proxy at `addr` (host:port) under `key`, and read the
-    /// response head (within 10 s). Its receive buffer is 4 KiB, as a stalled client's would be.
-    pub async fn open(addr: &str, key: &str) -> SlowReader {
-        Self::open_model(addr, key, "tiny").await
-    }
-
-    /// As [`Self::open`], asking for `model` (the shared stub's `firehose`).
+    /// Send a streamed chat request for `model` to the proxy at `addr` (host:port) under `key`,
+    /// and read the response head (within 10 s). Its receive buffer is 4 KiB, as a stalled
+    /// client's would be.
     pub async fn open_model(addr: &str, key: &str, model: &str) -> SlowReader {
         let socket = TcpSocket::new_v4().unwrap();
         socket.set_recv_buffer_size(4096).unwrap();
@@ -146,7 +145,40 @@ impl SlowReader {
             .get(9..12)
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
-        SlowReader { status, stream }
+        let mut refusal = String::new();
+        if status != 200 {
+            // A refusal is small and complete: read it, so it can be shown.
+            let mut body = vec![0u8; 4096];
+            let n = tokio::time::timeout(Duration::from_secs(1), stream.read(&mut body))
+                .await
+                .map_or(0, |r| r.unwrap_or(0));
+            refusal = format!(
+                "{}{}",
+                String::from_utf8_lossy(&head),
+                String::from_utf8_lossy(&body[..n])
+            );
+        }
+        SlowReader {
+            status,
+            refusal,
+            stream,
+        }
+    }
+
+    /// As [`Self::open_model`], sent again after each 503 (at most `tries` in all), a second
+    /// apart, as a client that honours `Retry-After` does: a proxy sharing its cores with the
+    /// test's own clients may shed a moment of overload, and shedding is not what these tests
+    /// measure.
+    pub async fn open_retrying(addr: &str, key: &str, model: &str, tries: u32) -> SlowReader {
+        let mut reader = Self::open_model(addr, key, model).await;
+        for _ in 1..tries {
+            if reader.status != 503 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            reader = Self::open_model(addr, key, model).await;
+        }
+        reader
     }
 
     /// Read `bytes` of the stream, then stop again.
