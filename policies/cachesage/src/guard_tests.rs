@@ -210,7 +210,7 @@ fn a_model_that_keeps_closed_blocks_loses_the_engine_to_closed_first() {
 /// The guard against plain LRU (no closings heard): a wrong model is handed back, a right one kept.
 mod lru {
     use agentrt_sdk::testing::{gpu_block as item, gpu_block_event as block};
-    use agentrt_sdk::{BlockOp, EngineLoad, Event, Item};
+    use agentrt_sdk::{AgentRegistered, BlockEvent, BlockOp, EngineLoad, Event, Item, RequestArrival};
 
     use crate::guard::{Expert, Guard, GuardParams};
 
@@ -230,6 +230,15 @@ mod lru {
     /// the engine evicts 2 each round. `model_right`: the traffic asks for the old blocks the model
     /// kept; otherwise it asks again for the new ones the model evicted.
     fn round(g: &mut Guard, base: u64, model_right: bool) -> Vec<f32> {
+        round_at(g, base, model_right, 0)
+    }
+
+    /// [`round`] with every block at token `position` of its prompt.
+    fn round_at(g: &mut Guard, base: u64, model_right: bool, position: u32) -> Vec<f32> {
+        let block = |op, h| BlockEvent {
+            position,
+            ..block(op, h)
+        };
         // Eight new blocks are computed (stored), then freed: the candidates.
         for i in 0..8 {
             g.observe_block(&block(BlockOp::Stored, base + i));
@@ -323,5 +332,69 @@ mod lru {
         assert_eq!(g.mode(), Expert::Model);
         assert!(g.stats().model_wins > 0 && g.stats().lru_wins == 0, "{:?}", g.stats());
         assert!(g.advantage() > 0.0);
+    }
+
+    /// A warm-up of agent 1 (the blocks' agent) arrives, reaching `prompt_tokens` into its prompt
+    /// (0: not said, as the proxy's warm-ups).
+    fn warm_up(g: &mut Guard, prompt_tokens: u32) {
+        g.observe(&Event::RequestArrival(RequestArrival {
+            request_id: 1,
+            agent: 1,
+            session: 0,
+            anchor_hash: 7,
+            prompt_tokens,
+            continues: None,
+            warmup: true,
+            at_us: 0,
+        }));
+    }
+
+    /// Prefetching warms an agent's anchor as the agent comes back, so a warm-up is in flight
+    /// while the agent's traffic arrives: the warm-up's own accesses (its anchor) are not the
+    /// traffic's, and the traffic's session content past it is, and judges the model.
+    #[test]
+    fn a_warm_up_in_flight_hides_its_anchor_from_the_guard_and_not_the_agents_session() {
+        // Session content past a warmed anchor of 64 tokens: a wrong model is handed back.
+        let mut g = guard();
+        warm_up(&mut g, 64);
+        let mut rounds = 0;
+        while g.mode() == Expert::Model {
+            round_at(&mut g, 100 * rounds, false, 256);
+            rounds += 1;
+            assert!(rounds < 10, "the traffic's misses under a warm-up were not counted");
+        }
+
+        // Within the warm-up's extent, the same accesses are the warm-up's: nothing to judge by.
+        let mut g = guard();
+        warm_up(&mut g, 1024);
+        for r in 0..20 {
+            round_at(&mut g, 100 * r, false, 256);
+        }
+        assert_eq!(g.mode(), Expert::Model, "a warm-up's own accesses judged the model");
+
+        // A warm-up that does not say its size reaches the agent's anchor (and one block more).
+        let mut g = guard();
+        g.observe(&Event::AgentRegistered(AgentRegistered {
+            agent: 1,
+            name: "a".into(),
+            anchor_hash: 7,
+            anchor_tokens: 1024,
+        }));
+        warm_up(&mut g, 0);
+        for r in 0..20 {
+            round_at(&mut g, 100 * r, false, 1024);
+        }
+        assert_eq!(
+            g.mode(),
+            Expert::Model,
+            "the anchor's straddling block judged the model"
+        );
+        for r in 20..40 {
+            round_at(&mut g, 100 * r, false, 4096);
+            if g.mode() == Expert::Lru {
+                return;
+            }
+        }
+        panic!("session content past the anchor did not judge the model");
     }
 }
