@@ -31,7 +31,6 @@ use std::hash::{BuildHasherDefault, Hasher};
 use agentrt_sdk::{BlockEvent, BlockOp, EndReason, Event, Item};
 
 use crate::anchor::BlockSize;
-use crate::lifecycle::MAX_AGENTS;
 use crate::shadow::{closed_first_scores, ShadowLru, Shadowed};
 
 /// Block hashes are already spread (the low 64 bits of vLLM's sha256, the simulator's mixes):
@@ -204,9 +203,7 @@ pub struct Guard {
     /// return after a pause — when warm-ups are issued — and on Claude Code conversations (cc100
     /// at 10 %) let a model 0.4 pp below LRU look 0.3 pp above it.
     warming: HashMap<u32, Warming>,
-    /// Agents' anchor sizes in tokens, where the host knows them: a warm-up's extent when its
-    /// arrival does not say its prompt's size (the proxy's do not).
-    anchor_tokens: HashMap<u32, u32>,
+    /// The engine's block size: a warm-up's extent reaches one block past its agent's anchor.
     block_size: BlockSize,
     ranking: Option<Ranking>,
     would_have_kept: Ghosts,
@@ -230,7 +227,6 @@ impl Guard {
             shadow_only: 0.0,
             sampled: 0.0,
             warming: HashMap::new(),
-            anchor_tokens: HashMap::new(),
             block_size: BlockSize::default(),
             ranking: None,
             would_have_kept: Ghosts::default(),
@@ -263,7 +259,9 @@ impl Guard {
         ((TURNOVERS as usize) * self.total_blocks).clamp(MIN_GHOSTS, MAX_GHOSTS)
     }
 
-    pub fn observe(&mut self, event: &Event) {
+    /// `anchor_tokens` is the agent's anchor size where the host said it (what a warm-up that
+    /// does not say its own size reaches).
+    pub fn observe(&mut self, event: &Event, anchor_tokens: impl Fn(u32) -> Option<u32>) {
         match event {
             Event::EngineLoad(l) => {
                 self.total_blocks = l.total_blocks as usize;
@@ -273,7 +271,7 @@ impl Guard {
             Event::RequestArrival(r) => {
                 self.now_us = self.now_us.max(r.at_us);
                 if r.warmup {
-                    let extent = self.warmup_extent(r.agent, r.prompt_tokens);
+                    let extent = self.warmup_extent(r.prompt_tokens, anchor_tokens(r.agent));
                     let w = self.warming.entry(r.agent).or_default();
                     w.in_flight += 1;
                     w.extent = w.extent.max(extent);
@@ -294,12 +292,6 @@ impl Guard {
                     self.shadow.finished(r.agent, r.session, self.now_us);
                 }
             }
-            Event::AgentRegistered(a)
-                if a.anchor_tokens > 0
-                    && (self.anchor_tokens.len() < MAX_AGENTS || self.anchor_tokens.contains_key(&a.agent)) =>
-            {
-                self.anchor_tokens.insert(a.agent, a.anchor_tokens);
-            }
             Event::SessionEnd(end) if end.reason == EndReason::Closed && self.params.closings => {
                 self.now_us = self.now_us.max(end.at_us);
                 self.shadow.close(end.session);
@@ -308,15 +300,15 @@ impl Guard {
         }
     }
 
-    /// How far into a prompt a warm-up of `agent` reaches: its prompt's size when its arrival
-    /// says it; else the agent's anchor and one block more (the warm-up's own one-word user
-    /// message shares the anchor's last block or starts the next); else, unknown, everything.
-    fn warmup_extent(&self, agent: u32, prompt_tokens: u32) -> u32 {
+    /// How far into a prompt a warm-up reaches: its prompt's size when its arrival says it; else
+    /// its agent's anchor and one block more (the warm-up's own one-word user message shares the
+    /// anchor's last block or starts the next); else, unknown, everything.
+    fn warmup_extent(&self, prompt_tokens: u32, anchor_tokens: Option<u32>) -> u32 {
         if prompt_tokens > 0 {
             return prompt_tokens;
         }
-        match self.anchor_tokens.get(&agent) {
-            Some(&anchor) => anchor.saturating_add(self.block_size.tokens().max(1)),
+        match anchor_tokens {
+            Some(anchor) => anchor.saturating_add(self.block_size.tokens().max(1)),
             None => u32::MAX,
         }
     }

@@ -38,13 +38,16 @@ fn block(op: BlockOp, agent: u32, block_hash: u64) -> BlockEvent {
 impl Engine {
     fn new() -> Self {
         let mut guard = Guard::new(GuardParams::default());
-        guard.observe(&Event::EngineLoad(EngineLoad {
-            queue_depth: 0,
-            running: 0,
-            free_blocks: 0,
-            total_blocks: BLOCKS as u32,
-            at_us: 0,
-        }));
+        guard.observe(
+            &Event::EngineLoad(EngineLoad {
+                queue_depth: 0,
+                running: 0,
+                free_blocks: 0,
+                total_blocks: BLOCKS as u32,
+                at_us: 0,
+            }),
+            |_| None,
+        );
         Self {
             guard,
             cached: BTreeMap::new(),
@@ -87,16 +90,19 @@ impl Engine {
         let agent = session as u32;
         self.clock += 1;
         let at_us = self.clock * 1000;
-        self.guard.observe(&Event::RequestArrival(RequestArrival {
-            request_id: self.clock,
-            agent,
-            session,
-            anchor_hash: 0,
-            prompt_tokens: 16 * hashes.len() as u32,
-            continues: None,
-            warmup: false,
-            at_us,
-        }));
+        self.guard.observe(
+            &Event::RequestArrival(RequestArrival {
+                request_id: self.clock,
+                agent,
+                session,
+                anchor_hash: 0,
+                prompt_tokens: 16 * hashes.len() as u32,
+                continues: None,
+                warmup: false,
+                at_us,
+            }),
+            |_| None,
+        );
         for &h in hashes {
             if self.cached.contains_key(&h) {
                 self.hits += 1;
@@ -116,26 +122,32 @@ impl Engine {
             }
             self.cached.insert(h, (session, self.clock));
         }
-        self.guard.observe(&Event::RequestFinish(RequestFinish {
-            request_id: self.clock,
-            agent,
-            session,
-            prompt_tokens: 16 * hashes.len() as u32,
-            cached_tokens: 0,
-            output_tokens: 1,
-            warmup: false,
-            ok: true,
-            at_us: at_us + 500,
-        }));
+        self.guard.observe(
+            &Event::RequestFinish(RequestFinish {
+                request_id: self.clock,
+                agent,
+                session,
+                prompt_tokens: 16 * hashes.len() as u32,
+                cached_tokens: 0,
+                output_tokens: 1,
+                warmup: false,
+                ok: true,
+                at_us: at_us + 500,
+            }),
+            |_| None,
+        );
     }
 
     fn close(&mut self, session: u64) {
         self.closed.push(session);
-        self.guard.observe(&Event::SessionEnd(SessionEnd {
-            session,
-            reason: EndReason::Closed,
-            at_us: self.clock * 1000 + 900,
-        }));
+        self.guard.observe(
+            &Event::SessionEnd(SessionEnd {
+                session,
+                reason: EndReason::Closed,
+                at_us: self.clock * 1000 + 900,
+            }),
+            |_| None,
+        );
     }
 }
 
@@ -210,19 +222,22 @@ fn a_model_that_keeps_closed_blocks_loses_the_engine_to_closed_first() {
 /// The guard against plain LRU (no closings heard): a wrong model is handed back, a right one kept.
 mod lru {
     use agentrt_sdk::testing::{gpu_block as item, gpu_block_event as block};
-    use agentrt_sdk::{AgentRegistered, BlockEvent, BlockOp, EngineLoad, Event, Item, RequestArrival};
+    use agentrt_sdk::{BlockEvent, BlockOp, EngineLoad, Event, Item, RequestArrival};
 
     use crate::guard::{Expert, Guard, GuardParams};
 
     fn guard() -> Guard {
         let mut g = Guard::new(GuardParams::default());
-        g.observe(&Event::EngineLoad(EngineLoad {
-            queue_depth: 0,
-            running: 0,
-            free_blocks: 0,
-            total_blocks: 64,
-            at_us: 0,
-        }));
+        g.observe(
+            &Event::EngineLoad(EngineLoad {
+                queue_depth: 0,
+                running: 0,
+                free_blocks: 0,
+                total_blocks: 64,
+                at_us: 0,
+            }),
+            |_| None,
+        );
         g
     }
 
@@ -335,18 +350,21 @@ mod lru {
     }
 
     /// A warm-up of agent 1 (the blocks' agent) arrives, reaching `prompt_tokens` into its prompt
-    /// (0: not said, as the proxy's warm-ups).
-    fn warm_up(g: &mut Guard, prompt_tokens: u32) {
-        g.observe(&Event::RequestArrival(RequestArrival {
-            request_id: 1,
-            agent: 1,
-            session: 0,
-            anchor_hash: 7,
-            prompt_tokens,
-            continues: None,
-            warmup: true,
-            at_us: 0,
-        }));
+    /// (0: not said, as the proxy's warm-ups); the host knows the agent's anchor as `anchor`.
+    fn warm_up(g: &mut Guard, prompt_tokens: u32, anchor: Option<u32>) {
+        g.observe(
+            &Event::RequestArrival(RequestArrival {
+                request_id: 1,
+                agent: 1,
+                session: 0,
+                anchor_hash: 7,
+                prompt_tokens,
+                continues: None,
+                warmup: true,
+                at_us: 0,
+            }),
+            |_| anchor,
+        );
     }
 
     /// Prefetching warms an agent's anchor as the agent comes back, so a warm-up is in flight
@@ -356,7 +374,7 @@ mod lru {
     fn a_warm_up_in_flight_hides_its_anchor_from_the_guard_and_not_the_agents_session() {
         // Session content past a warmed anchor of 64 tokens: a wrong model is handed back.
         let mut g = guard();
-        warm_up(&mut g, 64);
+        warm_up(&mut g, 64, None);
         let mut rounds = 0;
         while g.mode() == Expert::Model {
             round_at(&mut g, 100 * rounds, false, 256);
@@ -366,7 +384,7 @@ mod lru {
 
         // Within the warm-up's extent, the same accesses are the warm-up's: nothing to judge by.
         let mut g = guard();
-        warm_up(&mut g, 1024);
+        warm_up(&mut g, 1024, None);
         for r in 0..20 {
             round_at(&mut g, 100 * r, false, 256);
         }
@@ -374,13 +392,7 @@ mod lru {
 
         // A warm-up that does not say its size reaches the agent's anchor (and one block more).
         let mut g = guard();
-        g.observe(&Event::AgentRegistered(AgentRegistered {
-            agent: 1,
-            name: "a".into(),
-            anchor_hash: 7,
-            anchor_tokens: 1024,
-        }));
-        warm_up(&mut g, 0);
+        warm_up(&mut g, 0, Some(1024));
         for r in 0..20 {
             round_at(&mut g, 100 * r, false, 1024);
         }

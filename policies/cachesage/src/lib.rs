@@ -169,7 +169,7 @@ impl Policy for CacheSage {
     }
 
     fn observe(&mut self, event: &Event) {
-        self.guard.observe(event);
+        self.guard.observe(event, |agent| self.lifecycle.anchor_tokens(agent));
         // Silence the lifecycle values as a wait is not an end for the model either.
         let silence = match event {
             Event::SessionEnd(end) => self.use_hints && self.lifecycle.silence_is_a_wait(end),

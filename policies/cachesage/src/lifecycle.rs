@@ -402,6 +402,11 @@ impl Lifecycle {
         }
     }
 
+    /// The agent's anchor size in tokens, when the host said it.
+    pub fn anchor_tokens(&self, agent: u32) -> Option<u32> {
+        self.anchors.get(&agent).copied().filter(|&tokens| tokens > 0)
+    }
+
     pub fn is_closed(&self, session: u64) -> bool {
         self.closed.contains_key(&session)
     }
