@@ -34,6 +34,7 @@ pub mod gaps;
 pub mod params;
 pub mod sessions;
 mod snapshot;
+pub mod warmups;
 
 use std::collections::HashMap;
 
@@ -48,6 +49,7 @@ use frontier::Frontier;
 use gaps::GapHistogram;
 pub use params::Params;
 use sessions::{EndedSessions, LiveSession, Sessions};
+use warmups::WarmupLedger;
 
 /// Anchor rates are recomputed at most this often (µs of host time) unless a request arrived.
 const RATES_REFRESH_US: u64 = 50_000;
@@ -88,6 +90,8 @@ pub struct Scaled {
     warmup_tokens: f32,
     /// What the next evictions are worth, from the latest ranking.
     frontier: Frontier,
+    /// How the warm-ups paid off, which scales how far the next ones trust the model.
+    warmups: WarmupLedger,
     /// Every agent's gaps pooled (after an answer, after a tool call): what an agent with few
     /// gaps of its own is timed by.
     gaps: [GapHistogram; 2],
@@ -120,6 +124,7 @@ impl Scaled {
             rates_stale: true,
             warmup_tokens: 0.0,
             frontier: Frontier::default(),
+            warmups: WarmupLedger::default(),
             gaps: Default::default(),
             ended: EndedSessions::new(max_ended),
             ends_reported: 0,
@@ -157,8 +162,7 @@ impl Scaled {
                 agent.anchor_hash = a.anchor_hash;
                 agent.anchor_tokens = a.anchor_tokens;
                 if let Some(d) = dropped {
-                    self.sessions.forget_agent(d);
-                    self.ended.forget_agent(d);
+                    self.forget_agent(d);
                 }
             }
             // Warm-ups are the policy's own doing: learning them would teach it its own guesses.
@@ -192,6 +196,9 @@ impl Scaled {
         // The bucket holds at most one large anchor's worth: unused budget does not pile up.
         self.warmup_tokens =
             (self.warmup_tokens + self.params.warmup_budget * r.prompt_tokens as f32).min(WARMUP_BUCKET_MAX);
+        // Before the call's own blocks are touched: did a warm-up keep the anchor for it?
+        let anchor_cached = self.agents.get(r.agent).is_some_and(|a| a.residency.resident());
+        self.warmups.called(r.agent, anchor_cached);
         let (agent, dropped) = self.agents.entry(r.agent);
         agent.last_seen_us = r.at_us;
         agent.calls = agent.calls.saturating_add(1);
@@ -204,8 +211,7 @@ impl Scaled {
             Some(c) => agent.learn_continuation(c.shared_tokens, c.previous_tokens),
         }
         if let Some(d) = dropped {
-            self.sessions.forget_agent(d);
-            self.ended.forget_agent(d);
+            self.forget_agent(d);
         }
         // A session reported ended that calls again was only silent: its end is taken back.
         let returned = self.ended.take(r.session);
@@ -319,6 +325,12 @@ impl Scaled {
         }
         self.rates_at_us = now;
         self.rates_stale = false;
+    }
+
+    fn forget_agent(&mut self, agent: u32) {
+        self.sessions.forget_agent(agent);
+        self.ended.forget_agent(agent);
+        self.warmups.forget_agent(agent);
     }
 
     fn anchor_rate(&self, agent: &AgentStats) -> f32 {
@@ -510,9 +522,12 @@ impl Scaled {
         self.refresh_rates();
         let now = self.now_us;
         let cooldown_us = u64::from(self.params.warmup_cooldown_ms) * 1000;
+        // What the model's earlier warm-ups were worth scales its probability and expected use.
+        let trust = self.warmups.calibration();
         // The likeliest next call of any live session, soonest first among equals, whose anchor
         // is gone and is not being warmed already.
         let mut best: Option<Predicted> = None;
+        let mut withheld: Vec<u32> = Vec::new();
         for s in self.sessions.iter() {
             let Some(agent) = self.agents.get(s.agent) else {
                 continue;
@@ -533,8 +548,12 @@ impl Scaled {
                     0 => whole,
                     max => max.saturating_sub(target.residency.blocks),
                 } as usize;
-                let worth = self.anchor_rate(target) > self.frontier.cost(blocks, now);
-                if target.residency.resident() || cooling || target.anchor_hash == 0 || !affordable || !worth {
+                let (rate, cost) = (self.anchor_rate(target), self.frontier.cost(blocks, now));
+                if target.residency.resident() || cooling || target.anchor_hash == 0 || !affordable || rate <= cost {
+                    continue;
+                }
+                if trust * p < self.params.prefetch_threshold || trust * rate <= cost {
+                    withheld.push(next);
                     continue;
                 }
                 let better = best.is_none_or(|b| p > b.p || (p == b.p && (ms, next) < (b.ms, b.agent)));
@@ -548,14 +567,18 @@ impl Scaled {
                 }
             }
         }
+        for agent in withheld {
+            self.warmups.withheld(agent);
+        }
         let Some(best) = best else { return Vec::new() };
         let target = self.agents.get_mut(best.agent).expect("chosen among tracked agents");
         target.warmed_at_us = now.max(1);
         self.warmup_tokens -= target.anchor_tokens as f32;
+        self.warmups.issued(target.handle, best.p);
         vec![SideEffect::WarmPrefix(WarmPrefix {
             agent: target.handle,
             anchor_hash: target.anchor_hash,
-            probability: best.p,
+            probability: (trust * best.p).min(1.0),
         })]
     }
 
