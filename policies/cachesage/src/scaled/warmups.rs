@@ -4,9 +4,9 @@
 //! cached. The model prices it with its predicted probability `p` that the agent is next; when the
 //! bet loses, the warm-up's prefill displaced blocks other requests would have hit. The model's
 //! `p` says whether the agent comes, not whether the anchor survives until it does, so it can be
-//! confident and still lose most bets: on the Claude Code conversations (imported from
-//! kv-cache-tester) at 2.5 % of the distinct blocks, warm-ups predicted at p ≈ 0.95 found their
-//! anchor still cached at the agent's next call 26–43 % of the time, and cost 0.2 pp of hit rate.
+//! confident and still lose most bets: on Claude Code conversations (kv-cache-tester's, at 2.5 %
+//! of the distinct blocks) warm-ups predicted at p ≈ 0.94 found their anchor still cached at the
+//! agent's next call for a quarter to two fifths of them, and cost 0.2 pp of hit rate.
 //!
 //! So the ledger keeps score the way feedback-directed prefetchers do (prefetch accuracy, used
 //! to throttle): each warm-up is resolved at its agent's next call — *used* if the whole anchor
@@ -14,6 +14,7 @@
 //! gone). The calibration `(used + PRIOR) / (Σ p + PRIOR)` scales the model's probability and
 //! expected use when it next decides: a model whose bets pay as it says keeps warming as before;
 //! one whose bets lose warms less, and none once `calibration · p` falls under the threshold.
+//! The calibration is capped at 1: it only ever holds back warm-ups the model would issue.
 //!
 //! A throttled model issues no warm-ups and so would learn nothing more; the evidence ages
 //! instead, one step per call of an agent the calibration kept from being warmed — an
@@ -47,9 +48,11 @@ pub struct WarmupLedger {
 
 impl WarmupLedger {
     /// How far the model's warm-up bets are to be trusted: 1 while they pay as predicted, less as
-    /// they lose (more if they win more often than predicted).
+    /// they lose. Never above 1: the ledger only ever holds back warm-ups the model would issue —
+    /// the guard judges rankings, not warm-ups, so nothing else would catch a bolder model's
+    /// losses.
     pub fn calibration(&self) -> f32 {
-        (self.used + PRIOR) / (self.predicted + PRIOR)
+        ((self.used + PRIOR) / (self.predicted + PRIOR)).min(1.0)
     }
 
     /// A warm-up of `agent`'s anchor was issued at predicted probability `p`. One still
@@ -105,6 +108,12 @@ mod tests {
             ledger.called(agent, agent % 2 == 0);
         }
         assert!((ledger.calibration() - 1.0).abs() < 0.01, "{}", ledger.calibration());
+        // Bets that pay more often than predicted do not make the model bolder.
+        for agent in 0..100 {
+            ledger.issued(agent, 0.2);
+            ledger.called(agent, true);
+        }
+        assert_eq!(ledger.calibration(), 1.0);
     }
 
     #[test]
