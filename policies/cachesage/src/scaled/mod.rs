@@ -527,7 +527,6 @@ impl Scaled {
         // The likeliest next call of any live session, soonest first among equals, whose anchor
         // is gone and is not being warmed already.
         let mut best: Option<Predicted> = None;
-        let mut withheld: Vec<u32> = Vec::new();
         for s in self.sessions.iter() {
             let Some(agent) = self.agents.get(s.agent) else {
                 continue;
@@ -553,7 +552,7 @@ impl Scaled {
                     continue;
                 }
                 if trust * p < self.params.prefetch_threshold || trust * rate <= cost {
-                    withheld.push(next);
+                    self.warmups.withheld(next);
                     continue;
                 }
                 let better = best.is_none_or(|b| p > b.p || (p == b.p && (ms, next) < (b.ms, b.agent)));
@@ -567,9 +566,6 @@ impl Scaled {
                 }
             }
         }
-        for agent in withheld {
-            self.warmups.withheld(agent);
-        }
         let Some(best) = best else { return Vec::new() };
         let target = self.agents.get_mut(best.agent).expect("chosen among tracked agents");
         target.warmed_at_us = now.max(1);
@@ -578,7 +574,7 @@ impl Scaled {
         vec![SideEffect::WarmPrefix(WarmPrefix {
             agent: target.handle,
             anchor_hash: target.anchor_hash,
-            probability: (trust * best.p).min(1.0),
+            probability: trust * best.p,
         })]
     }
 

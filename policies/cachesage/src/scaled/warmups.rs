@@ -100,30 +100,30 @@ impl WarmupLedger {
 mod tests {
     use super::*;
 
+    /// 100 warm-ups of agents 0–99, each predicted at `p` and resolved at its agent's call,
+    /// the anchor cached there when `cached(agent)`.
+    fn resolve_100(ledger: &mut WarmupLedger, p: f32, cached: impl Fn(u32) -> bool) {
+        for agent in 0..100 {
+            ledger.issued(agent, p);
+            ledger.called(agent, cached(agent));
+        }
+    }
+
     #[test]
     fn warm_ups_that_pay_as_predicted_keep_the_models_probability() {
         let mut ledger = WarmupLedger::default();
-        for agent in 0..100 {
-            ledger.issued(agent, 0.5);
-            ledger.called(agent, agent % 2 == 0);
-        }
+        resolve_100(&mut ledger, 0.5, |agent| agent % 2 == 0);
         assert!((ledger.calibration() - 1.0).abs() < 0.01, "{}", ledger.calibration());
         // Bets that pay more often than predicted do not make the model bolder.
-        for agent in 0..100 {
-            ledger.issued(agent, 0.2);
-            ledger.called(agent, true);
-        }
+        resolve_100(&mut ledger, 0.2, |_| true);
         assert_eq!(ledger.calibration(), 1.0);
     }
 
     #[test]
     fn warm_ups_whose_anchor_is_gone_at_the_call_scale_the_bets_down() {
         let mut ledger = WarmupLedger::default();
-        for agent in 0..100 {
-            ledger.issued(agent, 0.95);
-            // One in four finds its anchor still cached.
-            ledger.called(agent, agent % 4 == 0);
-        }
+        // One in four finds its anchor still cached.
+        resolve_100(&mut ledger, 0.95, |agent| agent % 4 == 0);
         let c = ledger.calibration();
         assert!((0.25..0.35).contains(&c), "{c}");
         // A second warm-up of an agent before it called means the first was lost.
@@ -136,10 +136,7 @@ mod tests {
     #[test]
     fn missed_opportunities_age_the_evidence_back_to_the_prior() {
         let mut ledger = WarmupLedger::default();
-        for agent in 0..100 {
-            ledger.issued(agent, 1.0);
-            ledger.called(agent, false);
-        }
+        resolve_100(&mut ledger, 1.0, |_| false);
         assert!(ledger.calibration() < 0.05);
         // A call without a withheld warm-up before it ages nothing.
         ledger.called(1000, true);
