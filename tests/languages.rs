@@ -11,7 +11,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentrt_runtime::types::{Event, Item, ItemKind, RequestArrival, SideEffect};
+use agentrt_runtime::types::{
+    EndReason, Event, Handoff, Item, ItemKind, RequestArrival, SessionEnd, SessionWait, SideEffect, Tier, WaitKind,
+};
 use agentrt_runtime::{PolicyComponent, PolicyEngine, PolicyHandle, SandboxLimits, SlotConfig};
 use agentrt_sdk::packed;
 use agentrt_tests::{component_path, engine, register, Rng};
@@ -23,9 +25,6 @@ const CONFIG: [(&str, &str); 3] = [("half-life", "16"), ("recency", "64"), ("max
 const AGENTS: u32 = 8;
 const STEPS: u64 = 240;
 const TOUCHED: u8 = 1;
-/// The GPU tier's ordinal: the only tier the other languages' policies (built against the 0.2.0
-/// contract) are told about, and the one the Rust reference is driven on here.
-const GPU_TIER: u8 = 0;
 
 /// Everything a policy said on the trace, comparable across languages.
 #[derive(Debug, PartialEq)]
@@ -87,8 +86,49 @@ fn registrations() -> Vec<Event> {
         .collect()
 }
 
+/// A tier at random: every language hears the host tier's events and ranks its blocks alike.
+fn tier(rng: &mut Rng) -> Tier {
+    if rng.below(3) == 0 {
+        Tier::Host
+    } else {
+        Tier::Gpu
+    }
+}
+
+/// What a framework tells of a session's life (callrate ignores it): every language decodes it
+/// from the packed events and goes on alike.
+fn lifecycle(step: u64, agent: u32) -> [Event; 3] {
+    let session = 1 + step / 40;
+    [
+        Event::SessionWait(SessionWait {
+            session,
+            agent,
+            kind: if step.is_multiple_of(2) {
+                WaitKind::Tool
+            } else {
+                WaitKind::User
+            },
+            tool: step,
+            expected_us: 1000,
+            hinted: step.is_multiple_of(3),
+            at_us: step * 1000,
+        }),
+        Event::Handoff(Handoff {
+            session,
+            from_agent: agent,
+            to_agent: agent % AGENTS + 1,
+            at_us: step * 1000,
+        }),
+        Event::SessionEnd(SessionEnd {
+            session: session + 100,
+            reason: [EndReason::Closed, EndReason::Idle, EndReason::Evicted][step as usize % 3],
+            at_us: step * 1000,
+        }),
+    ]
+}
+
 /// A batch of candidates: known, unknown (99) and no (0) agents, clock values spread over and
-/// beyond the recency window, some equal.
+/// beyond the recency window, some equal, in both tiers.
 fn items(rng: &mut Rng, clock: u64) -> Vec<Item> {
     (0..48)
         .map(|k| Item {
@@ -103,7 +143,7 @@ fn items(rng: &mut Rng, clock: u64) -> Vec<Item> {
             last_access: clock.saturating_sub(rng.below(200)),
             tokens: 16,
             position: (k as u32) * 16,
-            tier: agentrt_runtime::types::Tier::Gpu,
+            tier: tier(rng),
         })
         .collect()
 }
@@ -119,12 +159,16 @@ fn replay(engine: &PolicyEngine, component: &Arc<PolicyComponent>, name: &str, m
         // Skewed: agent 1 most, agent 8 least; one arrival in 12 is a warm-up.
         let agent = 1 + (rng.below(u64::from(AGENTS)) * rng.below(u64::from(AGENTS)) / u64::from(AGENTS)) as u32;
         policy.observe(&[arrival(step, agent, rng.below(12) == 0)]).unwrap();
+        if step % 7 == 0 {
+            policy.observe(&lifecycle(step, agent)).unwrap();
+        }
         let mut words = Vec::new();
         for _ in 0..rng.below(6) {
             let toucher = rng.below(u64::from(AGENTS) + 2) as u32;
-            words.extend(packed::words(TOUCHED, GPU_TIER, toucher, 16, rng.next_u64(), 0));
+            let tier = tier(&mut rng) as u8;
+            words.extend(packed::words(TOUCHED, tier, toucher, 16, rng.next_u64(), 0));
         }
-        words.extend(packed::words(0, GPU_TIER, agent, 0, rng.next_u64(), 0));
+        words.extend(packed::words(0, Tier::Gpu as u8, agent, 0, rng.next_u64(), 0));
         policy.observe_blocks(&words).unwrap();
         if step % 8 == 0 {
             let batch = items(&mut rng, step * 10);
@@ -256,87 +300,25 @@ fn every_language_imports_only_the_host_and_refuses_bad_config_by_key() {
     }
 }
 
-/// The other languages' SDKs are built against the 0.2.0 contract, the line before the KV tier:
-/// the host must load them, tell them about the GPU tier only, and answer their share of a
-/// host-tier ranking itself (score 0: the host pool's own order, everything stored).
+/// Rust's SDK builds the current contract line; the other languages' SDKs build 0.4.0, the line
+/// with everything frameworks tell of a session's life (closings' reasons, waits, handoffs, the
+/// host tier, packed events) — 0.5.0 added only what admission policies score (session items, the
+/// engine's capacity), which the host leaves out for a 0.4.0 component.
 #[test]
-fn a_component_of_the_0_2_line_hears_only_the_gpu_tier() {
+fn every_language_speaks_the_line_its_sdk_builds() {
     use agentrt_runtime::compat::ContractLine;
-    use agentrt_runtime::types::{BlockEvent, BlockOp, Tier};
     let (engine, _cache) = engine();
-    let reference = Arc::new(engine.load_file(&component("callrate").unwrap()).unwrap());
-    assert_eq!(reference.contract_line(), ContractLine::V0_4);
-    let Some((name, path)) = LANGUAGES[1..].iter().find_map(|n| component(n).ok().map(|p| (*n, p))) else {
-        eprintln!("skipped: no component of another language was built (see the notes beside them)");
-        return;
-    };
-    let old = Arc::new(engine.load_file(&path).unwrap());
-    assert_eq!(old.contract_line(), ContractLine::V0_2, "{name}");
-
-    // Two instances on the same trace; the second also hears host-tier events, typed and packed,
-    // that name agent 3 — which a guest hearing them would count as touches of its blocks.
-    let (plain, told) = (start(&engine, &old, name), start(&engine, &old, name));
-    let host_event = |op, hash| {
-        Event::Block(BlockEvent {
-            op,
-            agent: 3,
-            block_hash: hash,
-            parent_hash: 0,
-            position: 16,
-            tier: Tier::Host,
-        })
-    };
-    for policy in [&plain, &told] {
-        policy.observe(&registrations()).unwrap();
+    for name in LANGUAGES {
+        let Ok(path) = component(name) else {
+            eprintln!("skipped {name}: see the note beside its component");
+            continue;
+        };
+        let component = engine.load_file(&path).unwrap();
+        let line = if name == "callrate" {
+            ContractLine::V0_5
+        } else {
+            ContractLine::V0_4
+        };
+        assert_eq!(component.contract_line(), line, "{name}");
     }
-    for step in 1..=40 {
-        let agent = 1 + (step as u32 % 2);
-        let gpu = packed::words(TOUCHED, GPU_TIER, agent, 16, step, 0);
-        for policy in [&plain, &told] {
-            policy.observe(&[arrival(step, agent, false)]).unwrap();
-        }
-        plain.observe_blocks(&gpu).unwrap();
-        // The same GPU event, in one batch with a host-tier one.
-        let host_tier = packed::tier_ordinal(agentrt_sdk::Tier::Host);
-        let mut words = packed::words(TOUCHED, host_tier, 3, 16, 1000 + step, 0).to_vec();
-        words.extend(gpu);
-        told.observe_blocks(&words).unwrap();
-        told.observe(&[
-            host_event(BlockOp::Touched, 2000 + step),
-            host_event(BlockOp::Stored, 3000 + step),
-        ])
-        .unwrap();
-    }
-    assert_eq!(
-        plain.snapshot().unwrap(),
-        told.snapshot().unwrap(),
-        "{name} heard the host tier: its state differs"
-    );
-
-    // A mixed batch: the GPU items score as they do alone; the host items 0, without a call.
-    let gpu_items = items(&mut Rng::new(5), 400);
-    let alone = plain.score(&gpu_items).unwrap();
-    let mut mixed = Vec::new();
-    for item in &gpu_items {
-        mixed.push(*item);
-        mixed.push(Item {
-            tier: Tier::Host,
-            key: item.key + 10_000,
-            agent: 3,
-            ..*item
-        });
-    }
-    let scores = told.score(&mixed).unwrap();
-    let (gpu_scores, host_scores): (Vec<_>, Vec<_>) = scores.chunks(2).map(|pair| (pair[0], pair[1])).unzip();
-    assert_eq!(bits(&gpu_scores), bits(&alone), "{name}: the GPU items' scores changed");
-    assert!(
-        host_scores.iter().all(|s| *s == 0.0),
-        "{name}: host-tier items must score 0: {host_scores:?}"
-    );
-    assert_eq!(
-        told.metrics().calls(agentrt_runtime::Primitive::Score),
-        1,
-        "{name}: one call, for the GPU items"
-    );
-    eprintln!("{name} (0.2.0) heard the GPU tier only");
 }

@@ -101,6 +101,152 @@ fn a_0_3_component_loads_and_hears_what_it_heard() {
     assert_eq!(heard, "agent-registered 1\nblock 2\nsession-end 3\n");
 }
 
+/// A component of the oldest line the host loads (0.2, before the KV tier) hears of the GPU tier
+/// only — its block events are left out, typed and packed — and its share of a host-tier ranking
+/// is answered by the host (score 0: the host pool's own order, everything stored), so it behaves
+/// on a two-tier engine exactly as on a one-tier one.
+#[test]
+fn a_0_2_component_hears_only_the_gpu_tier() {
+    use agentrt_runtime::compat::ContractLine;
+    use agentrt_runtime::types::{BlockEvent, BlockOp, Event, Item, ItemKind, RequestArrival, Tier};
+    let (engine, _cache) = engine();
+    let component = load(&engine, "contract-0-2");
+    assert_eq!(component.contract_line(), ContractLine::V0_2);
+    let start = || {
+        agentrt_runtime::PolicyHandle::start(&engine, component.clone(), agentrt_runtime::SlotConfig::new("t/kv"))
+            .expect("a 0.2 component starts")
+    };
+    // Two instances on the same trace; the second also hears host-tier events, typed and packed.
+    let (plain, told) = (start(), start());
+    let block = |tier, hash| {
+        Event::Block(BlockEvent {
+            op: BlockOp::Touched,
+            agent: 3,
+            block_hash: hash,
+            parent_hash: 0,
+            position: 16,
+            tier,
+        })
+    };
+    for step in 1..=20 {
+        let arrival = Event::RequestArrival(RequestArrival {
+            request_id: step,
+            agent: 1,
+            session: 1,
+            anchor_hash: 7,
+            prompt_tokens: 64,
+            continues: None,
+            warmup: false,
+            at_us: step,
+        });
+        let gpu = agentrt_sdk::packed::words(1, 0, 1, 16, step, 0);
+        plain.observe(&[arrival.clone(), block(Tier::Gpu, step)]).unwrap();
+        plain.observe_blocks(&gpu).unwrap();
+        told.observe(&[arrival, block(Tier::Gpu, step), block(Tier::Host, 1000 + step)])
+            .unwrap();
+        let mut words = agentrt_sdk::packed::words(1, 1, 3, 16, 2000 + step, 0).to_vec();
+        words.extend(gpu);
+        told.observe_blocks(&words).unwrap();
+    }
+    let heard = String::from_utf8(told.snapshot().unwrap()).unwrap();
+    assert_eq!(heard, String::from_utf8(plain.snapshot().unwrap()).unwrap());
+    assert_eq!(heard, "block 20\npacked-block 20\nrequest-arrival 20\n");
+
+    // A mixed batch: the GPU items score as the guest scores them alone (last access + 1); the
+    // host-tier ones 0, without a call.
+    let item = |key, tier| Item {
+        kind: ItemKind::KvBlock,
+        key,
+        agent: 1,
+        session: 1,
+        last_access: key * 10,
+        tokens: 16,
+        position: 0,
+        tier,
+    };
+    let mixed: Vec<Item> = (1..=8)
+        .map(|k| item(k, if k % 2 == 0 { Tier::Host } else { Tier::Gpu }))
+        .collect();
+    let scores = told.score(&mixed).unwrap();
+    let want: Vec<f32> = mixed
+        .iter()
+        .map(|i| {
+            if i.tier == Tier::Host {
+                0.0
+            } else {
+                i.last_access as f32 + 1.0
+            }
+        })
+        .collect();
+    assert_eq!(scores, want);
+    assert_eq!(
+        told.metrics().calls(agentrt_runtime::Primitive::Score),
+        1,
+        "one call, for the GPU items"
+    );
+}
+
+/// A component of the 0.4 line loads under the 0.5 host and hears everything but what 0.5 added:
+/// no `engine-capacity` (packed kind 10), and it is never asked to score `session` items (item
+/// kind 3) — they score 0 without a call, beside the items it does score.
+#[test]
+fn a_0_4_component_loads_hears_no_engine_capacity_and_scores_no_sessions() {
+    use agentrt_runtime::compat::ContractLine;
+    use agentrt_runtime::types::*;
+    let (engine, _cache) = engine();
+    let component = load(&engine, "contract-0-4");
+    assert_eq!(component.contract_line(), ContractLine::V0_4);
+    let policy = agentrt_runtime::PolicyHandle::start(&engine, component, agentrt_runtime::SlotConfig::new("t/adm"))
+        .expect("a 0.4 component starts");
+    policy
+        .observe(&[
+            register(1, "planner", 0xaaaa),
+            Event::EngineCapacity(EngineCapacity {
+                capacity_tokens: 1000,
+                resident_tokens: 900,
+                resident_sessions: 2,
+                held_sessions: 1,
+                prefill_us_per_ktoken: 35_000,
+                decode_step_us: 25_000,
+                at_us: 5,
+            }),
+            Event::SessionWait(SessionWait {
+                session: 2,
+                agent: 1,
+                kind: WaitKind::Tool,
+                tool: 3,
+                expected_us: 0,
+                hinted: false,
+                at_us: 5,
+            }),
+        ])
+        .unwrap();
+    let item = |kind, key| Item {
+        kind,
+        key,
+        agent: 1,
+        session: key,
+        last_access: 0,
+        tokens: 16,
+        position: 0,
+        tier: Tier::Gpu,
+    };
+    let scores = policy
+        .score(&[
+            item(ItemKind::KvBlock, 1),
+            item(ItemKind::Session, 2),
+            item(ItemKind::Request, 3),
+        ])
+        .unwrap();
+    assert_eq!(
+        scores,
+        vec![1.0, 0.0, 1.0],
+        "the session scores 0, the others are the guest's"
+    );
+    let heard = String::from_utf8(policy.snapshot().unwrap()).unwrap();
+    assert_eq!(heard, "agent-registered 1\nitem-0 1\nitem-1 1\npacked-8 1\n");
+}
+
 #[test]
 fn non_wasm_is_refused() {
     let err = load_error(b"#!/bin/sh\necho hello\n");

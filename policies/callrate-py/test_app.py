@@ -2,8 +2,8 @@
 
 import pytest
 
-from agentrt_policy import BlockEvent, BlockOp, Item, ItemKind, types
-from agentrt_policy.testing import Err, Harness, rank
+from agentrt_policy import BlockOp, Item, ItemKind, Tier, types
+from agentrt_policy.testing import Err, Harness, gpu_block_event, rank
 from app import CallRate, decay
 
 
@@ -19,7 +19,7 @@ def calls(*agents):
 
 def block(agent: int, last_access: int) -> Item:
     return Item(kind=ItemKind.KV_BLOCK, key=agent << 32 | last_access, agent=agent, session=1,
-                last_access=last_access, tokens=16, position=0)
+                last_access=last_access, tokens=16, position=0, tier=Tier.GPU)
 
 
 def test_decay_halves_per_half_life_and_follows_the_chord_between():
@@ -50,10 +50,7 @@ def test_act_warms_the_hottest_other_agent_once_per_arrival():
 def test_hits_credit_known_agents_through_the_packed_path():
     p = Harness(CallRate)
     p.observe(calls(1, 2))
-    words = []
-    for agent in (1, 9):
-        words += [1 | agent << 32, 7, 0]  # op touched (1), position 0
-    p.observe_blocks(words)
+    p.observe_blocks([gpu_block_event(BlockOp.TOUCHED, 7, agent=agent) for agent in (1, 9)])
     items = [block(1, 1), block(2, 1)]
     scores = p.score(items)
     assert scores[0] > scores[1]

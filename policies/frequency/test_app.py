@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from agentrt_policy import Item, ItemKind, types
+from agentrt_policy import Item, ItemKind, Tier, types
 from agentrt_policy.testing import Err, Harness, rank
 from app import Frequency
 
@@ -26,7 +26,7 @@ def arrival(request_id: int, agent: int, warmup: bool = False):
 
 def block(key: int, agent: int, last_access: int) -> Item:
     return Item(kind=ItemKind.KV_BLOCK, key=key, agent=agent, session=1, last_access=last_access, tokens=16,
-                position=0)
+                position=0, tier=Tier.GPU)
 
 
 def calls(*agents):

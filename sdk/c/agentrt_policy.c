@@ -155,9 +155,10 @@ const char *arp_config_u64(const arp_config *config, const char *key, uint64_t f
 /* ---- packed forms ---------------------------------------------------------------------------- */
 
 bool arp_decode_block(const uint64_t *w, arp_block_event *out) {
-    uint64_t op = w[0] & 0xff;
-    if (op > AGENTRT_POLICY_TYPES_BLOCK_OP_ALL_CLEARED) return false;
+    uint64_t op = w[0] & 0xf, tier = (w[0] >> 4) & 0xf;
+    if (op > AGENTRT_POLICY_TYPES_BLOCK_OP_ALL_CLEARED || tier > AGENTRT_POLICY_TYPES_TIER_HOST) return false;
     out->op = (uint8_t)op;
+    out->tier = (uint8_t)tier;
     out->agent = (uint32_t)(w[0] >> 32);
     out->position = (uint32_t)((w[0] >> 8) & 0xffffff);
     out->block_hash = w[1];
@@ -166,14 +167,83 @@ bool arp_decode_block(const uint64_t *w, arp_block_event *out) {
 }
 
 void arp_decode_item(const uint64_t *w, arp_item *out) {
-    uint64_t kind = (w[4] >> 32) & 0xff;
+    uint64_t kind = (w[4] >> 32) & 0xff, tier = (w[4] >> 40) & 0xff;
     out->kind = kind <= AGENTRT_POLICY_TYPES_ITEM_KIND_TOOL_RESULT ? (uint8_t)kind : AGENTRT_POLICY_TYPES_ITEM_KIND_KV_BLOCK;
+    out->tier = tier <= AGENTRT_POLICY_TYPES_TIER_HOST ? (uint8_t)tier : AGENTRT_POLICY_TYPES_TIER_HOST;
     out->key = w[0];
     out->session = w[1];
     out->last_access = w[2];
     out->tokens = (uint32_t)w[3];
     out->agent = (uint32_t)(w[3] >> 32);
     out->position = (uint32_t)w[4];
+}
+
+/* The words a kind's payload has at least (0: a kind this SDK does not know). */
+static size_t payload_words(uint8_t kind) {
+    static const uint8_t words[] = {0, 6, 5, 4, 5, 2, 3, ARP_WORDS_PER_EVENT, 4, 3};
+    return kind < sizeof words ? words[kind] : 0;
+}
+
+bool arp_decode_event(const uint64_t *w, size_t len, size_t *used, arp_event *out) {
+    uint64_t head = w[0];
+    size_t size = (size_t)((head >> 8) & 0xff);
+    if (size + 1 > len) {
+        *used = len;
+        return false;
+    }
+    *used = size + 1;
+    uint8_t kind = (uint8_t)head;
+    size_t need = payload_words(kind);
+    if (need == 0 || size < need) return false;
+    uint16_t flags = (uint16_t)(head >> 16);
+    uint32_t agent = (uint32_t)(head >> 32);
+    const uint64_t *p = w + 1;
+    out->tag = kind;
+    switch (kind) {
+    case AGENTRT_POLICY_TYPES_EVENT_REQUEST_ARRIVAL: {
+        uint64_t continues = flags & 2 ? p[5] : 0;
+        out->val.request_arrival = (agentrt_policy_types_request_arrival_t){
+            .request_id = p[0], .agent = agent, .session = p[1], .anchor_hash = p[2], .prompt_tokens = (uint32_t)p[4],
+            .continues = {(flags & 2) != 0, {(uint32_t)continues, (uint32_t)(continues >> 32)}},
+            .warmup = (flags & 1) != 0, .at_us = p[3]};
+        return true;
+    }
+    case AGENTRT_POLICY_TYPES_EVENT_REQUEST_FINISH:
+        out->val.request_finish = (agentrt_policy_types_request_finish_t){
+            .request_id = p[0], .agent = agent, .session = p[1], .prompt_tokens = (uint32_t)p[3],
+            .cached_tokens = (uint32_t)(p[3] >> 32), .output_tokens = (uint32_t)p[4], .warmup = (flags & 1) != 0,
+            .ok = (flags & 2) != 0, .at_us = p[2]};
+        return true;
+    case AGENTRT_POLICY_TYPES_EVENT_TOOL_CALL:
+        out->val.tool_call = (agentrt_policy_types_tool_call_t){p[0], agent, p[1], p[2], p[3]};
+        return true;
+    case AGENTRT_POLICY_TYPES_EVENT_TOOL_RETURN:
+        out->val.tool_return = (agentrt_policy_types_tool_return_t){
+            .session = p[0], .agent = agent, .tool = p[1], .args_hash = p[2], .result_tokens = (uint32_t)p[4],
+            .latency_us = p[3], .ok = (flags & 1) != 0};
+        return true;
+    case AGENTRT_POLICY_TYPES_EVENT_SESSION_END:
+        if ((flags & 0xff) > AGENTRT_POLICY_TYPES_END_REASON_EVICTED) return false;
+        out->val.session_end = (agentrt_policy_types_session_end_t){p[0], (uint8_t)flags, p[1]};
+        return true;
+    case AGENTRT_POLICY_TYPES_EVENT_ENGINE_LOAD:
+        out->val.engine_load = (agentrt_policy_types_engine_load_t){
+            (uint32_t)p[0], (uint32_t)(p[0] >> 32), (uint32_t)p[1], (uint32_t)(p[1] >> 32), p[2]};
+        return true;
+    case AGENTRT_POLICY_TYPES_EVENT_BLOCK:
+        return arp_decode_block(p, &out->val.block);
+    case AGENTRT_POLICY_TYPES_EVENT_SESSION_WAIT:
+        if ((flags & 0xff) > AGENTRT_POLICY_TYPES_WAIT_KIND_USER) return false;
+        out->val.session_wait = (agentrt_policy_types_session_wait_t){
+            .session = p[0], .agent = agent, .kind = (uint8_t)flags, .tool = p[1], .expected_us = p[2],
+            .hinted = (flags & 0x100) != 0, .at_us = p[3]};
+        return true;
+    case AGENTRT_POLICY_TYPES_EVENT_HANDOFF:
+        out->val.handoff = (agentrt_policy_types_handoff_t){p[0], agent, (uint32_t)p[1], p[2]};
+        return true;
+    default:
+        return false;
+    }
 }
 
 /* ---- snapshots ------------------------------------------------------------------------------- */
@@ -289,6 +359,16 @@ void exports_agentrt_policy_guest_observe(exports_agentrt_policy_guest_list_even
         else arp_observe(e);
     }
     exports_agentrt_policy_guest_list_event_free(events);
+}
+
+void exports_agentrt_policy_guest_observe_packed(policy_list_u64_t *packed) {
+    arp_event event;
+    for (size_t i = 0, used; i < packed->len; i += used) {
+        if (!arp_decode_event(packed->ptr + i, packed->len - i, &used, &event)) continue;
+        if (event.tag == AGENTRT_POLICY_TYPES_EVENT_BLOCK) arp_observe_block(&event.val.block);
+        else arp_observe(&event);
+    }
+    policy_list_u64_free(packed);
 }
 
 void exports_agentrt_policy_guest_observe_blocks(policy_list_u64_t *packed) {

@@ -47,7 +47,9 @@ typedef struct arp_forecasts arp_forecasts;
 /* Configure a fresh instance: reset state, read `config`. Return NULL to accept or a message to
  * refuse (e.g. from arp_config_expect_only / arp_config_u64). Default: accepts no keys. */
 const char *arp_init(const arp_config *config);
-/* One event that is not a block event, in arrival order. */
+/* One event that is not a block event, in arrival order, whether it arrived typed or packed:
+ * switch on `event->tag` (AGENTRT_POLICY_TYPES_EVENT_SESSION_END, …) and read `event->val.<case>`,
+ * e.g. `event->val.session_end.reason == AGENTRT_POLICY_TYPES_END_REASON_CLOSED` (README). */
 void arp_observe(const arp_event *event);
 /* One KV-block event, whether it arrived typed or packed. */
 void arp_observe_block(const arp_block_event *block);
@@ -97,14 +99,23 @@ const char *arp_message_add(const char *text);
 const char *arp_message_add_n(const uint8_t *text, size_t len);
 const char *arp_message_add_u64(uint64_t value);
 
-/* ---- packed forms (wit/policy.wit; the Rust SDK's packed.rs is the reference) --------------- */
+/* ---- the contract line and its packed forms ------------------------------------------------
+ * What is particular to `agentrt:policy@0.4.0` (with the decoders in agentrt_policy.c): a new
+ * contract line changes this section and those functions. Layouts in wit/policy.wit; the Rust
+ * SDK's packed module is the reference, sdk/conformance/packed.txt the cases every SDK decodes. */
 
+#define ARP_CONTRACT_VERSION "0.4.0"
 #define ARP_WORDS_PER_EVENT 3
 #define ARP_ITEM_WORDS 5
-/* Decode one packed block event; false for an op this SDK does not know (skip it). */
+/* Decode one packed block event (3 words); false for an op or tier this SDK does not know (skip
+ * it). */
 bool arp_decode_block(const uint64_t *words, arp_block_event *out);
-/* Decode one packed item; unknown kinds decode as kv-block. */
+/* Decode one packed item (5 words); unknown kinds decode as kv-block, unknown tiers as host. */
 void arp_decode_item(const uint64_t *words, arp_item *out);
+/* Decode the `observe-packed` event at the start of `words` (`len` left): `*used` gets how many
+ * words it took (all of them when it is cut short). False for an event to skip: a kind, reason or
+ * wait kind this SDK does not know, a payload shorter than it reads, a truncated event. */
+bool arp_decode_event(const uint64_t *words, size_t len, size_t *used, arp_event *out);
 
 /* ---- snapshots: the Rust SDK's state layout (tag, u16 version, little-endian fields) -------- */
 

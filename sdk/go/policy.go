@@ -2,8 +2,9 @@
 // needs, register it with Export, build it with `cargo xtask build-policies` (sdk/go/README.md).
 //
 // A policy implements Policy (Info and Score) and any of the optional hooks below; the SDK
-// implements every export of `agentrt:policy/guest` in terms of them, decoding the packed hot
-// paths (`observe-blocks`, `score-packed`) so a policy sees BlockEvents and Items only.
+// implements every export of `agentrt:policy/guest` (contract 0.4.0) in terms of them, decoding
+// the packed hot paths (`observe-packed`, `observe-blocks`, `score-packed`) so a policy sees
+// typed Events, BlockEvents and Items only.
 //
 //	type Mine struct{ boost uint32 }
 //	func (*Mine) Info() policy.Info { return policy.Info{Name: "mine", Version: "0.1.0"} }
@@ -25,7 +26,8 @@ type (
 	// Initer reads the configuration of a fresh instance; an error refuses it (default: accepts
 	// no keys).
 	Initer interface{ Init(config *Config) error }
-	// Observer takes one event that is not a block event, in arrival order (default: ignored).
+	// Observer takes one event that is not a block event, in arrival order, typed or packed
+	// (default: ignored, and packed events are not even decoded).
 	Observer interface{ Observe(event Event) }
 	// BlockObserver takes one KV-block event, typed or packed (default: ignored, and packed
 	// events are not even decoded).
@@ -127,6 +129,28 @@ func (g *Guest) ObserveEvent(e Event) {
 func (g *Guest) ObserveBlock(b BlockEvent) {
 	if g.blocks != nil {
 		g.blocks.ObserveBlock(b)
+	}
+}
+
+// ObservePacked decodes `observe-packed` events for the policy: block events to ObserveBlock,
+// the others to Observe (not at all when it ignores both).
+func (g *Guest) ObservePacked(words []uint64) {
+	if g.observer == nil && g.blocks == nil {
+		return
+	}
+	for len(words) > 0 {
+		// Block events go undecoded to a policy without ObserveBlock, the others to one without
+		// Observe: skipped by the header's word count.
+		isBlock := uint8(words[0]) == kindBlock
+		if isBlock && g.blocks == nil || !isBlock && g.observer == nil {
+			words = words[min(len(words), 1+int(words[0]>>8&0xff)):]
+			continue
+		}
+		event, used := DecodeEvent(words)
+		words = words[used:]
+		if event != nil {
+			g.ObserveEvent(event)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"fmt"
 	"os"
 	"reflect"
 	"strconv"
@@ -11,40 +12,169 @@ import (
 	"agentrt.dev/policy/policytest"
 )
 
-func TestPackedFormsRoundTripAndMatchTheLayout(t *testing.T) {
-	blocks := []policy.BlockEvent{
-		{Op: policy.Touched, Agent: 7, BlockHash: 1 << 63, ParentHash: 5, Position: 48},
-		{Op: policy.AllCleared},
+func render(v any) string {
+	tiers := map[policy.Tier]string{policy.TierGpu: "gpu", policy.TierHost: "host"}
+	switch e := v.(type) {
+	case *policy.RequestArrival:
+		continues := "none"
+		if e.Continues != nil {
+			continues = fmt.Sprintf("%d/%d", e.Continues.SharedTokens, e.Continues.PreviousTokens)
+		}
+		return fmt.Sprintf("request-arrival request-id=%d agent=%d session=%d anchor-hash=%d prompt-tokens=%d "+
+			"continues=%s warmup=%t at-us=%d", e.RequestID, e.Agent, e.Session, e.AnchorHash, e.PromptTokens, continues,
+			e.Warmup, e.AtUs)
+	case *policy.RequestFinish:
+		return fmt.Sprintf("request-finish request-id=%d agent=%d session=%d prompt-tokens=%d cached-tokens=%d "+
+			"output-tokens=%d warmup=%t ok=%t at-us=%d", e.RequestID, e.Agent, e.Session, e.PromptTokens,
+			e.CachedTokens, e.OutputTokens, e.Warmup, e.Ok, e.AtUs)
+	case *policy.ToolCall:
+		return fmt.Sprintf("tool-call session=%d agent=%d tool=%d args-hash=%d at-us=%d", e.Session, e.Agent, e.Tool,
+			e.ArgsHash, e.AtUs)
+	case *policy.ToolReturn:
+		return fmt.Sprintf("tool-return session=%d agent=%d tool=%d args-hash=%d result-tokens=%d latency-us=%d ok=%t",
+			e.Session, e.Agent, e.Tool, e.ArgsHash, e.ResultTokens, e.LatencyUs, e.Ok)
+	case *policy.SessionEnd:
+		reasons := map[policy.EndReason]string{policy.Closed: "closed", policy.Idle: "idle", policy.Evicted: "evicted"}
+		return fmt.Sprintf("session-end session=%d reason=%s at-us=%d", e.Session, reasons[e.Reason], e.AtUs)
+	case *policy.EngineLoad:
+		return fmt.Sprintf("engine-load queue-depth=%d running=%d free-blocks=%d total-blocks=%d at-us=%d",
+			e.QueueDepth, e.Running, e.FreeBlocks, e.TotalBlocks, e.AtUs)
+	case *policy.BlockEvent:
+		return render(*e)
+	case policy.BlockEvent:
+		ops := []string{"stored", "touched", "removed", "all-cleared"}
+		return fmt.Sprintf("block op=%s agent=%d block-hash=%d parent-hash=%d position=%d tier=%s", ops[e.Op], e.Agent,
+			e.BlockHash, e.ParentHash, e.Position, tiers[e.Tier])
+	case *policy.SessionWait:
+		kinds := map[policy.WaitKind]string{policy.WaitTool: "tool", policy.WaitUser: "user"}
+		return fmt.Sprintf("session-wait session=%d agent=%d kind=%s tool=%d expected-us=%d hinted=%t at-us=%d",
+			e.Session, e.Agent, kinds[e.Kind], e.Tool, e.ExpectedUs, e.Hinted, e.AtUs)
+	case *policy.Handoff:
+		return fmt.Sprintf("handoff session=%d from-agent=%d to-agent=%d at-us=%d", e.Session, e.FromAgent, e.ToAgent,
+			e.AtUs)
+	case policy.Item:
+		kinds := []string{"kv-block", "request", "tool-result"}
+		return fmt.Sprintf("item kind=%s key=%d agent=%d session=%d last-access=%d tokens=%d position=%d tier=%s",
+			kinds[e.Kind], e.Key, e.Agent, e.Session, e.LastAccess, e.Tokens, e.Position, tiers[e.Tier])
 	}
-	words := policy.EncodeBlocks(blocks)
-	if words[0] != 1|48<<8|7<<32 {
-		t.Fatalf("word 0 of a block event: %#x", words[0])
+	return fmt.Sprintf("unexpected %T", v)
+}
+
+type packedCase struct {
+	export string
+	words  []uint64
+	want   string
+}
+
+// sdk/conformance/packed.txt: the Rust SDK's words and what every SDK decodes them to.
+func packedCases(t *testing.T) []packedCase {
+	text, err := os.ReadFile("../conformance/packed.txt")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := policy.DecodeBlocks(words); !reflect.DeepEqual(got, blocks) {
-		t.Fatalf("blocks: %+v", got)
+	var cases []packedCase
+	for _, line := range strings.Split(string(text), "\n") {
+		left, want, found := strings.Cut(line, "->")
+		if strings.HasPrefix(line, "#") || !found {
+			continue
+		}
+		fields := strings.Fields(left)
+		c := packedCase{export: fields[0], want: strings.TrimSpace(want)}
+		for _, w := range fields[1:] {
+			v, err := strconv.ParseUint(w, 10, 64)
+			if err != nil {
+				t.Fatal(line, err)
+			}
+			c.words = append(c.words, v)
+		}
+		cases = append(cases, c)
 	}
-	// An op this SDK does not know is skipped; trailing words are ignored.
-	if got := policy.DecodeBlocks(append([]uint64{9, 1, 2}, words[:4]...)); !reflect.DeepEqual(got, blocks[:1]) {
-		t.Fatalf("unknown op: %+v", got)
+	return cases
+}
+
+// recorder keeps what reaches it, rendered.
+type recorder struct{ heard []string }
+
+func (*recorder) Info() policy.Info                  { return policy.Info{Name: "recorder", Version: "0.1.0"} }
+func (*recorder) Score(_ []policy.Item, _ []float32) {}
+func (r *recorder) Observe(e policy.Event)           { r.heard = append(r.heard, render(e)) }
+func (r *recorder) ObserveBlock(b policy.BlockEvent) { r.heard = append(r.heard, render(b)) }
+
+func TestPackedWordsDecodeAsInEverySDK(t *testing.T) {
+	cases := packedCases(t)
+	for _, c := range cases {
+		var got []string
+		switch c.export {
+		case "events":
+			for _, e := range policy.DecodeEvents(c.words) {
+				got = append(got, render(e))
+			}
+			// The same words through the guest reach the policy's hooks alike.
+			h, _ := policytest.New(func() policy.Policy { return &recorder{} })
+			h.Guest.ObservePacked(c.words)
+			if heard := h.Guest.Policy().(*recorder).heard; !reflect.DeepEqual(heard, got) {
+				t.Fatalf("the guest: %q, decoded: %q", heard, got)
+			}
+			// And the harness's encoder gives back words that decode alike.
+			var again []uint64
+			for _, e := range policy.DecodeEvents(c.words) {
+				again = policy.EncodeEvent(again, e)
+			}
+			if !reflect.DeepEqual(policy.DecodeEvents(again), policy.DecodeEvents(c.words)) {
+				t.Fatalf("re-encoded: %v", again)
+			}
+		case "blocks":
+			for _, b := range policy.DecodeBlocks(c.words) {
+				got = append(got, render(b))
+			}
+			blocks := policy.DecodeBlocks(c.words)
+			if !reflect.DeepEqual(policy.DecodeBlocks(policy.EncodeBlocks(blocks)), blocks) {
+				t.Fatal("blocks re-encoded")
+			}
+		case "items":
+			for _, it := range policy.DecodeItems(c.words) {
+				got = append(got, render(it))
+			}
+			items := policy.DecodeItems(c.words)
+			if !reflect.DeepEqual(policy.DecodeItems(policy.EncodeItems(items)), items) {
+				t.Fatal("items re-encoded")
+			}
+		}
+		text := strings.Join(got, " ; ")
+		if text == "" {
+			text = "nothing"
+		}
+		if text != c.want {
+			t.Fatalf("%s %v\nwant %s\ngot  %s", c.export, c.words, c.want, text)
+		}
 	}
-	// Positions saturate at 2^24 - 1.
-	big := policy.DecodeBlocks(policy.EncodeBlocks([]policy.BlockEvent{{Position: 1 << 30}}))
-	if big[0].Position != policy.MaxPosition {
-		t.Fatalf("position %d", big[0].Position)
+	if len(cases) < 25 {
+		t.Fatalf("only %d cases", len(cases))
 	}
-	items := []policy.Item{
-		{Kind: policy.ToolResult, Key: 1, Agent: 1 << 31, Session: 3, LastAccess: 1 << 40, Tokens: 16, Position: 32},
+}
+
+func TestTypedAndPackedEventsReachThePolicyAlike(t *testing.T) {
+	var events []policy.Event
+	events = append(events, &policy.AgentRegistered{Agent: 2, Name: "coder", AnchorHash: 5, AnchorTokens: 64})
+	for _, c := range packedCases(t) {
+		if c.export == "events" {
+			events = append(events, policy.DecodeEvents(c.words)...)
+		}
 	}
-	packed := policy.EncodeItems(items)
-	if packed[3] != 16|1<<63 || packed[4] != 32|2<<32 {
-		t.Fatalf("item words %#x", packed)
+	typed, _ := policytest.New(func() policy.Policy { return &recorder{} })
+	packed, _ := policytest.New(func() policy.Policy { return &recorder{} })
+	typed.Guest.Observe(events)
+	packed.Observe(events...) // as the host sends them: registrations typed, the rest packed
+	a, b := typed.Guest.Policy().(*recorder).heard, packed.Guest.Policy().(*recorder).heard
+	if !reflect.DeepEqual(a, b) || len(a) != len(events) {
+		t.Fatalf("typed %d, packed %d, of %d", len(a), len(b), len(events))
 	}
-	if got := policy.DecodeItems(append(packed, 1, 2)); !reflect.DeepEqual(got, items) {
-		t.Fatalf("items: %+v", got)
+	kinds := map[string]bool{}
+	for _, e := range events {
+		kinds[fmt.Sprintf("%T", e)] = true
 	}
-	packed[4] = 9 << 32
-	if policy.DecodeItems(packed)[0].Kind != policy.KvBlock {
-		t.Fatal("an unknown kind decodes as kv-block")
+	if len(kinds) != 10 {
+		t.Fatalf("every kind of the contract: %v", kinds)
 	}
 }
 
@@ -115,8 +245,8 @@ func TestDefaultsForEveryHookNotImplemented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.Observe(&policy.SessionEnd{Session: 1}, &policy.BlockEvent{Op: policy.Stored})
-	h.ObserveBlocks(policy.BlockEvent{Op: policy.Touched})
+	h.Observe(policytest.SessionEnd(1, policy.Closed), &policy.BlockEvent{Op: policy.Stored})
+	h.ObserveBlocks(policytest.GpuBlockEvent(policy.Touched, 1))
 	if h.Act() != nil || h.Predict(4) != nil || h.Snapshot() != nil || h.Restore(nil) != nil {
 		t.Fatal("neutral defaults")
 	}

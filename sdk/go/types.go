@@ -14,6 +14,15 @@ const (
 	AllCleared
 )
 
+// Tier says where a KV block's contents live: the engine's cache in accelerator memory, or a
+// copy in host memory (a hit there is a load back).
+type Tier uint8
+
+const (
+	TierGpu Tier = iota
+	TierHost
+)
+
 // BlockEvent is one KV-block event, whether it arrived typed or packed.
 type BlockEvent struct {
 	Op         BlockOp
@@ -21,6 +30,7 @@ type BlockEvent struct {
 	BlockHash  uint64
 	ParentHash uint64
 	Position   uint32
+	Tier       Tier
 }
 
 // ItemKind says what a scored item is.
@@ -41,11 +51,14 @@ type Item struct {
 	LastAccess uint64
 	Tokens     uint32
 	Position   uint32
+	// Tier is the tier whose decision this is, for a KV block (TierGpu for other kinds).
+	Tier Tier
 }
 
-// Event is one event that is not a block event: *AgentRegistered, *RequestArrival,
-// *RequestFinish, *ToolCall, *ToolReturn, *SessionEnd or *EngineLoad (a typed *BlockEvent goes to
-// ObserveBlock instead). Switch on its type.
+// Event is one event that is not a block event, whether it arrived typed or packed:
+// *AgentRegistered, *RequestArrival, *RequestFinish, *ToolCall, *ToolReturn, *SessionEnd,
+// *EngineLoad, *SessionWait or *Handoff (a *BlockEvent goes to ObserveBlock instead). Switch on
+// its type.
 type Event interface{ isEvent() }
 
 type AgentRegistered struct {
@@ -104,7 +117,56 @@ type ToolReturn struct {
 	Ok           bool
 }
 
-type SessionEnd struct{ Session uint64 }
+// EndReason says why the host says a session is over.
+type EndReason uint8
+
+const (
+	// Closed: the framework said so; the session's own content will not be asked for again.
+	Closed EndReason = iota
+	// Idle: inferred from the session's silence; it may still come back.
+	Idle
+	// Evicted: the host's session table was full and it stopped following the session.
+	Evicted
+)
+
+// SessionEnd: a session is over, or the host stopped following it.
+type SessionEnd struct {
+	Session uint64
+	Reason  EndReason
+	AtUs    uint64
+}
+
+// WaitKind says what a paused session waits for.
+type WaitKind uint8
+
+const (
+	// WaitTool: a tool call; its next request carries the result (typically seconds).
+	WaitTool WaitKind = iota
+	// WaitUser: a person; minutes, hours, or never.
+	WaitUser
+)
+
+// SessionWait: a session paused until its next request arrives; Hinted when the framework said
+// so, not when the host read it from a response.
+type SessionWait struct {
+	Session uint64
+	Agent   uint32
+	Kind    WaitKind
+	// Tool is the hash of the tool's name for a tool wait (0 when unknown).
+	Tool uint64
+	// ExpectedUs is the framework's expected duration (0 when it gave none).
+	ExpectedUs uint64
+	Hinted     bool
+	AtUs       uint64
+}
+
+// Handoff: the framework says which agent runs next in a session.
+type Handoff struct {
+	Session   uint64
+	FromAgent uint32
+	ToAgent   uint32
+	AtUs      uint64
+}
 
 type EngineLoad struct {
 	QueueDepth  uint32
@@ -122,6 +184,8 @@ func (*ToolReturn) isEvent()      {}
 func (*SessionEnd) isEvent()      {}
 func (*EngineLoad) isEvent()      {}
 func (*BlockEvent) isEvent()      {}
+func (*SessionWait) isEvent()     {}
+func (*Handoff) isEvent()         {}
 
 // ForecastKind: what a forecast expects.
 type ForecastKind uint8

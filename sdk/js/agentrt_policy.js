@@ -4,24 +4,26 @@
 // extends `Policy`, overrides what it uses (every method but `score` has a neutral default), and
 // its module exports the component's `guest` interface:
 //
-//   import { Policy, exportPolicy } from '../../sdk/js/agentrt_policy.js';
+//   import { Policy, exportPolicy } from './agentrt-sdk/js/agentrt_policy.js';
 //   class Mine extends Policy {
 //     static NAME = 'mine';
 //     score(items) { return items.map((i) => i.position); }
 //   }
 //   export const guest = exportPolicy(Mine);
 //
-// `cargo xtask build-policies` builds every `policies/*/policy.js` with componentize-js and every
-// WASI feature disabled: the component imports only `agentrt:policy/host`, like a Rust one. Values
-// arrive as componentize-js gives them: records as objects with camelCase fields, enums as
-// strings ('kv-block'), variants as `{ tag, val }`, u64 as BigInt. The SDK decodes the packed hot
-// paths (`observe-blocks`, `score-packed`), so a policy sees block events and items only.
+// `agentrt policy build` (or, in a checkout, `cargo xtask build-policies`) builds a `policy.js`
+// with componentize-js and every WASI feature disabled into an `agentrt:policy@0.4.0` component:
+// it imports only `agentrt:policy/host`, like a Rust one. Values arrive as componentize-js gives
+// them: records as objects with camelCase fields, enums as strings ('kv-block', 'closed'),
+// variants as `{ tag, val }`, u64 as BigInt. The SDK decodes the packed hot paths
+// (`observe-packed`, `observe-blocks`, `score-packed`), so a policy sees typed events and items.
 
-import * as host from 'agentrt:policy/host@0.2.0';
-import { decodeBlocks, decodeItems } from './packed.js';
+import { decodeBlocks, decodeEvents, decodeItems } from './packed.js';
 
-export { host };
-export { decodeBlocks, decodeItems, encodeBlocks, encodeItems } from './packed.js';
+export { CONTRACT_VERSION, host } from './contract.js';
+export {
+  decodeBlocks, decodeEvents, decodeItems, encodeBlocks, encodeEvent, encodeItems,
+} from './packed.js';
 export { StateReader, StateWriter } from './state.js';
 
 /** A configuration the policy refuses; the host reports the message from `init`. */
@@ -85,9 +87,12 @@ export class Policy {
   init(config) {
     config.expectOnly([]);
   }
-  /** One event that is not a block event (`{ tag, val }`), in arrival order. */
+  /** One event that is not a block event, in arrival order, typed or packed: `{ tag, val }`
+   * with `tag` 'session-end' (`val.reason`: 'closed' when the framework said so, 'idle' inferred
+   * from silence, 'evicted' when the host stopped following it), 'session-wait' (`val.kind`:
+   * 'tool' or 'user'), 'handoff' (`val.toAgent` runs next), 'request-arrival', … (README). */
   observe(_event) {}
-  /** One KV-block event `{ op, agent, blockHash, parentHash, position }`, typed or packed. */
+  /** One KV-block event `{ op, agent, blockHash, parentHash, position, tier }`, typed or packed. */
   observeBlock(_block) {}
   /** One priority per item, same order; higher = keep. Ties go to the most recent. */
   score(_items) {
@@ -114,12 +119,22 @@ function refusal(e) {
   return e instanceof Error ? e.message : String(e);
 }
 
+/** The instance each exported guest drives, for native tests (`policyOf`). */
+const instances = new WeakMap();
+
+/** The policy instance `guest` (from `exportPolicy`) drives: for assertions on its state. */
+export function policyOf(guest) {
+  return instances.get(guest)();
+}
+
 /** The `guest` interface componentize-js exports, driving one `PolicyClass` instance. */
 export function exportPolicy(PolicyClass) {
   let policy = new PolicyClass();
-  // Block events are the highest-rate input; a policy that ignores them skips their decoding.
+  // Block events are the highest-rate input; a policy that ignores them skips their decoding, and
+  // one that ignores the other events skips theirs.
   const wantsBlocks = PolicyClass.prototype.observeBlock !== Policy.prototype.observeBlock;
-  return {
+  const wantsOthers = PolicyClass.prototype.observe !== Policy.prototype.observe;
+  const guest = {
     info() {
       return { name: PolicyClass.NAME, version: PolicyClass.VERSION, description: PolicyClass.DESCRIPTION };
     },
@@ -134,8 +149,16 @@ export function exportPolicy(PolicyClass) {
     },
     observe(events) {
       for (const event of events) {
-        if (event.tag !== 'block') policy.observe(event);
-        else if (wantsBlocks) policy.observeBlock(event.val);
+        if (event.tag !== 'block') {
+          if (wantsOthers) policy.observe(event);
+        } else if (wantsBlocks) policy.observeBlock(event.val);
+      }
+    },
+    observePacked(packed) {
+      if (!wantsBlocks && !wantsOthers) return;
+      for (const event of decodeEvents(packed, { blocks: wantsBlocks, others: wantsOthers })) {
+        if (event.tag === 'block') policy.observeBlock(event.val);
+        else policy.observe(event);
       }
     },
     observeBlocks(packed) {
@@ -165,4 +188,6 @@ export function exportPolicy(PolicyClass) {
       }
     },
   };
+  instances.set(guest, () => policy);
+  return guest;
 }

@@ -35,15 +35,16 @@ pub mod state;
 pub mod testing;
 
 pub use bindings::agentrt::policy::types::{
-    AgentHandle, AgentRegistered, BlockEvent, BlockOp, Continuation, Deny, EndReason, EngineLoad, Event, Forecast,
-    ForecastKind, Handoff, Hedge, Item, ItemKind, LogLevel, Pin, PolicyInfo, Preload, RequestArrival, RequestFinish,
-    SessionEnd, SessionId, SessionWait, SetPriority, SideEffect, Tier, ToolCall, ToolReturn, WaitKind, WarmPrefix,
+    AgentHandle, AgentRegistered, BlockEvent, BlockOp, Continuation, Deny, EndReason, EngineCapacity, EngineLoad,
+    Event, Forecast, ForecastKind, Handoff, Hedge, Item, ItemKind, LogLevel, Pin, PolicyInfo, Preload, RequestArrival,
+    RequestFinish, SessionEnd, SessionId, SessionWait, SetPriority, SideEffect, Tier, ToolCall, ToolReturn, WaitKind,
+    WarmPrefix,
 };
 pub use config::Config;
 pub use policy::{info, recency_scores, Policy};
 
 /// The WIT package version this SDK implements.
-pub const CONTRACT_VERSION: &str = "0.4.0";
+pub const CONTRACT_VERSION: &str = "0.5.0";
 
 #[doc(hidden)]
 pub mod __private {

@@ -16,7 +16,7 @@ bin="${AGENTRT_BIN:-${CARGO_TARGET_DIR:-target}/release/agentrt}"
 # The components just built, never copies embedded in an older binary.
 components="${AGENTRT_COMPONENTS_DIR:-${CARGO_TARGET_DIR:-target}/components}"
 mkdir -p "$out"
-policies=lru,ttl,arc,session-retain,cachesage,cachesage-classic,belady
+policies=lru,ttl,arc,session-retain,cachesage,belady
 guard_off=cachesage:guard=false
 
 [[ -f "$out/cc100.jsonl" ]] || "$bin" sim import kv-cache-tester "$cc_dir" --max-context 128000 --conversations 100 --out "$out/cc100.jsonl"

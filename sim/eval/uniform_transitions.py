@@ -6,7 +6,7 @@ every 0.5 s on average (Poisson), 20 ms between a session's calls. Seeded; write
 (sim/src/trace.rs) to stdout.
 
     python3 sim/eval/uniform_transitions.py > uniform.jsonl
-    agentrt sim run --trace uniform.jsonl --capacity-blocks 3000 --policies lru,cachesage,cachesage-classic,belady
+    agentrt sim run --trace uniform.jsonl --capacity-blocks 3000 --policies lru,cachesage,belady
 """
 import json
 import random

@@ -2,6 +2,7 @@
 """The "With hints" table of docs/results.md, from the JSON files `sim/eval/hints.sh` writes.
 
     python3 sim/scripts/hints_md.py target/hints > table.md
+    python3 sim/scripts/hints_md.py target/hints --json > docs/data/results/hints.json   # docs/results.md's table
 
 One row per (trace, capacity, load, hints told, coverage): LRU and Bélády from the same (trace,
 capacity, load)'s `none` row (they hear no hints), closed-first's (LRU itself in a `none` row),
@@ -11,6 +12,8 @@ gap, and LRU's utilisation.
 import json
 import sys
 from pathlib import Path
+
+from page_table import emit
 
 TRACES = ["cc100", "mc-conv-chained"]
 LOADS = {"users8": "8 users", "util50": "LRU util 50 %", "arrivals4": "arrivals ×4"}
@@ -37,7 +40,7 @@ def main():
     base = {unit: d["policies"] for unit, hints, _, d in all_rows if hints == "none"}
     head = ["trace", "cache", "load", "util", "hints", "coverage", "LRU", "closed-first", "session", "CacheSage",
             "Bélády", "closed-first gap", "session gap", "CacheSage gap", "CacheSage Δ pp"]
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * 6 + "---:|" * (len(head) - 6)]
+    out = []
     key = lambda r: (TRACES.index(r[0][0]), list(LOADS).index(r[0][2]), r[0][1], list(HINTS).index(r[1]), -r[2])
     for unit, hints, coverage, d in sorted(all_rows, key=key):
         trace, frac, load = unit
@@ -53,8 +56,10 @@ def main():
                  f"{lru * 100:.1f}", f"{closed * 100:.1f}", f"{sess * 100:.1f}", f"{sage * 100:.1f}",
                  f"{bel * 100:.1f}", share(closed, lru, bel), share(sess, lru, bel), share(sage, lru, bel),
                  f"{(sage - lru) * 100:+.1f}"]
-        out.append("| " + " | ".join(cells) + " |")
-    print("\n".join(out))
+        out.append(cells)
+    emit(head, 6, out, "bash sim/eval/hints.sh KV_CACHE_TESTER/traces MOONCAKE/FAST25-release/traces target/hints; "
+         "python3 sim/scripts/hints_md.py target/hints --json > docs/data/results/hints.json",
+         "each row's: its load and LRU's engine utilisation columns")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ impl Ownership {
         self.agent.get(handle as usize).copied().unwrap_or(0)
     }
 
-    /// The tenant an event concerns, or `None` for one every tenant's policy hears (engine load).
+    /// The tenant an event concerns, or `None` for one every tenant's policy hears (the engine's load and capacity).
     fn event(&self, event: &Event) -> Option<u16> {
         match event {
             Event::AgentRegistered(a) => Some(self.agent(a.agent)),
@@ -61,7 +61,7 @@ impl Ownership {
             Event::SessionWait(w) => Some(self.session.get(&w.session).copied().unwrap_or(0)),
             Event::Handoff(h) => Some(self.session.get(&h.session).copied().unwrap_or(0)),
             Event::Block(b) => Some(self.agent(b.agent)),
-            Event::EngineLoad(_) => None,
+            Event::EngineLoad(_) | Event::EngineCapacity(_) => None,
         }
     }
 }

@@ -34,6 +34,9 @@ pub enum SimCommand {
     /// One session flooding from several clients next to a session of short calls, without and
     /// with a fair-share slot under vLLM's priority scheduling: the light session's TTFT.
     SessionFlood(crate::experiments::session_flood::SessionFloodArgs),
+    /// One workload at rising concurrency behind every admission arm (stock vLLM, agentrt's
+    /// request cap, ThunderAgent, Continuum): calls/min, hit rate, latency; the knee; a plot.
+    Knee(Box<crate::experiments::knee::KneeArgs>),
 }
 
 #[derive(Args, Debug)]
@@ -70,6 +73,7 @@ pub fn run(args: SimArgs, components: &ComponentLookup) -> anyhow::Result<()> {
         SimCommand::FleetSweep(a) => crate::experiments::fleet_sweep::run(a, components),
         SimCommand::NoisyNeighbour(a) => crate::experiments::noisy_neighbour::run(a, components),
         SimCommand::SessionFlood(a) => crate::experiments::session_flood::run(a, components),
+        SimCommand::Knee(a) => crate::experiments::knee::run(*a, components),
     }
 }
 

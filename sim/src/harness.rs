@@ -1,13 +1,13 @@
 //! Run one prepared trace under a list of policies, the way the table and `agentrt sim run` do.
 //!
 //! Wasm policies load once per process (the engine caches compiled artifacts) and each run starts
-//! a fresh instance. Bélády needs the reference admission order, so the LRU run goes first.
+//! a fresh instance, its calls bounded by fuel ([`crate::policy_limits`]). Bélády needs the reference admission order, so the LRU run goes first.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use agentrt_runtime::{
-    ComponentLookup, ComponentSource, EngineOptions, PolicyComponent, PolicyEngine, PoolingOptions, SlowCompileNotice,
+    ComponentLookup, ComponentSource, EngineOptions, PolicyComponent, PolicyEngine, SlowCompileNotice,
 };
 use anyhow::Context;
 
@@ -16,19 +16,18 @@ use agentrt_runtime::Share;
 use crate::arbiter::{Ownership, TenantArbiter};
 use crate::audit::Audited;
 use crate::policies::{Belady, ClosedFirstLru, NativeLru, PolicySpec, Rerank, SimPolicy, Slotted, WasmPolicy};
-use crate::policy_limits::ReplayLimits;
+use crate::policy_limits::{replay_engine_options, ReplayLimits};
 use crate::prepare::PreparedTrace;
 use crate::scheduler::{RunResult, Sim, SimConfig};
 
 /// The names of the evaluation's policies, in report order.
-pub const DEFAULT_POLICY_NAMES: [&str; 8] = [
+pub const DEFAULT_POLICY_NAMES: [&str; 7] = [
     "lru",
     "ttl",
     "arc",
     "session-retain",
     "cachesage",
     "cachesage-evict",
-    "cachesage-classic",
     "belady",
 ];
 
@@ -59,16 +58,10 @@ impl PolicyHost {
         slow_compile: Option<SlowCompileNotice>,
     ) -> anyhow::Result<Self> {
         let options = EngineOptions {
-            pooling: Some(PoolingOptions {
-                max_instances: 16,
-                ..PoolingOptions::default()
-            }),
-            seed: Some(7),
             slow_compile,
-            ..EngineOptions::default()
+            ..replay_engine_options(16, limits.sandbox.memory_bytes)
         };
-        let engine = PolicyEngine::new(options.fitting_memory_cap(limits.sandbox.memory_bytes))
-            .map_err(|e| anyhow::anyhow!("starting the policy engine: {e}"))?;
+        let engine = PolicyEngine::new(options).map_err(|e| anyhow::anyhow!("starting the policy engine: {e}"))?;
         Ok(Self {
             engine,
             lookup,
@@ -193,6 +186,65 @@ fn replay(
         Sim::new(cfg.clone(), trace, boxed.as_mut()).run()?
     };
     result.policy = policy.name().to_string();
+    Ok(result)
+}
+
+/// Replay `trace` under the cache policy `policy` behind the admission arm `arm` (the proxy's
+/// stage, or Continuum's engine): `sim knee`'s unit of work.
+pub fn replay_admitted(
+    host: &PolicyHost,
+    trace: &PreparedTrace,
+    cfg: &SimConfig,
+    policy: &PolicySpec,
+    arm: &crate::admission::AdmissionArm,
+    rerank: Rerank,
+) -> anyhow::Result<RunResult> {
+    use crate::admission::{request_cap::RequestCap, thunderagent::ThunderAgent, AdmissionArm};
+    let mut cfg = cfg.clone();
+    let stage: Option<Box<dyn crate::admission::AdmissionStage>> = match arm {
+        AdmissionArm::Stock => None,
+        AdmissionArm::RequestCap { max_in_flight } => {
+            let n =
+                max_in_flight.unwrap_or_else(|| crate::admission::request_cap::sized_to_cache(trace, cfg.num_blocks));
+            Some(Box::new(RequestCap::new(n)))
+        }
+        AdmissionArm::ThunderAgent { decay } => Some(Box::new(ThunderAgent::new(*decay))),
+        AdmissionArm::Continuum => {
+            cfg.continuum = Some(crate::scheduler::ContinuumConfig::default());
+            None
+        }
+        AdmissionArm::WorkingSet(_) => None,
+    };
+    let mut boxed: Box<dyn SimPolicy> = match policy {
+        PolicySpec::NativeLru => Box::new(NativeLru),
+        PolicySpec::ClosedFirst => Box::new(ClosedFirstLru::default()),
+        PolicySpec::Wasm { name, component, init } => {
+            Box::new(host.start(name, component, init, trace.block_size, rerank)?)
+        }
+        PolicySpec::Belady => anyhow::bail!("Bélády needs a reference run; name a cache policy that runs online"),
+    };
+    let mut result = if let AdmissionArm::WorkingSet(arm) = arm {
+        let classes = std::rc::Rc::new(std::cell::RefCell::new(Default::default()));
+        let slot = match &arm.slot {
+            Some(component) => Some(host.start("admission", component, &[], trace.block_size, rerank)?),
+            None => None,
+        };
+        let stage =
+            crate::admission::working_set::WorkingSetStage::new(arm.settings()?, arm.releases, slot, classes.clone());
+        if arm.held_first {
+            boxed = Box::new(crate::admission::held_first::HeldFirst::new(boxed, classes));
+        }
+        Sim::new(cfg, trace, boxed.as_mut())
+            .with_admission(Box::new(stage))
+            .run()?
+    } else {
+        let mut sim = Sim::new(cfg, trace, boxed.as_mut());
+        if let Some(stage) = stage {
+            sim = sim.with_admission(stage);
+        }
+        sim.run()?
+    };
+    result.policy = arm.name();
     Ok(result)
 }
 

@@ -7,6 +7,7 @@
 use agentrt_runtime::types::{EndReason, Event, SessionEnd, SessionWait, WaitKind};
 use clap::{Args, ValueEnum};
 
+use crate::prepare::PreparedTrace;
 use crate::trace::{self, Hints};
 
 /// Which of the trace's hints the replay tells.
@@ -102,6 +103,28 @@ impl HintsTold {
     }
 }
 
+impl HintsTold {
+    /// What to warn when the replay is to tell hints that `trace` does not carry: `None` when
+    /// some request carries a kind asked for, or none was asked for.
+    pub fn missing_from(&self, trace: &PreparedTrace) -> Option<String> {
+        let (flag, fields) = match self.kinds {
+            HintKinds::None => return None,
+            HintKinds::Closed => ("closed", "`hints.closes`"),
+            HintKinds::All => ("all", "`hints.closes` or `hints.wait`"),
+        };
+        let carried = |h: &Hints| h.closes || (self.kinds == HintKinds::All && h.wait.is_some());
+        if trace.requests.iter().any(|r| carried(&r.hints)) {
+            return None;
+        }
+        Some(format!(
+            "--hints {flag}: the trace carries no lifecycle hints ({fields} on no request), so every \
+             policy hears what it would without --hints. Traces that carry them: `sim gen` (each \
+             session closes at its task's end), `sim import kv-cache-tester`, `sim import mooncake \
+             --sessions chained` (docs/workloads.md)"
+        ))
+    }
+}
+
 /// `sim run`'s hint flags.
 #[derive(Args, Debug, Clone)]
 pub struct HintArgs {
@@ -155,5 +178,32 @@ mod tests {
         assert!((4_700..=5_300).contains(&picked), "{picked} of 10,000");
         let none = HintsTold::default();
         assert!((0..100).all(|s| !none.covers(s)));
+    }
+
+    #[test]
+    fn hints_asked_of_a_trace_without_them_are_warned_about_and_generated_traces_carry_closings() {
+        use crate::workloads::{generate, Workload};
+        let told = |kinds| HintsTold { kinds, coverage: 1.0 };
+        let mut params = Workload::Gsm8k.headline();
+        params.sessions = 4;
+        let mut trace = generate(Workload::Gsm8k, &params);
+        let prepared = |t: &crate::trace::Trace| PreparedTrace::new(t, 16, false);
+        assert_eq!(told(HintKinds::Closed).missing_from(&prepared(&trace)), None);
+        assert_eq!(told(HintKinds::All).missing_from(&prepared(&trace)), None);
+        for request in &mut trace.requests {
+            request.hints = Hints::default();
+        }
+        let bare = prepared(&trace);
+        let warning = told(HintKinds::Closed).missing_from(&bare).expect("a warning");
+        assert!(
+            warning.starts_with("--hints closed: the trace carries no lifecycle hints"),
+            "{warning}"
+        );
+        assert!(told(HintKinds::All).missing_from(&bare).is_some());
+        assert_eq!(
+            told(HintKinds::None).missing_from(&bare),
+            None,
+            "no hints asked, nothing to warn"
+        );
     }
 }

@@ -81,6 +81,28 @@ impl LatencyModel {
         }
     }
 
+    /// An engine where prefill is nearly free against a step's fixed cost: the tiny random-weight
+    /// model on two CPU cores that agentrt's real-vLLM tests run (2 layers, hidden 128; a
+    /// 500-token prompt answered in 11–12 ms uncached and 6.5–10 ms from the prefix cache,
+    /// docs/background.md) — about 6 µs per prefilled token on a ~6 ms step. Recomputing an
+    /// evicted context costs almost nothing there, so holding sessions back to keep their cache
+    /// can only lose throughput: the setting `sim knee --latency prefill-free` checks that
+    /// admission stays out of the way.
+    pub fn prefill_nearly_free() -> Self {
+        Self {
+            params: 3.0e6,
+            layers: 2,
+            hidden: 128,
+            kv_bytes_per_token: 2 * 2 * 4 * 32 * 4,
+            weight_bytes: 12.0e6,
+            peak_flops: 1.0e12,
+            mfu: 1.0,
+            hbm_bytes_per_s: 2.0e10,
+            bw_efficiency: 1.0,
+            step_overhead_s: 0.006,
+        }
+    }
+
     /// Seconds the step takes.
     pub fn step_seconds(&self, work: &StepWork) -> f64 {
         if work.tokens == 0 {
@@ -155,6 +177,23 @@ mod tests {
         let mut half = StepWork::default();
         half.add(1024, 1024);
         assert!(m.step_seconds(&half) < 0.6 * p);
+    }
+
+    #[test]
+    fn where_prefill_is_nearly_free_a_whole_context_costs_less_than_a_step() {
+        let m = LatencyModel::prefill_nearly_free();
+        let mut prefill = StepWork::default();
+        prefill.add(0, 500);
+        let mut decode = StepWork::default();
+        decode.add(500, 1);
+        let (p, d) = (m.step_seconds(&prefill), m.step_seconds(&decode));
+        // The tiny CPU model: a 500-token miss ≈ 9 ms, a step ≈ 6 ms.
+        assert!((0.008..0.013).contains(&p), "{p}");
+        assert!((0.005..0.008).contains(&d), "{d}");
+        // On the H100 model a 2,048-token recompute is ~8 decode steps; here it is ~3.
+        let mut long = StepWork::default();
+        long.add(0, 2048);
+        assert!(m.step_seconds(&long) < 4.0 * d);
     }
 
     #[test]

@@ -1,13 +1,11 @@
 //! The flag groups every experiment shares — how a replay runs (`ReplayOptions`), the policy
-//! slots beside it (`SlotArgs`), the `fleet` workload's settings (`FleetArgs`) — and the
-//! progress bar long runs show.
+//! slots beside it (`SlotArgs`), the `fleet` workload's settings (`FleetArgs`).
 
 use std::path::PathBuf;
 
 use agentrt_runtime::{ComponentLookup, SlowCompileNotice};
 use anyhow::Context;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::harness::PolicyHost;
 use crate::policies::{PolicySpec, Rerank};
@@ -156,15 +154,4 @@ impl SlotArgs {
         cfg.engine_priorities = self.engine_priorities;
         Ok(())
     }
-}
-
-/// A progress bar over `total` replays.
-pub fn progress(total: u64) -> ProgressBar {
-    let bar = ProgressBar::new(total);
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} replays  {msg}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar
 }

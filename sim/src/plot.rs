@@ -202,7 +202,7 @@ pub fn hit_rate_bars(title: &str, workloads: &[String], policies: &[String], val
     let plot_w = frame.w - left - right;
     let plot_h = frame.h - top - bottom;
     let mut out = frame.header(title);
-    axis_y(&mut out, left, top, plot_w, plot_h, "token hit rate (%)");
+    axis_y(&mut out, left, top, plot_w, plot_h, &YAxis::hit_rate(), true);
     let group = plot_w / workloads.len().max(1) as f64;
     let bar = group * 0.8 / policies.len().max(1) as f64;
     for (wi, name) in workloads.iter().enumerate() {
@@ -233,7 +233,43 @@ pub fn hit_rate_bars(title: &str, workloads: &[String], policies: &[String], val
     out
 }
 
-fn axis_y(out: &mut String, left: f64, top: f64, plot_w: f64, plot_h: f64, label: &str) {
+/// A panel's y axis: its label, the value at its top, and what a tick shows per unit of value
+/// (100 for a fraction shown in percent).
+#[derive(Debug, Clone)]
+pub struct YAxis {
+    pub label: String,
+    pub max: f64,
+    pub tick_scale: f64,
+}
+
+impl YAxis {
+    /// Token hit rate: a fraction, shown in percent.
+    pub fn hit_rate() -> Self {
+        Self {
+            label: "token hit rate (%)".into(),
+            max: 1.0,
+            tick_scale: 100.0,
+        }
+    }
+
+    /// A quantity from 0 to a round number above `largest`.
+    pub fn up_to(label: &str, largest: f64) -> Self {
+        let largest = largest.max(1e-9);
+        let step = 10f64.powf(largest.log10().floor());
+        let max = [1.0, 2.0, 2.5, 5.0, 10.0]
+            .iter()
+            .map(|m| m * step)
+            .find(|&m| m >= largest)
+            .unwrap_or(10.0 * step);
+        Self {
+            label: label.into(),
+            max,
+            tick_scale: 1.0,
+        }
+    }
+}
+
+fn axis_y(out: &mut String, left: f64, top: f64, plot_w: f64, plot_h: f64, axis: &YAxis, labelled: bool) {
     for i in 0..=5 {
         let frac = i as f64 / 5.0;
         let y = top + plot_h - frac * plot_h;
@@ -242,21 +278,30 @@ fn axis_y(out: &mut String, left: f64, top: f64, plot_w: f64, plot_h: f64, label
             "<line x1=\"{left}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>",
             left + plot_w
         );
+        let tick = frac * axis.max * axis.tick_scale;
         let _ = writeln!(
             out,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{:.0}</text>",
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
             left - 6.0,
-            y + 4.0,
-            frac * 100.0
+            top + plot_h - frac * plot_h + 4.0,
+            if tick >= 1e4 {
+                format!("{:.0}k", tick / 1000.0)
+            } else if tick.fract().abs() < 1e-9 || tick >= 10.0 {
+                format!("{tick:.0}")
+            } else {
+                format!("{tick:.1}")
+            }
         );
     }
-    let _ = writeln!(
-        out,
-        "<text transform=\"translate({:.1},{:.1}) rotate(-90)\" text-anchor=\"middle\">{}</text>",
-        left - 40.0,
-        top + plot_h / 2.0,
-        escape(label)
-    );
+    if labelled {
+        let _ = writeln!(
+            out,
+            "<text transform=\"translate({:.1},{:.1}) rotate(-90)\" text-anchor=\"middle\">{}</text>",
+            left - 40.0,
+            top + plot_h / 2.0,
+            escape(&axis.label)
+        );
+    }
 }
 
 /// One panel per workload: `series[w][p]` = hit rates at `capacities[w]` (blocks) for policy `p`.
@@ -280,6 +325,22 @@ pub fn line_panels(
     xs: &[Vec<usize>],
     series: &[Vec<Vec<f64>>],
 ) -> String {
+    let axes = vec![YAxis::hit_rate(); panels.len()];
+    measure_panels(title, x_label, panels, &axes, policies, xs, series)
+}
+
+/// [`line_panels`] with each panel's own y axis (`axes[panel]`): a hit rate beside a rate of
+/// calls, say. A panel's y label is written when it is the first of its row or its axis differs
+/// from its left neighbour's.
+pub fn measure_panels(
+    title: &str,
+    x_label: &str,
+    panels: &[String],
+    axes: &[YAxis],
+    policies: &[String],
+    xs: &[Vec<usize>],
+    series: &[Vec<Vec<f64>>],
+) -> String {
     let (workloads, capacities) = (panels, xs);
     let (pw, ph) = (PANEL_W - 70.0, PANEL_PLOT_H);
     let frame = Frame::panels(title, workloads.len(), policies);
@@ -288,14 +349,9 @@ pub fn line_panels(
     for (wi, name) in workloads.iter().enumerate() {
         let left = 20.0 + (wi % columns) as f64 * PANEL_W + 45.0;
         let top = frame.top + (wi / columns) as f64 * PANEL_H;
-        axis_y(
-            &mut out,
-            left,
-            top,
-            pw,
-            ph,
-            if wi % columns == 0 { "token hit rate (%)" } else { "" },
-        );
+        let y = &axes[wi];
+        let labelled = wi % columns == 0 || axes[wi - 1].label != y.label;
+        axis_y(&mut out, left, top, pw, ph, y, labelled);
         let caps = &capacities[wi];
         let (lo, hi) = (
             caps.iter().copied().min().unwrap_or(1) as f64,
@@ -333,7 +389,7 @@ pub fn line_panels(
             let points: Vec<(f64, f64)> = caps
                 .iter()
                 .zip(ys)
-                .map(|(&c, y)| (x_of(c), top + ph - y.clamp(0.0, 1.0) * ph))
+                .map(|(&c, v)| (x_of(c), top + ph - (v / y.max).clamp(0.0, 1.0) * ph))
                 .collect();
             let line: Vec<String> = points.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
             let _ = writeln!(
@@ -412,7 +468,7 @@ mod tests {
     }
 
     /// The policies `sim table` compares, in its order.
-    const TABLE_POLICIES: [&str; 8] = crate::harness::DEFAULT_POLICY_NAMES;
+    const TABLE_POLICIES: [&str; 7] = crate::harness::DEFAULT_POLICY_NAMES;
 
     /// Made-up names, long and wide, more than a row holds, one longer than any legend.
     fn many_long_names() -> Vec<String> {

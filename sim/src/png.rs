@@ -112,7 +112,7 @@ mod tests {
         let samples = [
             "lru",
             "session-retain",
-            "cachesage-classic",
+            "cachesage-evict",
             "belady",
             "Bélády-oracle",
             "WWMM mixture-of-experts",

@@ -9,7 +9,8 @@
 //! session's earlier material (the task, earlier answers, tool observations), and a later call of
 //! the same agent usually extends its previous prompt + answer (chat history, ReAct loops).
 //! Sessions arrive as a Poisson process whose rate is set so that about `concurrency` sessions are
-//! active at once on an unloaded server.
+//! active at once on an unloaded server. Each session's last call carries the closing a framework
+//! sends when the task ends (`hints.closes`; heard only under `--hints`).
 
 pub mod fleet;
 pub mod gaia;
@@ -17,9 +18,10 @@ pub mod gsm8k;
 pub mod humaneval;
 pub mod mmlu;
 pub mod mtbench;
+pub mod swe;
 
 use crate::rng::Rng;
-use crate::trace::{Segment, Trace, TraceRequest};
+use crate::trace::{Segment, Trace, TraceRequest, WaitHint, WaitKind};
 
 /// The workloads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -31,9 +33,12 @@ pub enum Workload {
     Gsm8k,
     Humaneval,
     Fleet,
+    Swe,
 }
 
 impl Workload {
+    /// The six workloads of the evaluation table (`swe`, the programs of the knee sweep, is not
+    /// one of them: it is run past the engine's knee, `agentrt sim knee`).
     pub const ALL: [Workload; 6] = [
         Workload::Mmlu,
         Workload::Mtbench,
@@ -51,6 +56,7 @@ impl Workload {
             Workload::Gsm8k => "gsm8k",
             Workload::Humaneval => "humaneval",
             Workload::Fleet => "fleet",
+            Workload::Swe => "swe",
         }
     }
 
@@ -64,6 +70,7 @@ impl Workload {
             Workload::Gsm8k => gsm8k::session(b, rng),
             Workload::Humaneval => humaneval::session(b, rng),
             Workload::Fleet => catalog.expect("fleet traces draw a catalog").session(b, rng),
+            Workload::Swe => swe::session(b, rng),
         }
     }
 
@@ -77,6 +84,8 @@ impl Workload {
             Workload::Gsm8k => (1600, 400.0),
             Workload::Humaneval => (900, 200.0),
             Workload::Fleet => (1200, 36.0),
+            // Programs, not a Poisson rate: `sim knee --programs` runs this many at once.
+            Workload::Swe => (256, 32.0),
         };
         GenParams {
             sessions,
@@ -129,6 +138,39 @@ impl SessionBuilder {
         self.wait_ms += ms.max(0.0);
     }
 
+    /// A tool named `tool` runs for `ms` before the next call, and the framework says so: the
+    /// last call's `hints.wait` names the tool (no expected duration: a framework knows which
+    /// tool it runs, not how long it will take).
+    pub fn tool_wait(&mut self, ms: f64, tool: &str) {
+        self.hint_wait(WaitKind::Tool, Some(tool));
+        self.wait(ms);
+    }
+
+    /// The user reads the answer and writes the next message for `ms`, and the framework says
+    /// the session waits for its user.
+    pub fn user_wait(&mut self, ms: f64) {
+        self.hint_wait(WaitKind::User, None);
+        self.wait(ms);
+    }
+
+    fn hint_wait(&mut self, kind: WaitKind, tool: Option<&str>) {
+        if let Some(last) = self.requests.last_mut() {
+            last.hints.wait = Some(WaitHint {
+                kind,
+                tool: tool.map(str::to_string),
+                expected_ms: None,
+            });
+        }
+    }
+
+    /// The last call's answer asks for a tool (`tool_call` in the trace: what a proxy reads
+    /// from the response's `finish_reason`).
+    pub fn asks_for_tool(&mut self) {
+        if let Some(last) = self.requests.last_mut() {
+            last.tool_call = true;
+        }
+    }
+
     /// One LLM call by `agent`. Returns the answer as a segment that later prompts can quote: a
     /// later prompt that extends this one with the answer reuses the generated tokens.
     pub fn call(&mut self, agent: &str, prompt: Vec<Segment>, output_tokens: u32) -> Segment {
@@ -147,6 +189,15 @@ impl SessionBuilder {
         // Framework overhead between consecutive calls of a session.
         self.wait_ms = 20.0;
         answer
+    }
+
+    /// The session's task is over: its last call closes it (`hints.closes`), as the framework
+    /// that ran the graph knows and says (the hint package's LangGraph hook closes a thread when
+    /// its graph run ends). Told to policies only under `--hints closed|all`.
+    fn task_over(&mut self) {
+        if let Some(last) = self.requests.last_mut() {
+            last.hints.closes = true;
+        }
     }
 }
 
@@ -169,6 +220,7 @@ pub fn generate(workload: Workload, params: &GenParams) -> Trace {
         let mut rng = root.fork(i as u64);
         let mut b = SessionBuilder::new(format!("{}-{i}", workload.name()));
         workload.session(&mut b, &mut rng, catalog.as_ref());
+        b.task_over();
         sessions.push(b.requests);
     }
     let mean_ms = sessions.iter().map(|s| estimated_duration_ms(s)).sum::<f64>() / sessions.len().max(1) as f64;
@@ -223,6 +275,18 @@ mod tests {
                     .any(|s| s.seg.contains('/') && !s.is_anchor() && s.seg.rsplit('/').next().unwrap().contains('-'))
             });
             assert!(quotes, "{w:?}");
+            // Each session closes once, at its last call, as a framework says when the task ends.
+            for session in 0..6 {
+                let name = format!("{}-{session}", w.name());
+                let calls: Vec<bool> = trace
+                    .requests
+                    .iter()
+                    .filter(|r| r.session == name)
+                    .map(|r| r.hints.closes)
+                    .collect();
+                let (last, earlier) = calls.split_last().expect("a session has calls");
+                assert!(*last && !earlier.contains(&true), "{w:?} {name}: {calls:?}");
+            }
         }
     }
 }

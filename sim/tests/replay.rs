@@ -234,8 +234,9 @@ fn a_python_policy_replays_and_with_weight_0_is_exactly_lru() {
 }
 
 /// A policy that keeps failing is given up on after `failure_threshold` failures in a row, not
-/// paid for at every call: a `score` that spins costs the threshold × its deadline (here 5 ×
-/// 200 ms), not a deadline per ranking; a trap in `observe` is counted like any failure.
+/// paid for at every call: a `score` that spins costs the threshold × its fuel (here 5 × 2·10⁸
+/// units), not a tank per ranking; a trap in `observe` is counted like any failure; and a run
+/// in which the policy failed is a failed run, not figures.
 #[test]
 fn a_policy_that_keeps_failing_is_given_up_on_and_counted() {
     use agentrt_runtime::SandboxLimits;
@@ -243,7 +244,7 @@ fn a_policy_that_keeps_failing_is_given_up_on_and_counted() {
 
     let limits = ReplayLimits {
         sandbox: SandboxLimits {
-            call_deadline: std::time::Duration::from_millis(200),
+            call_fuel: 200_000_000,
             ..SandboxLimits::default()
         },
         failure_threshold: 5,
@@ -268,7 +269,7 @@ fn a_policy_that_keeps_failing_is_given_up_on_and_counted() {
     let spin = &r[1].policy_stats;
     assert!(r[0].evictions > 0, "the cache must be under pressure");
     assert!(spin.gave_up, "{spin:?}");
-    assert_eq!(spin.failures, [("score deadline".to_string(), 5)].into(), "{spin:?}");
+    assert_eq!(spin.failures, [("score fuel".to_string(), 5)].into(), "{spin:?}");
     assert_eq!(spin.failed_calls, 5);
     assert_eq!(spin.fallbacks, spin.score_calls, "every ranking fell back to LRU");
     assert!(spin.score_calls > 5 && spin.calls_skipped > 0, "{spin:?}");
@@ -299,9 +300,79 @@ fn a_policy_that_keeps_failing_is_given_up_on_and_counted() {
     // The table says so: columns, and a note for each broken policy only.
     let text = agentrt_sim::report::table(&agentrt_sim::report::summarize(&r));
     assert!(
-        text.contains("! probe:fault=score-spin: 5 failed calls (score deadline ×5)"),
+        text.contains("! probe:fault=score-spin: FAILED — 5 failed calls (score fuel ×5)"),
         "{text}"
     );
     assert!(text.contains("! probe:fault=observe-trap: "), "{text}");
     assert!(!text.contains("! probe: "), "{text}");
+}
+
+/// A replay's policy calls are bounded by fuel, not by a clock: the same replay gives the same
+/// figures, to the last token and the order of admissions, whether the machine is idle or every
+/// core is busy (here: threads spinning on every core for the second replay). And a call that
+/// runs out of fuel is a failure of the run, which reports no figures for it.
+#[test]
+fn a_replays_figures_do_not_depend_on_how_busy_the_machine_is() {
+    use agentrt_runtime::SandboxLimits;
+    use agentrt_sim::policy_limits::ReplayLimits;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let host = host();
+    let trace = small(Workload::Mtbench, 60, 3);
+    let quiet = run(&host, &trace, 300, &["cachesage"]).remove(0);
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let hogs: Vec<_> = (0..2 * cores)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            })
+        })
+        .collect();
+    let busy = run(&host, &trace, 300, &["cachesage"]).remove(0);
+    stop.store(true, Ordering::Relaxed);
+    hogs.into_iter().for_each(|h| h.join().unwrap());
+    assert!(
+        quiet.evictions > 0 && quiet.policy_stats.score_calls > 0,
+        "the policy ranked"
+    );
+    assert_eq!(quiet.policy_stats.failed_calls, 0);
+    assert_eq!(
+        (
+            quiet.hit_tokens,
+            quiet.evictions,
+            quiet.warmup_tokens,
+            &quiet.admission_order
+        ),
+        (
+            busy.hit_tokens,
+            busy.evictions,
+            busy.warmup_tokens,
+            &busy.admission_order
+        )
+    );
+    assert_eq!(busy.policy_stats.failed_calls, 0);
+
+    // Fuel for a few thousand instructions a call: the first ranking runs out, deterministically.
+    let starved = PolicyHost::with_limits(
+        ComponentLookup::from_environment(EmbeddedSet::NONE),
+        ReplayLimits {
+            sandbox: SandboxLimits {
+                call_fuel: 20_000,
+                ..SandboxLimits::default()
+            },
+            failure_threshold: 5,
+        },
+        None,
+    )
+    .expect("policy engine");
+    let r = run(&starved, &trace, 300, &["cachesage"]);
+    let summaries = agentrt_sim::report::summarize(&r);
+    assert!(summaries[0].1.failed, "{:?}", r[0].policy_stats);
+    let error = agentrt_sim::report::failed_replays(&summaries).unwrap_err().to_string();
+    assert!(error.contains("cachesage (") && error.contains("fuel"), "{error}");
 }

@@ -86,6 +86,7 @@ fn words(t: Treatment) -> &'static str {
         Treatment::Refused => "refused unless `--client-engine-field`",
         Treatment::SetByAgentrt => "set by agentrt",
         Treatment::Checked => "checked",
+        Treatment::HintDialect => "read as hints, taken out",
         Treatment::Forwarded => "forwarded",
     }
 }

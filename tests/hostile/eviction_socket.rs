@@ -237,6 +237,59 @@ async fn with_a_group_the_socket_file_is_0660_and_the_groups() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_folders_are_created_for_the_sockets_audience_only_and_an_impossible_one_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    // An operator's folder that exists keeps its mode.
+    let existing = dir.path().join("run");
+    std::fs::create_dir(&existing).unwrap();
+    std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = existing.join("agentrt/a/evict.sock");
+    let old = unsafe { libc::umask(0) };
+    let bound = lru_service(&path, EvictionOptions::default());
+    unsafe { libc::umask(old) };
+    let (service, _cache) = bound.expect("the missing folders are created");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(
+        mode(&existing.join("agentrt")),
+        0o700,
+        "created folders are agentrt's user's only"
+    );
+    assert_eq!(mode(&existing.join("agentrt/a")), 0o700);
+    assert_eq!(mode(&existing), 0o755, "an existing folder is left as it is");
+    Plugin::connect(&service).await;
+
+    // With a group, its members must reach the socket: 0750 and the group's.
+    let (group, gid) = own_group();
+    let grouped = dir.path().join("grouped/evict.sock");
+    let options = EvictionOptions {
+        socket: SocketOptions {
+            access: SocketAccess { group: Some(group) },
+            ..SocketOptions::default()
+        },
+        ..EvictionOptions::default()
+    };
+    let (_grouped_service, _cache) = lru_service(&grouped, options).unwrap();
+    let folder = std::fs::metadata(dir.path().join("grouped")).unwrap();
+    assert_eq!(folder.permissions().mode() & 0o777, 0o750);
+    assert_eq!(folder.gid(), gid);
+
+    // A folder that cannot be made (a regular file is in the way): the error names the folder
+    // and how to make it, and the file is untouched.
+    let blocker = dir.path().join("not-a-folder");
+    std::fs::write(&blocker, "the operator's data").unwrap();
+    let blocked = blocker.join("agentrt/evict.sock");
+    let e = lru_service(&blocked, EvictionOptions::default())
+        .err()
+        .expect("a folder under a regular file cannot be made");
+    let message = e.to_string();
+    assert!(
+        message.contains(&blocker.join("agentrt").display().to_string()) && message.contains("install -d"),
+        "{message}"
+    );
+    assert_eq!(std::fs::read_to_string(&blocker).unwrap(), "the operator's data");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_is_not_a_stale_socket_at_the_path_is_refused_and_left_intact() {
     let dir = tempfile::tempdir().unwrap();
     // A regular file: refused, naming the path and the fix; its content kept.

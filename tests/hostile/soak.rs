@@ -16,12 +16,17 @@
 //! quick tool on his own session every few requests, and each of his calls must succeed.
 //!
 //! Alice also keeps about [`SLOW_READERS`] streams of a long, fast reply (the stub's `firehose`)
-//! stalled: clients that read the response head and nothing more for 5 s, then leave.
+//! stalled: clients that read the response head and nothing more for 5 s, then leave. And every
+//! [`STALLED_BODY_EVERY`] she sends a body that never ends — a hint call's chunked body, a chat
+//! body of 1 MiB with its last byte withheld, a policy upload (the operator's token, for a tenant
+//! of its own) — each of which must be cut with 408 within the body deadline
+//! ([`BODY_IDLE`], set short here) and a slack.
 //!
 //! `AGENTRT_SOAK_SECS` sets the length (default 120).
 
 mod mcp_support;
 mod slow_stream_support;
+mod stalled_body_support;
 #[path = "../../host/serve/tests/stub_upstream/mod.rs"]
 mod stub_upstream;
 #[path = "../../host/serve/tests/support/mod.rs"]
@@ -41,6 +46,12 @@ use support::{chat, install_policy, post, post_json, quantile, settle, Proxy, Se
 const SLOW_READER_EVERY: Duration = Duration::from_millis(100);
 const SLOW_READER_HOLDS: Duration = Duration::from_secs(5);
 const SLOW_READERS: u128 = SLOW_READER_HOLDS.as_millis() / SLOW_READER_EVERY.as_millis();
+
+/// How often alice sends a body that never ends, and the body deadline it must be cut at.
+const STALLED_BODY_EVERY: Duration = Duration::from_millis(250);
+const BODY_IDLE: Duration = Duration::from_secs(2);
+/// How late past its deadline a cut may come while the soak loads both cores.
+const CUT_SLACK: Duration = Duration::from_secs(4);
 
 const ALICE: &str = "Bearer key-alice";
 const BOB: &str = "Bearer key-bob";
@@ -240,6 +251,63 @@ fn slow_stream_rounds(p: &Arc<Proxy>, until: Instant) -> tokio::task::JoinHandle
     })
 }
 
+/// Alice's bodies that never end, until `until`: one every [`STALLED_BODY_EVERY`], in turn a hint
+/// call, a chat and a policy upload, each awaited on a task of its own, which checks it was cut
+/// with 408 in time; the number sent and the latest cut after its last byte.
+fn stalled_body_rounds(p: &Arc<Proxy>, until: Instant) -> tokio::task::JoinHandle<(u32, Duration)> {
+    use stalled_body_support::{Framing, StalledBody};
+    let addr = p.url.trim_start_matches("http://").to_string();
+    tokio::spawn(async move {
+        let mut cuts = tokio::task::JoinSet::new();
+        let mut sent = 0u32;
+        while Instant::now() < until {
+            let alice = [("authorization", ALICE), ("content-type", "application/json")];
+            let (what, opened) = match sent % 3 {
+                0 => (
+                    "hint call",
+                    StalledBody::open(&addr, "POST", "/v1/agentrt/hints", &alice, Framing::Chunked, 16_000).await,
+                ),
+                1 => (
+                    "chat",
+                    StalledBody::open(
+                        &addr,
+                        "POST",
+                        "/v1/chat/completions",
+                        &alice,
+                        Framing::Length(1 << 20),
+                        (1 << 20) - 1,
+                    )
+                    .await,
+                ),
+                _ => {
+                    // A tenant of its own each time: one upload at a time per tenant.
+                    let operator = [("authorization", "Bearer s3cret")];
+                    let path = format!("/admin/tenants/uploader-{}/policy", sent / 3 % 16);
+                    (
+                        "upload",
+                        StalledBody::open(&addr, "PUT", &path, &operator, Framing::Length(8 << 20), 1 << 20).await,
+                    )
+                }
+            };
+            let mut body = opened.unwrap();
+            cuts.spawn(async move {
+                let answer = body.answer(BODY_IDLE + CUT_SLACK).await;
+                let (status, after) =
+                    answer.unwrap_or_else(|| panic!("a stalled {what} body was held past its deadline"));
+                assert_eq!(status, 408, "a stalled {what} body answered {status}");
+                after
+            });
+            sent += 1;
+            tokio::time::sleep(STALLED_BODY_EVERY).await;
+        }
+        let mut latest = Duration::ZERO;
+        while let Some(after) = cuts.join_next().await {
+            latest = latest.max(after.unwrap());
+        }
+        (sent, latest)
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_memory() {
     let secs = std::env::var("AGENTRT_SOAK_SECS")
@@ -272,6 +340,13 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
         Setup {
             config: Some(config.clone()),
             mcp: mcp_options,
+            limits: agentrt_serve::Limits {
+                body_timing: agentrt_guards::body_read::BodyTiming {
+                    idle: BODY_IDLE,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
             ..Setup::new("cachesage")
         }
         .start()
@@ -313,6 +388,7 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
         })
         .collect();
     let slow_streams = slow_stream_rounds(&p, until);
+    let stalled_bodies = stalled_body_rounds(&p, until);
     let swapper = {
         let (p, stop) = (p.clone(), stop.clone());
         tokio::spawn(async move {
@@ -439,6 +515,7 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
         a.await.unwrap();
     }
     let slow_rounds = slow_streams.await.unwrap();
+    let (stalled_sent, latest_cut) = stalled_bodies.await.unwrap();
     stop.store(true, Relaxed);
     let swaps = swapper.await.unwrap();
     let (reloads_applied, reloads_refused) = reloader.await.unwrap();
@@ -456,7 +533,9 @@ async fn a_misbehaving_tenant_for_minutes_moves_neither_the_other_tenant_nor_mem
     eprintln!(
         "soak {secs} s: bob {} requests, p50 {p50:?} p99 {p99:?} max {max:?}; alice {} attacks, {swaps} swaps, \
          {} restarts, {} circuit opens, {} events dropped; {reloads_applied} reloads applied, {reloads_refused} \
-         refused; {slow_rounds} slow readers (~{SLOW_READERS} stalled at once); bob's MCP calls {mcp_calls}; RSS start {} MB, end {} MB, peak {} MB (sampled {} MB)",
+         refused; {slow_rounds} slow readers (~{SLOW_READERS} stalled at once); {stalled_sent} stalled bodies, each cut \
+         with 408, the latest {latest_cut:?} after its last byte; bob's MCP calls {mcp_calls}; RSS start {} MB, end {} MB, \
+         peak {} MB (sampled {} MB)",
         bob.len(),
         attacks.load(Relaxed),
         m.restarts(),

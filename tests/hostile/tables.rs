@@ -9,7 +9,8 @@ mod support;
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use agentrt_serve::table::{TableLimits, MAX_AGENT_NAME_BYTES};
+use agentrt_serve::names::MAX_NAME_BYTES as MAX_AGENT_NAME_BYTES;
+use agentrt_serve::table::TableLimits;
 use serde_json::Value;
 use support::{chat, post_json, settle, Setup};
 

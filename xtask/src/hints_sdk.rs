@@ -1,8 +1,10 @@
 //! The lifecycle-hint package's tests (`sdk/hints/tests`, pytest), once in each venv that has
-//! an agent framework its hooks serve: the vLLM venv (`.venv-vllm`, LangGraph) and the agents venv
+//! an agent framework its hooks serve: the vLLM venv (`.venv-vllm`, LangGraph), the agents venv
 //! (`$AGENTRT_AGENTS_VENV`, default `~/.cache/agentrt/venv-agents`: the OpenAI Agents SDK and
-//! AutoGen). Each run skips, saying why, the hook tests whose framework its venv lacks; a venv
-//! that is absent is skipped as a whole, saying which script makes it. Their test of the real
+//! AutoGen), and CrewAI's and MetaGPT's (`$AGENTRT_CREWAI_VENV`, `$AGENTRT_METAGPT_VENV`, default
+//! `~/.cache/agentrt/venv-crewai` and `venv-metagpt`, made by `sdk/hints/setup-venv.sh`). Each run
+//! skips, saying why, the hook tests whose framework its venv lacks; a venv that is absent is
+//! skipped as a whole, saying which script makes it. Their test of the real
 //! proxy (`test_agentrt_serve.py`) runs the `agentrt` that `cargo test --workspace` just built
 //! under `CARGO_TARGET_DIR`, with the components in `AGENTRT_COMPONENTS_DIR` (both set by
 //! [`Workspace::command`]).
@@ -23,23 +25,33 @@ pub fn test_all(workspace: &Workspace) -> Result<()> {
         setup: "bash adapters/vllm/setup-venv.sh",
     };
     let agents = Venv {
-        python: agents_venv().join("bin/python"),
+        python: cached_venv("AGENTRT_AGENTS_VENV", "venv-agents").join("bin/python"),
         frameworks: "the OpenAI Agents SDK and AutoGen",
         setup: "bash examples/setup-venv.sh",
     };
-    for venv in [vllm, agents] {
+    let crewai = Venv {
+        python: cached_venv("AGENTRT_CREWAI_VENV", "venv-crewai").join("bin/python"),
+        frameworks: "CrewAI",
+        setup: "bash sdk/hints/setup-venv.sh",
+    };
+    let metagpt = Venv {
+        python: cached_venv("AGENTRT_METAGPT_VENV", "venv-metagpt").join("bin/python"),
+        frameworks: "MetaGPT",
+        setup: "bash sdk/hints/setup-venv.sh",
+    };
+    for venv in [vllm, agents, crewai, metagpt] {
         venv.test(workspace)?;
     }
     Ok(())
 }
 
-/// `examples/setup-venv.sh`'s venv.
-fn agents_venv() -> PathBuf {
-    if let Some(dir) = std::env::var_os("AGENTRT_AGENTS_VENV") {
+/// A venv of the setup scripts: `$variable`, else `~/.cache/agentrt/<name>`.
+fn cached_venv(variable: &str, name: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os(variable) {
         return PathBuf::from(dir);
     }
     let home = std::env::var_os("HOME").unwrap_or_default();
-    PathBuf::from(home).join(".cache/agentrt/venv-agents")
+    PathBuf::from(home).join(".cache/agentrt").join(name)
 }
 
 struct Venv {

@@ -94,6 +94,7 @@ def attach(cache, client: EvictionClient, max_candidates: int = 256) -> RadixTra
     cache._agentrt = tracker
     _state["trackers"].append(tracker)
     client.connected()  # connect early, at engine start, not on the first eviction
+    client.watch()  # and again as soon as a restarted host is back, not at the next eviction
     return tracker
 
 

@@ -307,5 +307,6 @@ class AgentrtOffloadingSpec(CPUOffloadingSpec):
             )
             if client is not None:
                 client.connected()
+                client.watch()
             log.info("agentrt: host tier of %d chunks ranked by the eviction service", self.num_chunks)
         return self._manager

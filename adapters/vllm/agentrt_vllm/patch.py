@@ -104,6 +104,7 @@ def attach(pool, client: EvictionClient, max_candidates: int = 256) -> PoolTrack
     pool._agentrt = tracker
     _trackers.add(tracker)
     client.connected()  # connect early, at engine start, not on the first allocation
+    client.watch()  # and again as soon as a restarted host is back, not at the next eviction
     return tracker
 
 

@@ -1,8 +1,9 @@
 //! `agentrt demo`: the built-in policies on a short synthetic multi-agent trace — a
 //! planner → coder → tester loop over a dozen sessions, an unrelated auditor called twice, and a new
 //! session stopped just before its tester — printing what each observes, scores, predicts and acts
-//! on. LRU evicts the tester's anchor (the oldest) just before it is needed; CacheSage evicts the
-//! rarely used auditor's and asks for a warm-up of the tester's.
+//! on. LRU evicts the tester's anchor (the oldest) just before it is needed; so does CacheSage as it
+//! ships, whose guard keeps LRU's order until its model has beaten LRU on the traffic; its model
+//! alone (`guard=false`) evicts the rarely used auditor's and asks for a warm-up of the tester's.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,8 +26,35 @@ pub struct DemoArgs {
     sessions: u32,
 }
 
-/// The policies the demo runs, in order, when their components exist.
-const DEMO_POLICIES: &[&str] = &["lru", "cachesage"];
+/// The policies the demo runs, in order, when their components exist: each with its `init`
+/// settings and a sentence said under its name. CacheSage runs twice: as it ships — its guard keeps
+/// LRU's order until its model has beaten LRU on this traffic, which a dozen sessions are too few
+/// to show — and its model alone (`guard=false`).
+const DEMO_POLICIES: &[DemoPolicy] = &[
+    DemoPolicy {
+        name: "lru",
+        init: &[],
+        note: "",
+    },
+    DemoPolicy {
+        name: "cachesage",
+        init: &[],
+        note: "As it ships: its guard keeps LRU's order until its model has beaten LRU on this traffic \
+               (a dozen sessions are too few to tell).",
+    },
+    DemoPolicy {
+        name: "cachesage",
+        init: &[("guard", "false")],
+        note: "Its model alone (guard=false): what it does once its evidence says the model wins.",
+    },
+];
+
+/// A policy the demo runs: its component's name, its `init` settings, a sentence said under it.
+struct DemoPolicy {
+    name: &'static str,
+    init: &'static [(&'static str, &'static str)],
+    note: &'static str,
+}
 const AGENTS: [(&str, u64); 4] = [
     ("planner", 0x91a7),
     ("coder", 0xc0de),
@@ -53,7 +81,7 @@ pub fn run(args: DemoArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     })?;
     let mut ran = 0;
     let mut last_missing = None;
-    for name in DEMO_POLICIES {
+    for &DemoPolicy { name, init, note } in DEMO_POLICIES {
         let source = match components.find(name) {
             Ok(source) => source,
             Err(missing) => {
@@ -63,9 +91,9 @@ pub fn run(args: DemoArgs, components: &ComponentLookup) -> anyhow::Result<()> {
             }
         };
         let component = Arc::new(source.load(&engine)?);
-        let policy = PolicyHandle::start(&engine, component, SlotConfig::new(format!("demo/{name}")))
-            .with_context(|| format!("starting {name}"))?;
-        run_one(&policy, args.sessions)?;
+        let config = SlotConfig::new(format!("demo/{name}")).with_init(init.iter().copied());
+        let policy = PolicyHandle::start(&engine, component, config).with_context(|| format!("starting {name}"))?;
+        run_one(&policy, init, note, args.sessions)?;
         ran += 1;
     }
     match last_missing {
@@ -79,9 +107,19 @@ fn anchor_block(agent: usize, i: u64) -> u64 {
     AGENTS[agent].1 << 16 | i
 }
 
-fn run_one(policy: &PolicyHandle, sessions: u32) -> anyhow::Result<()> {
+fn run_one(policy: &PolicyHandle, init: &[(&str, &str)], note: &str, sessions: u32) -> anyhow::Result<()> {
     let info = policy.info();
-    println!("== {} {}: {}", info.name, info.version, info.description);
+    let settings: Vec<String> = init.iter().map(|(k, v)| format!(":{k}={v}")).collect();
+    println!(
+        "== {}{} {}: {}",
+        info.name,
+        settings.concat(),
+        info.version,
+        info.description
+    );
+    if !note.is_empty() {
+        println!("{note}");
+    }
     let trace = DemoTrace::new(sessions);
     policy.observe(&trace.events)?;
     policy.observe_blocks(&trace.blocks)?;

@@ -1,9 +1,37 @@
-//! A policy's forecasts, side effects and failures in words, for people reading a command's
-//! output: the demo and the conformance kit print these rather than the types' `Debug` form.
+//! A policy's forecasts, side effects, failures and contract in words, for people reading a
+//! command's output: the demo and the policy commands print these rather than the types' `Debug`
+//! form.
 
 use agentrt_runtime::types::{Forecast, ForecastKind, SideEffect};
-use agentrt_runtime::{Overrun, PolicyError};
+use agentrt_runtime::{Overrun, PolicyError, CONTRACT};
 use std::time::Duration;
+
+/// The contract a component speaks, from the version of its guest export (`None`: it has none):
+/// this host's line ([`CONTRACT`]), or an older one it still runs, which hears less.
+pub fn contract(guest_version: Option<&str>) -> String {
+    match contract_and_note(guest_version) {
+        (line, Some(note)) => format!("{line} ({note})"),
+        (line, None) => line,
+    }
+}
+
+/// [`contract`] in two parts: the line, and what it means when it is not this host's.
+pub fn contract_and_note(guest_version: Option<&str>) -> (String, Option<String>) {
+    match guest_version {
+        Some(version) if CONTRACT.ends_with(&format!("@{version}")) => (format!("agentrt:policy@{version}"), None),
+        Some(version) => (
+            format!("agentrt:policy@{version}"),
+            Some(format!(
+                "an older contract this host still runs: the policy hears only what that line has words for; \
+                 the newest is {CONTRACT}"
+            )),
+        ),
+        None => (
+            format!("no agentrt:policy guest export (this host runs {CONTRACT})"),
+            None,
+        ),
+    }
+}
 
 /// How an agent handle reads to a person (its name, or `agent N` when unknown).
 pub type AgentName<'a> = &'a dyn Fn(u32) -> String;
@@ -93,7 +121,9 @@ pub fn error(error: &PolicyError) -> String {
             "{primitive} was kept waiting {} by a busy host (not the policy's doing)",
             millis(*on_clock)
         ),
-        PolicyError::FuelExhausted { primitive, .. } => format!("{primitive} used up its fuel"),
+        PolicyError::FuelExhausted { primitive, fuel, .. } => {
+            format!("{primitive} used up its fuel ({fuel} units; --policy-fuel raises it)")
+        }
         PolicyError::OutOfMemory {
             primitive, cap_bytes, ..
         } => {

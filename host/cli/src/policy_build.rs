@@ -1,7 +1,8 @@
 //! `agentrt policy build [DIR] [--out FILE] [--test]`: build the one policy component in DIR (a
 //! project `agentrt policy new` made outside a checkout), in whichever of the five languages its
 //! files say, with that language's toolchain installed on first use — the build `cargo xtask
-//! build-policies` runs, from the same crate (`agentrt-policy-build`).
+//! build-policies` runs, from the same crate (`agentrt-policy-build`). With `--test`, the
+//! project's own tests (natively, in its language) and then the conformance kit on the component.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,7 +21,9 @@ pub struct BuildArgs {
     /// Where the component goes (default: DIR/target/NAME.wasm, NAME being the folder's name).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Then run the conformance kit on it (`agentrt policy test FILE`).
+    /// Then run the project's own tests (natively, in its language: pytest, node --test, cargo
+    /// test, go test, the C tests) and the conformance kit on the component (`agentrt policy test
+    /// FILE`).
     #[arg(long)]
     pub test: bool,
 }
@@ -50,8 +53,16 @@ pub fn run(args: BuildArgs) -> Result<()> {
     let tree = Tree::standalone(&dir, policy_sdk::VENDORED, &dir.join("target/agentrt-build"));
     build_one(&tree, language, &dir, &out)
         .with_context(|| format!("building the {} policy {name}", language.name()))?;
-    println!("built {name} ({}): {}", language.name(), out.display());
+    let version = agentrt_policy_build::contract::guest_version(&out)?;
+    let (contract, note) = crate::describe::contract_and_note(version.as_deref());
+    println!("built {name} ({}, {contract}): {}", language.name(), out.display());
+    if let Some(note) = note {
+        println!("  {contract}: {note}");
+    }
     if args.test {
+        agentrt_policy_build::test_one(&tree, language, &dir)
+            .with_context(|| format!("the {} policy {name}'s own tests", language.name()))?;
+        println!("tested {name}: its own tests pass");
         test(&out)?;
     }
     Ok(())

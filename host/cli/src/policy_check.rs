@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agentrt_runtime::{EngineOptions, LoadSource, PolicyEngine, PolicyHandle, SlotConfig, SlowCompileNotice, CONTRACT};
+use agentrt_runtime::{EngineOptions, LoadSource, PolicyEngine, PolicyHandle, SlotConfig, SlowCompileNotice};
 use anyhow::Context;
 
 #[derive(clap::Args)]
@@ -67,19 +67,12 @@ pub fn run(args: CheckArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Which version of the contract the component implements, from its guest export: the host
-/// runs this one ([`CONTRACT`]) and every older one it still loads.
+/// Which version of the contract the component implements, from its guest export.
 fn implemented_contract(exports: &[(String, Vec<String>)]) -> String {
     let guest = exports
         .iter()
         .find_map(|(name, _)| name.strip_prefix("agentrt:policy/guest@"));
-    match guest {
-        Some(version) if CONTRACT.ends_with(&format!("@{version}")) => format!("agentrt:policy@{version}"),
-        Some(version) => {
-            format!("agentrt:policy@{version} (an older contract this host still runs; the newest is {CONTRACT})")
-        }
-        None => format!("no agentrt:policy guest export (this host runs {CONTRACT})"),
-    }
+    crate::describe::contract(guest)
 }
 
 /// An interface's functions, or what it is when it has none (a types-only interface).
@@ -104,6 +97,7 @@ pub(crate) fn parse_pairs(raw: &[String]) -> anyhow::Result<Vec<(String, String)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agentrt_runtime::CONTRACT;
 
     fn export(name: &str) -> (String, Vec<String>) {
         (name.to_string(), vec!["init".to_string()])

@@ -2,9 +2,10 @@
 //! templates in `sdk/templates/<lang>/` (embedded in the binary). Each file's comments say where
 //! the logic goes.
 //!
-//! - Anywhere: a standalone project — the skeleton, the SDK vendored into `NAME/agentrt-sdk/`
+//! - Anywhere: a standalone project — the skeleton, a README (the events with the language's names,
+//!   how to build, test and compare it), the SDK vendored into `NAME/agentrt-sdk/`
 //!   ([`crate::policy_sdk`]), and for Rust a manifest that is its own workspace; `agentrt policy
-//!   build` in the folder builds it.
+//!   build --test` in the folder builds it and runs its own tests and the conformance kit.
 //! - In an agentrt checkout's `policies/` folder: a policy of that checkout — the templates import
 //!   the checkout's SDK from `../../sdk`, and `cargo xtask build-policies` builds it with the others.
 
@@ -36,8 +37,9 @@ pub enum Lang {
 }
 
 /// A template file: its path in the skeleton and its text, with `__NAME__` (the policy's name),
-/// `__TYPE__` (the name in CamelCase), `__PACKAGE__` (the name without `-`: a Go package) and
-/// `__SDK__` (the SDK's folder, relative to the policy's) to fill in.
+/// `__TYPE__` (the name in CamelCase), `__PACKAGE__` (the name without `-`: a Go package),
+/// `__MAGIC__` (a 4-character snapshot tag from the name) and `__SDK__` (the SDK's folder,
+/// relative to the policy's) to fill in.
 type Template = (&'static str, &'static str);
 
 const RUST: &[Template] = &[
@@ -72,7 +74,25 @@ const GO: &[Template] = &[
     ),
 ];
 
+/// A standalone project's README, by language: the events with the language's names, and how to
+/// build, test and compare the policy there.
+const READMES: [(Lang, &str); 5] = [
+    (Lang::Rust, include_str!("../../../sdk/templates/rust/README.md")),
+    (Lang::Python, include_str!("../../../sdk/templates/python/README.md")),
+    (Lang::Js, include_str!("../../../sdk/templates/js/README.md")),
+    (Lang::C, include_str!("../../../sdk/templates/c/README.md")),
+    (Lang::Go, include_str!("../../../sdk/templates/go/README.md")),
+];
+
 impl Lang {
+    fn readme(self) -> &'static str {
+        READMES
+            .iter()
+            .find(|(l, _)| *l == self)
+            .map(|(_, r)| *r)
+            .expect("a README per language")
+    }
+
     fn templates(self) -> &'static [Template] {
         match self {
             Lang::Rust => RUST,
@@ -87,9 +107,9 @@ impl Lang {
     fn next_steps(self, name: &str, placement: Placement) -> String {
         if placement == Placement::Standalone {
             return format!(
-                "cd {name}\n  \
-                 agentrt policy build --test     # → target/{name}.wasm, then the conformance kit\n  \
-                 agentrt sim table --quick --policies lru,cachesage,target/{name}.wasm"
+                "cd {name}                      # README.md: the events, and what each step does\n  \
+                 agentrt policy build --test     # → target/{name}.wasm, its own tests, the conformance kit\n  \
+                 agentrt sim table --quick --policies lru,cachesage,belady,target/{name}.wasm"
             );
         }
         let register = match self {
@@ -162,6 +182,7 @@ pub fn create(parent: &Path, name: &str, lang: Lang) -> Result<Vec<PathBuf>> {
                 }
             }
             templates.push((".gitignore", GITIGNORE));
+            templates.push(("README.md", lang.readme()));
             format!("./{}", crate::policy_sdk::VENDORED)
         }
     };
@@ -175,6 +196,7 @@ pub fn create(parent: &Path, name: &str, lang: Lang) -> Result<Vec<PathBuf>> {
             .replace("__NAME__", name)
             .replace("__TYPE__", &type_name)
             .replace("__PACKAGE__", &name.replace('-', ""))
+            .replace("__MAGIC__", &snapshot_tag(name))
             .replace("__SDK__", &sdk);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
         written.push(path);
@@ -201,6 +223,21 @@ fn check_name(name: &str) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A 4-character snapshot tag from the name: its first letters and digits, upper-cased, padded
+/// with `_` (`my-policy` → `MYPO`, `ab` → `AB__`).
+fn snapshot_tag(name: &str) -> String {
+    let mut tag: String = name
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(4)
+        .map(|c| c.to_ascii_uppercase())
+        .collect();
+    while tag.len() < 4 {
+        tag.push('_');
+    }
+    tag
 }
 
 /// `my-policy` → `MyPolicy`.
@@ -255,7 +292,7 @@ mod tests {
             for file in written {
                 let text = std::fs::read_to_string(&file).unwrap();
                 assert!(
-                    !["__NAME__", "__TYPE__", "__PACKAGE__", "__SDK__"]
+                    !["__NAME__", "__TYPE__", "__PACKAGE__", "__MAGIC__", "__SDK__"]
                         .iter()
                         .any(|p| text.contains(p)),
                     "{}",
@@ -292,7 +329,12 @@ mod tests {
                 "import { Policy, exportPolicy, recencyScores } from '",
                 "';",
             ),
-            (Lang::Js, "policy.test.js", "import { Harness, rank } from '", "';"),
+            (
+                Lang::Js,
+                "policy.test.js",
+                "import { Harness, gpuBlock, rank } from '",
+                "';",
+            ),
             (Lang::Go, "go.mod", "replace agentrt.dev/policy => ", ""),
         ] {
             let name = format!("standalone-{lang:?}").to_lowercase();
@@ -315,8 +357,52 @@ mod tests {
     }
 
     #[test]
-    fn type_names_are_camel_case() {
+    fn type_names_are_camel_case_and_tags_four_characters() {
         assert_eq!(camel_case("my-fine-policy2"), "MyFinePolicy2");
         assert_eq!(camel_case("lru"), "Lru");
+        assert_eq!(
+            (snapshot_tag("my-policy"), snapshot_tag("ab")),
+            ("MYPO".into(), "AB__".into())
+        );
+    }
+
+    /// A project outside a checkout stands alone: its README names the language's event types and
+    /// says how to build, test and compare it, and nothing it writes points into a checkout.
+    #[test]
+    fn a_standalone_project_has_a_readme_and_no_path_into_a_checkout() {
+        let dir = scratch("readme");
+        for (lang, event) in [
+            (Lang::Rust, "Event::SessionEnd"),
+            (Lang::Python, "Event_SessionEnd"),
+            (Lang::Js, "'session-end'"),
+            (Lang::C, "AGENTRT_POLICY_TYPES_END_REASON_CLOSED"),
+            (Lang::Go, "*policy.SessionEnd"),
+        ] {
+            let name = format!("alone-{lang:?}").to_lowercase();
+            let written = create(&dir, &name, lang).unwrap();
+            let readme = std::fs::read_to_string(dir.join(&name).join("README.md")).unwrap();
+            // Rust's SDK builds the current line, the other languages' SDKs 0.4.0.
+            let line = if lang == Lang::Rust {
+                "agentrt:policy@0.5.0"
+            } else {
+                "agentrt:policy@0.4.0"
+            };
+            for needed in [event, "agentrt policy build --test", "sim table --quick", line] {
+                assert!(readme.contains(needed), "{lang:?}: README lacks {needed:?}");
+            }
+            for file in written {
+                let text = std::fs::read_to_string(&file).unwrap();
+                for checkout in [
+                    "../../sdk",
+                    "sdk/python/README",
+                    "sdk/js/README",
+                    "policies/callrate",
+                    "docs/",
+                ] {
+                    assert!(!text.contains(checkout), "{}: names {checkout:?}", file.display());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -56,6 +56,7 @@ pub fn vendor(project: &Path) -> Result<usize> {
 }
 
 /// The agentrt version of `project`'s vendored SDK, `None` without one.
+#[cfg_attr(not(feature = "policy-build"), allow(dead_code))] // `policy build` reads it
 pub fn vendored_version(project: &Path) -> Option<String> {
     let sdk = project.join(VENDORED);
     if !sdk.is_dir() {
@@ -91,7 +92,7 @@ mod tests {
         let paths: Vec<&str> = SDK_FILES.iter().map(|(p, _)| *p).collect();
         for needed in [
             "wit/policy.wit",
-            "wit/compat/0.2.0/policy.wit",
+            "wit/compat/0.4.0/policy.wit",
             "rust/src/lib.rs",
             "python/agentrt_policy/__init__.py",
             "js/agentrt_policy.js",

@@ -1,7 +1,8 @@
 //! `agentrt demo` reads as prose and tables: what each built-in policy observed, scored,
 //! forecast and asked for, in sentences — never a type's `Debug` form — and the two policies'
 //! choices are the ones the demo is there to show (LRU evicts the tester's anchor just before it is
-//! needed; CacheSage evicts the rarely used auditor's and asks for a warm-up of the tester's).
+//! needed, and so does CacheSage while its guard has no evidence that its model wins; its model
+//! alone evicts the rarely used auditor's and asks for a warm-up of the tester's).
 
 use std::process::Command;
 
@@ -31,8 +32,11 @@ fn the_demo_prints_sentences_and_shows_each_policys_choice() {
             .unwrap_or_else(|| panic!("no {name} section:\n{text}"))
     };
     assert!(section("lru").contains("So the tester's block goes first."), "{text}");
-    let cachesage = section("cachesage");
-    assert!(cachesage.contains("So the auditor's block goes first."), "{cachesage}");
-    assert!(cachesage.contains("tester runs next"), "{cachesage}");
-    assert!(cachesage.contains("warm up tester's anchor"), "{cachesage}");
+    let guarded = section("cachesage 0");
+    assert!(guarded.contains("So the tester's block goes first."), "{guarded}");
+    assert!(guarded.contains("It asks for no side effects."), "{guarded}");
+    let model = section("cachesage:guard=false");
+    assert!(model.contains("So the auditor's block goes first."), "{model}");
+    assert!(model.contains("tester runs next"), "{model}");
+    assert!(model.contains("warm up tester's anchor"), "{model}");
 }

@@ -72,7 +72,7 @@ fn the_built_in_policies_pass_every_property() {
     for (name, config) in [
         ("lru", &[][..]),
         ("ttl", &[][..]),
-        ("cachesage", &["--config", "model=scaled"][..]),
+        ("cachesage", &["--config", "k=3"][..]),
         ("frequency", &[][..]),
     ] {
         let (stdout, ok) = policy_test(name, config);
@@ -101,7 +101,7 @@ fn the_built_in_policies_pass_every_property() {
 
 /// (fault, the property it must fail, words the reason must carry, a property that still passes)
 const FAULTS: [(&str, &str, &str, &str); 7] = [
-    ("score-spin", "score: one score per item", "deadline", "empty batches"),
+    ("score-spin", "score: one score per item", "fuel", "empty batches"),
     // The Rust SDK refuses to return a short list (it asserts), so this guest traps; one without
     // the SDK gets "score broke the contract: 999 scores for 1000 items" from the host.
     (
@@ -146,14 +146,14 @@ const FAULTS: [(&str, &str, &str, &str); 7] = [
 fn each_broken_guest_fails_the_property_of_its_fault() {
     for (fault, property, reason, still_passes) in FAULTS {
         let config = format!("fault={fault}");
-        // A short deadline: the spinning guest pays it once, then its score checks are skipped.
+        // A small fuel tank: the spinning guest burns it once, then its score checks are skipped.
         let (stdout, ok) = policy_test(
             "probe",
             &[
                 "--config",
                 &config,
-                "--policy-deadline-ms",
-                "300",
+                "--policy-fuel",
+                "200000000",
                 "--huge-batch",
                 "1000",
             ],
@@ -181,16 +181,13 @@ fn each_broken_guest_fails_the_property_of_its_fault() {
 }
 
 #[test]
-fn a_spinning_score_pays_its_deadline_once_and_what_needs_score_is_not_run() {
+fn a_spinning_score_burns_its_fuel_once_and_what_needs_score_is_not_run() {
     let started = std::time::Instant::now();
-    let (stdout, _) = policy_test(
-        "probe",
-        &["--config", "fault=score-spin", "--policy-deadline-ms", "300"],
-    );
+    let (stdout, _) = policy_test("probe", &["--config", "fault=score-spin", "--policy-fuel", "200000000"]);
     for property in ["unknown agents and sessions", "score: a huge batch", "determinism"] {
         let l = line(&stdout, property);
         assert!(
-            l.starts_with("skip  ") && l.contains("score-packed ran past its deadline above"),
+            l.starts_with("skip  ") && l.contains("score-packed ran out of its fuel above"),
             "{l}"
         );
     }
@@ -240,8 +237,8 @@ fn a_trace_replays_the_policy_beside_lru_and_belady() {
         &[
             "--config",
             "fault=score-spin",
-            "--policy-deadline-ms",
-            "300",
+            "--policy-fuel",
+            "200000000",
             "--huge-batch",
             "10",
             "--trace",
@@ -253,7 +250,7 @@ fn a_trace_replays_the_policy_beside_lru_and_belady() {
     assert!(!ok);
     let l = line(&stdout, "trace: replays without failing");
     assert!(
-        l.starts_with("FAIL  ") && l.contains("score deadline ×5") && l.contains("gave up"),
+        l.starts_with("FAIL  ") && l.contains("score fuel ×5") && l.contains("gave up"),
         "{l}"
     );
 }

@@ -35,6 +35,23 @@
 //! .await?;
 //! # Ok(()) }
 //! ```
+//!
+//! ## Modules in detail
+//!
+//! The engine-neutral eviction service, for `--engine vllm` and `--engine sglang` alike:
+//! `kv_events` (vLLM's KV events — the one vLLM-specific module: ZMQ subscriber, msgpack decode,
+//! gap replay), `eviction` (Unix-socket rank service for the engine plugins: a connection cap,
+//! garbage frames close their connection, a mixed-tier RANK ranked per tier), `socket_file` (the
+//! socket's file: 0600 or 0660 with a group, bound privately, never over anything but a stale
+//! socket; a missing folder on its way created 0700, or 0750 and the group's), `log_gate` (a log
+//! line per cause per interval, counting those held back), `wire` (its protocol, v2: a RANK item's
+//! tier, host-tier answers with the stores a policy declines), `pins`, `blocking` (policy calls
+//! from async tasks, off the async workers), `ranker` (what ranks the engine's candidates: one
+//! policy, or `SharedCache` — each tenant's policy over its own blocks under cache shares, counted
+//! per replica; `rank_host` for the host-memory tier, outside the shares), `replica_view` (several
+//! replicas: one replica's plugin and KV events into the shared ranker, block hashes folded with
+//! the replica, a clear told as that replica's removals, anchors' blocks reported to the router's
+//! hints).
 
 #![warn(missing_docs)]
 

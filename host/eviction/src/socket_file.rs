@@ -14,6 +14,12 @@
 //! | a socket nobody listens on (a previous agentrt's, left by a crash) | replaced |
 //! | a socket someone listens on | refused: another agentrt (or something else) serves it |
 //! | a regular file, folder, symlink or anything else | refused, left as it is |
+//!
+//! A missing folder on the way to the path (`/run/agentrt` on a fresh machine) is created, as
+//! `mkdir -p` would, with the socket's audience and no one else: mode 0700, or 0750 owned by the
+//! `--eviction-socket-group` group so that its members can reach the socket. An operator's own
+//! folder is never changed. When agentrt may not create it (`/run` is root's), the error names
+//! the folder and the command that makes it.
 
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
@@ -42,8 +48,9 @@ impl SocketAccess {
 /// Bind a listening socket at `path` under `access` (see the module doc for what an existing
 /// file at the path does). The error names the path and what to do.
 pub fn bind_private(path: &Path, access: &SocketAccess) -> io::Result<UnixListener> {
-    clear_stale_socket(path)?;
     let gid = access.group.as_deref().map(group_id).transpose()?;
+    create_missing_folders(path, gid)?;
+    clear_stale_socket(path)?;
     let staging = StagingDir::beside(path)?;
     let staged = staging.0.join("s");
     let listener = UnixListener::bind(&staged)?;
@@ -69,6 +76,49 @@ pub fn bind_private(path: &Path, access: &SocketAccess) -> io::Result<UnixListen
         io::Error::new(e.kind(), format!("{}: {why}", path.display()))
     })?;
     Ok(listener)
+}
+
+/// Create the folders missing on the way to `path`'s folder, each 0700 (0750 and group `gid`'s
+/// with a group), whatever the umask; folders that exist are left as they are.
+fn create_missing_folders(path: &Path, gid: Option<u32>) -> io::Result<()> {
+    let Some(folder) = path.parent().filter(|p| !p.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    let missing: Vec<&Path> = folder.ancestors().take_while(|dir| !dir.exists()).collect();
+    let mode = if gid.is_some() { 0o750 } else { 0o700 };
+    // Outermost first, as `mkdir -p` goes.
+    for dir in missing.into_iter().rev() {
+        let created = std::fs::DirBuilder::new().mode(mode).create(dir);
+        match created {
+            Ok(()) => {}
+            // Made by someone else meanwhile (a second agentrt for another replica's socket).
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => continue,
+            Err(e) => return Err(cannot_create(dir, folder, e)),
+        }
+        // The umask may have taken bits away; the mode is what the socket's audience needs.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
+        if let Some(gid) = gid {
+            std::os::unix::fs::chown(dir, None, Some(gid))?;
+        }
+        tracing::info!(folder = %dir.display(), mode = format!("{mode:o}"), "created the eviction socket's folder");
+    }
+    Ok(())
+}
+
+/// The error for a folder on the way to the socket that could not be made: which one, why, and
+/// how the operator makes it.
+fn cannot_create(dir: &Path, folder: &Path, e: io::Error) -> io::Error {
+    io::Error::new(
+        e.kind(),
+        format!(
+            "the eviction socket's folder {} does not exist and agentrt cannot create {} ({e}): \
+             create it for agentrt's user, e.g. `sudo install -d -m 0700 -o $(id -un) {}`, or \
+             give --eviction-socket a path in a folder agentrt's user may write",
+            folder.display(),
+            dir.display(),
+            folder.display()
+        ),
+    )
 }
 
 /// Remove a socket at `path` that nobody listens on; refuse anything else that is there.
@@ -158,10 +208,18 @@ impl StagingDir {
             .unwrap_or(0);
         // Short: a socket's path is limited to 107 bytes, and this folder's adds to the path's.
         let dir = parent.join(format!(".agentrt.{}.{nanos}", std::process::id()));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| io::Error::new(e.kind(), format!("creating {} ({e})", dir.display())))?;
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "agentrt cannot write in the eviction socket's folder {} (creating {}: {e}): \
+                         give agentrt's user write access to it, or give --eviction-socket a path \
+                         in a folder it may write",
+                    parent.display(),
+                    dir.display()
+                ),
+            )
+        })?;
         Ok(Self(dir))
     }
 }

@@ -297,12 +297,12 @@ async fn a_0_2_component_leaves_the_host_tier_in_lru_order_and_stores_everything
     let (engine, _cache) = engine();
     let dir = tempfile::tempdir().unwrap();
     assert!(
-        !agentrt_tests::load(&engine, "callrate-py")
+        !agentrt_tests::load(&engine, "contract-0-2")
             .contract_line()
             .knows_tiers(),
-        "callrate-py is built with the Python SDK's 0.2 line"
+        "the contract-0-2 fixture is of the 0.2 line"
     );
-    let policy = Arc::new(start(&engine, "callrate-py", &[]));
+    let policy = Arc::new(start(&engine, "contract-0-2", &[]));
     let service = EvictionService::bind(socket_path(&dir), policy).unwrap();
     let mut plugin = Plugin::connect(&service).await;
     let items = vec![host_item(300, 0, 5), host_item(20, 0, 9), host_item(150, 0, 1)];

@@ -10,6 +10,18 @@
 //!
 //! Names are the series' names as scraped: a counter's ends in `_total` (the library writes
 //! a counter family's name with `_total`, so it is given without).
+//!
+//! ## Modules in detail
+//!
+//! What `/metrics` is made of: `Report` (a room's families, read at scrape time from its own
+//! counters), `Exposition` (one family at a time: `counter`, `gauge`, labelled `counters`/`gauges`,
+//! `histogram`, and `table` — each of a list of families read from every tenant, slot or replica),
+//! `Reports` (the route's list, in order). Every line is written by the Prometheus project's Rust
+//! client (`prometheus-client`, its classic text encoder): HELP escaped, label values escaped,
+//! numbers formatted, histogram buckets made cumulative; no room formats the text by hand. A
+//! counter is named as scraped, ending in `_total`. Golden files in `host/serve/tests/fixtures/`
+//! hold every family's type and help and every series' label names (`AGENTRT_BLESS=1` rewrites them
+//! when a series is added on purpose).
 
 use std::fmt;
 use std::sync::Arc;

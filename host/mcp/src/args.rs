@@ -121,6 +121,7 @@ impl McpArgs {
             session_idle: Duration::from_millis(self.session_idle_ms),
             call_timeout: Duration::from_millis(self.call_timeout_ms),
             stdio_env,
+            ..GatewayOptions::default()
         }))
     }
 

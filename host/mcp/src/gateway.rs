@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agentrt_guards::body_read::{BodyBudget, BodyTiming};
 use agentrt_runtime::{PolicyComponent, SlotConfig};
 
 use crate::child_env::ChildEnv;
@@ -56,6 +57,11 @@ pub struct GatewayOptions {
     pub call_timeout: Duration,
     /// What a `stdio:` server's environment has besides the base (`child_env::BASE`).
     pub stdio_env: ChildEnv,
+    /// The budget request bodies being read share (the proxy's, in `agentrt serve`), and how fast
+    /// a body must arrive ([`agentrt_guards::body_read`]).
+    pub body_budget: Arc<BodyBudget>,
+    /// How fast an MCP request body must arrive.
+    pub body_timing: BodyTiming,
 }
 
 /// Defaults of the limits above (the flags' defaults).
@@ -80,6 +86,9 @@ impl Default for GatewayOptions {
             session_idle: DEFAULT_SESSION_IDLE,
             call_timeout: DEFAULT_CALL_TIMEOUT,
             stdio_env: ChildEnv::default(),
+            // Standing alone, as `agentrt serve`'s defaults; serve gives its own budget.
+            body_budget: BodyBudget::new(256 << 20, 64 << 20),
+            body_timing: BodyTiming::default(),
         }
     }
 }

@@ -59,11 +59,15 @@ pub enum Refused {
     BodyTooLarge,
     /// A body nested deeper than `--max-json-depth`.
     TooDeep,
+    /// A body that missed its deadline (`--body-idle-timeout-ms`, `--body-min-bytes-per-s`).
+    BodyTimeout,
+    /// A body past the reading budgets (`--max-reading-mib`, `--max-reading-mib-per-tenant`).
+    BodyBudget,
 }
 
 impl Refused {
     /// Every reason, in declaration order: the index of its counter and the order of its series.
-    pub const ALL: [Refused; 7] = [
+    pub const ALL: [Refused; 9] = [
         Refused::Auth,
         Refused::UnknownSession,
         Refused::SessionCap,
@@ -71,6 +75,8 @@ impl Refused {
         Refused::Inexact,
         Refused::BodyTooLarge,
         Refused::TooDeep,
+        Refused::BodyTimeout,
+        Refused::BodyBudget,
     ];
 
     /// The `reason` label.
@@ -83,6 +89,8 @@ impl Refused {
             Refused::Inexact => "inexact_json",
             Refused::BodyTooLarge => "body_too_large",
             Refused::TooDeep => "too_deep",
+            Refused::BodyTimeout => "body_timeout",
+            Refused::BodyBudget => "body_budget",
         }
     }
 }

@@ -6,7 +6,8 @@
 //! 2. that an `Mcp-Session-Id` is the caller's own — opened by the same tenant with the same key —
 //!    on every method (`POST`, `GET`, `DELETE`); any other id gets rmcp's own answer to an
 //!    unknown id, byte for byte, so another tenant's live session cannot be told from none;
-//! 3. for a `POST`, the body (under `--max-body-bytes`): one the server would not receive as
+//! 3. for a `POST`, the body (under `--max-body-bytes`, to its deadline and within the proxy's
+//!    reading budgets, [`agentrt_guards::body_read`]; held against them until rmcp has it): one the server would not receive as
 //!    written ([`crate::exact_json`]) is answered with a JSON-RPC error naming the place; an
 //!    `initialize` past the tenant's `--mcp-max-sessions` is refused with 429 before a session is
 //!    made, and one within it carries its reserved place to rmcp's session manager.
@@ -16,6 +17,7 @@
 
 use std::sync::Arc;
 
+use agentrt_guards::body_read::{self, BodyError, Exhausted};
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
@@ -106,20 +108,10 @@ async fn guard(State(gateway): State<Arc<Gateway>>, request: Request, next: Next
     let mut reservation = None;
     let body = if parts.method == Method::POST {
         let limit = gateway.options.max_body_bytes;
-        let bytes = match axum::body::to_bytes(body, limit).await {
+        let mut hold = gateway.options.body_budget.hold(tenant.name());
+        let bytes = match body_read::read(body, limit, &mut hold, &gateway.options.body_timing).await {
             Ok(bytes) => bytes,
-            Err(error) => {
-                let too_large =
-                    std::error::Error::source(&error).is_some_and(|e| e.is::<http_body_util::LengthLimitError>());
-                if too_large {
-                    gateway.metrics.refuse(Refused::BodyTooLarge);
-                    return plain(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        format!("Payload Too Large: request body exceeds {limit} bytes"),
-                    );
-                }
-                return plain(StatusCode::BAD_REQUEST, "the request body could not be read".into());
-            }
+            Err(error) => return body_refused(&gateway, &error),
         };
         let max_depth = gateway.options.max_json_depth;
         if !agentrt_guards::json_shape::within_depth(&bytes, max_depth) {
@@ -163,6 +155,49 @@ async fn guard(State(gateway): State<Arc<Gateway>>, request: Request, next: Next
 fn session_not_found() -> Response {
     let mut response = Response::new(Body::from(SESSION_NOT_FOUND));
     *response.status_mut() = StatusCode::NOT_FOUND;
+    response
+}
+
+/// A body not read whole: 413 over `--max-body-bytes`, 408 past its deadline, 429 or 503 past
+/// the reading budgets (`Retry-After: 1`), 400 for a broken one; the connection closes after it.
+fn body_refused(gateway: &Gateway, error: &BodyError) -> Response {
+    let (why, status, flags) = match error {
+        BodyError::TooLarge { .. } => (Refused::BodyTooLarge, StatusCode::PAYLOAD_TOO_LARGE, "--max-body-bytes"),
+        BodyError::Stalled { .. } => (
+            Refused::BodyTimeout,
+            StatusCode::REQUEST_TIMEOUT,
+            "--body-idle-timeout-ms",
+        ),
+        BodyError::TooSlow { .. } => (
+            Refused::BodyTimeout,
+            StatusCode::REQUEST_TIMEOUT,
+            "--body-min-bytes-per-s",
+        ),
+        BodyError::OverBudget(Exhausted::Tenant { .. }) => (
+            Refused::BodyBudget,
+            StatusCode::TOO_MANY_REQUESTS,
+            "--max-reading-mib-per-tenant",
+        ),
+        BodyError::OverBudget(Exhausted::All { .. }) => (
+            Refused::BodyBudget,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "--max-reading-mib",
+        ),
+        BodyError::Broken(_) => {
+            return plain(StatusCode::BAD_REQUEST, "the request body could not be read".into());
+        }
+    };
+    gateway.metrics.refuse(why);
+    let message = match error {
+        BodyError::TooLarge { limit } => format!("Payload Too Large: request body exceeds {limit} bytes ({flags})"),
+        other => format!("{other} (the gateway's {flags})"),
+    };
+    let mut response = plain(status, message);
+    let headers = response.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    if matches!(error, BodyError::OverBudget(_)) {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
     response
 }
 

@@ -14,6 +14,16 @@
 //!   wrong — a user request never fails because of the router;
 //! - [`hints`]: agentrt's knowledge (which replica holds an agent's anchor, where its warm-up
 //!   went) turned into the router's hints.
+//!
+//! ## Modules in detail
+//!
+//! Several replicas behind a KV-aware router (docs/replicas.md): `replica` (`NAME=URL`, ids from
+//! names), `router` (the `Router` trait: route, peek, prefill complete, release), `selection`
+//! (NVIDIA Dynamo's selection service: `wire` = its HTTP API as of 1.6.1, `client`), `sticky` (the
+//! fallback: session-sticky rendezvous hashing), `fallback` (a router under a deadline, resting
+//! after a failure, the fallback behind it), `hints` (where each agent's anchor went, and was
+//! evicted → `affinity_target`); `testing` (feature): the real selection service and vLLM's router
+//! as test fixtures.
 
 #![warn(missing_docs)]
 

@@ -1,12 +1,16 @@
-//! Components built against the previous contract lines, `agentrt:policy@0.3.0` and `0.2.0`.
+//! Components built against the previous contract lines, `agentrt:policy@0.4.0`, `0.3.0` and
+//! `0.2.0`.
 //!
-//! 0.4.0 added what the framework knows about a session's life: `session-end` became a record
+//! 0.5.0 added working-set admission: the `engine-capacity` event and `session` items. 0.4.0
+//! added what the framework knows about a session's life: `session-end` became a record
 //! with the reason (closed, idle, evicted), and `session-wait` and `handoff` are new events; it
 //! also added `observe-packed`. 0.3.0 added the KV tier (`tier` on `block-event` and `item`).
 //! Everything an older guest returns (`policy-info`, forecasts, side effects, scores, snapshots)
 //! has the same shape under every line, so the host lifts those with its current types; only what
 //! the host *sends* differs, and an older guest hears what it always heard:
 //!
+//! - a 0.4 guest gets every event but `engine-capacity` (packed as under 0.5: the layouts agree),
+//!   and is never asked to score `session` items (its handle scores them 0 without a call);
 //! - a 0.3 guest gets every session end as `session-end(session-id)`, whatever its reason, and no
 //!   waits or handoffs; typed events only (it has no `observe-packed`);
 //! - a 0.2 guest gets that, and the GPU tier alone: host-tier block events are left out of its
@@ -16,13 +20,16 @@
 
 use crate::bindings::v0_2::agentrt::policy::{host as host_v0_2, types as v0_2};
 use crate::bindings::v0_3::agentrt::policy::{host as host_v0_3, types as v0_3};
+use crate::bindings::v0_4::agentrt::policy::{host as host_v0_4, types as v0_4};
 use crate::sandbox::GuestState;
 use crate::types::{self as current, Event, Item, Tier};
 
 /// The contract line a component was built against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ContractLine {
-    /// `agentrt:policy@0.4.x`: the current line.
+    /// `agentrt:policy@0.5.x`: the current line.
+    V0_5,
+    /// `agentrt:policy@0.4.x`: no `engine-capacity`, no `session` items.
     V0_4,
     /// `agentrt:policy@0.3.x`: no session-end reasons, waits or handoffs; no packed events.
     V0_3,
@@ -34,6 +41,7 @@ impl ContractLine {
     /// The version a component of this line exports its guest interface under.
     pub fn version(self) -> &'static str {
         match self {
+            Self::V0_5 => "0.5.0",
             Self::V0_4 => "0.4.0",
             Self::V0_3 => "0.3.0",
             Self::V0_2 => "0.2.0",
@@ -47,7 +55,32 @@ impl ContractLine {
 
     /// Whether components of this line hear why a session ended, waits and handoffs.
     pub fn knows_session_life(self) -> bool {
-        self == Self::V0_4
+        matches!(self, Self::V0_5 | Self::V0_4)
+    }
+
+    /// Whether components of this line score `session` items and hear `engine-capacity`.
+    pub fn knows_admission(self) -> bool {
+        self == Self::V0_5
+    }
+}
+
+/// Whether a 0.4 guest hears `event` (it has no words for `engine-capacity`; everything else it
+/// hears as 0.5 sends it, packed the same).
+pub(crate) fn heard_by_v0_4(event: &Event) -> bool {
+    !matches!(event, Event::EngineCapacity(_))
+}
+
+/// `event` as a 0.4 guest receives it through `observe` (only `agent-registered` goes typed; the
+/// rest is packed): `None` for what 0.4 has no words for.
+pub(crate) fn event_v0_4(event: &Event) -> Option<v0_4::Event> {
+    match event {
+        Event::AgentRegistered(a) => Some(v0_4::Event::AgentRegistered(v0_4::AgentRegistered {
+            agent: a.agent,
+            name: a.name.clone(),
+            anchor_hash: a.anchor_hash,
+            anchor_tokens: a.anchor_tokens,
+        })),
+        _ => None,
     }
 }
 
@@ -124,7 +157,7 @@ pub(crate) fn event_v0_3(event: &Event) -> Option<v0_3::Event> {
                 Tier::Host => v0_3::Tier::Host,
             },
         }),
-        Event::SessionWait(_) | Event::Handoff(_) => return None,
+        Event::SessionWait(_) | Event::Handoff(_) | Event::EngineCapacity(_) => return None,
     })
 }
 
@@ -202,12 +235,33 @@ pub(crate) fn event_v0_2(event: v0_3::Event) -> Option<v0_2::Event> {
     })
 }
 
+/// `item` as a 0.4 guest receives it (callers keep `session` items away from older guests).
+pub(crate) fn item_v0_4(item: &Item) -> v0_4::Item {
+    v0_4::Item {
+        kind: match item.kind {
+            current::ItemKind::KvBlock => v0_4::ItemKind::KvBlock,
+            current::ItemKind::Request | current::ItemKind::Session => v0_4::ItemKind::Request,
+            current::ItemKind::ToolResult => v0_4::ItemKind::ToolResult,
+        },
+        key: item.key,
+        agent: item.agent,
+        session: item.session,
+        last_access: item.last_access,
+        tokens: item.tokens,
+        position: item.position,
+        tier: match item.tier {
+            Tier::Gpu => v0_4::Tier::Gpu,
+            Tier::Host => v0_4::Tier::Host,
+        },
+    }
+}
+
 /// `item` as a 0.3 guest receives it (same fields).
 pub(crate) fn item_v0_3(item: &Item) -> v0_3::Item {
     v0_3::Item {
         kind: match item.kind {
             current::ItemKind::KvBlock => v0_3::ItemKind::KvBlock,
-            current::ItemKind::Request => v0_3::ItemKind::Request,
+            current::ItemKind::Request | current::ItemKind::Session => v0_3::ItemKind::Request,
             current::ItemKind::ToolResult => v0_3::ItemKind::ToolResult,
         },
         key: item.key,
@@ -228,7 +282,7 @@ pub(crate) fn item_v0_2(item: &Item) -> v0_2::Item {
     v0_2::Item {
         kind: match item.kind {
             current::ItemKind::KvBlock => v0_2::ItemKind::KvBlock,
-            current::ItemKind::Request => v0_2::ItemKind::Request,
+            current::ItemKind::Request | current::ItemKind::Session => v0_2::ItemKind::Request,
             current::ItemKind::ToolResult => v0_2::ItemKind::ToolResult,
         },
         key: item.key,
@@ -271,6 +325,7 @@ macro_rules! info_from {
         }
     };
 }
+info_from!(info_from_v0_4, v0_4);
 info_from!(info_from_v0_3, v0_3);
 info_from!(info_from_v0_2, v0_2);
 
@@ -301,5 +356,6 @@ macro_rules! host_imports {
         }
     };
 }
+host_imports!(v0_4, host_v0_4);
 host_imports!(v0_3, host_v0_3);
 host_imports!(v0_2, host_v0_2);

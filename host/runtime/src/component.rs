@@ -11,11 +11,16 @@ use crate::error::LoadError;
 use crate::loaded_components::LoadedComponents;
 use crate::sandbox::GuestState;
 
-/// The contract this host implements. It loads components of the previous lines, 0.3.x and
-/// 0.2.x, too ([`crate::compat`]).
-pub const CONTRACT: &str = "agentrt:policy@0.4.0";
+/// The contract this host implements. It loads components of the previous lines, 0.4.x, 0.3.x
+/// and 0.2.x, too ([`crate::compat`]).
+pub const CONTRACT: &str = "agentrt:policy@0.5.0";
 /// Every contract line this host loads, newest first.
-const LINES: [ContractLine; 3] = [ContractLine::V0_4, ContractLine::V0_3, ContractLine::V0_2];
+const LINES: [ContractLine; 4] = [
+    ContractLine::V0_5,
+    ContractLine::V0_4,
+    ContractLine::V0_3,
+    ContractLine::V0_2,
+];
 const GUEST_EXPORT: &str = "agentrt:policy/guest";
 /// Interfaces a policy may import. Everything else (WASI included) is refused at load.
 const GRANTED_IMPORTS: &[&str] = &["agentrt:policy/host", "agentrt:policy/types"];
@@ -167,7 +172,8 @@ impl PolicyComponent {
             .instantiate_pre(&component)
             .map_err(|e| LoadError::new(name, format!("does not fit the {contract} world: {}", root_cause(&e))))?;
         let exports_match = match line {
-            ContractLine::V0_4 => crate::bindings::PolicyPre::new(pre.clone()).map(drop),
+            ContractLine::V0_5 => crate::bindings::PolicyPre::new(pre.clone()).map(drop),
+            ContractLine::V0_4 => crate::bindings::v0_4::PolicyPre::new(pre.clone()).map(drop),
             ContractLine::V0_3 => crate::bindings::v0_3::PolicyPre::new(pre.clone()).map(drop),
             ContractLine::V0_2 => crate::bindings::v0_2::PolicyPre::new(pre.clone()).map(drop),
         };
@@ -295,7 +301,7 @@ fn check_world(engine: &Engine, name: &str, component: &Component) -> Result<Con
                 LoadError::new(
                     name,
                     format!(
-                        "was built against `{found}`, but this host implements `{expected}` (and loads `{GUEST_EXPORT}@0.3.x` and `@0.2.x`)"
+                        "was built against `{found}`, but this host implements `{expected}` (and loads `{GUEST_EXPORT}@0.4.x`, `@0.3.x` and `@0.2.x`)"
                     ),
                 )
             })?,

@@ -266,6 +266,8 @@ impl PolicyEngine {
         Policy::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |state| state)
             .map_err(|e| anyhow::anyhow!("linking host imports: {e:#}"))?;
         // The same imports under the older lines' names, for components built against them.
+        crate::bindings::v0_4::Policy::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |state| state)
+            .map_err(|e| anyhow::anyhow!("linking the 0.4.0 host imports: {e:#}"))?;
         crate::bindings::v0_3::Policy::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |state| state)
             .map_err(|e| anyhow::anyhow!("linking the 0.3.0 host imports: {e:#}"))?;
         crate::bindings::v0_2::Policy::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |state| state)

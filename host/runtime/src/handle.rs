@@ -349,39 +349,49 @@ impl PolicyHandle {
     ///
     /// A component of the 0.2 line knows one tier: its host-tier items score 0 without a call —
     /// the host pool's own recency order, every block stored — and only the GPU tier's reach it.
+    /// A component older than 0.5 knows no `session` items: they score 0 likewise (the host's
+    /// own order decides).
     pub fn score(&self, items: &[Item]) -> Result<Vec<f32>, PolicyError> {
         let _span = tracing::trace_span!("policy.score", policy = %self.label, items = items.len()).entered();
+        self.score_known(items, false)
+    }
+
+    /// [`Self::score`] through the typed `score` export (`list<item>`): slower, kept to measure
+    /// the difference and to check that a policy's two exports agree (the same items reach both).
+    pub fn score_typed(&self, items: &[Item]) -> Result<Vec<f32>, PolicyError> {
+        let _span = tracing::trace_span!("policy.score_typed", policy = %self.label, items = items.len()).entered();
+        self.score_known(items, true)
+    }
+
+    /// The items the component's contract line has words for go to it (packed, or typed when
+    /// `typed`); the others score 0.
+    fn score_known(&self, items: &[Item], typed: bool) -> Result<Vec<f32>, PolicyError> {
         let mut live = self.lock();
-        let host_tier = |i: &Item| i.tier == crate::types::Tier::Host;
-        if live.component.contract_line().knows_tiers() || !items.iter().any(host_tier) {
-            return self.call(&mut live, Primitive::Score, items.len(), |i| i.score(items, false));
+        let line = live.component.contract_line();
+        let unknown = |i: &Item| {
+            (i.tier == crate::types::Tier::Host && !line.knows_tiers())
+                || (i.kind == crate::types::ItemKind::Session && !line.knows_admission())
+        };
+        if !items.iter().any(unknown) {
+            return self.call(&mut live, Primitive::Score, items.len(), |i| i.score(items, typed));
         }
-        let gpu: Vec<Item> = items.iter().filter(|i| !host_tier(i)).cloned().collect();
-        let mut gpu_scores = if gpu.is_empty() {
+        let known: Vec<Item> = items.iter().filter(|i| !unknown(i)).cloned().collect();
+        let mut known_scores = if known.is_empty() {
             Vec::new()
         } else {
-            self.call(&mut live, Primitive::Score, gpu.len(), |i| i.score(&gpu, false))?
+            self.call(&mut live, Primitive::Score, known.len(), |i| i.score(&known, typed))?
         }
         .into_iter();
         Ok(items
             .iter()
             .map(|i| {
-                if host_tier(i) {
+                if unknown(i) {
                     0.0
                 } else {
-                    gpu_scores.next().unwrap_or(0.0)
+                    known_scores.next().unwrap_or(0.0)
                 }
             })
             .collect())
-    }
-
-    /// [`Self::score`] through the typed `score` export (`list<item>`): slower, kept to measure
-    /// the difference and to check that a policy's two exports agree.
-    pub fn score_typed(&self, items: &[Item]) -> Result<Vec<f32>, PolicyError> {
-        let _span = tracing::trace_span!("policy.score_typed", policy = %self.label, items = items.len()).entered();
-        self.call(&mut self.lock(), Primitive::Score, items.len(), |i| {
-            i.score(items, true)
-        })
     }
 
     /// Rank `items` from "keep most" to "evict first" by the policy's scores, ties by recency. If

@@ -64,7 +64,8 @@ type SnapshotFunc = TypedFunc<(), (BoundedList<u8, MAX_SNAPSHOT_BYTES>,)>;
 
 /// The generated bindings of the contract line the component was built against.
 enum Bindings {
-    V0_4(crate::bindings::Policy),
+    V0_5(crate::bindings::Policy),
+    V0_4(crate::bindings::v0_4::Policy),
     V0_3(crate::bindings::v0_3::Policy),
     V0_2(crate::bindings::v0_2::Policy),
 }
@@ -124,8 +125,11 @@ impl PolicyInstance {
         let entry = ticker.as_ref().map(EpochTicker::enter);
         let instance = component.pre().instantiate(&mut store).map_err(unavailable)?;
         let bindings = match component.contract_line() {
+            compat::ContractLine::V0_5 => {
+                Bindings::V0_5(crate::bindings::Policy::new(&mut store, &instance).map_err(unavailable)?)
+            }
             compat::ContractLine::V0_4 => {
-                Bindings::V0_4(crate::bindings::Policy::new(&mut store, &instance).map_err(unavailable)?)
+                Bindings::V0_4(crate::bindings::v0_4::Policy::new(&mut store, &instance).map_err(unavailable)?)
             }
             compat::ContractLine::V0_3 => {
                 Bindings::V0_3(crate::bindings::v0_3::Policy::new(&mut store, &instance).map_err(unavailable)?)
@@ -253,7 +257,8 @@ impl PolicyInstance {
 
     pub(crate) fn info(&mut self) -> Result<PolicyInfo, PolicyError> {
         self.call(Primitive::Info, |g, _, s| match g {
-            Bindings::V0_4(p) => p.agentrt_policy_guest().call_info(s),
+            Bindings::V0_5(p) => p.agentrt_policy_guest().call_info(s),
+            Bindings::V0_4(p) => p.agentrt_policy_guest().call_info(s).map(compat::info_from_v0_4),
             Bindings::V0_3(p) => p.agentrt_policy_guest().call_info(s).map(compat::info_from_v0_3),
             Bindings::V0_2(p) => p.agentrt_policy_guest().call_info(s).map(compat::info_from_v0_2),
         })
@@ -261,6 +266,7 @@ impl PolicyInstance {
 
     fn init(&mut self, config: &[(String, String)]) -> Result<(), PolicyError> {
         self.call(Primitive::Init, |g, _, s| match g {
+            Bindings::V0_5(p) => p.agentrt_policy_guest().call_init(s, config),
             Bindings::V0_4(p) => p.agentrt_policy_guest().call_init(s, config),
             Bindings::V0_3(p) => p.agentrt_policy_guest().call_init(s, config),
             Bindings::V0_2(p) => p.agentrt_policy_guest().call_init(s, config),
@@ -268,12 +274,32 @@ impl PolicyInstance {
         .map_err(|m| self.rejected(Primitive::Init, m))
     }
 
-    /// Events to the guest: to a 0.4 guest `agent-registered` typed and every run of other
+    /// Events to the guest: to a 0.5 or 0.4 guest `agent-registered` typed and every run of other
     /// events between registrations packed (`observe-packed`: one copy across the boundary instead
-    /// of a lowering per field), in order; to older guests typed, in their line's words.
+    /// of a lowering per field), in order — a 0.4 guest without the events it has no words for;
+    /// to older guests typed, in their line's words.
     pub(crate) fn observe(&mut self, events: &[Event]) -> Result<(), PolicyError> {
         self.call(Primitive::Observe, |g, _, s| match g {
             Bindings::V0_4(p) => {
+                let guest = p.agentrt_policy_guest();
+                let mut words = Vec::with_capacity(events.len() * 6);
+                for event in events.iter().filter(|e| compat::heard_by_v0_4(e)) {
+                    if crate::packed::encode_event(event, &mut words) {
+                        continue;
+                    }
+                    if !words.is_empty() {
+                        guest.call_observe_packed(&mut *s, &words)?;
+                        words.clear();
+                    }
+                    let typed: Vec<_> = compat::event_v0_4(event).into_iter().collect();
+                    guest.call_observe(&mut *s, &typed)?;
+                }
+                if words.is_empty() {
+                    return Ok(());
+                }
+                guest.call_observe_packed(s, &words)
+            }
+            Bindings::V0_5(p) => {
                 let guest = p.agentrt_policy_guest();
                 let mut words = Vec::with_capacity(events.len() * 6);
                 let mut rest = events;
@@ -313,6 +339,7 @@ impl PolicyInstance {
 
     pub(crate) fn observe_blocks(&mut self, packed: &[u64]) -> Result<(), PolicyError> {
         self.call(Primitive::ObserveBlocks, |g, _, s| match g {
+            Bindings::V0_5(p) => p.agentrt_policy_guest().call_observe_blocks(s, packed),
             Bindings::V0_4(p) => p.agentrt_policy_guest().call_observe_blocks(s, packed),
             Bindings::V0_3(p) => p.agentrt_policy_guest().call_observe_blocks(s, packed),
             Bindings::V0_2(p) => {
@@ -331,7 +358,11 @@ impl PolicyInstance {
     pub(crate) fn score(&mut self, items: &[Item], typed: bool) -> Result<Vec<f32>, PolicyError> {
         let scores = if typed {
             self.call(Primitive::Score, |g, _, s| match g {
-                Bindings::V0_4(p) => p.agentrt_policy_guest().call_score(s, items),
+                Bindings::V0_5(p) => p.agentrt_policy_guest().call_score(s, items),
+                Bindings::V0_4(p) => {
+                    let items: Vec<_> = items.iter().map(compat::item_v0_4).collect();
+                    p.agentrt_policy_guest().call_score(s, &items)
+                }
                 Bindings::V0_3(p) => {
                     let items: Vec<_> = items.iter().map(compat::item_v0_3).collect();
                     p.agentrt_policy_guest().call_score(s, &items)
@@ -385,6 +416,7 @@ impl PolicyInstance {
 
     pub(crate) fn restore(&mut self, state: &[u8]) -> Result<(), PolicyError> {
         self.call(Primitive::Restore, |g, _, s| match g {
+            Bindings::V0_5(p) => p.agentrt_policy_guest().call_restore(s, state),
             Bindings::V0_4(p) => p.agentrt_policy_guest().call_restore(s, state),
             Bindings::V0_3(p) => p.agentrt_policy_guest().call_restore(s, state),
             Bindings::V0_2(p) => p.agentrt_policy_guest().call_restore(s, state),

@@ -15,14 +15,30 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Module map: [`engine`] (wasmtime setup, epoch ticker, artifact cache) → [`component`] (load and
-//! validate) → `instance` (one sandboxed Store; internal) → [`handle`] (containment, fallback,
-//! checkpoints, hot swap, rollback) → [`registry`] (tenant × slot). [`sandbox`] holds the limits
-//! and the host imports; [`breaker`] suspends a slot whose policy keeps failing; [`journal`] keeps
-//! what a slot observed since its last checkpoint, for restarts; [`metrics`] the counters;
-//! [`component_file`] reads component files under a size limit; [`component_lookup`] finds a
-//! component by name (environment, beside the binary, built in, the source tree's build);
-//! [`policy_log`] escapes, truncates and rate-limits what policies log.
+//! ## Modules in detail
+//!
+//! The policy host. `engine` (wasmtime config, epoch ticker, artifact cache, `loaded_components` =
+//! compiled code kept in memory by digest, the notice of a long first compile) → `component` (load,
+//! validate the world, refuse unknown imports) → `instance` (one Store: memory cap, CPU deadline,
+//! typed errors; `call_clock` charges a call its thread's CPU time, with a wall backstop) →
+//! `handle` (`PolicyHandle`: containment, LRU fallback, checkpoints; `handle/swap` = hot swap and
+//! rollback) → `registry` (tenant × slot; `parse_slot_config` for the `--slot-config` flag `serve`
+//! and `sim` share). `sandbox` = limits + host imports (the memory cap on the sum of an instance's
+//! memories and tables); `breaker` = the circuit breaker that suspends a slot whose policy keeps
+//! failing, and the backoff it and failed checkpoints use; `journal` = what a slot observed since
+//! its last checkpoint, replayed on a restart; `results` = bounds on
+//! `score`/`act`/`predict`/`snapshot` results, checked before they are copied; `shares` = which
+//! tenant gives up a block when tenants share one cache (guarantee and limit per tenant);
+//! `side_effects` = merging several slots' `act` answers (`deny` wins, one warm-up per anchor, the
+//! first slot's priority); `policy_log` = a policy's `host.log` escaped, truncated, rate-limited
+//! per slot; `component_file` = reading component files under a size limit; `flag_values` = one
+//! parser per kind of flag value (timeouts and caps of at least 1, finite rates) that `serve`'s
+//! flags, its `[serve]` config table and the MCP gateway's flags share, whose errors never repeat
+//! the value; `component_lookup` = finding a component by name (`$AGENTRT_COMPONENTS_DIR`, beside
+//! the binary, built in, the source tree's build; docs/deploy.md); `metrics` = counters; `compat` =
+//! components of the 0.3 and 0.2 lines (every session end as `session-end(session-id)`, no waits or
+//! handoffs; 0.2: the GPU tier's events only, their share of a host-tier ranking answered by the
+//! host, score 0).
 
 #![warn(missing_docs)]
 
@@ -137,6 +153,16 @@ pub mod packed {
                 w.at_us,
             ),
             Event::Handoff(h) => words::handoff(out, h.session, h.from_agent, h.to_agent, h.at_us),
+            Event::EngineCapacity(c) => words::engine_capacity(
+                out,
+                c.capacity_tokens,
+                c.resident_tokens,
+                c.resident_sessions,
+                c.held_sessions,
+                c.prefill_us_per_ktoken,
+                c.decode_step_us,
+                c.at_us,
+            ),
         }
         true
     }

@@ -20,9 +20,11 @@ use crate::engine::replicas::{ReplicaArgs, ReplicaRouting};
 use crate::engine::tokenize::Tokenizer;
 use crate::engine::upstream::Upstream;
 use crate::engine::upstream_router::UpstreamRouter;
+use crate::front::body::BodyReading;
 use crate::front::connections::ConnectionMetrics;
 use crate::front::limits::Limits;
-use crate::front::overload::{shed_when_late, Overload, SchedulingLag};
+use crate::front::overload::{shed, Overload, SchedulingLag};
+use crate::front::tcp_memory::TcpMemory;
 use crate::hints::route::HintsState;
 use crate::hints::Hints;
 use crate::metrics::{MetricsState, ProxyMetrics};
@@ -103,7 +105,7 @@ impl AppConfig {
             admission: None,
             engine: EngineConfig::default(),
             mcp: None,
-            hint_rate: crate::hints::rate::DEFAULT_HINT_RATE,
+            hint_rate: crate::tenant::hint_rate::DEFAULT_HINT_RATE,
             components: None,
         }
     }
@@ -143,6 +145,10 @@ struct Parts {
     limits: Limits,
     /// The shedding rule (`--shed-lag-ms`), when on.
     overload: Option<Arc<Overload>>,
+    /// How every request body is read (deadline, budgets).
+    reading: Arc<BodyReading>,
+    /// The kernel's TCP memory, shed under pressure.
+    tcp_memory: Arc<TcpMemory>,
 }
 
 impl Parts {
@@ -155,6 +161,8 @@ impl Parts {
                 tenants: self.tenants.clone(),
             }),
             self.connections.clone(),
+            self.reading.clone(),
+            self.tcp_memory.clone(),
         ];
         if let Some(overload) = &self.overload {
             reports.push(overload.clone());
@@ -195,18 +203,24 @@ impl Parts {
             tenants: self.tenants.clone(),
             reloads: self.reloads.clone(),
             max_upload_bytes: self.limits.max_upload_bytes,
+            uploads: crate::admin::uploads::Uploads::new(self.limits.max_uploads_per_tenant),
+            reading: self.reading.clone(),
             components,
             hints: hints.clone(),
         };
-        let mut model_routes = crate::request::routes(proxy);
+        let mut model_routes = crate::request::routes(proxy).layer(axum::middleware::from_fn_with_state(
+            self.tcp_memory.clone(),
+            shed::<TcpMemory>,
+        ));
         if let Some(overload) = &self.overload {
-            model_routes = model_routes.layer(axum::middleware::from_fn_with_state(overload.clone(), shed_when_late));
+            model_routes = model_routes.layer(axum::middleware::from_fn_with_state(overload.clone(), shed::<Overload>));
         }
         let mut router = Router::new()
             .merge(model_routes)
             .merge(crate::hints::route::routes(HintsState {
                 tenants: self.tenants.clone(),
                 hints,
+                reading: self.reading.clone(),
             }))
             .merge(crate::admin::routes(admin))
             .merge(crate::metrics::routes(metrics))
@@ -254,11 +268,22 @@ impl App {
                 engine: config.engine_kind,
             },
         ));
-        let hints = Arc::new(Hints::new(config.hint_rate, feed.clone(), clock));
+        let hints = Arc::new(Hints::new(config.hint_rate, feed.clone(), clock, tenants.clone()));
         let effects = Arc::new(Effects::new(warmups, engine.pins.clone(), metrics.clone()));
-        let gateway = config
-            .mcp
-            .map(|options| crate::mcp::gateway(tenants.clone(), clock, options));
+        let limits = &config.limits;
+        let reading = BodyReading::new(
+            agentrt_guards::body_read::BodyBudget::new(limits.max_reading_bytes, limits.max_reading_bytes_per_tenant),
+            limits.body_timing,
+        );
+        // The gateway's bodies count against the same budget, under the same deadline.
+        let gateway = config.mcp.map(|options| {
+            let options = agentrt_mcp::GatewayOptions {
+                body_budget: reading.budget.clone(),
+                body_timing: reading.timing,
+                ..options
+            };
+            crate::mcp::gateway(tenants.clone(), clock, options)
+        });
         let reloads = config.reloader.map(|reloader| {
             Reloads::new(
                 reloader,
@@ -281,6 +306,7 @@ impl App {
             metrics: metrics.clone(),
             clock,
             request_ids: Arc::new(std::sync::atomic::AtomicU64::new(1)),
+            reading: reading.clone(),
         };
         let mut parts = Parts {
             router: Router::new(),
@@ -298,6 +324,8 @@ impl App {
                 .shed_lag
                 .map(|threshold| Overload::new(SchedulingLag::start(), threshold)),
             limits: config.limits,
+            reading,
+            tcp_memory: TcpMemory::start(),
         };
         let metrics = MetricsState::new(config.metrics_token, parts.reports(&hints));
         parts.router = parts.routes(proxy, hints, config.components, metrics);

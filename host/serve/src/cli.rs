@@ -17,6 +17,7 @@ use crate::names::{parse_tenant_secret, TenantSecret, API_KEY, DEFAULT_TENANT, T
 use crate::policy::warmup::WarmupOptions;
 use crate::request::engine_fields::{ClientEngineFields, EngineField};
 use crate::tenant::reload::{initial_settings, Reloader, ServeTableCheck};
+use crate::tenant::saved_state::StateDir;
 use crate::tenant::settings::FlagSettings;
 use crate::tenant::slots::load_extra_slots;
 use crate::tenant::Tenants;
@@ -51,6 +52,12 @@ pub struct ServeArgs {
     /// `deny` wins, one warm-up per anchor (docs/policy-slots.md).
     #[arg(help_heading = "Policies", long = "slot", value_name = "NAME=COMPONENT")]
     pub slots: Vec<String>,
+    /// A folder (made 0700 if missing) where every tenant's policy state — each slot's snapshot
+    /// and the agents it refers to — is saved when `serve` shuts down (SIGTERM, Ctrl-C), and
+    /// restored from when the tenant starts again, into a policy of the same name
+    /// (docs/deploy.md, "Restarts"). Without it, a restart starts every policy fresh.
+    #[arg(help_heading = "Policies", long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// `NAME:KEY=VALUE` (repeatable): passed to slot NAME's `init`.
     #[arg(help_heading = "Policies", long = "slot-config", value_name = "NAME:KEY=VALUE")]
     pub slot_configs: Vec<String>,
@@ -125,7 +132,7 @@ pub struct ServeArgs {
     pub warmup_rate: f64,
     /// Lifecycle hints per second per tenant (`POST /v1/agentrt/hints`), with a burst of twice
     /// that; a call past it gets 429 with Retry-After.
-    #[arg(help_heading = "Tenants and admin", long, value_parser = flag_values::positive_rate, default_value_t = crate::hints::rate::DEFAULT_HINT_RATE)]
+    #[arg(help_heading = "Tenants and admin", long, value_parser = flag_values::positive_rate, default_value_t = crate::tenant::hint_rate::DEFAULT_HINT_RATE)]
     pub hint_rate: f64,
     /// A session with no request for this long is reported ended (`session-end`) to its policy;
     /// 0 = never. Clients send no "done" signal, so silence is the proxy's only sign that a
@@ -238,7 +245,10 @@ fn secrets_by_tenant(raw: &[String], secret: TenantSecret) -> anyhow::Result<Has
 /// checks the config file's `[serve]` table on every read.
 pub fn run(args: ServeArgs, components: &ComponentLookup, check_serve: ServeTableCheck) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(serve(args, components, check_serve))
+    let served = runtime.block_on(serve(args, components, check_serve));
+    // The drain is over: what still runs (a policy call, a warm-up) does not hold the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    served
 }
 
 async fn serve(args: ServeArgs, components: &ComponentLookup, check_serve: ServeTableCheck) -> anyhow::Result<()> {
@@ -274,7 +284,25 @@ async fn serve(args: ServeArgs, components: &ComponentLookup, check_serve: Serve
         app.end_idle_sessions_every(std::time::Duration::from_millis(session_idle_ms));
     }
     app.serve(listener, shutdown_signal()).await?;
+    save_state(&app).await;
+    eprintln!("agentrt serve: stopped");
     Ok(())
+}
+
+/// Save the tenants' state to `--state-dir`, if given: the policies' snapshots are policy calls,
+/// made on a blocking thread.
+async fn save_state(app: &App) {
+    let tenants = app.tenants().clone();
+    match tokio::task::spawn_blocking(move || tenants.save_state()).await {
+        Ok(Some(saved)) => tracing::info!(
+            tenants = saved.tenants,
+            snapshots = saved.snapshots,
+            failed = saved.failed,
+            "tenant state saved (--state-dir)"
+        ),
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "saving the tenants' state did not finish"),
+    }
 }
 
 /// The tenants, with what the engine adapters and the MCP gateway take from their loading.
@@ -328,10 +356,14 @@ fn load_tenants(
         limits.max_body_bytes,
         limits.budget.max_json_depth,
     )?;
-    let tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, settings)
+    let mut tenants = Tenants::new(PolicyRegistry::new(engine), component, slot, settings)
         .with_tables(args.tables.limits()?)
         .with_queue_jobs(args.tables.policy_queue_jobs)
         .with_extra_slots(extra_slots);
+    if let Some(dir) = &args.state_dir {
+        let dir = StateDir::open(dir).with_context(|| format!("--state-dir {}", dir.display()))?;
+        tenants = tenants.with_state_dir(dir);
+    }
     if let Some(options) = &mcp {
         let servers: Vec<&str> = options.servers.iter().map(|s| s.name.as_str()).collect();
         eprintln!("agentrt serve: MCP gateway at /mcp/{{{}}}", servers.join(","));

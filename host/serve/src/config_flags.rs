@@ -422,6 +422,7 @@ mod tests {
             "tenant" => s("key=alpha"),
             "kv-events" | "kv-events-replay" | "router-kv-events" => s("tcp://127.0.0.1:5557"),
             "eviction-socket" => s("/run/agentrt/evict.sock"),
+            "state-dir" => s("/var/lib/agentrt/state"),
             "eviction-socket-group" => s("agentrt"),
             "client-engine-field" => s("priority"),
             "share" => s("alpha=10:20"),

@@ -117,6 +117,13 @@ impl<K: Hash + Eq + Clone, V> LruTable<K, V> {
         keys
     }
 
+    /// Every entry, least recently used first; recency is left alone.
+    pub fn oldest_first(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.order
+            .values()
+            .filter_map(|k| self.map.get_key_value(k).map(|(k, s)| (k, &s.value)))
+    }
+
     /// Every entry, in no particular order (not by recency); recency is left alone.
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.map.iter().map(|(k, s)| (k, &s.value))
@@ -164,8 +171,8 @@ mod tests {
 /// new handle, a session counts as new, a prompt's continuation is not recognised once).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TableLimits {
-    /// Agent names → handles. Names are at most [`MAX_AGENT_NAME_BYTES`], so this also bounds
-    /// the bytes of names kept.
+    /// Agent names → handles. Names are at most 256 bytes (`crate::names::MAX_NAME_BYTES`), so
+    /// this also bounds the bytes of names kept.
     pub max_agents: usize,
     /// Live sessions (their 64-bit ids and last activity).
     pub max_sessions: usize,
@@ -178,9 +185,6 @@ pub struct TableLimits {
     /// Bytes of those shapes (16 per chunk boundary).
     pub max_shape_bytes: usize,
 }
-
-/// The longest agent name (`x-agent-id` or `user`) accepted; a longer one gets 400.
-pub const MAX_AGENT_NAME_BYTES: usize = 256;
 
 impl Default for TableLimits {
     fn default() -> Self {

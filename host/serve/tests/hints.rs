@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use agentrt_mcp::keys::tool_hash;
 use agentrt_serve::identity::tenant_session;
-use agentrt_test_probe::Probe;
 use serde_json::{json, Value};
 use support::*;
 
@@ -56,15 +55,6 @@ async fn call(
     // Read to the end: a stream's end is when its hints apply.
     let _ = response.bytes().await;
     status
-}
-
-/// What `tenant`'s probe has heard, once every event reached it.
-async fn heard(p: &Proxy, tenant: &str) -> Probe {
-    settle(p).await;
-    let tenant = p.app.tenants().get_or_start(tenant).unwrap();
-    let mut probe = agentrt_sdk::testing::Harness::<Probe>::new([]).unwrap();
-    probe.restore(&tenant.policy.snapshot().unwrap()).unwrap();
-    probe.policy().clone()
 }
 
 fn closes(body: &[&str]) -> Value {
@@ -318,4 +308,46 @@ async fn hints_reach_only_their_tenants_policy_once_and_bad_ones_are_refused_who
     ] {
         assert!(metrics.contains(series), "{series} missing from:\n{metrics}");
     }
+}
+
+/// A malformed hint header is refused from the request's head: a client that declared a 100 MiB
+/// body and sent none of it gets its 400 at once, and the proxy read nothing of the body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_hint_header_is_refused_before_any_body_byte() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let p = two_tenants("probe").start().await;
+    let address = p.url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer key-a\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\nx-agentrt-session-end: yes\r\n\r\n",
+        100 << 20
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // No body byte is ever sent: the answer can only come from the head.
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = stream.read(&mut chunk).await.unwrap_or(0);
+            answer.extend_from_slice(&chunk[..n]);
+            if n == 0 || answer.windows(13).any(|w| w == b"invalid_hint\"") {
+                break;
+            }
+        }
+    })
+    .await;
+    let text = String::from_utf8_lossy(&answer);
+    assert!(read.is_ok(), "no answer in 10 s without the body: {text:?}");
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    assert!(
+        text.contains("x-agentrt-session-end: expected \\\"closed\\\", got \\\"yes\\\""),
+        "{text}"
+    );
+    assert!(
+        metrics_text(&p)
+            .await
+            .contains("agentrt_hints_refused_total{tenant=\"alpha\",reason=\"malformed\"} 1"),
+        "counted for the tenant"
+    );
 }

@@ -127,6 +127,52 @@ async fn a_streamed_call_is_counted_whether_or_not_the_client_asked_for_usage() 
     assert_eq!((tenant.prompt_tokens(), tenant.cached_tokens()), (24, 16));
 }
 
+/// Whether a client asked for usage is read by the engine's rule (vLLM 0.32's request model: a
+/// string `"true"` is true, `stream_options: {}` asks for none), and the usage chunk the proxy
+/// asked for never reaches a client that did not — even when the upstream's last event lacks
+/// the blank line that ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_reaches_the_client_exactly_when_the_engines_rule_says_it_asked() {
+    let p = proxy("lru").await;
+    let with = |options: Value, model: &str| {
+        let mut body = chat("s", "t", model, true);
+        body["stream_options"] = options;
+        body
+    };
+    let coerced = streamed_text(post_json(&p, &with(json!({"include_usage": "true"}), "tiny"), &[]).await).await;
+    assert!(
+        coerced.contains("\"prompt_tokens\":12"),
+        "\"true\" asks for usage: {coerced}"
+    );
+    assert_eq!(
+        p.stub.user_requests()[0].body["stream_options"]["include_usage"],
+        "true",
+        "sent as the client wrote it"
+    );
+    for declined in [
+        json!({}),
+        json!({"continuous_usage_stats": true}),
+        json!({"include_usage": "false"}),
+    ] {
+        let text = streamed_text(post_json(&p, &with(declined.clone(), "tiny"), &[]).await).await;
+        assert!(!text.contains("usage"), "{declined} asks for none: {text}");
+    }
+    let unterminated = streamed_text(post_json(&p, &chat("s", "t", "usage-unterminated", true), &[]).await).await;
+    assert!(
+        !unterminated.contains("usage"),
+        "the proxy's usage chunk, last and unterminated, is dropped too: {unterminated}"
+    );
+    let asked =
+        streamed_text(post_json(&p, &with(json!({"include_usage": true}), "usage-unterminated"), &[]).await).await;
+    assert!(
+        asked.contains("\"prompt_tokens\":12") && !asked.ends_with("\n\n"),
+        "a client that asked gets the last event as it came: {asked}"
+    );
+    settle(&p).await;
+    let tenant = p.app.tenants().get("default").unwrap();
+    assert_eq!(tenant.prompt_tokens(), 6 * 12, "every call counted");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_get_a_clear_error_and_the_proxy_keeps_serving() {
     let p = proxy("lru").await;

@@ -272,3 +272,46 @@ async fn an_anchor_marked_public_carries_one_salt_for_every_tenant() {
         "{metrics}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_a_reload_removes_takes_its_hint_state_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tenants.toml");
+    let both = "[tenants.alpha]\napi_keys = [\"key-a\"]\n[tenants.beta]\napi_keys = [\"key-b\"]\n";
+    std::fs::write(&file, both).unwrap();
+    let p = proxy_with_config("lru", &file).await;
+    let closing = serde_json::json!({"hints": [{"type": "session_closed", "session": "s-1"}]});
+    for key in ["key-a", "key-b"] {
+        let (status, _) = support::call_as(&p.url, "/v1/agentrt/hints", key, closing.to_string()).await;
+        assert_eq!(status, 200);
+    }
+    let beta = std::sync::Arc::downgrade(&p.app.tenants().get_or_start("beta").unwrap());
+    let hint_series = |metrics: &str, tenant: &str| {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("agentrt_hints") && l.contains(&format!("tenant=\"{tenant}\"")))
+            .count()
+    };
+    assert!(hint_series(&metrics_text(&p).await, "beta") > 0);
+
+    std::fs::write(&file, "[tenants.alpha]\napi_keys = [\"key-a\"]\n").unwrap();
+    let (status, answer) = reload(&p, OPERATOR).await;
+    assert_eq!(status, 200, "{answer}");
+    settle(&p).await;
+    let metrics = metrics_text(&p).await;
+    assert_eq!(
+        hint_series(&metrics, "beta"),
+        0,
+        "beta's hint counters went with it:\n{metrics}"
+    );
+    assert!(hint_series(&metrics, "alpha") > 0, "alpha's stay");
+    // The tenant itself is gone, and with it every hint it kept (closed sessions, tool waits,
+    // its rate): nothing outside the tenant holds hint state.
+    for _ in 0..500 {
+        if beta.upgrade().is_none() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("beta's tenant (and its hint state) is still held 5 s after the reload removed it");
+}

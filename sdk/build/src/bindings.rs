@@ -21,11 +21,11 @@ pub fn generate(
     generator: impl FnOnce() -> Box<dyn WorldGenerator>,
 ) -> Result<PathBuf> {
     let dir = tree.scratch.join("bindings").join(language);
-    let wit = tree.non_rust_wit();
-    if is_current(&dir.join(marker), &source_files(&[&wit])?) {
+    let wit = &tree.contract();
+    if is_current(&dir.join(marker), &source_files(&[wit])?) {
         return Ok(dir);
     }
-    let (mut resolve, world) = policy_world(&wit)?;
+    let (mut resolve, world) = policy_world(wit)?;
     let mut files = Files::default();
     generator()
         .generate(&mut resolve, world, &mut files)
@@ -39,7 +39,7 @@ pub fn generate(
     Ok(dir)
 }
 
-/// The contract the non-Rust SDKs build against ([`Tree::non_rust_wit`]), parsed, and its `policy`
+/// The contract the non-Rust SDKs build against ([`Tree::contract`]), parsed, and its `policy`
 /// world.
 fn policy_world(wit: &Path) -> Result<(Resolve, WorldId)> {
     let mut resolve = Resolve::default();

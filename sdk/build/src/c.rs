@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::encoding::encode_component;
 use crate::sources::{build_each, discover, is_current, name, OptionalLanguage, PolicyToBuild};
@@ -105,35 +105,57 @@ pub fn test_all(tree: &Tree) -> Result<()> {
             return Ok(());
         }
     };
+    let mut suites = vec![("sdk".to_string(), vec![tree.sdk.join(SDK_DIR).join("tests/test_sdk.c")])];
+    for dir in discover(root, POLICY)? {
+        suites.push((name(&dir), policy_and_tests(&dir)?));
+    }
+    for (suite, files) in suites {
+        compile_and_run(&tools, tree, &suite, &files)?;
+    }
+    Ok(())
+}
+
+/// The tests of the one policy in `dir` (its `test_*.c`), as [`test_all`] runs a checkout's.
+pub fn test_one(tools: &Toolchain, tree: &Tree, dir: &Path) -> Result<()> {
+    let files = policy_and_tests(dir)?;
+    if files
+        .iter()
+        .all(|f| !f.file_name().is_some_and(|n| n.to_string_lossy().starts_with("test_")))
+    {
+        bail!("no test_*.c in {}: nothing to test", dir.display());
+    }
+    compile_and_run(tools, tree, &name(dir), &files)
+}
+
+fn policy_and_tests(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = policy_sources(dir)?;
+    files.extend(tests_in(dir)?);
+    Ok(files)
+}
+
+/// Compile `files` for this machine with the SDK, the generated bindings and a native stand-in
+/// for the host, and run the program.
+fn compile_and_run(tools: &Toolchain, tree: &Tree, suite: &str, files: &[PathBuf]) -> Result<()> {
     let bindings = bindings(tree)?;
     let bin_dir = tree.scratch.join("c-tests");
     std::fs::create_dir_all(&bin_dir)?;
     let sdk = tree.sdk.join(SDK_DIR);
-    let mut suites = vec![("sdk".to_string(), vec![sdk.join("tests/test_sdk.c")])];
-    for dir in discover(root, POLICY)? {
-        let mut files = policy_sources(&dir)?;
-        files.extend(tests_in(&dir)?);
-        suites.push((name(&dir), files));
-    }
-    for (suite, files) in suites {
-        let exe = bin_dir.join(&suite);
-        note(&format!("C tests: {suite}"));
-        run(tools
-            .cc()
-            .current_dir(root)
-            .arg("-I")
-            .arg(&bindings)
-            .arg("-I")
-            .arg(&sdk)
-            .arg(sdk.join("agentrt_policy.c"))
-            .arg(bindings.join("policy.c"))
-            .arg(sdk.join("testing/native_host.c"))
-            .args(files)
-            .arg("-o")
-            .arg(&exe))?;
-        run(&mut Command::new(&exe))?;
-    }
-    Ok(())
+    let exe = bin_dir.join(suite);
+    note(&format!("C tests: {suite}"));
+    run(tools
+        .cc()
+        .current_dir(&tree.root)
+        .arg("-I")
+        .arg(&bindings)
+        .arg("-I")
+        .arg(&sdk)
+        .arg(sdk.join("agentrt_policy.c"))
+        .arg(bindings.join("policy.c"))
+        .arg(sdk.join("testing/native_host.c"))
+        .args(files)
+        .arg("-o")
+        .arg(&exe))?;
+    run(&mut Command::new(&exe))
 }
 
 /// The C bindings of the contract's `policy` world (what `wit-bindgen c` writes), into

@@ -119,10 +119,16 @@ pub fn test_all(tree: &Tree) -> Result<()> {
     let mut modules = vec![tree.sdk.join(SDK_DIR)];
     modules.extend(discover(&tree.root, POLICY)?);
     for module in modules {
-        note(&format!("go test {}", module.display()));
-        run(tools.go(&module).args(["test", "./..."]))?;
+        test_one(&tools, &module)?;
     }
     Ok(())
+}
+
+/// `go test ./...` in the module `dir` (a policy's, or the SDK's): the vendored SDK of a
+/// standalone project is a module of its own, so not among them.
+pub fn test_one(tools: &Toolchain, dir: &Path) -> Result<()> {
+    note(&format!("go test {}", dir.display()));
+    run(tools.go(dir).args(["test", "./..."]))
 }
 
 /// The module `go build` compiles, in `<scratch>/go-build/NAME`: the generated bindings (`package
@@ -201,7 +207,7 @@ fn bindings(tree: &Tree) -> Result<PathBuf> {
 /// (wit-component's `wit-parser` is not the one wit-bindgen's generators use, hence its own parse.)
 fn embed_world(tree: &Tree, wasm: &mut Vec<u8>) -> Result<()> {
     let mut resolve = wit_parser::Resolve::default();
-    let (package, _) = resolve.push_dir(tree.non_rust_wit())?;
+    let (package, _) = resolve.push_dir(tree.contract())?;
     let world = resolve.select_world(&[package], Some("policy"))?;
     wit_component::embed_component_metadata(wasm, &resolve, world, wit_component::StringEncoding::UTF8)
 }

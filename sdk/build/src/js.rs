@@ -45,7 +45,7 @@ pub fn build(cli: &Path, tree: &Tree, dir: &Path, name: &str, out: &Path) -> Res
         .arg(cli)
         .arg(dir.join(POLICY))
         .arg("--wit")
-        .arg(tree.non_rust_wit())
+        .arg(tree.contract())
         .args(["--world-name", "policy", "--disable"])
         .args(DISABLED_FEATURES)
         .arg("--out")
@@ -61,21 +61,41 @@ pub fn test_all(tree: &Tree) -> Result<()> {
         note(&format!("SKIPPED the JavaScript SDK's native tests: {reason}"));
         return Ok(());
     }
-    let sdk = tree.sdk.join(SDK_DIR);
-    let suites: Vec<PathBuf> = std::iter::once(sdk.join("test"))
+    let suites: Vec<PathBuf> = std::iter::once(tree.sdk.join(SDK_DIR).join("test"))
         .chain(discover(root, POLICY)?)
         .collect();
     note("node --test sdk/js/test policies/*/*.test.js");
+    node_test(tree, &suites)
+}
+
+/// The tests of the one policy in `dir` (its `*.test.js`, not the SDK vendored beside them).
+pub fn test_one(tree: &Tree, dir: &Path) -> Result<()> {
+    let mut tests: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().ends_with(".test.js")))
+        .collect();
+    tests.sort();
+    if tests.is_empty() {
+        bail!("no *.test.js in {}: nothing to test", dir.display());
+    }
+    note(&format!("node --test {}/*.test.js", dir.display()));
+    node_test(tree, &tests)
+}
+
+/// Node's test runner on `suites` (folders or files), with the import hook in
+/// `<sdk>/js/testing/register.js` standing in for the host interface.
+fn node_test(tree: &Tree, suites: &[PathBuf]) -> Result<()> {
     // `--import` takes a URL or a specifier: a relative path must start with `./`.
-    let register = sdk.join("testing/register.js");
-    let register = match register.strip_prefix(root) {
+    let register = tree.sdk.join(SDK_DIR).join("testing/register.js");
+    let register = match register.strip_prefix(&tree.root) {
         Ok(relative) => format!("./{}", relative.display()),
         Err(_) => format!("file://{}", register.display()),
     };
     run(Command::new("node")
-        .current_dir(root)
+        .current_dir(&tree.root)
         .args(["--import", &register, "--test"])
-        .args(&suites))
+        .args(suites))
 }
 
 /// componentize-js's command-line entry point, installed on first use.
@@ -89,7 +109,7 @@ pub fn componentize_js() -> Result<PathBuf> {
 }
 
 /// Node.js's version, refused below 20.6 (`module.register`, which the native tests use).
-fn node_version() -> Result<(u32, u32)> {
+pub(crate) fn node_version() -> Result<(u32, u32)> {
     let out = Command::new("node")
         .arg("--version")
         .output()

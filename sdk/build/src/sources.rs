@@ -131,7 +131,7 @@ pub fn build_each<T>(
     for dir in &policies {
         let name = name(dir);
         let out = out_dir.join(format!("{name}.wasm"));
-        let inputs = source_files(&[dir, &tree.sdk.join(language.sdk_dir), &tree.non_rust_wit()])?;
+        let inputs = source_files(&[dir, &tree.sdk.join(language.sdk_dir), &tree.contract()])?;
         let policy = PolicyToBuild {
             dir,
             name: &name,

@@ -50,9 +50,41 @@ static inline void arp_test_observe(const arp_event *events, size_t n) {
     exports_agentrt_policy_guest_observe(&list);
 }
 
+/* Events through `observe-packed` (words as the host packs them; sdk/conformance/packed.txt has
+ * examples of every kind). */
+static inline void arp_test_observe_packed(const uint64_t *words, size_t n_words) {
+    policy_list_u64_t list = {arp_copy(words, n_words * 8), n_words};
+    exports_agentrt_policy_guest_observe_packed(&list);
+}
+
 static inline void arp_test_observe_blocks(const uint64_t *words, size_t n_words) {
     policy_list_u64_t list = {arp_copy(words, n_words * 8), n_words};
     exports_agentrt_policy_guest_observe_blocks(&list);
+}
+
+/* The `observe-packed` words of a session's end (3 words into `out`), as the host packs them. */
+static inline size_t arp_test_session_end_words(uint64_t session, uint8_t reason, uint64_t at_us, uint64_t *out) {
+    out[0] = AGENTRT_POLICY_TYPES_EVENT_SESSION_END | 2ull << 8 | (uint64_t)reason << 16;
+    out[1] = session;
+    out[2] = at_us;
+    return 3;
+}
+
+/* The `observe-blocks` words of a block event (3 words into `out`), as the host packs them. */
+static inline void arp_test_block_words(const arp_block_event *b, uint64_t *out) {
+    uint64_t position = b->position < 0xffffff ? b->position : 0xffffff;
+    out[0] = b->op | (uint64_t)b->tier << 4 | position << 8 | (uint64_t)b->agent << 32;
+    out[1] = b->block_hash;
+    out[2] = b->parent_hash;
+}
+
+/* Score through the typed `score` (the contract asks for what `score-packed` gives). */
+static inline void arp_test_score_typed(const arp_item *items, size_t n, float *scores) {
+    exports_agentrt_policy_guest_list_item_t list = {arp_copy(items, n * sizeof *items), n};
+    policy_list_f32_t ret;
+    exports_agentrt_policy_guest_score(&list, &ret);
+    memcpy(scores, ret.ptr, n * sizeof(float));
+    policy_list_f32_free(&ret);
 }
 
 /* Score through the packed path, as the host does; `scores` gets n floats. */
@@ -64,7 +96,7 @@ static inline void arp_test_score(const arp_item *items, size_t n, float *scores
         o[1] = items[i].session;
         o[2] = items[i].last_access;
         o[3] = items[i].tokens | (uint64_t)items[i].agent << 32;
-        o[4] = items[i].position | (uint64_t)items[i].kind << 32;
+        o[4] = items[i].position | (uint64_t)items[i].kind << 32 | (uint64_t)items[i].tier << 40;
     }
     policy_list_u64_t list = {w, n * ARP_ITEM_WORDS};
     policy_list_f32_t ret;

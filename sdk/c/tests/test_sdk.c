@@ -8,25 +8,195 @@ void arp_score(const arp_item *items, size_t n, float *scores) {
     for (size_t i = 0; i < n; i++) scores[i] = (float)items[i].last_access;
 }
 
-int main(void) {
-    ARP_TEST("block events decode every field at its extremes; unknown ops are refused") {
-        uint64_t w[] = {2 | 0xffffffull << 8 | 0xffffffffull << 32, UINT64_MAX, 1, 9, 0, 0};
-        arp_block_event b;
-        ARP_CHECK(arp_decode_block(w, &b));
-        ARP_CHECK(b.op == AGENTRT_POLICY_TYPES_BLOCK_OP_REMOVED && b.agent == 0xffffffffu && b.position == 0xffffff);
-        ARP_CHECK(b.block_hash == UINT64_MAX && b.parent_hash == 1);
-        ARP_CHECK(!arp_decode_block(w + 3, &b));
+/* What reaches the policy's hooks, rendered as sdk/conformance/packed.txt writes it. */
+static char heard[8192];
+
+/* ---- rendering as sdk/conformance/packed.txt does --------------------------------------------- */
+
+static char text[8192];
+static size_t text_len;
+
+#define U(x) ((unsigned long long)(x))
+static const char *yes(bool b) { return b ? "true" : "false"; }
+static const char *const OPS[] = {"stored", "touched", "removed", "all-cleared"};
+static const char *const TIERS[] = {"gpu", "host"};
+
+static void render_block(const arp_block_event *b) {
+    if (text_len) text_len += (size_t)snprintf(text + text_len, sizeof text - text_len, " ; ");
+    text_len += (size_t)snprintf(text + text_len, sizeof text - text_len,
+                                 "block op=%s agent=%u block-hash=%llu parent-hash=%llu position=%u tier=%s",
+                                 OPS[b->op], b->agent, U(b->block_hash), U(b->parent_hash), b->position, TIERS[b->tier]);
+}
+
+static void render_item(const arp_item *i) {
+    static const char *const kinds[] = {"kv-block", "request", "tool-result"};
+    if (text_len) text_len += (size_t)snprintf(text + text_len, sizeof text - text_len, " ; ");
+    text_len += (size_t)snprintf(
+        text + text_len, sizeof text - text_len,
+        "item kind=%s key=%llu agent=%u session=%llu last-access=%llu tokens=%u position=%u tier=%s", kinds[i->kind],
+        U(i->key), i->agent, U(i->session), U(i->last_access), i->tokens, i->position, TIERS[i->tier]);
+}
+
+static void render_event(const arp_event *e) {
+    char more[512];
+    const char *prefix = text_len ? " ; " : "";
+    switch (e->tag) {
+    case AGENTRT_POLICY_TYPES_EVENT_REQUEST_ARRIVAL: {
+        const agentrt_policy_types_request_arrival_t *r = &e->val.request_arrival;
+        char continues[64] = "none";
+        if (r->continues.is_some)
+            snprintf(continues, sizeof continues, "%u/%u", r->continues.val.shared_tokens, r->continues.val.previous_tokens);
+        snprintf(more, sizeof more,
+                 "request-arrival request-id=%llu agent=%u session=%llu anchor-hash=%llu prompt-tokens=%u "
+                 "continues=%s warmup=%s at-us=%llu",
+                 U(r->request_id), r->agent, U(r->session), U(r->anchor_hash), r->prompt_tokens, continues,
+                 yes(r->warmup), U(r->at_us));
+        break;
     }
-    ARP_TEST("items decode every field; unknown kinds are kv-block") {
-        uint64_t w[] = {UINT64_MAX, 2, 3, 16 | 0xffffffffull << 32, 0xffffffffull | 2ull << 32,
-                        1, 0, 9, 0, 7ull << 32};
-        arp_item it;
-        arp_decode_item(w, &it);
-        ARP_CHECK(it.kind == AGENTRT_POLICY_TYPES_ITEM_KIND_TOOL_RESULT && it.key == UINT64_MAX);
-        ARP_CHECK(it.session == 2 && it.last_access == 3 && it.tokens == 16 && it.agent == 0xffffffffu);
-        ARP_CHECK(it.position == 0xffffffffu);
-        arp_decode_item(w + 5, &it);
-        ARP_CHECK(it.kind == AGENTRT_POLICY_TYPES_ITEM_KIND_KV_BLOCK && it.last_access == 9);
+    case AGENTRT_POLICY_TYPES_EVENT_REQUEST_FINISH: {
+        const agentrt_policy_types_request_finish_t *r = &e->val.request_finish;
+        snprintf(more, sizeof more,
+                 "request-finish request-id=%llu agent=%u session=%llu prompt-tokens=%u cached-tokens=%u "
+                 "output-tokens=%u warmup=%s ok=%s at-us=%llu",
+                 U(r->request_id), r->agent, U(r->session), r->prompt_tokens, r->cached_tokens, r->output_tokens,
+                 yes(r->warmup), yes(r->ok), U(r->at_us));
+        break;
+    }
+    case AGENTRT_POLICY_TYPES_EVENT_TOOL_CALL: {
+        const agentrt_policy_types_tool_call_t *t = &e->val.tool_call;
+        snprintf(more, sizeof more, "tool-call session=%llu agent=%u tool=%llu args-hash=%llu at-us=%llu",
+                 U(t->session), t->agent, U(t->tool), U(t->args_hash), U(t->at_us));
+        break;
+    }
+    case AGENTRT_POLICY_TYPES_EVENT_TOOL_RETURN: {
+        const agentrt_policy_types_tool_return_t *t = &e->val.tool_return;
+        snprintf(more, sizeof more,
+                 "tool-return session=%llu agent=%u tool=%llu args-hash=%llu result-tokens=%u latency-us=%llu ok=%s",
+                 U(t->session), t->agent, U(t->tool), U(t->args_hash), t->result_tokens, U(t->latency_us), yes(t->ok));
+        break;
+    }
+    case AGENTRT_POLICY_TYPES_EVENT_SESSION_END: {
+        static const char *const reasons[] = {"closed", "idle", "evicted"};
+        const agentrt_policy_types_session_end_t *s = &e->val.session_end;
+        snprintf(more, sizeof more, "session-end session=%llu reason=%s at-us=%llu", U(s->session),
+                 reasons[s->reason], U(s->at_us));
+        break;
+    }
+    case AGENTRT_POLICY_TYPES_EVENT_ENGINE_LOAD: {
+        const agentrt_policy_types_engine_load_t *l = &e->val.engine_load;
+        snprintf(more, sizeof more,
+                 "engine-load queue-depth=%u running=%u free-blocks=%u total-blocks=%u at-us=%llu", l->queue_depth,
+                 l->running, l->free_blocks, l->total_blocks, U(l->at_us));
+        break;
+    }
+    case AGENTRT_POLICY_TYPES_EVENT_BLOCK:
+        render_block(&e->val.block);
+        return;
+    case AGENTRT_POLICY_TYPES_EVENT_SESSION_WAIT: {
+        const agentrt_policy_types_session_wait_t *w = &e->val.session_wait;
+        snprintf(more, sizeof more,
+                 "session-wait session=%llu agent=%u kind=%s tool=%llu expected-us=%llu hinted=%s at-us=%llu",
+                 U(w->session), w->agent, w->kind == AGENTRT_POLICY_TYPES_WAIT_KIND_TOOL ? "tool" : "user",
+                 U(w->tool), U(w->expected_us), yes(w->hinted), U(w->at_us));
+        break;
+    }
+    case AGENTRT_POLICY_TYPES_EVENT_HANDOFF: {
+        const agentrt_policy_types_handoff_t *h = &e->val.handoff;
+        snprintf(more, sizeof more, "handoff session=%llu from-agent=%u to-agent=%u at-us=%llu", U(h->session),
+                 h->from_agent, h->to_agent, U(h->at_us));
+        break;
+    }
+    default:
+        snprintf(more, sizeof more, "unexpected kind %d", e->tag);
+    }
+    text_len += (size_t)snprintf(text + text_len, sizeof text - text_len, "%s%s", prefix, more);
+}
+
+/* The policy's hooks record what reaches them, rendered. */
+void arp_observe(const arp_event *event) {
+    text_len = strlen(heard);
+    memcpy(text, heard, text_len + 1);
+    render_event(event);
+    memcpy(heard, text, text_len + 1);
+}
+void arp_observe_block(const arp_block_event *block) {
+    text_len = strlen(heard);
+    memcpy(text, heard, text_len + 1);
+    render_block(block);
+    memcpy(heard, text, text_len + 1);
+}
+
+/* sdk/conformance/packed.txt, found from this file's own path so the test runs from any folder. */
+static FILE *conformance(const char *file) {
+    char path[4096];
+    const char *slash = strrchr(__FILE__, '/');
+    snprintf(path, sizeof path, "%.*s/../../conformance/%s", slash ? (int)(slash - __FILE__) : 1,
+             slash ? __FILE__ : ".", file);
+    return fopen(path, "r");
+}
+
+int main(void) {
+    ARP_TEST("packed words decode as in every SDK (sdk/conformance/packed.txt), and reach the policy") {
+        FILE *f = conformance("packed.txt");
+        ARP_CHECK(f != NULL);
+        static char line[16384];
+        static uint64_t words[256];
+        int cases = 0;
+        while (f && fgets(line, sizeof line, f)) {
+            char *arrow = strstr(line, "->");
+            if (line[0] == '#' || !arrow) continue;
+            char *want = arrow + 3;
+            want[strcspn(want, "\n")] = 0;
+            char *p = strchr(line, ' '), *end;
+            size_t n = 0;
+            for (; p < arrow && n < 256; p = end) {
+                unsigned long long v = strtoull(p, &end, 10);
+                if (end == p || end > arrow) break;
+                words[n++] = v;
+            }
+            text_len = 0;
+            text[0] = 0;
+            if (strncmp(line, "events ", 7) == 0) {
+                arp_event e;
+                for (size_t i = 0, used; i < n; i += used)
+                    if (arp_decode_event(words + i, n - i, &used, &e)) render_event(&e);
+                /* The same words through the export reach the policy's hooks alike. */
+                char decoded[8192];
+                memcpy(decoded, text, text_len + 1);
+                heard[0] = 0;
+                arp_test_observe_packed(words, n);
+                ARP_CHECK(strcmp(heard, decoded) == 0);
+                memcpy(text, decoded, strlen(decoded) + 1);
+            } else if (strncmp(line, "blocks ", 7) == 0) {
+                arp_block_event b;
+                for (size_t i = 0; i + ARP_WORDS_PER_EVENT <= n; i += ARP_WORDS_PER_EVENT)
+                    if (arp_decode_block(words + i, &b)) render_block(&b);
+            } else {
+                arp_item it;
+                for (size_t i = 0; i + ARP_ITEM_WORDS <= n; i += ARP_ITEM_WORDS) {
+                    arp_decode_item(words + i, &it);
+                    render_item(&it);
+                }
+            }
+            const char *got = text_len ? text : "nothing";
+            if (strcmp(got, want) != 0) fprintf(stderr, "want %s\n got  %s\n", want, got);
+            ARP_CHECK(strcmp(got, want) == 0);
+            cases++;
+        }
+        if (f) fclose(f);
+        ARP_CHECK(cases >= 25);
+    }
+    ARP_TEST("a typed session end and a packed one reach the policy alike") {
+        uint64_t w[3];
+        heard[0] = 0;
+        arp_test_observe_packed(w, arp_test_session_end_words(8, AGENTRT_POLICY_TYPES_END_REASON_CLOSED, 9, w));
+        char packed[512];
+        memcpy(packed, heard, strlen(heard) + 1);
+        heard[0] = 0;
+        arp_event e = {.tag = AGENTRT_POLICY_TYPES_EVENT_SESSION_END};
+        e.val.session_end = (agentrt_policy_types_session_end_t){8, AGENTRT_POLICY_TYPES_END_REASON_CLOSED, 9};
+        arp_test_observe(&e, 1);
+        ARP_CHECK(strcmp(heard, packed) == 0 && strcmp(heard, "session-end session=8 reason=closed at-us=9") == 0);
     }
     ARP_TEST("the default init refuses every key, naming it") {
         char *err = arp_test_init((const char *[]){"weight=2"}, 1);
@@ -71,19 +241,17 @@ int main(void) {
         ARP_CHECK(err && strstr(err, "3 bytes"));
         free(err);
     }
-    ARP_TEST("packed scoring returns one score per whole item") {
-        arp_item items[] = {{0, 1, 1, 0, 5, 16, 0}, {0, 2, 1, 0, 9, 16, 0}};
-        float scores[2];
+    ARP_TEST("packed scoring returns one score per whole item, as typed scoring does") {
+        arp_item items[] = {{.key = 1, .agent = 1, .last_access = 5, .tokens = 16},
+                            {.key = 2, .agent = 1, .last_access = 9, .tokens = 16,
+                             .tier = AGENTRT_POLICY_TYPES_TIER_HOST}};
+        float scores[2], typed[2];
         arp_test_score(items, 2, scores);
-        ARP_CHECK(scores[0] == 5.0f && scores[1] == 9.0f);
+        arp_test_score_typed(items, 2, typed);
+        ARP_CHECK(scores[0] == 5.0f && scores[1] == 9.0f && memcmp(scores, typed, sizeof scores) == 0);
     }
     ARP_TEST("recency scores: the shared cases every SDK gives (sdk/conformance/recency_scores.txt)") {
-        /* Found from this file's own path, so the test runs from any folder. */
-        char path[4096];
-        const char *slash = strrchr(__FILE__, '/');
-        snprintf(path, sizeof path, "%.*s/../../conformance/recency_scores.txt", slash ? (int)(slash - __FILE__) : 1,
-                 slash ? __FILE__ : ".");
-        FILE *f = fopen(path, "r");
+        FILE *f = conformance("recency_scores.txt");
         ARP_CHECK(f != NULL);
         char line[1024];
         int cases = 0;

@@ -64,7 +64,7 @@ func Observe(events []types.Event) {
 		if e.Tag() == types.Event_Block {
 			b := e.Block()
 			guest.ObserveBlock(policy.BlockEvent{Op: policy.BlockOp(b.Op), Agent: b.Agent, BlockHash: b.BlockHash,
-				ParentHash: b.ParentHash, Position: b.Position})
+				ParentHash: b.ParentHash, Position: b.Position, Tier: policy.Tier(b.Tier)})
 			continue
 		}
 		if !guest.Observes() {
@@ -103,14 +103,24 @@ func convert(e types.Event) policy.Event {
 		return &policy.ToolReturn{Session: v.Session, Agent: v.Agent, Tool: v.Tool, ArgsHash: v.ArgsHash,
 			ResultTokens: v.ResultTokens, LatencyUs: v.LatencyUs, Ok: v.Ok}
 	case types.Event_SessionEnd:
-		return &policy.SessionEnd{Session: e.SessionEnd()}
+		v := e.SessionEnd()
+		return &policy.SessionEnd{Session: v.Session, Reason: policy.EndReason(v.Reason), AtUs: v.AtUs}
 	case types.Event_EngineLoad:
 		v := e.EngineLoad()
 		return &policy.EngineLoad{QueueDepth: v.QueueDepth, Running: v.Running, FreeBlocks: v.FreeBlocks,
 			TotalBlocks: v.TotalBlocks, AtUs: v.AtUs}
+	case types.Event_SessionWait:
+		v := e.SessionWait()
+		return &policy.SessionWait{Session: v.Session, Agent: v.Agent, Kind: policy.WaitKind(v.Kind), Tool: v.Tool,
+			ExpectedUs: v.ExpectedUs, Hinted: v.Hinted, AtUs: v.AtUs}
+	case types.Event_Handoff:
+		v := e.Handoff()
+		return &policy.Handoff{Session: v.Session, FromAgent: v.FromAgent, ToAgent: v.ToAgent, AtUs: v.AtUs}
 	}
 	return nil
 }
+
+func ObservePacked(packed []uint64) { g().ObservePacked(packed) }
 
 func ObserveBlocks(packed []uint64) { g().ObserveBlocks(packed) }
 
@@ -118,7 +128,7 @@ func Score(items []types.Item) []float32 {
 	converted := make([]policy.Item, len(items))
 	for i, it := range items {
 		converted[i] = policy.Item{Kind: policy.ItemKind(it.Kind), Key: it.Key, Agent: it.Agent, Session: it.Session,
-			LastAccess: it.LastAccess, Tokens: it.Tokens, Position: it.Position}
+			LastAccess: it.LastAccess, Tokens: it.Tokens, Position: it.Position, Tier: policy.Tier(it.Tier)}
 	}
 	return g().Score(converted)
 }

@@ -26,7 +26,25 @@ func New(newPolicy func() policy.Policy, config ...[2]string) (*Harness, error) 
 	return h, nil
 }
 
-func (h *Harness) Observe(events ...policy.Event) { h.Guest.Observe(events) }
+// Observe sends events as the host sends a batch to a 0.4 component: *AgentRegistered through
+// the typed Observe, every run of other events between registrations through ObservePacked.
+func (h *Harness) Observe(events ...policy.Event) {
+	var words []uint64
+	for _, e := range events {
+		if registered, ok := e.(*policy.AgentRegistered); ok {
+			if len(words) > 0 {
+				h.Guest.ObservePacked(words)
+				words = nil
+			}
+			h.Guest.Observe([]policy.Event{registered})
+			continue
+		}
+		words = policy.EncodeEvent(words, e)
+	}
+	if len(words) > 0 {
+		h.Guest.ObservePacked(words)
+	}
+}
 
 // ObserveBlocks sends block events through the packed path, as the host does.
 func (h *Harness) ObserveBlocks(blocks ...policy.BlockEvent) {
@@ -50,6 +68,22 @@ func (h *Harness) Predict(horizon uint32) []policy.Forecast { return h.Guest.Pre
 func (h *Harness) Act() []policy.SideEffect                 { return h.Guest.Act() }
 func (h *Harness) Snapshot() []byte                         { return h.Guest.Snapshot() }
 func (h *Harness) Restore(state []byte) error               { return h.Guest.Restore(state) }
+
+// GpuBlock is a GPU-tier KV block of agent 1, in no session, 16 tokens at position 0: the item
+// most eviction tests rank, told apart by its key and last access.
+func GpuBlock(key, lastAccess uint64) policy.Item {
+	return policy.Item{Kind: policy.KvBlock, Key: key, Agent: 1, LastAccess: lastAccess, Tokens: 16, Tier: policy.TierGpu}
+}
+
+// GpuBlockEvent is a GPU-tier block event of agent 1 at the root of the prefix tree.
+func GpuBlockEvent(op policy.BlockOp, blockHash uint64) policy.BlockEvent {
+	return policy.BlockEvent{Op: op, Agent: 1, BlockHash: blockHash, Tier: policy.TierGpu}
+}
+
+// SessionEnd is a session that ended for reason, at time 0.
+func SessionEnd(session uint64, reason policy.EndReason) *policy.SessionEnd {
+	return &policy.SessionEnd{Session: session, Reason: reason}
+}
 
 // Rank is the host's ranking rule (sdk/src/ranking.rs): item indices keep-most first; higher
 // score first, ties by last-access (most recent first), non-finite scores last.

@@ -8,6 +8,8 @@ framework sends them with one line of setup; each imports its framework only whe
 - LangGraph / LangChain: ``from agentrt_hints.langgraph import AgentrtCallback``
 - OpenAI Agents SDK: ``from agentrt_hints.openai_agents import AgentrtRunHooks``
 - AutoGen AgentChat: ``from agentrt_hints.autogen import close_on_termination, run_and_close``
+- CrewAI: ``from agentrt_hints.crewai import hint_crew``
+- MetaGPT: ``from agentrt_hints.metagpt import hint_team``
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ __all__ = [
     "AgentrtRunHooks",
     "close_on_termination",
     "run_and_close",
+    "hint_crew",
+    "hint_team",
 ]
 __version__ = "0.1.0"
 
@@ -36,6 +40,8 @@ _HOOKS = {
     "AgentrtRunHooks": "openai_agents",
     "close_on_termination": "autogen",
     "run_and_close": "autogen",
+    "hint_crew": "crewai",
+    "hint_team": "metagpt",
 }
 
 

@@ -25,9 +25,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ._framework import require
+from ._framework import check_setup, require
 from .client import AgentrtHints
-from .wire import check_name
 
 _base = require("autogen_agentchat.base", "autogen-agentchat", "agentrt_hints.autogen")
 
@@ -35,15 +34,9 @@ _base = require("autogen_agentchat.base", "autogen-agentchat", "agentrt_hints.au
 _WRAPPED = "_agentrt_hints_session"
 
 
-def _check(hints: AgentrtHints, session: str) -> str:
-    if not isinstance(hints, AgentrtHints):
-        raise ValueError("hints: expected an AgentrtHints (agentrt_hints.AgentrtHints(base_url))")
-    return check_name("session", session)
-
-
 def close_on_termination(team: Any, hints: AgentrtHints, session: str) -> Any:
     """Make every run of `team` close `session` when it terminates; returns `team`."""
-    session = _check(hints, session)
+    session = check_setup(hints, session)
     if not callable(getattr(team, "run_stream", None)):
         raise ValueError(f"team: expected an AgentChat team (with run_stream), got {type(team).__name__}")
     if getattr(team, _WRAPPED, None) is not None:
@@ -67,7 +60,7 @@ def close_on_termination(team: Any, hints: AgentrtHints, session: str) -> Any:
 
 async def run_and_close(team: Any, hints: AgentrtHints, session: str, **run_kwargs: Any) -> Any:
     """``await team.run(**run_kwargs)``, then close `session`; returns the run's `TaskResult`."""
-    session = _check(hints, session)
+    session = check_setup(hints, session)
     result = await team.run(**run_kwargs)
     await hints.asend([{"type": "session_closed", "session": session}])
     return result

@@ -19,20 +19,15 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ._framework import require
+from ._framework import check_setup, name_or_none, require
 from .client import AgentrtHints
-from .wire import MAX_NAME_BYTES, check_name, expected_ms
+from .wire import check_name, expected_ms
 
 _agents = require("agents", "openai-agents", "agentrt_hints.openai_agents.AgentrtRunHooks")
 
 
 def _name(agent: Any) -> Optional[str]:
-    """An agent's name as the proxy takes it; None (the hint goes without it) when it has none, or
-    one longer than the proxy's 256 bytes — the SDK allows any."""
-    name = getattr(agent, "name", None)
-    if not isinstance(name, str) or not name or len(name.encode("utf-8")) > MAX_NAME_BYTES:
-        return None
-    return name
+    return name_or_none(getattr(agent, "name", None))
 
 
 class AgentrtRunHooks(_agents.RunHooks):
@@ -48,10 +43,8 @@ class AgentrtRunHooks(_agents.RunHooks):
         tool_expected_s: Optional[dict] = None,
     ):
         super().__init__()
-        if not isinstance(hints, AgentrtHints):
-            raise ValueError("hints: expected an AgentrtHints (agentrt_hints.AgentrtHints(base_url))")
+        self.session = check_setup(hints, session)
         self.hints = hints
-        self.session = check_name("session", session)
         self.close = bool(close)
         # Converted now, so that a bad figure fails at setup rather than in the middle of a run.
         self.tool_expected_ms = {

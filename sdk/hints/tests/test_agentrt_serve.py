@@ -178,3 +178,28 @@ def test_an_autogen_team_through_the_proxy_closes_its_session_by_name(proxy, age
     asyncio.run(team.run(task="plan it"))
     assert len(agentrt.chats()) == 2
     assert proxy.hints_total("closed") == 1
+
+
+def test_a_crewai_crew_through_the_proxy_hands_over_and_closes_its_session_by_name(proxy, agentrt):
+    test_crewai = pytest.importorskip("test_crewai", reason="CrewAI runs in its own venv (sdk/hints/setup-venv.sh)")
+    from agentrt_hints.crewai import hint_crew
+
+    crew = hint_crew(test_crewai.crew_of(proxy.root + "/v1", "cw-1"), AgentrtHints(proxy.root + "/v1"), "cw-1")
+    test_crewai.kickoff(crew)
+    assert len(agentrt.chats()) == 2
+    assert proxy.hints_total("handoff") == 1
+    assert proxy.hints_total("closed") == 1
+
+
+def test_a_metagpt_team_through_the_proxy_names_hands_over_and_closes_its_session_by_name(proxy, agentrt):
+    test_metagpt = pytest.importorskip("test_metagpt", reason="MetaGPT runs in its own venv (sdk/hints/setup-venv.sh)")
+    from agentrt_hints.metagpt import hint_team
+
+    team = hint_team(test_metagpt.team_of(proxy.root + "/v1"), AgentrtHints(proxy.root + "/v1"), "mg-1")
+    asyncio.run(team.run(n_round=3, idea="a poem"))
+    assert len(agentrt.chats()) == 2
+    # The idea's handoff comes before the session's first request: the proxy takes it all the
+    # same (a session never seen), then the planner's, once the session has called.
+    assert proxy.hints_total("handoff", outcome="unknown_session") == 1
+    assert proxy.hints_total("handoff") == 1
+    assert proxy.hints_total("closed") == 1

@@ -6,37 +6,75 @@ import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 
 import {
-  Config, Policy, StateReader, StateWriter, decodeBlocks, decodeItems, encodeBlocks, encodeItems, exportPolicy,
-  recencyScores,
+  Config, Policy, StateReader, StateWriter, decodeBlocks, decodeEvents, decodeItems, encodeBlocks, encodeEvent,
+  encodeItems, exportPolicy, recencyScores,
 } from '../agentrt_policy.js';
-import { rank } from '../testing/harness.js';
+import { Harness, gpuBlock, gpuBlockEvent, rank, sessionEnd } from '../testing/harness.js';
 
 const U64_MAX = 2n ** 64n - 1n;
 
-test('block events decode every field at its extremes, as the Rust SDK packs them', () => {
-  // Words as sdk/src/packed.rs `words(op, agent, position, block, parent)` writes them.
-  const words = [2n | (0xffffffn << 8n) | (0xffffffffn << 32n), U64_MAX, 1n, 1n | (16n << 8n) | (3n << 32n), 5n, 0n];
-  assert.deepEqual(decodeBlocks(words), [
-    { op: 'removed', agent: 0xffffffff, blockHash: U64_MAX, parentHash: 1n, position: 0xffffff },
-    { op: 'touched', agent: 3, blockHash: 5n, parentHash: 0n, position: 16 },
-  ]);
-  const blocks = decodeBlocks(words);
-  assert.deepEqual(decodeBlocks(encodeBlocks(blocks)), blocks);
+const CONFORMANCE = new URL('../../conformance/', import.meta.url);
+
+const kebab = (name) => name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+/** The fields of each record in the contract's order, as packed.txt writes them. */
+const FIELDS = {
+  block: ['op', 'agent', 'blockHash', 'parentHash', 'position', 'tier'],
+  item: ['kind', 'key', 'agent', 'session', 'lastAccess', 'tokens', 'position', 'tier'],
+  'request-arrival': ['requestId', 'agent', 'session', 'anchorHash', 'promptTokens', 'continues', 'warmup', 'atUs'],
+  'request-finish': ['requestId', 'agent', 'session', 'promptTokens', 'cachedTokens', 'outputTokens', 'warmup', 'ok',
+    'atUs'],
+  'tool-call': ['session', 'agent', 'tool', 'argsHash', 'atUs'],
+  'tool-return': ['session', 'agent', 'tool', 'argsHash', 'resultTokens', 'latencyUs', 'ok'],
+  'session-end': ['session', 'reason', 'atUs'],
+  'engine-load': ['queueDepth', 'running', 'freeBlocks', 'totalBlocks', 'atUs'],
+  'session-wait': ['session', 'agent', 'kind', 'tool', 'expectedUs', 'hinted', 'atUs'],
+  handoff: ['session', 'fromAgent', 'toAgent', 'atUs'],
+};
+
+function render(name, record) {
+  const value = (v) => (v === undefined ? 'none' : typeof v === 'object' ? `${v.sharedTokens}/${v.previousTokens}` : String(v));
+  assert.deepEqual(Object.keys(record).sort(), [...FIELDS[name]].sort(), `${name}: its fields`);
+  return [name, ...FIELDS[name].map((f) => `${kebab(f)}=${value(record[f])}`)].join(' ');
+}
+
+/** sdk/conformance/packed.txt's cases: [export, words, the line's decoded text]. */
+function packedCases() {
+  return readFileSync(new URL('packed.txt', CONFORMANCE), 'utf8').split('\n')
+    .filter((l) => !l.startsWith('#') && l.includes('->'))
+    .map((l) => {
+      const [left, want] = l.split('->').map((s) => s.trim());
+      const [exported, ...words] = left.split(/\s+/);
+      return [exported, BigUint64Array.from(words.map(BigInt)), want];
+    });
+}
+
+const DECODE = {
+  events: (w) => decodeEvents(w).map((e) => render(e.tag, e.val)),
+  blocks: (w) => decodeBlocks(w).map((b) => render('block', b)),
+  items: (w) => decodeItems(w).map((i) => render('item', i)),
+};
+
+test('packed words decode as in every SDK (sdk/conformance/packed.txt)', () => {
+  const cases = packedCases();
+  for (const [exported, words, want] of cases) {
+    assert.equal(DECODE[exported](words).join(' ; ') || 'nothing', want);
+  }
+  assert.ok(cases.length >= 25);
 });
 
-test('unknown ops and trailing words are skipped', () => {
-  const words = [9n, 1n, 2n, 3n, 4n, 0n, 7n];
-  assert.deepEqual(decodeBlocks(words), [{ op: 'all-cleared', agent: 0, blockHash: 4n, parentHash: 0n, position: 0 }]);
-});
-
-test('items decode every field; unknown kinds are kv-block; a partial item is ignored', () => {
-  const words = [U64_MAX, 2n, 3n, 16n | (0xffffffffn << 32n), 0xffffffffn | (2n << 32n), 1n, 0n, 9n, 0n, 7n << 32n, 1n];
-  assert.deepEqual(decodeItems(words), [
-    { kind: 'tool-result', key: U64_MAX, agent: 0xffffffff, session: 2n, lastAccess: 3n, tokens: 16, position: 0xffffffff },
-    { kind: 'kv-block', key: 1n, agent: 0, session: 0n, lastAccess: 9n, tokens: 0, position: 0 },
-  ]);
-  const items = decodeItems(words);
-  assert.deepEqual(decodeItems(encodeItems(items)), items);
+test('the encoders write the words the host sends', () => {
+  for (const [exported, words] of packedCases()) {
+    if (exported === 'events') {
+      const events = decodeEvents(words);
+      assert.deepEqual(decodeEvents(BigUint64Array.from(events.flatMap(encodeEvent))), events);
+    } else if (exported === 'blocks') {
+      const blocks = decodeBlocks(words);
+      assert.deepEqual(decodeBlocks(encodeBlocks(blocks)), blocks);
+    } else {
+      const items = decodeItems(words);
+      assert.deepEqual(decodeItems(encodeItems(items)), items);
+    }
+  }
 });
 
 test('configuration getters name the bad key and unknown keys are listed', () => {
@@ -62,26 +100,62 @@ test('snapshots round-trip in the Rust layout and damage is named', () => {
   assert.throws(() => short.u32(), /truncated/);
 });
 
-test('the export decodes packed paths, skips blocks for a policy without observeBlock and turns refusals into messages', () => {
-  const seen = [];
-  class Recorder extends Policy {
-    static NAME = 'recorder';
-    init(config) { config.expectOnly(['a']); }
-    observeBlock(b) { seen.push(b.op); }
-    score(items) { return recencyScores(items); }
-    restore(state) { if (state.length) throw new Error('no thanks'); }
+class Recorder extends Policy {
+  static NAME = 'recorder';
+  constructor() {
+    super();
+    this.events = [];
+    this.blocks = [];
   }
-  const guest = exportPolicy(Recorder);
+  init(config) { config.expectOnly(['a']); }
+  observe(e) { this.events.push(e); }
+  observeBlock(b) { this.blocks.push(b); }
+  score(items) { return recencyScores(items); }
+  restore(state) { if (state.length) throw new Error('no thanks'); }
+}
+
+/** One event of every kind: agent-registered, and the conformance file's. */
+function everyKind() {
+  const registered = { tag: 'agent-registered', val: { agent: 2, name: 'coder', anchorHash: 5n, anchorTokens: 64 } };
+  return [registered, ...packedCases().filter(([e]) => e === 'events').flatMap(([, w]) => decodeEvents(w))];
+}
+
+test('typed and packed events reach the policy alike, every kind of the contract', () => {
+  const [typed, packed] = [new Harness(Recorder), new Harness(Recorder)];
+  const events = everyKind();
+  assert.equal(new Set(events.map((e) => e.tag)).size, 10);
+  typed.guest.observe(events);
+  packed.observe(events); // as the host sends them: registrations typed, the rest packed
+  assert.deepEqual(packed.policy.events, typed.policy.events);
+  assert.deepEqual(packed.policy.blocks, typed.policy.blocks);
+  const reasons = packed.policy.events.filter((e) => e.tag === 'session-end').map((e) => e.val.reason);
+  assert.deepEqual(reasons, ['closed', 'idle', 'evicted']);
+});
+
+test('the export decodes packed paths, skips what a policy ignores and turns refusals into messages', () => {
+  const h = new Harness(Recorder, [['a', '1']]);
+  const guest = h.guest;
   assert.throws(() => guest.init([['b', '1']]), (e) => e === 'unknown config key(s) b; known: a');
   guest.init([['a', '1']]);
-  guest.observeBlocks(encodeBlocks([{ op: 'stored', agent: 1, blockHash: 1n, parentHash: 0n, position: 0 }]));
-  guest.observe([{ tag: 'block', val: { op: 'removed' } }, { tag: 'session-end', val: 3n }]);
-  assert.deepEqual(seen, ['stored', 'removed']);
-  const items = decodeItems([1n, 0n, 5n, 0n, 0n, 2n, 0n, 9n, 0n, 0n]);
-  assert.deepEqual(guest.scorePacked(encodeItems(items)), [0, 4]);
-  assert.deepEqual(rank(items, guest.score(items)), [1, 0]);
+  h.observeBlocks([gpuBlockEvent('stored', 1)]);
+  guest.observe([{ tag: 'block', val: gpuBlockEvent('removed', 2) }, sessionEnd(3, 'closed')]);
+  assert.deepEqual(h.policy.blocks.map((b) => b.op), ['stored', 'removed']);
+  const items = [gpuBlock(1, 5), { ...gpuBlock(2, 9), tier: 'host' }];
+  assert.deepEqual(h.score(items), [0, 4]);
+  assert.deepEqual(h.score(items), h.scoreTyped(items));
+  assert.deepEqual(rank(items, h.score(items)), [1, 0]);
   assert.throws(() => guest.restore(Uint8Array.of(1)), (e) => e === 'no thanks');
   assert.equal(guest.info().name, 'recorder');
+
+  class Blind extends Policy {
+    observeBlock() { throw new Error('decoded for a policy that ignores blocks'); }
+    score(items) { return items.map(() => 0); }
+  }
+  class Ignoring extends Policy {
+    score(items) { return items.map(() => 0); }
+  }
+  new Harness(Ignoring).observe([{ tag: 'block', val: gpuBlockEvent('stored', 1) }, sessionEnd(1)]);
+  assert.throws(() => new Harness(Blind).observe([{ tag: 'block', val: gpuBlockEvent('stored', 1) }]));
 });
 
 test('recency scores: the cases every SDK gives (sdk/conformance/recency_scores.txt)', () => {

@@ -1,20 +1,38 @@
 // Test a JavaScript policy natively, through the same `guest` its component exports and the
-// packed paths the host uses (run under `--import sdk/js/testing/register.js`).
+// packed paths the host uses (run under `--import …/testing/register.js`).
 
-import { exportPolicy, encodeBlocks, encodeItems } from '../agentrt_policy.js';
+import { encodeBlocks, encodeEvent, encodeItems, exportPolicy, policyOf } from '../agentrt_policy.js';
 
-/** One policy instance behind its exported guest, driven as the host drives a component.
+/** One policy instance behind its exported guest, driven as the host drives a 0.4 component.
  * Refusals (`init`, `restore`) throw the message string the host would report. */
 export class Harness {
   constructor(PolicyClass, config = []) {
     this.guest = exportPolicy(PolicyClass);
     this.guest.init(config);
   }
-  observe(events) { this.guest.observe(events); }
+  /** The policy instance itself, for assertions on its state. */
+  get policy() { return policyOf(this.guest); }
+  /** A batch as the host sends it: `agent-registered` through `observe`, every run of other
+   * events between registrations through `observe-packed`. */
+  observe(events) {
+    let words = [];
+    for (const event of events) {
+      if (event.tag === 'agent-registered') {
+        if (words.length) this.guest.observePacked(BigUint64Array.from(words));
+        words = [];
+        this.guest.observe([event]);
+      } else {
+        words.push(...encodeEvent(event));
+      }
+    }
+    if (words.length) this.guest.observePacked(BigUint64Array.from(words));
+  }
   /** Block events through the packed path, as the host sends them. */
   observeBlocks(blocks) { this.guest.observeBlocks(encodeBlocks(blocks)); }
   /** Score through the packed path, as the host does; the scores as f32, as the host gets them. */
   score(items) { return Array.from(this.guest.scorePacked(encodeItems(items)), Math.fround); }
+  /** Score through the typed `score` (the contract asks for the same answer). */
+  scoreTyped(items) { return Array.from(this.guest.score(items), Math.fround); }
   predict(horizon) { return this.guest.predict(horizon); }
   act() { return this.guest.act(); }
   snapshot() { return this.guest.snapshot(); }
@@ -32,4 +50,22 @@ export function rank(items, scores) {
     const [la, lb] = [items[a].lastAccess, items[b].lastAccess];
     return la === lb ? 0 : la > lb ? -1 : 1;
   });
+}
+
+/** A GPU-tier KV block, 16 tokens at position 0: the item most eviction tests rank. */
+export function gpuBlock(key, lastAccess, { agent = 1, session = 0n } = {}) {
+  return {
+    kind: 'kv-block', key: BigInt(key), agent, session: BigInt(session), lastAccess: BigInt(lastAccess), tokens: 16,
+    position: 0, tier: 'gpu',
+  };
+}
+
+/** A GPU-tier block event at the root of the prefix tree (no parent, position 0). */
+export function gpuBlockEvent(op, blockHash, agent = 1) {
+  return { op, agent, blockHash: BigInt(blockHash), parentHash: 0n, position: 0, tier: 'gpu' };
+}
+
+/** A session ended for `reason` (default: 'idle', as the host infers most ends). */
+export function sessionEnd(session, reason = 'idle', atUs = 0n) {
+  return { tag: 'session-end', val: { session: BigInt(session), reason, atUs: BigInt(atUs) } };
 }

@@ -1,5 +1,5 @@
 // Run a policy natively: `node --import ./sdk/js/testing/register.js --test DIR` resolves the
-// component import `agentrt:policy/host@0.2.0` to `native_host.js`, so the SDK and a policy's
+// component import `agentrt:policy/host@…` (contract.js) to `native_host.js`, so the SDK and a policy's
 // logic run in plain Node.js, through the same `guest` object the component exports.
 
 import { register } from 'node:module';

@@ -12,11 +12,11 @@ The Rust SDK's `Policy` trait, in Python. A policy subclasses `Policy`, override
 
     Guest = export(Mine)
 
-`cargo xtask build-policies` builds every `policies/*/app.py` with
-`componentize-py --stub-wasi`: the component imports only `agentrt:policy/host`, like a Rust one,
-so it runs under the same sandbox (no filesystem, network or clock beyond the host's imports).
-The SDK decodes the packed hot paths (`observe-blocks`, `score-packed`) so a policy sees typed
-block events and items only. Python runs ~50x slower than Rust here (docs/policy-host.md); it is
+`agentrt policy build` (or, in a checkout, `cargo xtask build-policies`) builds an `app.py` with
+`componentize-py --stub-wasi` into an `agentrt:policy@0.4.0` component: it imports only
+`agentrt:policy/host`, like a Rust one, so it runs under the same sandbox (no filesystem, network
+or clock beyond the host's imports). The SDK decodes the packed hot paths (`observe-packed`,
+`observe-blocks`, `score-packed`) so a policy sees typed events and items only. Python runs ~50x slower than Rust here (docs/policy-host.md); it is
 for trying ideas, and the host's deadline and LRU fallback protect the serving path either way.
 """
 
@@ -26,32 +26,79 @@ from componentize_py_types import Err
 from wit_world import exports
 from wit_world.imports import host, types
 from wit_world.imports.types import (  # noqa: F401  (re-exported for policy authors)
+    AgentRegistered,
     BlockEvent,
     BlockOp,
+    EndReason,
     Event,
+    Event_AgentRegistered,
+    Event_Block,
+    Event_EngineLoad,
+    Event_Handoff,
+    Event_RequestArrival,
+    Event_RequestFinish,
+    Event_SessionEnd,
+    Event_SessionWait,
+    Event_ToolCall,
+    Event_ToolReturn,
     Forecast,
     ForecastKind,
+    Handoff,
     Item,
     ItemKind,
     LogLevel,
+    RequestArrival,
+    RequestFinish,
+    SessionEnd,
+    SessionWait,
     SideEffect,
+    Tier,
+    ToolCall,
+    ToolReturn,
+    WaitKind,
 )
 
-from agentrt_policy.packed import decode_blocks, decode_items
+from agentrt_policy.packed import decode_blocks, decode_events, decode_items
+
+# The contract line the SDK builds (`agentrt policy test` prints the one a component speaks).
+# What else is particular to it: the packed layouts, in agentrt_policy/packed.py.
+CONTRACT_VERSION = "0.4.0"
 
 __all__ = [
+    "AgentRegistered",
     "BlockEvent",
     "BlockOp",
+    "CONTRACT_VERSION",
     "Config",
     "ConfigError",
+    "EndReason",
     "Event",
+    "Event_AgentRegistered",
+    "Event_Block",
+    "Event_EngineLoad",
+    "Event_Handoff",
+    "Event_RequestArrival",
+    "Event_RequestFinish",
+    "Event_SessionEnd",
+    "Event_SessionWait",
+    "Event_ToolCall",
+    "Event_ToolReturn",
     "Forecast",
     "ForecastKind",
+    "Handoff",
     "Item",
     "ItemKind",
     "LogLevel",
     "Policy",
+    "RequestArrival",
+    "RequestFinish",
+    "SessionEnd",
+    "SessionWait",
     "SideEffect",
+    "Tier",
+    "ToolCall",
+    "ToolReturn",
+    "WaitKind",
     "export",
     "host",
     "recency_scores",
@@ -120,7 +167,11 @@ class Policy:
         config.expect_only([])
 
     def observe(self, event: Event) -> None:
-        """One event that is not a block event, in arrival order."""
+        """One event that is not a block event, in arrival order, whether it arrived typed or
+        packed: an `Event_*` case whose `.value` is the record — `Event_SessionEnd` (`.reason`:
+        `EndReason.CLOSED` when the framework said so, `IDLE` inferred from silence, `EVICTED`
+        when the host stopped following it), `Event_SessionWait` (`.kind`: `WaitKind.TOOL` or
+        `USER`), `Event_Handoff` (`.to_agent` runs next), `Event_RequestArrival`, … (README)."""
 
     def observe_block(self, block: BlockEvent) -> None:
         """One KV-block event, whether it arrived typed or packed."""
@@ -153,8 +204,10 @@ def export(policy_class: type) -> type:
     state however often the bindings construct `Guest`.
     """
     current: List[Optional[Policy]] = [policy_class()]
-    # Block events are the highest-rate input; a policy that ignores them skips their decoding.
+    # Block events are the highest-rate input; a policy that ignores them skips their decoding,
+    # and one that ignores the other events skips theirs.
     wants_blocks = policy_class.observe_block is not Policy.observe_block
+    wants_others = policy_class.observe is not Policy.observe
 
     def policy() -> Policy:
         return current[0]
@@ -177,9 +230,20 @@ def export(policy_class: type) -> type:
             p = policy()
             for event in events:
                 if not isinstance(event, types.Event_Block):
-                    p.observe(event)
+                    if wants_others:
+                        p.observe(event)
                 elif wants_blocks:
                     p.observe_block(event.value)
+
+        def observe_packed(self, packed: List[int]) -> None:
+            if not (wants_blocks or wants_others):
+                return
+            p = policy()
+            for event in decode_events(packed, blocks=wants_blocks, others=wants_others):
+                if isinstance(event, types.Event_Block):
+                    p.observe_block(event.value)
+                else:
+                    p.observe(event)
 
         def observe_blocks(self, packed: List[int]) -> None:
             if wants_blocks:
@@ -207,6 +271,10 @@ def export(policy_class: type) -> type:
                 policy().restore(bytes(state))
             except ValueError as e:
                 raise Err(str(e))
+
+        def _policy(self) -> Policy:
+            """The instance being driven (for native tests; the host never calls it)."""
+            return policy()
 
     Guest.__name__ = Guest.__qualname__ = "Guest"
     return Guest

@@ -1,45 +1,96 @@
 """The Python SDK natively: packed decoding, configuration, dispatch, the ranking rule."""
 
+import dataclasses
+import enum
 import math
+import pathlib
+import re
 
 import pytest
 
-from agentrt_policy import BlockOp, Config, ConfigError, Item, ItemKind, Policy, recency_scores, types
-from agentrt_policy.packed import MAX_POSITION, decode_blocks, decode_items
-from agentrt_policy.testing import Err, Harness, as_f32, rank
+from agentrt_policy import (
+    BlockOp,
+    Config,
+    ConfigError,
+    EndReason,
+    Item,
+    ItemKind,
+    Policy,
+    Tier,
+    recency_scores,
+    types,
+)
+from agentrt_policy.packed import (
+    MAX_POSITION,
+    block_words,
+    decode_blocks,
+    decode_events,
+    decode_items,
+    event_words,
+    item_words,
+)
+from agentrt_policy.testing import Err, Harness, as_f32, gpu_block_event, rank, session_end
+from wit_world.imports.types import Continuation
 
 
-def block_words(op: int, agent: int, position: int, block_hash: int, parent: int):
-    """The layout of wit/policy.wit's `observe-blocks`, written out independently of the SDK."""
-    return [op | (min(position, MAX_POSITION) << 8) | (agent << 32), block_hash, parent]
-
-
-def item(key=1, agent=1, session=0, last_access=0, tokens=16, position=0, kind=ItemKind.KV_BLOCK):
+def item(key=1, agent=1, session=0, last_access=0, tokens=16, position=0, kind=ItemKind.KV_BLOCK, tier=Tier.GPU):
     return Item(kind=kind, key=key, agent=agent, session=session, last_access=last_access, tokens=tokens,
-                position=position)
+                position=position, tier=tier)
 
 
-def test_every_block_op_decodes_with_its_fields_and_unknown_ops_are_skipped():
-    words = []
-    for op in range(4):
-        words += block_words(op, agent=7 + op, position=16 * op, block_hash=2**64 - 1 - op, parent=op)
-    words += block_words(9, agent=1, position=0, block_hash=5, parent=0)  # a newer host's op
-    words += [1, 2]  # trailing words that do not make an event
-    events = list(decode_blocks(words))
-    assert [e.op for e in events] == [BlockOp.STORED, BlockOp.TOUCHED, BlockOp.REMOVED, BlockOp.ALL_CLEARED]
-    assert [e.agent for e in events] == [7, 8, 9, 10]
-    assert [e.position for e in events] == [0, 16, 32, 48]
-    assert events[0].block_hash == 2**64 - 1 and events[3].parent_hash == 3
-    assert next(decode_blocks(block_words(0, 1, 2**30, 1, 0))).position == MAX_POSITION
+CONFORMANCE = pathlib.Path(__file__).resolve().parents[2] / "conformance"
 
 
-def test_packed_items_decode_field_by_field():
-    words = [11, 22, 33, 16 | (5 << 32), 48 | (1 << 32), 1, 2, 3, 4 | (6 << 32), 7 | (9 << 32)]
-    first, second = decode_items(words + [0, 0])
-    assert (first.key, first.session, first.last_access, first.tokens, first.agent, first.position) == (
-        11, 22, 33, 16, 5, 48)
-    assert first.kind == ItemKind.REQUEST
-    assert second.kind == ItemKind.KV_BLOCK, "an unknown kind decodes as kv-block"
+def render(value) -> str:
+    """A decoded value as sdk/conformance/packed.txt writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, enum.Enum):
+        return value.name.lower().replace("_", "-")
+    if value is None:
+        return "none"
+    if isinstance(value, Continuation):
+        return f"{value.shared_tokens}/{value.previous_tokens}"
+    if dataclasses.is_dataclass(value):
+        name = {"BlockEvent": "block", "Item": "item"}.get(type(value).__name__)
+        if name is None:  # an Event_* case: the case's name, then its record's fields
+            name = re.sub(r"(?<!^)(?=[A-Z])", "-", type(value).__name__.removeprefix("Event_")).lower()
+            value = value.value
+        fields = " ".join(f"{f.name.replace('_', '-')}={render(getattr(value, f.name))}"
+                          for f in dataclasses.fields(value))
+        return f"{name} {fields}"
+    return str(value)
+
+
+def test_packed_words_decode_as_in_every_sdk():
+    """sdk/conformance/packed.txt: the Rust SDK's words, and what every SDK decodes them to."""
+    decoders = {"events": decode_events, "blocks": decode_blocks, "items": decode_items}
+    cases = 0
+    for line in (CONFORMANCE / "packed.txt").read_text().splitlines():
+        if line.startswith("#") or "->" not in line:
+            continue
+        left, want = (part.strip() for part in line.split("->"))
+        export, *words = left.split()
+        decoded = [render(v) for v in decoders[export]([int(w) for w in words])]
+        assert (" ; ".join(decoded) or "nothing") == want, line
+        cases += 1
+    assert cases >= 25
+
+
+def test_encoders_write_the_words_the_host_sends():
+    """The harness's encoders (the host's side) give back the words of every case that decodes."""
+    encoders = {"events": event_words, "blocks": block_words, "items": item_words}
+    decoders = {"events": decode_events, "blocks": decode_blocks, "items": decode_items}
+    cases = 0
+    for line in (CONFORMANCE / "packed.txt").read_text().splitlines():
+        if line.startswith("#") or "->" not in line:
+            continue
+        export, *words = line.split("->")[0].split()
+        values = list(decoders[export]([int(w) for w in words]))
+        again = [w for v in values for w in encoders[export](v)]
+        assert list(decoders[export](again)) == values, line
+        cases += len(values)
+    assert cases >= 25
 
 
 def test_config_names_what_it_refuses():
@@ -74,16 +125,39 @@ class Recorder(Policy):
         return [r + (1e6 if i.agent == self.keep else 0.0) for r, i in zip(recency_scores(items), items)]
 
 
-def test_export_dispatches_typed_and_packed_events_and_scores_alike():
+def every_kind():
+    """One event of every kind the contract has, as the Rust SDK's tests build them."""
+    cases = [line.split("->")[0].split()[1:] for line in (CONFORMANCE / "packed.txt").read_text().splitlines()
+             if line.startswith("events ") and "nothing" not in line]
+    events = [e for words in cases for e in decode_events([int(w) for w in words])]
+    registered = types.Event_AgentRegistered(types.AgentRegistered(agent=2, name="coder", anchor_hash=5,
+                                                                   anchor_tokens=64))
+    return [registered] + events
+
+
+def test_typed_and_packed_events_reach_the_policy_alike():
+    typed, packed = Harness(Recorder), Harness(Recorder)
+    events = every_kind()
+    typed.guest.observe(events)
+    packed.observe(events)  # as the host sends them: registrations typed, the rest packed
+    assert {type(e).__name__ for e in events} >= {"Event_SessionEnd", "Event_SessionWait", "Event_Handoff"}
+    kinds = len({type(e).__name__ for e in events})
+    assert kinds == 10, "every kind of the contract"
+    assert typed.policy.events == packed.policy.events
+    assert typed.policy.blocks == packed.policy.blocks and len(packed.policy.blocks) == 2
+    assert [e.value.reason for e in packed.policy.events if isinstance(e, types.Event_SessionEnd)] == [
+        EndReason.CLOSED, EndReason.IDLE, EndReason.EVICTED]
+
+
+def test_export_dispatches_typed_and_packed_blocks_and_scores_alike():
     h = Harness(Recorder, [("keep", "2")])
-    block = types.BlockEvent(op=BlockOp.STORED, agent=2, block_hash=9, parent_hash=0, position=0)
-    h.observe([types.Event_SessionEnd(value=4), types.Event_Block(value=block)])
-    h.observe_blocks(block_words(2, agent=3, position=16, block_hash=10, parent=9))
-    policy = h.guest.__class__  # the same Guest class the component exports
-    assert policy.__name__ == "Guest"
-    items = [item(key=1, agent=1, last_access=50), item(key=2, agent=2, last_access=10)]
-    packed = [w for i in items for w in (i.key, i.session, i.last_access, i.tokens | (i.agent << 32), i.position)]
-    assert h.score(items) == h.score_packed(packed)
+    block = gpu_block_event(BlockOp.STORED, 9, agent=2)
+    h.observe([session_end(4, EndReason.CLOSED), types.Event_Block(value=block)])
+    h.observe_blocks([gpu_block_event(BlockOp.REMOVED, 10, agent=3)])
+    assert [b.op for b in h.policy.blocks] == [BlockOp.STORED, BlockOp.REMOVED]
+    assert h.guest.__class__.__name__ == "Guest"  # the same Guest class the component exports
+    items = [item(key=1, agent=1, last_access=50), item(key=2, agent=2, last_access=10, tier=Tier.HOST)]
+    assert h.score(items) == h.score_typed(items)
     assert rank(items, h.score(items)) == [1, 0], "the kept agent's older block first"
 
 
@@ -107,9 +181,13 @@ def test_a_policy_that_ignores_blocks_is_not_handed_them():
         def score(self, items):
             return [0.0] * len(items)
 
-    Harness(Ignoring).observe_blocks(block_words(0, 1, 0, 1, 0))
+    block = gpu_block_event(BlockOp.STORED, 1)
+    Harness(Ignoring).observe_blocks([block])
+    Harness(Ignoring).observe([types.Event_Block(block)])
     with pytest.raises(AssertionError):
-        Harness(Blind).observe_blocks(block_words(0, 1, 0, 1, 0))
+        Harness(Blind).observe_blocks([block])
+    with pytest.raises(AssertionError):
+        Harness(Blind).observe([types.Event_Block(block)])
 
 
 def test_rank_is_the_hosts_rule_on_f32_scores():
@@ -123,9 +201,7 @@ def test_rank_is_the_hosts_rule_on_f32_scores():
 
 def test_recency_scores_give_the_cases_every_sdk_gives():
     """sdk/conformance/recency_scores.txt: the same batches, the same scores, in all five SDKs."""
-    import pathlib
-
-    path = pathlib.Path(__file__).resolve().parents[2] / "conformance" / "recency_scores.txt"
+    path = CONFORMANCE / "recency_scores.txt"
     cases = 0
     for line in path.read_text().splitlines():
         if line.startswith("#") or "->" not in line:

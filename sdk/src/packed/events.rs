@@ -1,5 +1,6 @@
-//! The packed form of events used by `observe-packed` (contract 0.4.0): every event without a
-//! string as a header word and a fixed number of payload words per kind.
+//! The packed form of events used by `observe-packed` (contract 0.4.0; `engine-capacity` since
+//! 0.5.0): every event without a string as a header word and a fixed number of payload words
+//! per kind.
 //!
 //! ```text
 //! header: bits 0..8 = the `event` case's ordinal, bits 8..16 = payload words that follow,
@@ -16,8 +17,8 @@
 //! a thin adapter over them for this crate's [`Event`].
 
 use crate::{
-    BlockEvent, Continuation, EndReason, EngineLoad, Event, Handoff, RequestArrival, RequestFinish, SessionEnd,
-    SessionWait, ToolCall, ToolReturn, WaitKind,
+    BlockEvent, Continuation, EndReason, EngineCapacity, EngineLoad, Event, Handoff, RequestArrival, RequestFinish,
+    SessionEnd, SessionWait, ToolCall, ToolReturn, WaitKind,
 };
 
 /// The `event` case ordinals, as in `wit/policy.wit`.
@@ -32,6 +33,7 @@ pub mod kind {
     pub const BLOCK: u8 = 7;
     pub const SESSION_WAIT: u8 = 8;
     pub const HANDOFF: u8 = 9;
+    pub const ENGINE_CAPACITY: u8 = 10;
 }
 
 /// Most payload words any kind has: a buffer of this many more words takes any one event.
@@ -184,6 +186,28 @@ pub fn handoff(out: &mut Vec<u64>, session: u64, from_agent: u32, to_agent: u32,
     );
 }
 
+/// An `engine-capacity`'s words (0.5.0).
+#[allow(clippy::too_many_arguments)]
+pub fn engine_capacity(
+    out: &mut Vec<u64>,
+    capacity_tokens: u64,
+    resident_tokens: u64,
+    resident_sessions: u32,
+    held_sessions: u32,
+    prefill_us_per_ktoken: u32,
+    decode_step_us: u32,
+    at_us: u64,
+) {
+    let payload = [
+        capacity_tokens,
+        resident_tokens,
+        low_high(resident_sessions, held_sessions),
+        low_high(prefill_us_per_ktoken, decode_step_us),
+        at_us,
+    ];
+    push(out, kind::ENGINE_CAPACITY, 0, 0, &payload);
+}
+
 /// Append one event's words; `false` (and nothing appended) for `agent-registered`, which carries
 /// a string and always goes through `observe`.
 pub fn encode(event: &Event, out: &mut Vec<u64>) -> bool {
@@ -247,6 +271,16 @@ pub fn encode(event: &Event, out: &mut Vec<u64>) -> bool {
             w.at_us,
         ),
         Event::Handoff(h) => handoff(out, h.session, h.from_agent, h.to_agent, h.at_us),
+        Event::EngineCapacity(c) => engine_capacity(
+            out,
+            c.capacity_tokens,
+            c.resident_tokens,
+            c.resident_sessions,
+            c.held_sessions,
+            c.prefill_us_per_ktoken,
+            c.decode_step_us,
+            c.at_us,
+        ),
     }
     true
 }
@@ -360,6 +394,15 @@ fn event(head: u64, p: &[u64]) -> Option<Event> {
             from_agent: agent,
             to_agent: low(p[1]),
             at_us: p[2],
+        }),
+        kind::ENGINE_CAPACITY if p.len() >= 5 => Event::EngineCapacity(EngineCapacity {
+            capacity_tokens: p[0],
+            resident_tokens: p[1],
+            resident_sessions: low(p[2]),
+            held_sessions: high(p[2]),
+            prefill_us_per_ktoken: low(p[3]),
+            decode_step_us: high(p[3]),
+            at_us: p[4],
         }),
         _ => return None,
     })
@@ -482,6 +525,15 @@ mod tests {
                 from_agent: 0,
                 to_agent: u32::MAX,
                 at_us: 6,
+            }),
+            Event::EngineCapacity(EngineCapacity {
+                capacity_tokens: u64::MAX,
+                resident_tokens: 453_168,
+                resident_sessions: u32::MAX,
+                held_sessions: 7,
+                prefill_us_per_ktoken: 35_000,
+                decode_step_us: u32::MAX,
+                at_us: 11,
             }),
         ]
     }

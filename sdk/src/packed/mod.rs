@@ -142,6 +142,7 @@ pub fn encode_item(item: &Item, out: &mut Vec<u64>) {
         ItemKind::KvBlock => 0,
         ItemKind::Request => 1,
         ItemKind::ToolResult => 2,
+        ItemKind::Session => 3,
     };
     out.extend_from_slice(&item_words(
         kind,
@@ -165,6 +166,7 @@ pub fn decode_items(words: &[u64]) -> Vec<Item> {
             kind: match (w[4] >> 32) & 0xff {
                 1 => ItemKind::Request,
                 2 => ItemKind::ToolResult,
+                3 => ItemKind::Session,
                 _ => ItemKind::KvBlock,
             },
             key: w[0],
@@ -236,6 +238,16 @@ mod tests {
                 tokens: 16,
                 position: 32,
                 tier: Tier::Host,
+            },
+            Item {
+                kind: ItemKind::Session,
+                key: 9,
+                agent: 3,
+                session: 9,
+                last_access: 1_000_000,
+                tokens: 55_000,
+                position: 0,
+                tier: Tier::Gpu,
             },
         ];
         let mut words = Vec::new();

@@ -1,6 +1,6 @@
 /* __NAME__ — an agentrt policy in C (skeleton from `agentrt policy new`).
- * sdk/c/README.md has the whole workflow; policies/callrate-c is a worked example. No stdio, no
- * strtod: they import WASI, which the host refuses (docs/zero-wasi.md). */
+ * README.md (in a project made outside an agentrt checkout) lists the events and how to build,
+ * test and table it. No stdio, no strtod: they import WASI, which the host refuses. */
 
 #include "agentrt_policy.h"
 
@@ -14,14 +14,15 @@ const char *arp_init(const arp_config *config) {
 }
 
 void arp_observe(const arp_event *event) {
-    (void)event; /* YOUR LOGIC HERE: learn from request, tool and engine events. */
+    /* YOUR LOGIC HERE: learn from events, e.g. a session the framework closed:
+     * event->tag == AGENTRT_POLICY_TYPES_EVENT_SESSION_END and
+     * event->val.session_end.reason == AGENTRT_POLICY_TYPES_END_REASON_CLOSED. */
+    (void)event;
 }
 
 void arp_score(const arp_item *items, size_t n, float *scores) {
     /* YOUR LOGIC HERE: one score per item, higher = keep. Recency = LRU, the baseline. */
-    uint64_t newest = 0;
-    for (size_t i = 0; i < n; i++) newest = items[i].last_access > newest ? items[i].last_access : newest;
-    for (size_t i = 0; i < n; i++) scores[i] = -(float)(newest - items[i].last_access);
+    arp_recency_scores(items, n, scores);
 }
 
 /* Also available: arp_observe_block, arp_predict, arp_act (side effects such as warm-ups), and

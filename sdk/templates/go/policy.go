@@ -1,7 +1,7 @@
 // Package __PACKAGE__ is __NAME__, an agentrt policy in Go (skeleton from `agentrt policy new`).
-// sdk/go/README.md has the whole workflow; policies/callrate-go is a worked example. No files,
-// clocks or randomness from Go's library: inside the component they reach WASI stubs, so use
-// policy.NowUs and policy.RandomSeed (docs/zero-wasi.md).
+// README.md (in a project made outside an agentrt checkout) lists the events and how to build,
+// test and table it. No files, clocks or randomness from Go's library: inside the component they
+// reach stubs that give nothing useful, so use policy.NowUs and policy.RandomSeed.
 package __PACKAGE__
 
 import "agentrt.dev/policy"
@@ -24,7 +24,8 @@ func (p *__TYPE__) Init(config *policy.Config) error {
 }
 
 func (p *__TYPE__) Observe(event policy.Event) {
-	// YOUR LOGIC HERE: learn from request, tool and engine events (switch event.(type)).
+	// YOUR LOGIC HERE: learn from events (switch event.(type)), e.g. a session the framework
+	// closed: *policy.SessionEnd with Reason == policy.Closed.
 }
 
 func (p *__TYPE__) Score(items []policy.Item, scores []float32) {

@@ -1,10 +1,10 @@
-// __NAME__ natively, through the SDK's harness: `go test` here, or `cargo xtask test`.
+// __NAME__ natively, through the SDK's harness: `agentrt policy build --test` runs it (`cargo xtask
+// test` in an agentrt checkout).
 package __PACKAGE__
 
 import (
 	"testing"
 
-	"agentrt.dev/policy"
 	"agentrt.dev/policy/policytest"
 )
 
@@ -13,7 +13,7 @@ func TestNewestFirstUntilYouChangeIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scores := h.Score(policy.Item{Key: 1, Agent: 1, LastAccess: 5}, policy.Item{Key: 2, Agent: 1, LastAccess: 9})
+	scores := h.Score(policytest.GpuBlock(1, 5), policytest.GpuBlock(2, 9))
 	if scores[1] <= scores[0] {
 		t.Fatal(scores)
 	}

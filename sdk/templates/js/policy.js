@@ -1,5 +1,6 @@
 // __NAME__ — an agentrt policy in JavaScript (skeleton from `agentrt policy new`).
-// sdk/js/README.md has the whole workflow; policies/callrate-js is a worked example.
+// README.md (in a project made outside an agentrt checkout) lists the events and how to build,
+// test and table it.
 
 import { Policy, exportPolicy, recencyScores } from '__SDK__/js/agentrt_policy.js';
 
@@ -18,8 +19,8 @@ export class Policy__TYPE__ extends Policy {
   }
 
   observe(_event) {
-    // YOUR LOGIC HERE: learn from request, tool and engine events ({ tag, val }; blocks go to
-    // observeBlock).
+    // YOUR LOGIC HERE: learn from events ({ tag, val }; blocks go to observeBlock), e.g. a
+    // session the framework closed: tag 'session-end' with val.reason 'closed'.
   }
 
   score(items) {

@@ -9,9 +9,10 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::harness::run_all;
-use crate::options::{progress, ReplayOptions};
-use crate::policies::PolicySpec;
+use crate::options::ReplayOptions;
+use crate::policies::{policies_help, PolicySpec};
 use crate::prepare::PreparedTrace;
+use crate::progress::Progress;
 use crate::report::{run_json, summarize, PolicySummary};
 use crate::setting::{headline_blocks, BLOCK_SIZE};
 use crate::workloads::fleet::FleetParams;
@@ -38,11 +39,11 @@ pub struct FleetSweepArgs {
     /// Cache size in blocks (default: the headline H100 setting).
     #[arg(long)]
     pub capacity_blocks: Option<usize>,
-    /// Comma-separated policies, as for `sim run`.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "lru,cachesage,cachesage-evict,cachesage-classic,belady"
+        default_value = "lru,cachesage,cachesage-evict,belady",
+        help = policies_help("Comma-separated policies.")
     )]
     pub policies: Vec<String>,
     /// Seed of the workload generator: the same seed gives the same traces.
@@ -100,7 +101,7 @@ pub fn run(a: FleetSweepArgs, components: &ComponentLookup) -> anyhow::Result<()
     let mut order: Vec<usize> = (0..points.len()).collect();
     // Largest last: workers take from the end, so the big ones start first.
     order.sort_by_key(|&i| points[i].trace.prompt_tokens());
-    let bar = progress((points.len() * policies.len()) as u64);
+    let progress = Progress::new((points.len() * policies.len()) as u64);
     let mut results: Vec<PointResult> = crate::parallel::run_units(a.jobs, order, |i| {
         let p = &points[i];
         let runs = run_all(
@@ -110,10 +111,7 @@ pub fn run(a: FleetSweepArgs, components: &ComponentLookup) -> anyhow::Result<()
             &policies,
             a.replay.rerank(),
             false,
-            |r| {
-                bar.set_message(format!("{} apps × {}: {}", p.applications, p.anchor_scale, r.policy));
-                bar.inc(1);
-            },
+            |r| progress.replayed(&format!("{} apps × {}: {}", p.applications, p.anchor_scale, r.policy)),
         )
         .with_context(|| {
             format!(
@@ -123,7 +121,7 @@ pub fn run(a: FleetSweepArgs, components: &ComponentLookup) -> anyhow::Result<()
         })?;
         Ok((i, summarize(&runs)))
     })?;
-    bar.finish_and_clear();
+    progress.finish();
     results.sort_by_key(|r| r.0);
     write_outputs(&a, blocks, &points, &results, started.elapsed().as_secs_f64())
 }
@@ -164,7 +162,7 @@ fn write_outputs(
         "results → {} (results.json, table.md, fleet-sweep.svg/.png)",
         a.out.display()
     );
-    Ok(())
+    crate::report::failed_replays(results.iter().flat_map(|(_, s)| s))
 }
 
 /// The sweep's Markdown table (a row per point: hit % per policy, CacheSage's Δ and gap), each

@@ -3,6 +3,7 @@
 //! JSON and plots. Nothing below the experiments depends on them.
 
 pub mod fleet_sweep;
+pub mod knee;
 pub mod noisy_neighbour;
 pub mod run;
 pub mod session_flood;

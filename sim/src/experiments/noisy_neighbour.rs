@@ -23,9 +23,10 @@ use clap::Args;
 use agentrt_runtime::{ComponentLookup, Share};
 
 use crate::harness::run_all;
-use crate::options::{progress, ReplayOptions};
-use crate::policies::PolicySpec;
+use crate::options::ReplayOptions;
+use crate::policies::{policies_help, PolicySpec};
 use crate::prepare::PreparedTrace;
+use crate::progress::Progress;
 use crate::report::{summarize, PolicySummary, TenantSummary};
 use crate::setting::{headline_blocks, BLOCK_SIZE};
 use crate::trace::{Segment, Trace, TraceRequest};
@@ -63,8 +64,9 @@ pub struct NoisyNeighbourArgs {
     /// Tokens each flood request generates.
     #[arg(long, default_value_t = 256)]
     pub flood_output_tokens: u32,
-    /// Comma-separated policies, as for `sim run` (each tenant runs its own instance under shares).
-    #[arg(long, value_delimiter = ',', default_value = "lru,cachesage")]
+    #[arg(long, value_delimiter = ',', default_value = "lru,cachesage", help = policies_help(
+        "Comma-separated policies (each tenant runs its own instance under shares)."
+    ))]
     pub policies: Vec<String>,
     /// Seed of the workload generator: the same seed gives the same traces.
     #[arg(long, default_value_t = 1)]
@@ -134,11 +136,8 @@ pub fn run(a: NoisyNeighbourArgs, components: &ComponentLookup) -> anyhow::Resul
     let alone = PreparedTrace::new(&agents, BLOCK_SIZE, a.replay.hide_agents);
 
     // The agents alone first: their figures, and their prompt-token rate the flood is sized by.
-    let bar = progress(((1 + 2 * a.flood_percent.len()) * policies.len()) as u64);
-    let tick = |r: &crate::scheduler::RunResult| {
-        bar.set_message(r.policy.clone());
-        bar.inc(1);
-    };
+    let progress = Progress::new(((1 + 2 * a.flood_percent.len()) * policies.len()) as u64);
+    let tick = |r: &crate::scheduler::RunResult| progress.replayed(&format!("the agents alone: {}", r.policy));
     let alone_runs = run_all(
         &host,
         &alone,
@@ -160,8 +159,8 @@ pub fn run(a: NoisyNeighbourArgs, components: &ComponentLookup) -> anyhow::Resul
             })
         })
         .collect();
-    let results = run_flood_units(&a, &host, &traces, &units, &policies, (cache, guarantee), &bar)?;
-    bar.finish_and_clear();
+    let results = run_flood_units(&a, &host, &traces, &units, &policies, (cache, guarantee), &progress)?;
+    progress.finish();
     let mut results = results;
     results.sort_by_key(|r| r.0);
     let report = Report {
@@ -205,7 +204,7 @@ fn run_flood_units(
     units: &[Unit],
     policies: &[PolicySpec],
     (cache, guarantee): (usize, usize),
-    bar: &indicatif::ProgressBar,
+    progress: &Progress,
 ) -> anyhow::Result<Vec<UnitResult>> {
     crate::parallel::run_units(a.jobs, (0..units.len()).collect(), |i| {
         let unit = &units[i];
@@ -220,9 +219,10 @@ fn run_flood_units(
                 },
             )]);
         }
+        let level = unit.level.expect("flood units have a level");
+        let shares = if unit.shares { ", shares" } else { "" };
         let runs = run_all(host, trace, &cfg, policies, a.replay.rerank(), false, |r| {
-            bar.set_message(r.policy.clone());
-            bar.inc(1);
+            progress.replayed(&format!("flood {} %{shares}: {}", a.flood_percent[level], r.policy));
         })?;
         Ok((i, summarize(&runs)))
     })
@@ -290,7 +290,8 @@ impl Report<'_> {
             "results → {} (results.json, table.md, noisy-neighbour.svg/.png)",
             a.out.display()
         );
-        Ok(())
+        let every_run = self.results.iter().flat_map(|(_, runs)| runs);
+        crate::report::failed_replays(self.alone.iter().chain(every_run))
     }
 
     /// The table's caption and header; its own step because the caption states the setup

@@ -12,9 +12,10 @@ use clap::Args;
 use crate::audit::EvictionAudit;
 use crate::conditions::FittedCapacity;
 use crate::harness::{default_policies, run_all};
-use crate::options::{progress, ReplayOptions, SlotArgs};
-use crate::policies::PolicySpec;
+use crate::options::{ReplayOptions, SlotArgs};
+use crate::policies::{policies_help, PolicySpec};
 use crate::prepare::PreparedTrace;
+use crate::progress::Progress;
 use crate::report::{legend_text, regret_table, run_json, summarize, table, PolicySummary};
 use crate::scheduler::{OpLog, RunResult, Sim, SimConfig};
 use crate::setting::BLOCK_SIZE;
@@ -35,11 +36,10 @@ pub struct RunArgs {
     pub capacity_fraction: Option<f64>,
     #[command(flatten)]
     pub load: crate::conditions::LoadArgs,
-    /// Comma-separated policies (lru, ttl, cachesage, cachesage-evict, belady, lru-native,
-    /// closed-first (LRU with the closed sessions' blocks first: hears `--hints`), or a
-    /// component name); a Wasm one may carry `init` settings as `:key=value`, e.g.
-    /// `cachesage:w=8,cachesage:k=2` compares two variants in one run.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', help = policies_help(
+        "Comma-separated policies (default: the evaluation's seven; closed-first is LRU with the \
+         closed sessions' blocks first, which hears `--hints`)."
+    ))]
     pub policies: Option<Vec<String>>,
     /// Write every figure as JSON here.
     #[arg(long)]
@@ -182,6 +182,9 @@ pub fn run(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     let prepared = PreparedTrace::new(&trace, BLOCK_SIZE, a.replay.hide_agents);
     let (blocks, sized) = capacity(&a, &prepared)?;
     let mut cfg = a.replay.config(blocks)?;
+    if let Some(warning) = cfg.hints.missing_from(&prepared) {
+        eprintln!("warning: {warning}");
+    }
     let load = a.load.settle(&prepared, &mut cfg, |scale, u| {
         eprintln!("  arrival scale {scale:.3}: LRU utilisation {:.0} %", u * 100.0)
     })?;
@@ -224,7 +227,7 @@ pub fn run(a: RunArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     if let Some(path) = &a.json {
         write_json(&a, path, blocks, &cfg, &load, &summaries)?;
     }
-    Ok(())
+    crate::report::failed_replays(&summaries)
 }
 
 /// The cache's size in blocks, and how the output names that choice: a fraction of the trace,
@@ -285,8 +288,8 @@ fn write_op_log(path: &Path, trace: &Trace, prepared: &PreparedTrace, cfg: &SimC
     Ok(())
 }
 
-/// Every policy of `a` through the trace, on one engine or on replicas behind a router, with a
-/// progress bar.
+/// Every policy of `a` through the trace, on one engine or on replicas behind a router, showing
+/// its progress.
 fn replay(
     a: &RunArgs,
     components: &ComponentLookup,
@@ -299,11 +302,8 @@ fn replay(
     };
     let host = a.replay.host(components)?;
     host.preload(&policies)?;
-    let bar = progress(policies.len() as u64);
-    let step = |r: &RunResult| {
-        bar.set_message(format!("{} done", r.policy));
-        bar.inc(1);
-    };
+    let progress = Progress::new(policies.len() as u64);
+    let step = |r: &RunResult| progress.replayed(&r.policy);
     let results = if a.replicas > 1 {
         crate::replicas::run_all(
             &host,
@@ -321,7 +321,7 @@ fn replay(
         let audit = a.eviction_log.is_some();
         run_all(&host, prepared, cfg, &policies, a.replay.rerank(), audit, step)?
     };
-    bar.finish_and_clear();
+    progress.finish();
     Ok(results)
 }
 

@@ -222,6 +222,7 @@ pub fn run(a: SessionFloodArgs, components: &ComponentLookup) -> anyhow::Result<
         cfg.engine_priorities = true;
         cfg.slots = slots;
         let result = run_one(&host, &prepared, &cfg, &policy, None, a.replay.rerank())?;
+        crate::report::failed_replays(&crate::report::summarize(std::slice::from_ref(&result)))?;
         rows.push(figures(setup, &prepared, &result)?);
     }
     let mut md = format!(

@@ -10,9 +10,10 @@ use clap::Args;
 
 use crate::harness::{default_policies, run_all};
 use crate::latency::{GpuMemory, LatencyModel};
-use crate::options::{progress, ReplayOptions};
-use crate::policies::PolicySpec;
+use crate::options::ReplayOptions;
+use crate::policies::{policies_help, PolicySpec};
 use crate::prepare::PreparedTrace;
+use crate::progress::Progress;
 use crate::report::{
     legend_markdown, legend_text, markdown_rows, run_json, summarize, table, PolicySummary, MARKDOWN_HEADER,
 };
@@ -31,10 +32,10 @@ pub struct TableArgs {
     /// Capacity sweep as fractions of the headline cache.
     #[arg(long, value_delimiter = ',')]
     pub sweep: Option<Vec<f64>>,
-    /// Policies to compare, comma-separated (default: the evaluation's eight): names as for
-    /// `sim run` (lru, cachesage, belady, …) or component files (`./target/mine.wasm`, a row named
-    /// `mine`), so that a new policy joins the table. Without `belady` the gap column is empty.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', help = policies_help(
+        "Policies to compare, comma-separated (default: the evaluation's seven); a component file \
+         joins the table as its own row. Without `belady` the gap column is empty."
+    ))]
     pub policies: Option<Vec<String>>,
     /// Parallel replays (one per core).
     #[arg(long, default_value_t = 2)]
@@ -45,6 +46,12 @@ pub struct TableArgs {
     #[command(flatten)]
     pub replay: ReplayOptions,
 }
+
+/// Said under a `--quick` table: its figures are not the evaluation's.
+const QUICK_NOTE: &str =
+    "\nNote: --quick replays 1/8 of the sessions, concurrency and cache, where shared prefixes no \
+     longer fit, so its figures differ from the full table's (docs/results.md: the headline, and \
+     \"The short version\" for these); the full table is `agentrt sim table` without --quick.\n";
 
 /// The summaries of one (workload index, capacity, is-headline) unit.
 type UnitResult = (usize, usize, bool, Vec<(String, PolicySummary)>);
@@ -100,19 +107,18 @@ pub fn run(a: TableArgs, components: &ComponentLookup) -> anyhow::Result<()> {
     }
     // Largest first, so the two workers finish together.
     units.sort_by_key(|u| std::cmp::Reverse(traces[u.workload].prompt_tokens() as usize * u.blocks.max(1)));
-    let bar = progress((units.len() * policies.len()) as u64);
+    let progress = Progress::new((units.len() * policies.len()) as u64);
     let mut results: Vec<UnitResult> = crate::parallel::run_units(a.jobs, units, |unit| {
         let trace = &traces[unit.workload];
         let cfg = a.replay.config(unit.blocks)?;
         let name = workloads[unit.workload].name();
         let runs = run_all(&host, trace, &cfg, &policies, a.replay.rerank(), false, |r| {
-            bar.set_message(format!("{name} @ {} blocks: {}", unit.blocks, r.policy));
-            bar.inc(1);
+            progress.replayed(&format!("{name} @ {} blocks: {}", unit.blocks, r.policy));
         })
         .with_context(|| format!("{name} @ {} blocks", unit.blocks))?;
         Ok((unit.workload, unit.blocks, unit.headline, summarize(&runs)))
     })?;
-    bar.finish_and_clear();
+    progress.finish();
     results.sort_by_key(|(w, b, _, _)| (*w, *b));
     let wall = started.elapsed().as_secs_f64();
     TableOutputs {
@@ -180,7 +186,7 @@ impl TableOutputs<'_> {
             "results → {} (results.json, table.md, hit-rate.svg/.png, capacity.svg/.png)",
             out.display()
         );
-        Ok(())
+        crate::report::failed_replays(self.results.iter().flat_map(|(_, _, _, s)| s))
     }
 
     fn names(&self) -> Vec<String> {
@@ -241,41 +247,53 @@ impl TableOutputs<'_> {
         Ok(c)
     }
 
-    /// CacheSage against the targets, over every capacity of each workload.
+    /// Every policy in the table but the baselines (LRU, the offline bound) against LRU, over
+    /// every capacity of each workload: the headline Δ, the mean share of the gap to the bound
+    /// closed, the worst Δ.
     fn verdict(&self) -> String {
-        let mut verdict = String::from("\nCacheSage vs the targets (all capacities of each workload):\n");
-        for (wi, w) in self.workloads.iter().enumerate() {
-            let mine: Vec<_> = self.results.iter().filter(|r| r.0 == wi).collect();
-            let get =
-                |r: &Vec<(String, PolicySummary)>, n: &str| r.iter().find(|(p, _)| p == n).map(|(_, s)| s.clone());
-            let gaps: Vec<f64> = mine
-                .iter()
-                .filter_map(|r| get(&r.3, "cachesage").and_then(|s| s.gap_closed))
-                .collect();
-            let worst = mine
-                .iter()
-                .filter_map(|r| get(&r.3, "cachesage").and_then(|s| s.delta_pp_vs_lru))
-                .fold(f64::INFINITY, f64::min);
-            let head = mine
-                .iter()
-                .find(|r| r.2)
-                .and_then(|r| get(&r.3, "cachesage"))
-                .and_then(|s| s.delta_pp_vs_lru);
-            verdict.push_str(&format!(
-                "  {:<10} headline Δ {:>6} pp   mean gap closed {:>5}   worst Δ {:>6} pp\n",
-                w.name(),
-                head.map_or("–".into(), |d| format!("{d:+.1}")),
-                if gaps.is_empty() {
-                    "–".into()
-                } else {
-                    format!("{:.0}%", gaps.iter().sum::<f64>() / gaps.len() as f64 * 100.0)
-                },
-                if worst.is_finite() {
-                    format!("{worst:+.1}")
-                } else {
-                    "–".into()
-                },
-            ));
+        let get =
+            |r: &[(String, PolicySummary)], policy: &str| r.iter().find(|(p, _)| p == policy).map(|(_, s)| s.clone());
+        let mut verdict = String::from("\nEach policy against LRU (all capacities of each workload):\n");
+        let contenders = self
+            .names()
+            .into_iter()
+            .filter(|name| !matches!(name.as_str(), "lru" | "lru-native" | "belady"));
+        for policy in contenders {
+            verdict.push_str(&format!("  {policy}\n"));
+            for (wi, w) in self.workloads.iter().enumerate() {
+                let mine: Vec<_> = self.results.iter().filter(|r| r.0 == wi).collect();
+                let gaps: Vec<f64> = mine
+                    .iter()
+                    .filter_map(|r| get(&r.3, &policy).and_then(|s| s.gap_closed))
+                    .collect();
+                let worst = mine
+                    .iter()
+                    .filter_map(|r| get(&r.3, &policy).and_then(|s| s.delta_pp_vs_lru))
+                    .fold(f64::INFINITY, f64::min);
+                let head = mine
+                    .iter()
+                    .find(|r| r.2)
+                    .and_then(|r| get(&r.3, &policy))
+                    .and_then(|s| s.delta_pp_vs_lru);
+                verdict.push_str(&format!(
+                    "    {:<10} headline Δ {:>6} pp   mean gap closed {:>5}   worst Δ {:>6} pp\n",
+                    w.name(),
+                    head.map_or("–".into(), |d| format!("{d:+.1}")),
+                    if gaps.is_empty() {
+                        "–".into()
+                    } else {
+                        format!("{:.0}%", gaps.iter().sum::<f64>() / gaps.len() as f64 * 100.0)
+                    },
+                    if worst.is_finite() {
+                        format!("{worst:+.1}")
+                    } else {
+                        "–".into()
+                    },
+                ));
+            }
+        }
+        if self.args.quick {
+            verdict.push_str(QUICK_NOTE);
         }
         verdict
     }

@@ -86,7 +86,6 @@ fn chain(requests: &[Request]) -> Vec<Option<usize>> {
 
 /// The threads of a Mooncake trace.
 pub fn import(path: &Path, sessions: SessionRule, anchors: AnchorRule) -> anyhow::Result<Vec<Thread>> {
-    let rule = sessions;
     let requests = read(path)?;
     let previous = match sessions {
         SessionRule::Request => vec![None; requests.len()],
@@ -119,9 +118,10 @@ pub fn import(path: &Path, sessions: SessionRule, anchors: AnchorRule) -> anyhow
         },
         tail: &|i| format!("mc/line-{}/tail", requests[i].line),
         session: &|first| format!("{stem}/{}", requests[first].line),
-        // A chained conversation's last turn in the trace is its end (`hints.closes`); a request
-        // made its own session is no conversation's end.
-        closes: rule == SessionRule::Chained,
+        // A session is over at its last request's answer (`hints.closes`): a chained
+        // conversation's last turn in the trace, or the one request a session of its own holds
+        // (what a framework that sends each request as its own session knows).
+        closes: true,
     };
     hashed::threads(&requests, &sessions, anchors, &naming)
 }
@@ -156,6 +156,8 @@ mod tests {
         assert_eq!(threads[0].calls[0].agent, "mc/agent-0");
         // Requests 1 and 3 share two blocks: the same segments.
         assert_eq!(threads[0].calls[0].prompt[..2], threads[2].calls[0].prompt[..2]);
+        // A session of one request is over at its answer: a framework knows it.
+        assert!(threads.iter().all(|t| t.closes));
     }
 
     #[test]

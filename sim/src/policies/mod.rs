@@ -26,7 +26,7 @@ pub use belady::{Belady, BELADY_HOST_WINDOW};
 pub use closed_first::ClosedFirstLru;
 pub use native::NativeLru;
 pub use slotted::Slotted;
-pub use spec::PolicySpec;
+pub use spec::{policies_help, PolicySpec};
 pub use wasm::{BlockFilter, EffectCounts, RankWindow, Rerank, WasmPolicy};
 
 /// What a policy cost and how big it got.

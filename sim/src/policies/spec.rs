@@ -1,6 +1,20 @@
 //! Which policy a name on the command line means: a native baseline, Bélády, or a Wasm
 //! component (by name or path) with its `init` settings.
 
+/// How a policy is named on every `sim` command's `--policies`, for their help (the rules of
+/// [`PolicySpec::parse`]).
+const POLICY_NAMING: &str = "Each one a built-in name (lru, ttl, arc, session-retain, cachesage, \
+     cachesage-evict, belady, lru-native, closed-first), a component's name, or a \
+     component file (`target/mine.wasm`: its row is `mine`); a Wasm policy may carry `init` settings \
+     as `:key=value` (`cachesage:w=8:k=2`, `target/mine.wasm:alpha=0.5`), so that variants of one \
+     component compare in one run.";
+
+/// The help of a `--policies` flag: `lead` (what the command does with them), then how each is
+/// named.
+pub fn policies_help(lead: &str) -> String {
+    format!("{lead} {POLICY_NAMING}")
+}
+
 /// A policy to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PolicySpec {
@@ -37,10 +51,10 @@ impl PolicySpec {
         }
     }
 
-    /// Parse a name: `lru`, `ttl`, `cachesage`, `cachesage-evict` (no warm-ups),
-    /// `cachesage-classic` (the published model), `belady`, `lru-native`, `closed-first`, or any
+    /// Parse a name: `lru`, `ttl`, `cachesage`, `cachesage-evict` (no warm-ups), `belady`,
+    /// `lru-native`, `closed-first`, or any
     /// component name the lookup finds — a Wasm one optionally followed by its `init`
-    /// configuration as `:key=value` pairs (`cachesage:w=8:k=2`), so that variants of one component
+    /// configuration as `:key=value` pairs (`cachesage:prior=2:k=2`), so that variants of one component
     /// can be compared in one run.
     ///
     /// A component file (a name ending in `.wasm` or holding a path separator, as the lookup
@@ -55,10 +69,6 @@ impl PolicySpec {
             "belady" => PolicySpec::Belady,
             "cachesage-evict" => {
                 let init: Vec<_> = [("prefetch", "false")].into_iter().chain(extra).collect();
-                Self::wasm(name, "cachesage", &init)
-            }
-            "cachesage-classic" => {
-                let init: Vec<_> = [("model", "classic")].into_iter().chain(extra).collect();
                 Self::wasm(name, "cachesage", &init)
             }
             other if is_component_file(other) => {
@@ -99,7 +109,6 @@ mod tests {
         let evict = PolicySpec::parse("cachesage-evict:k=2");
         assert_eq!(evict.name(), "cachesage-evict:k=2");
         assert_eq!(init(&evict), [("prefetch", "false"), ("k", "2")]);
-        assert_eq!(init(&PolicySpec::parse("cachesage-classic")), [("model", "classic")]);
         // A path is a component named by its file; a pair without `=` is not a setting.
         match PolicySpec::parse("./mine.wasm:w=8:junk") {
             PolicySpec::Wasm { name, component, init } => {

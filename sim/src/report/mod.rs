@@ -14,8 +14,8 @@ mod tables;
 pub use regret::regret_table;
 pub use summary::{run_json, summarize, HostTierSummary, PolicySummary, TenantSummary};
 pub use tables::{
-    failure_notes, host_table, legend_markdown, legend_text, markdown_rows, proves_nothing_notes, table, tenant_table,
-    LEGEND, MARKDOWN_HEADER,
+    failed_replays, failure_notes, host_table, legend_markdown, legend_text, markdown_rows, proves_nothing_notes,
+    table, tenant_table, LEGEND, MARKDOWN_HEADER,
 };
 
 #[cfg(test)]

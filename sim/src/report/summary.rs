@@ -59,6 +59,10 @@ pub struct PolicySummary {
     pub calls_skipped: u64,
     /// The replay gave up on the policy: from then on its rankings are LRU's.
     pub gave_up: bool,
+    /// The policy failed during the replay (any failed call: each one restarts the instance and
+    /// loses what it learned since its last checkpoint), so the figures are not the policy's: a
+    /// failed run ([`super::failed_replays`]).
+    pub failed: bool,
     pub hit_tokens: u64,
     pub prompt_tokens: u64,
     pub evictions: u64,
@@ -228,6 +232,7 @@ pub fn summarize(results: &[RunResult]) -> Vec<(String, PolicySummary)> {
                 restarts: s.restarts,
                 calls_skipped: s.calls_skipped,
                 gave_up: s.gave_up,
+                failed: s.failed_calls > 0 || s.restarts > 0,
                 hit_tokens: r.hit_tokens,
                 prompt_tokens: r.prompt_tokens,
                 evictions: r.evictions,

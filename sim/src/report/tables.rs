@@ -22,6 +22,13 @@ pub const MARKDOWN_HEADER: &str = "| workload | policy | hit % | Δ pp vs LRU | 
 pub fn markdown_rows(workload: &str, summaries: &[(String, PolicySummary)]) -> String {
     let mut out = String::new();
     for (name, s) in summaries {
+        if s.failed {
+            out.push_str(&format!(
+                "| {workload} | {} | failed (no figures) |\n",
+                shown_name(name)
+            ));
+            continue;
+        }
         out.push_str(&format!(
             "| {workload} | {} | {:.1} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {:.3} | {:.3} | {} | {} |\n",
             shown_name(name),
@@ -92,6 +99,10 @@ pub fn table(summaries: &[(String, PolicySummary)]) -> String {
         "restarts"
     ));
     for (name, s) in summaries {
+        if s.failed {
+            out.push_str(&format!("{:<16} FAILED: no figures (below)\n", shown_name(name)));
+            continue;
+        }
         out.push_str(&format!(
             "{:<16} {:>7.1} {:>8} {:>6} {:>10.1} {:>10.1} {:>5.0}% {:>10.1} {:>10.0} {:>10} {:>9} {:>9.3} {:>13.3} {:>10} {:>8} {:>8} {:>6} {:>8}\n",
             shown_name(name),
@@ -260,17 +271,17 @@ pub fn host_table(summaries: &[(String, PolicySummary)]) -> String {
     out
 }
 
-/// One line per policy that failed during the replay, saying how and what it did to its figures:
-/// a broken policy must not pass for a weak one.
+/// One line per policy that failed during the replay, saying how: a broken policy must not pass
+/// for a weak one, and a run in which the policy failed has no figures.
 pub fn failure_notes(summaries: &[(String, PolicySummary)]) -> String {
     let mut out = String::new();
     for (name, s) in summaries {
-        if s.failed_calls == 0 && s.fallbacks == 0 {
+        if !s.failed && s.fallbacks == 0 {
             continue;
         }
         let how: Vec<String> = s.failures.iter().map(|(what, n)| format!("{what} ×{n}")).collect();
         out.push_str(&format!(
-            "! {name}: {} failed calls ({}), {} restarts; {} of {} rankings fell back to LRU",
+            "! {name}: FAILED — {} failed calls ({}), {} restarts; {} of {} rankings fell back to LRU",
             s.failed_calls,
             if how.is_empty() {
                 "none".to_string()
@@ -283,11 +294,33 @@ pub fn failure_notes(summaries: &[(String, PolicySummary)]) -> String {
         ));
         if s.gave_up {
             out.push_str(&format!(
-                "; gave up on it after repeated failures ({} calls skipped): its figures are mostly LRU's",
+                "; gave up on it after repeated failures ({} calls skipped)",
                 s.calls_skipped
             ));
         }
         out.push('\n');
     }
     out
+}
+
+/// `Err` naming every policy whose replay failed, and what to do: a restart (any failed call)
+/// loses what the policy learned, so such a run's figures are not the policy's and are not
+/// reported as if they were. Commands call it after writing what they wrote.
+pub fn failed_replays<'a>(summaries: impl IntoIterator<Item = &'a (String, PolicySummary)>) -> anyhow::Result<()> {
+    let failed: Vec<String> = summaries
+        .into_iter()
+        .filter(|(_, s)| s.failed)
+        .map(|(name, s)| {
+            let how: Vec<String> = s.failures.iter().map(|(what, n)| format!("{what} ×{n}")).collect();
+            format!("{name} ({})", how.join(", "))
+        })
+        .collect();
+    anyhow::ensure!(
+        failed.is_empty(),
+        "{} replay(s) failed, their figures left out: {} — a call out of fuel or memory needs a larger \
+         --policy-fuel or --policy-memory-mib; a trap or a wrong answer is the policy's to fix",
+        failed.len(),
+        failed.join("; ")
+    );
+    Ok(())
 }

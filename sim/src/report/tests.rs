@@ -118,13 +118,13 @@ fn a_replay_that_proves_nothing_says_why() {
 }
 
 #[test]
-fn a_policy_that_failed_gets_columns_and_a_loud_note_and_a_healthy_one_none() {
+fn a_policy_that_failed_has_no_figures_a_loud_note_and_fails_the_run() {
     let mut broken = run("broken", 400);
     broken.policy_stats = crate::policies::PolicyStats {
         score_calls: 816,
         fallbacks: 816,
         failed_calls: 7,
-        failures: [("score deadline".to_string(), 5), ("observe trap".to_string(), 2)].into(),
+        failures: [("score fuel".to_string(), 5), ("observe trap".to_string(), 2)].into(),
         restarts: 6,
         calls_skipped: 1600,
         gave_up: true,
@@ -137,13 +137,9 @@ fn a_policy_that_failed_gets_columns_and_a_loud_note_and_a_healthy_one_none() {
         header[header.len() - 6..],
         ["µs/item", "evictions", "rankings", "fallback", "failed", "restarts"]
     );
-    let row: Vec<&str> = text
-        .lines()
-        .find(|l| l.starts_with("broken"))
-        .unwrap()
-        .split_whitespace()
-        .collect();
-    assert_eq!(row[row.len() - 3..], ["816", "7", "6"]);
+    let row = text.lines().find(|l| l.starts_with("broken")).unwrap();
+    assert!(row.contains("FAILED: no figures"), "{row}");
+    assert!(!row.contains("75.0"), "no hit rate for a failed run: {row}");
     let lru_row: Vec<&str> = text
         .lines()
         .find(|l| l.starts_with("lru"))
@@ -153,17 +149,25 @@ fn a_policy_that_failed_gets_columns_and_a_loud_note_and_a_healthy_one_none() {
     assert_eq!(lru_row[lru_row.len() - 3..], ["0", "0", "0"]);
     let note = text.lines().find(|l| l.starts_with("! broken")).expect("a note");
     assert!(
-        note.contains("7 failed calls (observe trap ×2, score deadline ×5), 6 restarts"),
+        note.contains("FAILED — 7 failed calls (observe trap ×2, score fuel ×5), 6 restarts"),
         "{note}"
     );
     assert!(note.contains("816 of 816 rankings fell back to LRU"), "{note}");
     assert!(note.contains("gave up on it"), "{note}");
     assert!(!text.contains("! lru"), "no note for a healthy policy");
+    assert!(markdown_rows("w", &s).contains("| w | broken | failed (no figures) |"));
+    let error = failed_replays(&s).unwrap_err().to_string();
+    assert!(
+        error.contains("1 replay(s) failed") && error.contains("broken (observe trap ×2, score fuel ×5)"),
+        "{error}"
+    );
+    assert!(error.contains("--policy-fuel"), "the error names the fix: {error}");
+    assert!(failed_replays(&s[..1]).is_ok(), "a healthy run is no failure");
     let json = run_json("t", 1, 16, &s);
     let broken = &json["policies"]["broken"];
-    assert_eq!(broken["failures"]["score deadline"], 5);
+    assert_eq!(broken["failures"]["score fuel"], 5);
     assert_eq!(
-        (broken["restarts"].as_u64(), broken["gave_up"].as_bool()),
+        (broken["restarts"].as_u64(), broken["failed"].as_bool()),
         (Some(6), Some(true))
     );
 }

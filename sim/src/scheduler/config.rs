@@ -40,6 +40,13 @@ pub struct SimConfig {
     pub arrival_scale: f64,
     /// vLLM's host-memory tier (`sim run --host-blocks`): `None` = no offloading connector.
     pub host_tier: Option<crate::offload::connector::HostTierConfig>,
+    /// Closed-loop programs (`sim knee --programs N`): at most N sessions live at once, started
+    /// in trace order, the next as soon as one gives its last answer (the trace's start times
+    /// are ignored) — how agent benchmarks run N parallel workflows. `None`: sessions start at
+    /// their trace times.
+    pub programs: Option<usize>,
+    /// Continuum's engine (TTL pins after tool calls, program-level FCFS) instead of vLLM's.
+    pub continuum: Option<super::ContinuumConfig>,
 }
 
 /// When a replay tells the policy that a session ended.
@@ -89,6 +96,8 @@ impl SimConfig {
             time_scale: 1.0,
             arrival_scale: 1.0,
             host_tier: None,
+            programs: None,
+            continuum: None,
         }
     }
 

@@ -32,7 +32,7 @@ impl Sim<'_> {
             return;
         }
         self.reported_load = Some(load);
-        self.policy.event(Event::EngineLoad(EngineLoad {
+        self.tell(Event::EngineLoad(EngineLoad {
             queue_depth: load.0,
             running: load.1,
             free_blocks: self.kv.pool.num_free() as u32,
@@ -81,6 +81,8 @@ impl Sim<'_> {
             output_target: 1,
             generated: 0,
             arrival_ns: self.now_ns,
+            offered_ns: self.now_ns,
+            scheduled_ns: None,
             first_token_ns: None,
             admitted_once: false,
             hit_tokens: 0,

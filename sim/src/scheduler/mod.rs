@@ -36,8 +36,10 @@ use crate::tokens::output_token;
 use crate::trace::Segment;
 
 mod config;
+mod continuum;
 mod effects;
 mod host_tier;
+mod proxy;
 mod replica;
 mod request;
 mod results;
@@ -45,12 +47,14 @@ mod sessions;
 mod step;
 
 pub use config::{SessionEnds, SimConfig, DEFAULT_SESSION_IDLE_MS};
+pub use continuum::ContinuumConfig;
 pub(crate) use replica::EngineLoadView;
 pub use request::OpLog;
 use request::{Origin, Req};
 pub use results::{RunResult, TenantFigures};
 
-/// One replay of a prepared trace under one policy.
+/// One replay of a prepared trace under one policy (and, with [`Sim::with_admission`], behind a
+/// proxy's admission stage).
 pub struct Sim<'a> {
     cfg: SimConfig,
     trace: &'a PreparedTrace,
@@ -85,6 +89,20 @@ pub struct Sim<'a> {
     loading: Vec<usize>,
     loaded_ready: VecDeque<usize>,
     host_finished: Vec<usize>,
+    /// The proxy's admission stage (`None`: every request goes to the engine at once, as to a
+    /// stock vLLM), the requests it holds (by session), and the session index of each session id.
+    admission: Option<Box<dyn crate::admission::AdmissionStage + 'a>>,
+    held: HashMap<u32, Req>,
+    session_index: HashMap<u64, u32>,
+    /// Closed-loop programs (`SimConfig::programs`): the next session to start.
+    next_program: usize,
+    /// Per session: whether it is live (issued its first request, not yet its last answer) and
+    /// its context (the prompt in flight, or the last prompt + answer); the live ones' sum.
+    live: Vec<bool>,
+    context_tokens: Vec<u32>,
+    live_tokens: u64,
+    /// Continuum's pins and tool durations, when the engine is Continuum's.
+    continuum: Option<continuum::ContinuumState>,
 }
 
 /// `session-end` of `session` for `reason`, at simulated time `at_ns`.
@@ -108,9 +126,16 @@ impl<'a> Sim<'a> {
             .clone()
             .map(|h| crate::offload::Connector::new(h, trace.block_size, cfg.latency.kv_bytes_per_token));
         let mut pending = BinaryHeap::new();
-        for (s, session) in trace.sessions.iter().enumerate() {
+        let started = cfg.programs.unwrap_or(usize::MAX).min(trace.sessions.len());
+        for (s, session) in trace.sessions.iter().enumerate().take(started) {
             let first = &trace.requests[session.requests[0] as usize];
-            pending.push(Reverse((cfg.start_ns(first.after_us), s as u32)));
+            // Closed-loop programs start at once, each slot's next when one ends.
+            let at = if cfg.programs.is_some() {
+                0
+            } else {
+                cfg.start_ns(first.after_us)
+            };
+            pending.push(Reverse((at, s as u32)));
         }
         let result = RunResult {
             policy: policy.name().to_string(),
@@ -128,6 +153,7 @@ impl<'a> Sim<'a> {
                 .collect(),
             ..RunResult::default()
         };
+        let continuum = cfg.continuum.as_ref().map(|_| continuum::ContinuumState::default());
         Self {
             cfg,
             trace,
@@ -152,7 +178,26 @@ impl<'a> Sim<'a> {
             loading: Vec::new(),
             loaded_ready: VecDeque::new(),
             host_finished: Vec::new(),
+            admission: None,
+            held: HashMap::new(),
+            session_index: trace
+                .sessions
+                .iter()
+                .enumerate()
+                .map(|(s, x)| (x.id, s as u32))
+                .collect(),
+            next_program: started,
+            live: vec![false; trace.sessions.len()],
+            context_tokens: vec![0; trace.sessions.len()],
+            live_tokens: 0,
+            continuum,
         }
+    }
+
+    /// Put the proxy's admission stage in front of the engine.
+    pub fn with_admission(mut self, stage: Box<dyn crate::admission::AdmissionStage + 'a>) -> Self {
+        self.admission = Some(stage);
+        self
     }
 
     /// Record block-pool operations for the fidelity check.
@@ -174,20 +219,34 @@ impl<'a> Sim<'a> {
         loop {
             self.end_idle_sessions();
             self.issue_due();
+            self.release_held();
             if self.waiting.is_empty()
                 && self.running.is_empty()
                 && self.loading.is_empty()
                 && self.loaded_ready.is_empty()
             {
-                // Nothing runs: time moves to the next arrival, or to a session going idle
-                // before it (the policy hears of it then).
+                // Nothing runs: time moves to the next arrival, or to a session going idle, the
+                // proxy's next check or a pin's end before it (each is heard then).
                 let arrival = self.pending.peek().map(|Reverse((t, _))| *t);
-                let idle = self.next_idle_deadline();
-                match (arrival, idle) {
-                    (Some(t), Some(d)) => self.now_ns = self.now_ns.max(t.min(d)),
-                    (Some(t), None) => self.now_ns = self.now_ns.max(t),
+                let wake = [
+                    self.next_idle_deadline(),
+                    self.next_stage_check(),
+                    self.continuum_next_expiry(),
+                ]
+                .into_iter()
+                .flatten()
+                .min();
+                let next = match (arrival, wake) {
+                    (Some(t), Some(d)) => t.min(d),
+                    (Some(t), None) => t,
+                    (None, Some(d)) if !self.held.is_empty() || self.continuum_next_expiry().is_some() => d,
+                    (None, _) if self.release_stuck() => continue,
                     (None, _) => break,
-                }
+                };
+                let next = next.max(self.now_ns);
+                self.account_working_set(next - self.now_ns);
+                self.now_ns = next;
+                self.continuum_expire();
                 self.host_idle_until_now();
                 continue;
             }
@@ -214,6 +273,7 @@ impl<'a> Sim<'a> {
         self.result.policy_stats = self.policy.stats();
         self.result.wall_s = started.elapsed().as_secs_f64();
         self.result.host = self.host_figures();
+        self.result.admission = self.admission.as_ref().map(|s| s.figures());
         if let Some(ops) = &mut self.ops {
             ops.out.flush()?;
         }
@@ -244,23 +304,29 @@ impl<'a> Sim<'a> {
                 r.agent,
                 session.id,
             );
-            self.arrive(Req {
-                origin: Origin::Trace(uid),
-                kv,
-                prompt_tokens: r.prompt.tokens,
-                output_target: r.output_tokens,
-                generated: 0,
-                arrival_ns: self.now_ns.max(t),
-                first_token_ns: None,
-                admitted_once: false,
-                hit_tokens: 0,
-                agent: r.agent,
-                anchor_hash: r.anchor_hash,
-                session: Some(s),
-                priority: 0,
-                host_tokens: 0,
-                load_started_ns: 0,
-            });
+            let at = self.now_ns.max(t);
+            self.offer(
+                s,
+                Req {
+                    origin: Origin::Trace(uid),
+                    kv,
+                    prompt_tokens: r.prompt.tokens,
+                    output_target: r.output_tokens,
+                    generated: 0,
+                    arrival_ns: at,
+                    offered_ns: at,
+                    scheduled_ns: None,
+                    first_token_ns: None,
+                    admitted_once: false,
+                    hit_tokens: 0,
+                    agent: r.agent,
+                    anchor_hash: r.anchor_hash,
+                    session: Some(s),
+                    priority: 0,
+                    host_tokens: 0,
+                    load_started_ns: 0,
+                },
+            );
         }
     }
 
@@ -277,7 +343,7 @@ impl<'a> Sim<'a> {
             self.session_active(s);
         }
         let warmup = matches!(req.origin, Origin::Warmup(_));
-        self.policy.event(Event::RequestArrival(RequestArrival {
+        self.tell(Event::RequestArrival(RequestArrival {
             request_id: id as u64,
             agent: req.agent,
             session: req.kv.session,
@@ -312,6 +378,12 @@ impl<'a> Sim<'a> {
     /// Request `r` joins the waiting queue: at the back (FCFS), or in vLLM's priority order —
     /// (priority, arrival, id), lower first — with engine priorities.
     fn enqueue(&mut self, r: usize) {
+        if self.cfg.continuum.is_some() {
+            let mine = self.program_key(r);
+            let at = self.waiting.partition_point(|&w| self.program_key(w) < mine);
+            self.waiting.insert(at, r);
+            return;
+        }
         if !self.cfg.engine_priorities {
             self.waiting.push_back(r);
             return;
@@ -324,7 +396,7 @@ impl<'a> Sim<'a> {
 
     /// A preempted or skipped request goes back: to the head (FCFS), or in priority order.
     fn requeue(&mut self, r: usize) {
-        if self.cfg.engine_priorities {
+        if self.cfg.engine_priorities || self.cfg.continuum.is_some() {
             self.enqueue(r);
         } else {
             self.waiting.push_front(r);

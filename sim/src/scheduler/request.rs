@@ -18,7 +18,13 @@ pub(super) struct Req {
     pub(super) prompt_tokens: u32,
     pub(super) output_target: u32,
     pub(super) generated: u32,
+    /// When it entered the engine's waiting queue.
     pub(super) arrival_ns: u64,
+    /// When its session issued it at the proxy (= `arrival_ns` unless the admission stage held
+    /// it): TTFT and turn latency count from here, as the client sees them.
+    pub(super) offered_ns: u64,
+    /// When the engine first scheduled it (its prefill began).
+    pub(super) scheduled_ns: Option<u64>,
     pub(super) first_token_ns: Option<u64>,
     pub(super) admitted_once: bool,
     pub(super) hit_tokens: u32,

@@ -54,6 +54,19 @@ pub struct RunResult {
     pub wall_s: f64,
     /// What the host tier did, when there was one.
     pub host: Option<crate::offload::connector::HostTierFigures>,
+    /// The live sessions' contexts summed over time (token·µs), and the tokens the admission
+    /// stage counted resident (the live ones without a stage that keeps a ledger): divided by
+    /// makespan × capacity, the mean working set against the cache.
+    pub demand_token_us: f64,
+    pub resident_token_us: f64,
+    /// What the admission stage did, when there was one.
+    pub admission: Option<crate::admission::StageFigures>,
+    /// Held requests the replay had to let go because the stage would never have (a stage
+    /// fault: 0 for every arm here).
+    pub stuck_releases: u64,
+    /// Continuum's pins: set, and ended by their TTL rather than by the program's next call.
+    pub pins: u64,
+    pub pins_expired: u64,
 }
 
 /// One tenant's share of a replay's figures.

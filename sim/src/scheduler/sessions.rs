@@ -45,13 +45,13 @@ impl Sim<'_> {
             self.last_activity[s as usize] = None;
             self.result.sessions_ended += 1;
             let session = self.trace.sessions[s as usize].id;
-            self.policy.event(session_end(session, EndReason::Idle, self.now_ns));
+            self.tell(session_end(session, EndReason::Idle, self.now_ns));
         }
     }
 
     pub(super) fn register_agents(&mut self) {
         for a in &self.trace.agents {
-            self.policy.event(Event::AgentRegistered(AgentRegistered {
+            self.tell(Event::AgentRegistered(AgentRegistered {
                 agent: a.handle,
                 name: a.name.clone(),
                 anchor_hash: a.anchor_hash,
@@ -63,8 +63,14 @@ impl Sim<'_> {
     pub(super) fn finish(&mut self, r: usize) {
         self.op(serde_json::json!({"op": "free", "id": r}));
         let now = self.now_ns;
+        let pinned = match (self.reqs[r].origin, self.reqs[r].session) {
+            (Origin::Trace(uid), Some(s)) => self.continuum_pin(r, s, uid),
+            _ => false,
+        };
         let req = &mut self.reqs[r];
-        self.kv.free(&mut req.kv, &mut *self.policy);
+        if !pinned {
+            self.kv.free(&mut req.kv, &mut *self.policy);
+        }
         if self.host.is_some() {
             self.host_finished.push(r);
         }
@@ -72,16 +78,18 @@ impl Sim<'_> {
         if let Origin::Trace(uid) = req.origin {
             if self.trace.requests[uid as usize].tool_call {
                 // The answer asks for a tool: the proxy sees it as the answer completes.
-                self.policy.event(Event::ToolCall(ToolCall {
+                let event = Event::ToolCall(ToolCall {
                     session: req.kv.session,
                     agent: req.agent,
                     tool: 0,
                     args_hash: 0,
                     at_us: us(now),
-                }));
+                });
+                self.tell(event);
             }
         }
-        self.policy.event(Event::RequestFinish(RequestFinish {
+        let req = &self.reqs[r];
+        let event = Event::RequestFinish(RequestFinish {
             request_id: r as u64,
             agent: req.agent,
             session: req.kv.session,
@@ -91,11 +99,16 @@ impl Sim<'_> {
             warmup,
             ok: true,
             at_us: us(now),
-        }));
+        });
+        self.tell(event);
+        if let (Origin::Trace(uid), Some(s)) = (self.reqs[r].origin, self.reqs[r].session) {
+            self.stage_answered(r, s, uid);
+        }
+        let req = &self.reqs[r];
         match req.origin {
             Origin::Warmup(agent) => self.warmup_in_flight[agent as usize] = false,
             Origin::Trace(uid) => {
-                let arrival = req.arrival_ns;
+                let arrival = req.offered_ns;
                 let first = req.first_token_ns.unwrap_or(now);
                 self.result.ttft_us[uid as usize] = (first - arrival) as f64 / 1000.0;
                 self.result.turn_us[uid as usize] = (now - arrival) as f64 / 1000.0;
@@ -128,7 +141,7 @@ impl Sim<'_> {
                 self.result.sessions_ended += 1;
                 self.last_activity[s as usize] = None;
             }
-            self.policy.event(event);
+            self.tell(event);
         }
     }
 
@@ -144,9 +157,10 @@ impl Sim<'_> {
             None if self.cfg.session_ends == SessionEnds::Oracle => {
                 self.result.sessions_ended += 1;
                 // The oracle knows the session is over for certain, as a framework does.
-                self.policy.event(session_end(session.id, EndReason::Closed, now));
+                self.tell(session_end(session.id, EndReason::Closed, now));
+                self.session_over(s);
             }
-            None => {}
+            None => self.session_over(s),
         }
     }
 }

@@ -21,6 +21,7 @@ impl Sim<'_> {
     }
 
     pub(super) fn step(&mut self) -> anyhow::Result<()> {
+        self.continuum_expire();
         self.policy.begin_step(us(self.now_ns));
         self.host_begin_step();
         let mut budget = self.cfg.max_batched_tokens;
@@ -128,6 +129,9 @@ impl Sim<'_> {
             self.waiting.pop_front();
             self.running.push(r);
             self.admitted(r, hit.len(), hit_tokens, 0);
+            if let Some(s) = self.reqs[r].session {
+                self.continuum_unpin(s);
+            }
             self.reqs[r].kv.num_computed_tokens = hit_tokens;
             scheduled.push((r, n));
             *budget -= n;
@@ -142,6 +146,9 @@ impl Sim<'_> {
     fn step_without_work(&mut self) -> anyhow::Result<()> {
         if self.host_busy() {
             self.host_idle_step();
+            return Ok(());
+        }
+        if self.running.is_empty() && self.continuum_wait_for_pin() {
             return Ok(());
         }
         if self.running.is_empty() {
@@ -168,6 +175,7 @@ impl Sim<'_> {
         let dt = self.cfg.latency.step_seconds(&work);
         let step_ns = (dt * 1e9).round() as u64;
         self.host_offer_stores(scheduled, self.now_ns + step_ns);
+        self.account_working_set(step_ns);
         self.now_ns += step_ns;
         self.result.busy_us += dt * 1e6;
         self.result.steps += 1;
@@ -186,6 +194,7 @@ impl Sim<'_> {
             return;
         }
         req.admitted_once = true;
+        req.scheduled_ns = Some(self.now_ns);
         req.hit_tokens = hit_tokens;
         match req.origin {
             Origin::Trace(uid) => {

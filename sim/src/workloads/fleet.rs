@@ -211,7 +211,10 @@ impl App {
 fn tool_steps(b: &mut SessionBuilder, rng: &mut Rng, agent: &Agent, history: &mut Vec<Segment>, steps: u64, tag: &str) {
     for step in 0..steps {
         let action = b.call(&agent.name, history.clone(), rng.lognormal_len(110.0, 0.4, 30, 400));
-        b.wait(f64::from(rng.lognormal_len(agent.tool_ms, 0.7, 100, 60_000)));
+        b.tool_wait(
+            f64::from(rng.lognormal_len(agent.tool_ms, 0.7, 100, 60_000)),
+            &agent.name,
+        );
         let obs = b.seg(
             &format!("{tag}-obs-{step}"),
             rng.lognormal_len(agent.obs, 0.8, 40, 4000),
@@ -244,7 +247,7 @@ fn support(app: &App, b: &mut SessionBuilder, rng: &mut Rng) {
         chat.push(reply);
         if turn + 1 < turns {
             // The user reads the answer and writes the next message.
-            b.wait(f64::from(rng.lognormal_len(8000.0, 0.8, 1000, 60_000)));
+            b.user_wait(f64::from(rng.lognormal_len(8000.0, 0.8, 1000, 60_000)));
             chat.push(b.seg(&format!("user-{}", turn + 1), rng.lognormal_len(50.0, 0.7, 5, 400)));
         }
     }

@@ -23,6 +23,7 @@ impl Write for LogWriter {
 pub fn capture(level: tracing::Level) {
     let _ = tracing_subscriber::fmt()
         .with_writer(|| LogWriter)
+        .with_ansi(false)
         .with_max_level(level)
         .try_init();
 }

@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpSocket, TcpStream};
 
 /// Bytes of events in one streamed reply: far more than any buffer on the way can hold.
 pub const STREAM_BYTES: usize = 8 << 20;
@@ -24,9 +24,20 @@ pub const STREAM_BYTES: usize = 8 << 20;
 /// One event as an engine sends a token (a little padded), repeated.
 const EVENT: &[u8] = b"data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"firehose firehose firehose\"}}]}\n\n";
 
+/// The firehose's kernel send buffer per connection. An engine's grows to `net.ipv4.tcp_wmem`'s
+/// maximum (4 MiB) while the proxy holds its stream up, and 600 such streams on one machine pass
+/// `tcp_mem`'s pressure threshold, where the proxy sheds new requests (front::tcp_memory) and the
+/// machine's other sockets suffer: the stand-in keeps its buffers small, so that what the tests
+/// measure is the proxy.
+const FIREHOSE_SEND_BUFFER: u32 = 256 << 10;
+
 /// Start the firehose on loopback; returns its base URL.
 pub async fn firehose() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let socket = TcpSocket::new_v4().unwrap();
+    // Accepted connections take the listening socket's send buffer.
+    socket.set_send_buffer_size(FIREHOSE_SEND_BUFFER).unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1024).unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {

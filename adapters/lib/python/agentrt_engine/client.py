@@ -4,6 +4,13 @@ Runs on the engine's scheduler thread, so every call is bounded: a RANK waits at
 (``AGENTRT_EVICTION_DEADLINE_MS``, default 2 ms) and then the caller falls back to the engine's own
 order; a broken connection is retried at most once a second; a late answer is dropped by its
 request id when it finally arrives. Nothing here raises into the engine.
+
+A plugin also calls :meth:`EvictionClient.watch`: a thread of its own then notices, within half a
+second, that the host closed the connection (``agentrt serve`` stopped or restarted) and connects
+again as soon as the host is back — not at the engine's next eviction, which may be minutes away
+on an idle engine — so the host's ``agentrt_engine_plugin_connected`` reads 1 within a second or
+two of a restart. Both sides log the reconnection. The thread and the scheduler thread share the
+connection under one lock, held for microseconds by the watcher.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import logging
 import select
 import socket
+import threading
 import time
 from array import array
 
@@ -46,6 +54,12 @@ class EvictionClient:
         self._defined: dict[str, int] = {}
         self._pending_defs: list[bytes] = []
         self.events = array("Q")
+        # The scheduler thread and the watcher (``watch``) share the connection.
+        self._lock = threading.RLock()
+        self._watcher: threading.Thread | None = None
+        self._closed = threading.Event()
+        self._lost_at: float | None = None  # when the last connection was lost
+        self._last_reconnect_line = -1e9
         self.stats = {
             "rank_requests": 0,
             "rank_answered": 0,
@@ -63,13 +77,17 @@ class EvictionClient:
 
     # -- connection ---------------------------------------------------------------------------
     def connected(self) -> bool:
-        if self.sock is not None:
-            return True
-        if self.refused:
-            return False
-        now = time.monotonic()
-        if now - self._last_attempt < self.retry_s:
-            return False
+        with self._lock:
+            if self.sock is not None:
+                return True
+            if self.refused:
+                return False
+            now = time.monotonic()
+            if now - self._last_attempt < self.retry_s:
+                return False
+            return self._connect(now)
+
+    def _connect(self, now: float) -> bool:
         self._last_attempt = now
         try:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -88,12 +106,62 @@ class EvictionClient:
         self.reader = wire.FrameReader()
         # Agent ids are per connection: define them again on the new one.
         self._pending_defs = [wire.agent(wid, name) for name, wid in self._defined.items()]
-        if _worth_a_line(self.stats["connections_lost"] + 1):
-            self.log.info("agentrt: connected to eviction service at %s", self.path)
+        if self._lost_at is None:
+            if _worth_a_line(self.stats["connections_lost"] + 1):
+                self.log.info("agentrt: connected to eviction service at %s", self.path)
+        elif _worth_a_line(self.stats["connections_lost"]) or now - self._last_reconnect_line >= 60:
+            self._last_reconnect_line = now
+            self.log.info("agentrt: reconnected to eviction service at %s after %.1f s without it (%d reconnections)",
+                          self.path, now - self._lost_at, self.stats["connections_lost"])
+        self._lost_at = None
         return True
+
+    # -- the watcher ----------------------------------------------------------------------------
+    def watch(self, every_s: float = 0.5) -> None:
+        """Keep the connection up from a thread of its own (started once; a daemon): every
+        ``every_s`` it closes a connection the host closed and connects when there is none (tries
+        at most once per ``retry_s``, counting the scheduler thread's), so a restarted host is
+        found within ``every_s + retry_s``."""
+        with self._lock:
+            if self._watcher is not None or self._closed.is_set():
+                return
+            self._watcher = threading.Thread(target=self._watch, args=(every_s,), name="agentrt-eviction-watch",
+                                             daemon=True)
+            self._watcher.start()
+
+    def _watch(self, every_s: float) -> None:
+        while not self._closed.wait(every_s):
+            try:
+                with self._lock:
+                    if self.refused or self._closed.is_set():
+                        return
+                    if self.sock is not None and self._host_closed():
+                        self._drop("closed by the host (agentrt serve stopped or restarted?)")
+                    if self.sock is None:
+                        self.connected()  # at most once a second, with the scheduler's own tries
+            except Exception as e:  # the watcher must never take the engine down
+                self.log.warning("agentrt: eviction connection watcher: %s", e)
+
+    def _host_closed(self) -> bool:
+        """Whether the host closed the connection. What it sent meanwhile (a HELLO_OK, a late
+        answer) is read into the frame reader, where the scheduler thread finds it as if it had
+        read it itself: only then can the end of the stream be seen behind it."""
+        assert self.sock is not None
+        try:
+            while select.select([self.sock], [], [], 0)[0]:
+                data = self.sock.recv(1 << 16)
+                if not data:
+                    return True
+                self.reader.feed(data)
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+        return False
 
     def _drop(self, why: str) -> None:
         if self.sock is not None:
+            self._lost_at = time.monotonic()
             self.stats["connections_lost"] += 1
             lost = self.stats["connections_lost"]
             if _worth_a_line(lost):
@@ -137,12 +205,13 @@ class EvictionClient:
         if isinstance(agent, int):
             return agent if 0 <= agent < wire.DEFINED_AGENT_BIT else 0
         name = str(agent)
-        wid = self._defined.get(name)
-        if wid is None:
-            wid = wire.DEFINED_AGENT_BIT | (len(self._defined) + 1)
-            self._defined[name] = wid
-            self._pending_defs.append(wire.agent(wid, name))
-        return wid
+        with self._lock:
+            wid = self._defined.get(name)
+            if wid is None:
+                wid = wire.DEFINED_AGENT_BIT | (len(self._defined) + 1)
+                self._defined[name] = wid
+                self._pending_defs.append(wire.agent(wid, name))
+            return wid
 
     def block_event(
         self, op: int, wire_agent: int, position: int, block_hash: int, parent_hash: int, tier: int = wire.TIER_GPU
@@ -167,11 +236,12 @@ class EvictionClient:
         """Send buffered definitions and block events (no answer expected)."""
         if not self.events and not self._pending_defs:
             return
-        if not self.connected():
-            self.stats["block_events_dropped"] += len(self.events) // 3
-            self.events = array("Q")
-            return
-        self._send(self._outgoing(), time.monotonic() + self.deadline_s)
+        with self._lock:
+            if not self.connected():
+                self.stats["block_events_dropped"] += len(self.events) // 3
+                self.events = array("Q")
+                return
+            self._send(self._outgoing(), time.monotonic() + self.deadline_s)
 
     # -- ranking --------------------------------------------------------------------------------
     def rank(self, items: list[tuple], want: int) -> list[int] | None:
@@ -194,6 +264,10 @@ class EvictionClient:
         return order, declined
 
     def _ask(self, items: list[tuple], want: int, tier: int) -> tuple[list[int], list[int] | None] | None:
+        with self._lock:
+            return self._ask_locked(items, want, tier)
+
+    def _ask_locked(self, items: list[tuple], want: int, tier: int) -> tuple[list[int], list[int] | None] | None:
         if not self.connected():
             return None
         if tier != wire.TIER_GPU and self.host_protocol is not None and self.host_protocol < 2:
@@ -279,9 +353,11 @@ class EvictionClient:
         return None
 
     def close(self) -> None:
-        if self.sock is not None:
-            try:
-                self.sock.close()
-            except OSError:
-                pass
-        self.sock = None
+        self._closed.set()
+        with self._lock:
+            if self.sock is not None:
+                try:
+                    self.sock.close()
+                except OSError:
+                    pass
+            self.sock = None

@@ -27,6 +27,8 @@ pub fn all(host: &Host, huge: usize) -> Vec<Line> {
     lines.push(Line::checked("predict", predict(host)));
     lines.push(Line::checked("act", act(host)));
     lines.push(Line::checked("snapshot → restore → snapshot", round_trip(host)));
+    lines.push(state_carried(host));
+    lines.push(answers(host));
     lines.push(Line::checked("restore: corrupted snapshots", corrupted_restore(host)));
     lines
 }
@@ -46,7 +48,7 @@ fn feed(slot: &Slot<'_>) -> Result<(), Problem> {
             CallError::FailedBefore { export, how } => {
                 format!("not run: needs observed events; {export} failed above ({how})")
             }
-            CallError::Hung(export) => format!("not run: needs observed events; {export} ran past its deadline above"),
+            CallError::Hung(export) => format!("not run: needs observed events; {export} ran out of its fuel above"),
         })
     };
     slot.observe(&inputs::stream()).map_err(needs)?;
@@ -110,7 +112,11 @@ fn observe_stream(host: &Host) -> Check {
     let slot = fresh(host)?;
     let events = inputs::stream();
     slot.observe(&events)?;
-    Ok(format!("{} events of all 8 kinds", events.len()))
+    Ok(format!(
+        "{} events, of every one of the contract's {} kinds",
+        events.len(),
+        inputs::kinds(&events)
+    ))
 }
 
 fn observe_blocks(host: &Host) -> Check {
@@ -177,7 +183,7 @@ fn score_huge(host: &Host, huge: usize) -> Check {
     let items = inputs::items(huge);
     let started = std::time::Instant::now();
     let scores = slot.score(&items).map_err(|e| match e {
-        CallError::Policy(e @ PolicyError::DeadlineExceeded { .. }) => Problem::Fail(format!(
+        CallError::Policy(e @ PolicyError::FuelExhausted { .. }) => Problem::Fail(format!(
             "{}: a ranking this large would fall back to LRU",
             crate::describe::error(&e)
         )),
@@ -340,6 +346,144 @@ fn round_trip(host: &Host) -> Check {
         "{} bytes, the same from a fresh instance that restored them",
         state.len()
     ))
+}
+
+const ANSWERS: &str = "answers";
+
+/// A fingerprint of what the policy answers after the kit's stream — the scores of a typical
+/// batch, its snapshot, forecasts and side effects — so that two components can be compared: a
+/// policy ported to another language answers the kit alike when its fingerprint is the same.
+/// The batch leaves out `session` items: only the current line has words for them, and a port
+/// built on an older line (every SDK but Rust's, today) would score them 0 through the host.
+fn answers(host: &Host) -> Line {
+    let fingerprint = || -> Result<u64, Problem> {
+        let slot = fed(host)?;
+        let mut hash = Fnv::default();
+        let items: Vec<_> = inputs::items(TYPICAL_BATCH)
+            .into_iter()
+            .filter(|i| i.kind != agentrt_runtime::types::ItemKind::Session)
+            .collect();
+        for score in slot.score(&items)? {
+            hash.add(&score.to_bits().to_le_bytes());
+        }
+        hash.add(&slot.snapshot()?);
+        for f in slot.predict(8)? {
+            let probability = u64::from(f.probability.to_bits());
+            hash.add_u64s(&[
+                f.kind as u64,
+                f.session,
+                f.agent.into(),
+                f.subject,
+                f.steps.into(),
+                probability,
+            ]);
+        }
+        for effect in slot.act()? {
+            hash.add_effect(&effect);
+        }
+        Ok(hash.0)
+    };
+    match fingerprint() {
+        Ok(hash) => Line::info(
+            ANSWERS,
+            format!(
+                "fingerprint {hash:016x} (scores of the {TYPICAL_BATCH} items less the sessions, snapshot, forecasts \
+                 and side effects after the stream): a port of this policy answers the kit alike when it has the same"
+            ),
+        ),
+        Err(problem) => Line::checked(ANSWERS, Err(problem)),
+    }
+}
+
+/// FNV-1a, 64 bits: a fingerprint that is the same on every machine and in every version.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    fn add(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn add_u64s(&mut self, words: &[u64]) {
+        for w in words {
+            self.add(&w.to_le_bytes());
+        }
+    }
+
+    /// A side effect, every field exactly (its kind first).
+    fn add_effect(&mut self, effect: &SideEffect) {
+        let p = |probability: f32| u64::from(probability.to_bits());
+        match effect {
+            SideEffect::WarmPrefix(w) => self.add_u64s(&[0, w.agent.into(), w.anchor_hash, p(w.probability)]),
+            SideEffect::Pin(x) => self.add_u64s(&[1, x.agent.into(), x.session, x.ttl_ms.into()]),
+            SideEffect::Unpin(x) => self.add_u64s(&[2, x.agent.into(), x.session, x.ttl_ms.into()]),
+            SideEffect::Preload(x) => {
+                self.add_u64s(&[3, p(x.probability)]);
+                self.add(x.model.as_bytes());
+            }
+            SideEffect::Hedge(h) => self.add_u64s(&[4, h.session, h.agent.into(), p(h.probability)]),
+            SideEffect::SetPriority(x) => self.add_u64s(&[5, x.session, x.priority as u64]),
+            SideEffect::Deny(d) => {
+                self.add_u64s(&[6, d.session]);
+                self.add(d.reason.as_bytes());
+            }
+        }
+    }
+}
+
+const CARRIED: &str = "snapshot: carries what it learned";
+
+/// What a policy learned reaches the next instance through its snapshot: restored from it, a
+/// fresh instance scores as the one that learned. The contract does not ask it (a policy may
+/// choose to start over), so a policy whose scores changed with what it observed but whose
+/// snapshot does not carry that is warned, not failed: on a hot swap or a restart it starts over.
+fn state_carried(host: &Host) -> Line {
+    match compare_restored(host) {
+        Ok(Ok(held)) => Line::checked(CARRIED, Ok(held)),
+        Ok(Err(warning)) => Line::warning(CARRIED, warning),
+        Err(problem) => Line::checked(CARRIED, Err(problem)),
+    }
+}
+
+/// `Ok(Ok(what held))`, `Ok(Err(the warning))`, or why it could not be compared.
+fn compare_restored(host: &Host) -> Result<Result<String, String>, Problem> {
+    let items = inputs::items(TYPICAL_BATCH);
+    let learned = fed(host)?;
+    let state = learned.snapshot()?;
+    let taught = learned.score(&items)?;
+    let untaught = fresh(host)?.score(&items)?;
+    if first_difference(&taught, &untaught).is_none() {
+        return Ok(Ok(
+            "its scores do not depend on what it observed: nothing to carry".into()
+        ));
+    }
+    let restored = fresh(host)?;
+    restored.restore(&state)?;
+    let Some(diff) = first_difference(&taught, &restored.score(&items)?) else {
+        return Ok(Ok(format!(
+            "a fresh instance restored from its {} bytes scores as the one that learned",
+            state.len()
+        )));
+    };
+    Ok(Err(if state.is_empty() {
+        format!(
+            "it learned from the events (against a fresh instance's, {diff}) but its snapshot is empty: a \
+             hot swap or a restart loses what it learned — write it in snapshot and read it in restore"
+        )
+    } else {
+        format!(
+            "restored from its {} bytes, a fresh instance scores otherwise than the one that learned — {diff}: \
+             the snapshot leaves out part of what it learned, which a hot swap or a restart loses",
+            state.len()
+        )
+    }))
 }
 
 /// Every corruption is refused with an error — not taken for state, not a trap — and the slot

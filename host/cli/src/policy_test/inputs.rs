@@ -5,8 +5,8 @@
 
 use agentrt_runtime::packed;
 use agentrt_runtime::types::{
-    AgentRegistered, BlockEvent, BlockOp, Continuation, EndReason, EngineLoad, Event, Handoff, Item, ItemKind,
-    RequestArrival, RequestFinish, SessionEnd, SessionWait, ToolCall, ToolReturn, WaitKind,
+    AgentRegistered, BlockEvent, BlockOp, Continuation, EndReason, EngineCapacity, EngineLoad, Event, Handoff, Item,
+    ItemKind, RequestArrival, RequestFinish, SessionEnd, SessionWait, ToolCall, ToolReturn, WaitKind,
 };
 
 /// Agents the stream registers: handles 1..=AGENTS.
@@ -49,6 +49,16 @@ pub fn stream() -> Vec<Event> {
             total_blocks: 1000,
             at_us,
         }));
+        // The host's admission check (0.5).
+        events.push(Event::EngineCapacity(EngineCapacity {
+            capacity_tokens: 16_000,
+            resident_tokens: 9_000 + 1_000 * session,
+            resident_sessions: (SESSIONS - session + 1) as u32,
+            held_sessions: session as u32 - 1,
+            prefill_us_per_ktoken: 35_000,
+            decode_step_us: 25_000,
+            at_us,
+        }));
         events.push(session_end(
             session,
             END_REASONS[session as usize % END_REASONS.len()],
@@ -56,6 +66,33 @@ pub fn stream() -> Vec<Event> {
         ));
     }
     events
+}
+
+/// The event's case, by its position in the contract's `event` variant. The match is exhaustive:
+/// a contract that gains a kind fails to compile here until the stream sends it too.
+fn kind_ordinal(event: &Event) -> usize {
+    match event {
+        Event::AgentRegistered(_) => 0,
+        Event::RequestArrival(_) => 1,
+        Event::RequestFinish(_) => 2,
+        Event::ToolCall(_) => 3,
+        Event::ToolReturn(_) => 4,
+        Event::SessionEnd(_) => 5,
+        Event::EngineLoad(_) => 6,
+        Event::Block(_) => 7,
+        Event::SessionWait(_) => 8,
+        Event::Handoff(_) => 9,
+        Event::EngineCapacity(_) => 10,
+    }
+}
+
+/// How many kinds of event `events` has.
+pub fn kinds(events: &[Event]) -> usize {
+    events
+        .iter()
+        .map(kind_ordinal)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
 }
 
 /// Every agent registered, before anything of theirs happens; its own step because a policy
@@ -213,13 +250,14 @@ pub fn packed_blocks() -> Vec<u64> {
 }
 
 /// `n` candidates: mostly KV blocks of the registered agents (anchors and session content),
-/// some of unknown agents, some requests and tool results; all keys distinct.
+/// some of unknown agents, some requests, tool results and sessions; all keys distinct.
 pub fn items(n: usize) -> Vec<Item> {
     (0..n)
         .map(|i| {
-            let kind = match i % 10 {
-                8 => ItemKind::Request,
+            let kind = match i % 20 {
+                8 | 18 => ItemKind::Request,
                 9 => ItemKind::ToolResult,
+                19 => ItemKind::Session,
                 _ => ItemKind::KvBlock,
             };
             let agent = match i % 16 {
@@ -310,6 +348,15 @@ pub fn unknown_agent_events() -> Vec<Event> {
         }));
         events.push(session_end(session, END_REASONS[i % END_REASONS.len()], 0));
     }
+    events.push(Event::EngineCapacity(EngineCapacity {
+        capacity_tokens: u64::MAX,
+        resident_tokens: u64::MAX,
+        resident_sessions: u32::MAX,
+        held_sessions: u32::MAX,
+        prefill_us_per_ktoken: u32::MAX,
+        decode_step_us: 0,
+        at_us: 0,
+    }));
     events.push(Event::Block(BlockEvent {
         op: BlockOp::AllCleared,
         agent: 0,
@@ -354,35 +401,28 @@ fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    /// How many variants `event` has. The exhaustive match below stops compiling when the
+    /// How many variants `event` has; `kind_ordinal`'s exhaustive match stops compiling when the
     /// contract gains one, so this count cannot go stale silently.
-    const EVENT_KINDS: usize = 10;
-
-    fn kind_ordinal(event: &Event) -> usize {
-        match event {
-            Event::AgentRegistered(_) => 0,
-            Event::RequestArrival(_) => 1,
-            Event::ToolCall(_) => 2,
-            Event::ToolReturn(_) => 3,
-            Event::Block(_) => 4,
-            Event::RequestFinish(_) => 5,
-            Event::EngineLoad(_) => 6,
-            Event::SessionEnd(_) => 7,
-            Event::SessionWait(_) => 8,
-            Event::Handoff(_) => 9,
-        }
-    }
+    const EVENT_KINDS: usize = 11;
 
     #[test]
     fn the_stream_has_every_event_kind_and_items_have_distinct_keys() {
         let stream = stream();
-        let kinds: std::collections::HashSet<usize> = stream.iter().map(kind_ordinal).collect();
-        assert_eq!(kinds.len(), EVENT_KINDS, "every variant of `event`");
+        assert_eq!(kinds(&stream), EVENT_KINDS, "every variant of `event`");
+        let reasons: std::collections::HashSet<u8> = stream
+            .iter()
+            .filter_map(|e| match e {
+                Event::SessionEnd(end) => Some(end.reason as u8),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(reasons.len(), END_REASONS.len(), "every reason a session ends for");
         let items = items(TYPICAL_BATCH);
         let keys: std::collections::HashSet<u64> = items.iter().map(|i| i.key).collect();
         assert_eq!(keys.len(), items.len());
         assert!(items.iter().any(|i| UNKNOWN_AGENTS.contains(&i.agent)));
         assert!(items.iter().any(|i| i.kind == ItemKind::ToolResult));
+        assert!(items.iter().any(|i| i.kind == ItemKind::Session));
         assert_eq!(packed_blocks().len() % packed::WORDS_PER_EVENT, 0);
     }
 

@@ -35,6 +35,11 @@ pub struct TestArgs {
     /// policy, vLLM's LRU and Bélády, and report the hit rates.
     #[arg(long)]
     trace: Option<PathBuf>,
+    /// Which of the `--trace`'s lifecycle hints the policy hears, as in `agentrt sim run`; with
+    /// any, the simulator's closed-first rule (closed sessions' blocks first, then LRU) joins the
+    /// hit rates: what the hints alone are worth.
+    #[command(flatten)]
+    hints: agentrt_sim::hints::HintArgs,
     /// Cache size in blocks for the replays (default: a third of the distinct blocks the workload
     /// touches, so the engine evicts and the policy ranks).
     #[arg(long)]
@@ -81,6 +86,8 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
             crate::describe::millis(stats.elapsed)
         )),
     ));
+    let line = host.component().contract_line();
+    lines.push(Line::info("contract", crate::describe::contract(Some(line.version()))));
     match host.fresh() {
         Ok(slot) => {
             let (name, version, _) = slot.info_name();
@@ -115,6 +122,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
         init: &init,
         capacity_blocks: args.capacity_blocks,
         limits,
+        hints: args.hints.told()?,
     };
     if args.replay_sessions > 0 {
         lines.extend(trace::built_in_lines(&replay, args.replay_sessions));
@@ -143,8 +151,13 @@ fn finish(file: &str, lines: Vec<Line>) -> anyhow::Result<()> {
     }
     let count = |v: Verdict| lines.iter().filter(|l| l.verdict == v).count();
     let (passed, failed, skipped) = (count(Verdict::Pass), count(Verdict::Fail), count(Verdict::Skip));
+    let warned = match count(Verdict::Warn) {
+        0 => String::new(),
+        1 => "; 1 warning (above)".to_string(),
+        n => format!("; {n} warnings (above)"),
+    };
     println!(
-        "{} properties: {passed} passed, {failed} failed, {skipped} not run",
+        "{} properties: {passed} passed, {failed} failed, {skipped} not run{warned}",
         passed + failed + skipped
     );
     anyhow::ensure!(

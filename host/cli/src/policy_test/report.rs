@@ -1,5 +1,6 @@
 //! The kit's output: one line per property — `pass`, `FAIL`, `skip` (not run, because what it
-//! needs failed above) or `info` (a measurement) — with a short reason (a policy's failures in
+//! needs failed above), `warn` (holds by the contract, but not as a policy that keeps state should:
+//! no failure) or `info` (a measurement) — with a short reason (a policy's failures in
 //! the words of [`crate::describe::error`]).
 
 use std::fmt;
@@ -12,6 +13,7 @@ pub enum Verdict {
     Pass,
     Fail,
     Skip,
+    Warn,
     Info,
 }
 
@@ -38,7 +40,7 @@ impl From<CallError> for Problem {
         match error {
             CallError::Policy(e) => Problem::Fail(crate::describe::error(&e)),
             CallError::FailedBefore { export, how } => Problem::Skip(format!("not run: {export} failed above ({how})")),
-            CallError::Hung(export) => Problem::Skip(format!("not run: {export} ran past its deadline above")),
+            CallError::Hung(export) => Problem::Skip(format!("not run: {export} ran out of its fuel above")),
         }
     }
 }
@@ -54,6 +56,14 @@ impl Line {
             verdict,
             property: property.into(),
             detail,
+        }
+    }
+
+    pub fn warning(property: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self {
+            verdict: Verdict::Warn,
+            property: property.into(),
+            detail: detail.into(),
         }
     }
 
@@ -75,6 +85,7 @@ impl fmt::Display for Line {
             Verdict::Pass => "pass",
             Verdict::Fail => "FAIL",
             Verdict::Skip => "skip",
+            Verdict::Warn => "warn",
             Verdict::Info => "info",
         };
         write!(f, "{verdict}  {:<PROPERTY_WIDTH$} {}", self.property, self.detail)
@@ -161,7 +172,7 @@ mod tests {
         assert!(line.to_string().starts_with("FAIL  observe: a stream "), "{line}");
         let skipped = Line::checked("score: huge", Err(Problem::from(CallError::Hung("score-packed"))));
         assert_eq!(skipped.verdict, Verdict::Skip);
-        assert!(skipped.detail.contains("score-packed ran past its deadline"));
+        assert!(skipped.detail.contains("score-packed ran out of its fuel"));
     }
 
     #[test]

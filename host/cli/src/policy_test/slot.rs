@@ -1,7 +1,7 @@
 //! The kit's way into a policy: slots started through the real host ([`PolicyHandle`], the
 //! sandbox, limits and containment `serve` uses), every call timed and the instance's memory read
-//! after it; and the memory of which primitive already ran past its deadline, so that the checks
-//! after it do not each pay the deadline again.
+//! after it; and the memory of which primitive already ran out of its fuel, so that the checks
+//! after it do not each pay for it again.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use agentrt_runtime::types::{Event, Forecast, Item, SideEffect};
 use agentrt_runtime::{
-    EngineOptions, PolicyComponent, PolicyEngine, PolicyError, PolicyHandle, PoolingOptions, SlotConfig,
-    SlowCompileNotice,
+    EngineOptions, PolicyComponent, PolicyEngine, PolicyError, PolicyHandle, SlotConfig, SlowCompileNotice,
 };
+use agentrt_sim::policy_limits::replay_engine_options;
 
 use super::inputs::TYPICAL_BATCH;
 
@@ -33,7 +33,7 @@ pub struct Host {
     /// Exports that failed on input no larger than a typical batch, and how: a later failure of
     /// the same export is that failure again, not the later property's.
     failed: RefCell<BTreeMap<&'static str, String>>,
-    /// Those of them that ran past their deadline: not called again.
+    /// Those of them that ran out of their fuel: not called again.
     hung: RefCell<Vec<&'static str>>,
 }
 
@@ -51,25 +51,20 @@ pub enum CallError {
     Policy(PolicyError),
     /// The export failed before, and did again.
     FailedBefore { export: &'static str, how: String },
-    /// Not made: this export already ran past its deadline.
+    /// Not made: this export already ran out of its fuel.
     Hung(&'static str),
 }
 
 impl Host {
-    /// Load `file` into an engine configured like the simulator's (its instance pool fitting
-    /// `config`'s memory cap). `config` is every slot's: limits, `init`; no breaker, so every
-    /// call the kit makes is made.
+    /// Load `file` into an engine configured like the simulator's (calls bounded by fuel, its
+    /// instance pool fitting `config`'s memory cap). `config` is every slot's: limits, `init`; no
+    /// breaker, so every call the kit makes is made.
     pub fn load(file: &Path, config: SlotConfig) -> anyhow::Result<Self> {
         let options = EngineOptions {
-            pooling: Some(PoolingOptions {
-                max_instances: 8,
-                ..PoolingOptions::default()
-            }),
             seed: Some(SEED),
             slow_compile: Some(SlowCompileNotice::stderr()),
-            ..EngineOptions::default()
-        }
-        .fitting_memory_cap(config.limits.memory_bytes);
+            ..replay_engine_options(8, config.limits.memory_bytes)
+        };
         let engine = PolicyEngine::new(options.clone())?;
         let bytes = agentrt_runtime::read_component_file(file, options.max_component_bytes)?;
         let component = Arc::new(engine.load_bytes(&file.display().to_string(), &bytes)?);
@@ -166,7 +161,7 @@ impl Slot<'_> {
                 // A huge batch may fail where ordinary ones do not: that is its own property's.
                 if items <= TYPICAL_BATCH {
                     self.host.failed.borrow_mut().insert(export, crate::describe::error(e));
-                    if matches!(e, PolicyError::DeadlineExceeded { .. }) {
+                    if matches!(e, PolicyError::FuelExhausted { .. }) {
                         self.host.hung.borrow_mut().push(export);
                     }
                 }

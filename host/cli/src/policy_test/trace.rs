@@ -1,7 +1,9 @@
 //! The policy on a workload, through the simulator's replay (`agentrt sim run`'s harness, not a
 //! copy of it): always a built-in one of some thousands of events — a policy that fails after a
 //! while (a trap on its 300th request, a leak that reaches the memory cap) fails the kit — and with
-//! `--trace` the operator's, beside vLLM's LRU and Bélády's optimum on the same cache.
+//! `--trace` the operator's, beside vLLM's LRU and Bélády's optimum on the same cache — and, when
+//! `--hints` tells the trace's lifecycle hints, beside closed-first (what the closings alone are
+//! worth).
 //!
 //! Either way the cache is sized from the workload unless `--capacity-blocks` says otherwise: a
 //! third of the distinct blocks it touches, so the engine must evict and the policy must rank. A
@@ -13,6 +15,7 @@ use std::path::Path;
 use agentrt_runtime::ComponentLookup;
 use agentrt_sim::conditions::FittedCapacity;
 use agentrt_sim::harness::{run_all, PolicyHost};
+use agentrt_sim::hints::{HintKinds, HintsTold};
 use agentrt_sim::policies::PolicySpec;
 use agentrt_sim::policies::Rerank;
 use agentrt_sim::policy_limits::ReplayLimits;
@@ -37,6 +40,8 @@ pub struct Replay<'a> {
     pub init: &'a [(String, String)],
     pub capacity_blocks: Option<usize>,
     pub limits: ReplayLimits,
+    /// What the `--trace` replay tells of the trace's hints (the built-in workload has none).
+    pub hints: HintsTold,
 }
 
 /// The built-in replay's line: the policy alone (no comparison: the point is that it lasts).
@@ -51,7 +56,17 @@ pub fn built_in_lines(replay: &Replay<'_>, sessions: usize) -> Vec<Line> {
 
 /// `--trace`'s lines: whether the policy got through it without failing, and the hit rates.
 pub fn trace_lines(replay: &Replay<'_>, trace: &Path) -> Vec<Line> {
-    let ran = Trace::load(trace).and_then(|t| run(replay, &t, true));
+    let ran = Trace::load(trace).and_then(|t| {
+        let told = replay.hints.kinds != HintKinds::None;
+        let no_closings = told && !t.requests.iter().any(|r| r.hints.closes);
+        let mut ran = run(replay, &t, true)?;
+        if no_closings {
+            ran.hit_rates = ran
+                .hit_rates
+                .map(|rates| format!("{rates} — the trace has no closings, so --hints told the policy none"));
+        }
+        Ok(ran)
+    });
     match ran {
         Ok(ran) => {
             let mut lines = vec![Line::checked(
@@ -140,33 +155,62 @@ fn run(replay: &Replay<'_>, trace: &Trace, compare: bool) -> anyhow::Result<Ran>
         component: path.display().to_string(),
         init: replay.init.to_vec(),
     };
-    let policies = if compare {
-        vec![PolicySpec::NativeLru, policy, PolicySpec::Belady]
-    } else {
-        vec![policy]
+    let hinted = compare && replay.hints.kinds != HintKinds::None;
+    let policies = match (compare, hinted) {
+        (false, _) => vec![policy],
+        (true, false) => vec![PolicySpec::NativeLru, policy, PolicySpec::Belady],
+        (true, true) => vec![
+            PolicySpec::NativeLru,
+            policy,
+            PolicySpec::ClosedFirst,
+            PolicySpec::Belady,
+        ],
     };
+    let mut config = SimConfig::new(blocks);
+    if compare {
+        config.hints = replay.hints;
+    }
     let results = run_all(
         &host,
         &prepared,
-        &SimConfig::new(blocks),
+        &config,
         &policies,
         Rerank::EveryMs(DEFAULT_RERANK_MS),
         false,
         |_| {},
     )?;
     let summaries = summarize(&results);
+    let pct = |p: &PolicySummary| p.hit_rate * 100.0;
+    let gap = |p: &PolicySummary| {
+        p.gap_closed.map_or(String::new(), |g| {
+            format!(", {:.0}% of the gap to Bélády closed", g * 100.0)
+        })
+    };
     let (summary, hit_rates) = match &summaries[..] {
         [(_, policy)] => (policy.clone(), None),
         [(_, lru), (_, policy), (_, belady)] => {
-            let gap = policy.gap_closed.map_or(String::new(), |g| {
-                format!(", {:.0}% of the gap to Bélády closed", g * 100.0)
-            });
             let rates = format!(
-                "policy {:.1}% · LRU {:.1}% · Bélády {:.1}% (Δ {:+.1} pp{gap})",
-                policy.hit_rate * 100.0,
-                lru.hit_rate * 100.0,
-                belady.hit_rate * 100.0,
-                (policy.hit_rate - lru.hit_rate) * 100.0,
+                "policy {:.2}% · LRU {:.2}% · Bélády {:.2}% (Δ {:+.2} pp{})",
+                pct(policy),
+                pct(lru),
+                pct(belady),
+                pct(policy) - pct(lru),
+                gap(policy)
+            );
+            (policy.clone(), Some(rates))
+        }
+        [(_, lru), (_, policy), (_, closed_first), (_, belady)] => {
+            let rates = format!(
+                "policy {:.2}% · LRU {:.2}% · closed-first {:.2}% · Bélády {:.2}% (hints: {}; Δ {:+.2} pp over LRU, \
+                 {:+.2} pp over closed-first{})",
+                pct(policy),
+                pct(lru),
+                pct(closed_first),
+                pct(belady),
+                replay.hints.name(),
+                pct(policy) - pct(lru),
+                pct(policy) - pct(closed_first),
+                gap(policy)
             );
             (policy.clone(), Some(rates))
         }

@@ -2,7 +2,9 @@
 //! list tenants. Every route requires `Authorization: Bearer <token>`: the operator's
 //! (`--admin-token`) for every route, a tenant's (`--tenant-admin`) for that tenant's routes only
 //! ([`crate::auth`]); without any token the API is disabled. The token is checked before a
-//! byte of the body is read, and an upload is read under `--max-upload-bytes` (64 MiB by default).
+//! byte of the body is read, and an upload is read under `--max-upload-bytes` (64 MiB by default),
+//! to its deadline and within the proxy's reading budget ([`crate::front::body`]), at most
+//! `--max-uploads-per-tenant` at once per tenant ([`uploads`]).
 //!
 //! - `PUT /admin/tenants/{tenant}/policy[?fresh=true][&slot=NAME]` — body: a policy component
 //!   (`.wasm`), or the name of one `--policy` would find (`ttl`; [`policy_body`]), for slot NAME
@@ -28,6 +30,7 @@
 //! docs/admin-api.md shows every route with a `curl` example.
 
 mod policy_body;
+pub mod uploads;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,8 +44,9 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use crate::auth::AdminTarget;
+use crate::front::body::BodyReading;
 use crate::front::error::ApiError;
-use crate::front::limits::{closing_connection, read_body};
+use crate::front::limits::closing_connection;
 use crate::names::{validate_tenant_name, KV_SLOT};
 use crate::tenant::reload::Reloads;
 use crate::tenant::report as tenant_report;
@@ -62,6 +66,10 @@ pub struct AdminState {
     pub reloads: Option<Arc<Reloads>>,
     /// `--max-upload-bytes`.
     pub max_upload_bytes: usize,
+    /// Uploads in progress per tenant (`--max-uploads-per-tenant`).
+    pub uploads: Arc<uploads::Uploads>,
+    /// How request bodies are read.
+    pub reading: Arc<BodyReading>,
     /// Where a policy named in an upload's body is found (`--policy`'s lookup); `None`: names
     /// are refused, only a component's bytes are taken.
     pub components: Option<Arc<ComponentLookup>>,
@@ -92,12 +100,16 @@ async fn put_policy(
     body: Body,
 ) -> Response {
     let checked = authorize(&state, &headers, AdminTarget::Tenant(&tenant))
-        .and_then(|()| validate_tenant_name(&tenant).map_err(ApiError::bad_request));
-    let read = match checked {
-        Ok(()) => read_body(body, state.max_upload_bytes, "--max-upload-bytes").await,
-        Err(e) => Err(e),
+        .and_then(|()| validate_tenant_name(&tenant).map_err(ApiError::bad_request))
+        .and_then(|()| state.uploads.take(&tenant));
+    // Held until the upload is answered.
+    let _place = match checked {
+        Ok(place) => place,
+        Err(e) => return closing_connection(e.into_response()),
     };
-    let body = match read {
+    let mut hold = state.reading.budget.hold_untenanted();
+    let limit = state.max_upload_bytes;
+    let body = match state.reading.read(body, limit, "--max-upload-bytes", &mut hold).await {
         Ok(body) => body,
         Err(e) => return closing_connection(e.into_response()),
     };
@@ -113,6 +125,7 @@ async fn put_policy(
         Ok(component) => component,
         Err(e) => return e.into_response(),
     };
+    drop(hold);
     // A new tenant starts with the upload itself: if it does not start, no tenant is left behind
     // (not one running the default policy, as a start-then-swap would leave).
     // Another slot's upload swaps into a tenant started with the defaults.

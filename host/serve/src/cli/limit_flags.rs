@@ -199,6 +199,40 @@ pub struct LimitArgs {
     /// model requests get 503 with Retry-After at once instead of waiting. 0 = never shed.
     #[arg(long, default_value_t = Limits::default().shed_lag.map_or(0, |d| d.as_millis() as u64))]
     pub shed_lag_ms: u64,
+    /// Longest silence while a request body is read, on every route (model calls, hints, MCP,
+    /// policy uploads); then 408 and the connection is closed. Also the grace before
+    /// --body-min-bytes-per-s counts. At least 1.
+    #[arg(long, value_parser = flag_values::at_least_one_ms, default_value_t = Limits::default().body_timing.idle.as_millis() as u64)]
+    pub body_idle_timeout_ms: u64,
+    /// Slowest average rate a request body may arrive at once --body-idle-timeout-ms of grace
+    /// is over (its deadline moves back a second for every this many bytes received); then 408.
+    /// 0 = no rate, only the idle timeout.
+    #[arg(long, default_value_t = Limits::default().body_timing.min_bytes_per_s)]
+    pub body_min_bytes_per_s: u64,
+    /// Bytes of request bodies being read at once, all tenants together, in MiB; a body past it
+    /// gets 503 with Retry-After (refused before a byte is read when it announces its length).
+    /// At least --max-body-bytes and --max-upload-bytes.
+    #[arg(long, value_parser = flag_values::at_least_one, default_value_t = Limits::default().max_reading_bytes >> 20)]
+    pub max_reading_mib: usize,
+    /// Bytes of one tenant's request bodies being read at once, in MiB; a body past it gets 429
+    /// with Retry-After. At least --max-body-bytes.
+    #[arg(long, value_parser = flag_values::at_least_one, default_value_t = Limits::default().max_reading_bytes_per_tenant >> 20)]
+    pub max_reading_mib_per_tenant: usize,
+    /// Policy uploads (`PUT /admin/tenants/NAME/policy`) in progress at once for one tenant,
+    /// whoever sends them; more get 429 before a byte is read. At least 1.
+    #[arg(long, value_parser = flag_values::at_least_one, default_value_t = Limits::default().max_uploads_per_tenant)]
+    pub max_uploads_per_tenant: usize,
+    /// On SIGTERM or Ctrl-C: stop accepting, let requests in flight finish for at most this long,
+    /// then cut what is left (each cut request logged) and exit. Keep it under the
+    /// orchestrator's grace period (Kubernetes: terminationGracePeriodSeconds, 30 s). At least 1.
+    #[arg(long, value_parser = flag_values::at_least_one_ms, default_value_t = Limits::default().drain_timeout.as_millis() as u64)]
+    pub drain_timeout_ms: u64,
+    /// The kernel's buffer on each side of a stream, in KiB: a client connection's send buffer
+    /// (SO_SNDBUF) and an upstream connection's receive buffer (SO_RCVBUF) — what a client that
+    /// reads slowly can make the kernel hold for it, on the proxy's side and the engine's. 0 = the
+    /// kernel's own autotuning (up to tcp_wmem's and tcp_rmem's maximum, 4 and 6 MiB by default).
+    #[arg(long, default_value_t = Limits::default().socket_buffer.map_or(0, |b| b >> 10))]
+    pub socket_buffer_kib: usize,
 }
 
 /// hyper's smallest read buffer (it panics below it).
@@ -217,6 +251,12 @@ impl LimitArgs {
             "--max-json-depth must be between 1 and {} (the JSON parser's own limit)",
             agentrt_guards::json_shape::PARSER_DEPTH_LIMIT
         );
+        let (reading, reading_per_tenant) = (self.max_reading_mib << 20, self.max_reading_mib_per_tenant << 20);
+        anyhow::ensure!(
+            reading_per_tenant >= self.max_body_bytes && reading >= reading_per_tenant.max(self.max_upload_bytes),
+            "--max-reading-mib-per-tenant must hold one body of --max-body-bytes, and --max-reading-mib one of \
+             --max-upload-bytes and the per-tenant budget (a body larger than its budget could never be read)"
+        );
         let ms = Duration::from_millis;
         Ok(Limits {
             max_connections: self.max_connections,
@@ -229,6 +269,15 @@ impl LimitArgs {
             upstream_idle_timeout: ms(self.upstream_idle_timeout_ms),
             max_upstream_reply_bytes: self.max_upstream_reply_bytes,
             shed_lag: (self.shed_lag_ms > 0).then(|| ms(self.shed_lag_ms)),
+            body_timing: agentrt_guards::body_read::BodyTiming {
+                idle: ms(self.body_idle_timeout_ms),
+                min_bytes_per_s: self.body_min_bytes_per_s,
+            },
+            max_reading_bytes: reading,
+            max_reading_bytes_per_tenant: reading_per_tenant,
+            max_uploads_per_tenant: self.max_uploads_per_tenant,
+            drain_timeout: ms(self.drain_timeout_ms),
+            socket_buffer: (self.socket_buffer_kib > 0).then_some(self.socket_buffer_kib << 10),
             budget: RequestBudget {
                 max_json_elements: self.max_json_elements,
                 max_json_depth: self.max_json_depth,

@@ -9,8 +9,10 @@
 //! Clients' requests ([`Upstream::send_bounded`]) go through hyper's client with its read buffer
 //! capped at [`UPSTREAM_READ_BUFFER_BYTES`]: while a slow client holds up a stream, what the
 //! engine sent meanwhile waits in the kernel, not in a buffer of hyper's that grows to ~400 KiB
-//! per connection (its default, which reqwest does not let one set). The proxy's own calls
-//! (tokenize, warm-ups, start-up checks) keep reqwest.
+//! per connection (its default, which reqwest does not let one set) — and in the kernel only as
+//! much as the connection's receive buffer, `--socket-buffer-kib` (its autotuning grew it to
+//! 6 MiB, and the engine's send buffer with it). The proxy's own calls (tokenize, warm-ups,
+//! start-up checks) keep reqwest.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +56,10 @@ impl Upstream {
         let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
         connector.set_connect_timeout(Some(limits.upstream_connect_timeout));
         connector.set_nodelay(true);
+        // A stream stalled by its client leaves the engine's reply in the kernel: at most this
+        // much on the proxy's side, and the engine's send buffer grows no further than the
+        // window this allows (`--socket-buffer-kib`).
+        connector.set_recv_buffer_size(limits.socket_buffer);
         let bounded = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .http1_max_buf_size(UPSTREAM_READ_BUFFER_BYTES)
             .build(connector);

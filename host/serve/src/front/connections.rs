@@ -9,9 +9,17 @@
 //!   [`Limits::header_read_timeout`] of being accepted, and of its previous response
 //!   (an idle keep-alive connection is closed after the same time); hyper closes it otherwise.
 //! - A connection buffers at most [`Limits::max_header_bytes`] of a request head (431 past it),
-//!   so connections that never finish their headers hold at most that times the cap above.
+//!   so connections that never finish their headers hold at most that times the cap above; a
+//!   head that arrived whole in one read is held to the same cap by its size ([`crate::front::head`]).
+//! - Each connection's kernel send buffer is [`Limits::socket_buffer`]: a client that reads
+//!   slowly makes the kernel hold at most that for it (the kernel doubles the figure for its own
+//!   bookkeeping), not the 4 MiB its autotuning grows an unread connection's buffer to.
 //! - When the open connections fall to half of their peak — a flood is gone — the allocator is
 //!   asked to give the freed memory back ([`agentrt_guards::freed_memory`]).
+//! - **Shutdown.** When `shutdown` resolves the loop stops accepting, tells every connection to
+//!   close after its request in flight, and waits for them for at most
+//!   [`Limits::drain_timeout`]; then it logs each request still in flight as cut
+//!   ([`crate::front::in_flight`]), closes their connections and returns.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -22,13 +30,16 @@ use agentrt_exposition::{Exposition, Report};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
 
+use crate::front::in_flight::{self, InFlight};
 use crate::front::limits::Limits;
 
 /// Serve `app` on `listener` under `limits` until `shutdown` resolves, then stop accepting, let
-/// requests in flight finish and return once every connection has closed.
+/// requests in flight finish for at most [`Limits::drain_timeout`], cut what is left (logged) and
+/// return once every connection has closed.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -36,9 +47,20 @@ pub async fn serve(
     metrics: Arc<ConnectionMetrics>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let in_flight = Arc::new(InFlight::default());
+    let app = app
+        .layer(axum::middleware::from_fn_with_state(
+            limits.max_header_bytes,
+            crate::front::head::cap_head,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            in_flight.clone(),
+            in_flight::track,
+        ));
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     // Connections watch this to start a graceful shutdown (finish the request, then close).
     let (closing_tx, closing_rx) = watch::channel(false);
+    let mut connections = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -54,6 +76,8 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        // The finished connections' tasks, let go as new ones come.
+        while connections.try_join_next().is_some() {}
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             // Dropping the stream closes it: refused, not queued.
             metrics.refused.fetch_add(1, Relaxed);
@@ -62,12 +86,15 @@ pub async fn serve(
         metrics.accepted.fetch_add(1, Relaxed);
         let open = metrics.open.fetch_add(1, Relaxed) + 1;
         metrics.peak_open.fetch_max(open, Relaxed);
+        if let Some(bytes) = limits.socket_buffer {
+            set_send_buffer(&stream, bytes);
+        }
         let service = TowerToHyperService::new(app.clone());
         let metrics = metrics.clone();
         let header_read_timeout = limits.header_read_timeout;
         let max_header_bytes = limits.max_header_bytes;
         let mut closing = closing_rx.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
@@ -95,9 +122,41 @@ pub async fn serve(
     }
     drop(listener);
     let _ = closing_tx.send(true);
-    // Every connection holds a slot until it ends: having them all back means all are closed.
-    let _all = slots.acquire_many(limits.max_connections as u32).await;
+    drain(connections, &slots, limits, &in_flight).await;
     Ok(())
+}
+
+/// Wait for the connections to finish their requests in flight, for at most the drain time; then
+/// log what is left and cut it.
+async fn drain(mut connections: JoinSet<()>, slots: &Semaphore, limits: &Limits, in_flight: &InFlight) {
+    let started = std::time::Instant::now();
+    let open = limits.max_connections - slots.available_permits();
+    tracing::info!(
+        connections = open,
+        requests = in_flight.len(),
+        drain_ms = limits.drain_timeout.as_millis() as u64,
+        "shutting down: no new connections; requests in flight may finish within the drain time"
+    );
+    // Every connection holds a slot until it ends: having them all back means all are closed.
+    let all_closed = slots.acquire_many(limits.max_connections as u32);
+    if tokio::time::timeout(limits.drain_timeout, all_closed).await.is_ok() {
+        tracing::info!(
+            drained_ms = started.elapsed().as_millis() as u64,
+            "shutdown: every request finished"
+        );
+        return;
+    }
+    in_flight.log_cut(started.elapsed());
+    connections.abort_all();
+    while connections.join_next().await.is_some() {}
+}
+
+/// Cap `stream`'s kernel send buffer at `bytes` (SO_SNDBUF; the kernel doubles it for its own
+/// bookkeeping). A failure leaves the kernel's autotuning, logged: serving goes on.
+fn set_send_buffer(stream: &TcpStream, bytes: usize) {
+    if let Err(e) = socket2::SockRef::from(stream).set_send_buffer_size(bytes) {
+        tracing::debug!(error = %e, bytes, "could not set a client connection's send buffer");
+    }
 }
 
 /// The accept loop's counters ([`crate::front::connections`]).

@@ -95,6 +95,16 @@ impl ApiError {
             shape: ErrorShape::OpenAi,
         }
     }
+    /// 408: the client did not send its request's body in time; the message names the flag.
+    pub fn request_timeout(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::REQUEST_TIMEOUT,
+            kind: "request_timeout_error",
+            message: message.into(),
+            param: None,
+            shape: ErrorShape::OpenAi,
+        }
+    }
     /// A request body over the proxy's limit.
     pub fn payload_too_large(message: impl Into<String>) -> Self {
         Self {

@@ -4,12 +4,9 @@
 
 use std::time::Duration;
 
-use axum::body::{Body, Bytes, HttpBody};
+use agentrt_guards::body_read::BodyTiming;
 use axum::http::{header, HeaderValue};
 use axum::response::Response;
-use futures_util::StreamExt;
-
-use crate::front::error::ApiError;
 
 /// How much of the proxy one client or upstream may take; [`Limits::default`] holds the flags'
 /// defaults.
@@ -47,6 +44,23 @@ pub struct Limits {
     /// How late the proxy's workers may run before new model requests are shed with 503
     /// (`--shed-lag-ms`; `None`: never shed). [`crate::front::overload`].
     pub shed_lag: Option<Duration>,
+    /// How fast a request body must arrive once its request is authenticated
+    /// (`--body-idle-timeout-ms`, `--body-min-bytes-per-s`). [`crate::front::body`].
+    pub body_timing: BodyTiming,
+    /// Bytes of request bodies being read at once, all tenants together (`--max-reading-mib`).
+    pub max_reading_bytes: usize,
+    /// Bytes of one tenant's request bodies being read at once (`--max-reading-mib-per-tenant`).
+    pub max_reading_bytes_per_tenant: usize,
+    /// Policy uploads in progress at once for one tenant (`--max-uploads-per-tenant`).
+    pub max_uploads_per_tenant: usize,
+    /// How long a shutdown (SIGTERM, Ctrl-C) lets requests in flight finish before it cuts them
+    /// (`--drain-timeout-ms`). [`crate::front::connections`].
+    pub drain_timeout: Duration,
+    /// The kernel's buffer on each side of a stream, in bytes (`--socket-buffer-kib`; `None`: the
+    /// kernel's own autotuning): a client connection's send buffer
+    /// ([`crate::front::connections`]) and an upstream connection's receive buffer
+    /// ([`crate::engine::upstream`]), which also keeps the engine's send buffer from growing.
+    pub socket_buffer: Option<usize>,
 }
 
 impl Default for Limits {
@@ -71,32 +85,22 @@ impl Default for Limits {
             // Well above what a busy proxy that keeps up runs late (a few milliseconds), well
             // below the seconds clients wait before giving up.
             shed_lag: Some(Duration::from_millis(500)),
+            body_timing: BodyTiming::default(),
+            // Four bodies of the largest size per tenant at once; four tenants' worth in all (a
+            // body being read costs its bytes: 256 MiB for every tenant together).
+            max_reading_bytes: 256 << 20,
+            max_reading_bytes_per_tenant: 64 << 20,
+            // A swap replaces the tenant's policy: two at once for one tenant have no use.
+            max_uploads_per_tenant: 1,
+            // Within Kubernetes' default grace period (terminationGracePeriodSeconds, 30 s), with
+            // time left for the exit itself.
+            drain_timeout: Duration::from_secs(25),
+            // What a stream's events need; the kernel's autotuning grows an unread connection's
+            // buffers to 4–6 MiB (tcp_wmem, tcp_rmem), and 5,000 slow readers ran the kernel out
+            // of memory.
+            socket_buffer: Some(64 << 10),
         }
     }
-}
-
-/// Read a request body of at most `limit` bytes. A body whose `Content-Length` is over the limit
-/// is refused before a byte of it is read; one without a length is read until it passes the
-/// limit. Call it only after the request is authenticated: nothing is read for a stranger.
-pub async fn read_body(body: Body, limit: usize, flag: &str) -> Result<Bytes, ApiError> {
-    let too_large = || {
-        ApiError::payload_too_large(format!(
-            "request body is larger than {limit} bytes (the proxy's {flag})"
-        ))
-    };
-    if body.size_hint().lower() > limit as u64 {
-        return Err(too_large());
-    }
-    let mut stream = body.into_data_stream();
-    let mut read = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("reading the request body failed: {e}")))?;
-        if read.len() + chunk.len() > limit {
-            return Err(too_large());
-        }
-        read.extend_from_slice(&chunk);
-    }
-    Ok(Bytes::from(read))
 }
 
 /// Mark an answer given without reading (all of) the request's body as closing its connection.

@@ -132,10 +132,24 @@ impl Report for Overload {
     }
 }
 
-/// The layer on the model routes: a shed request is answered before anything else is done with
-/// it (no credential checked, no body read), in the error shape of the API it called.
-pub async fn shed_when_late(State(overload): State<Arc<Overload>>, request: Request, next: Next) -> Response {
-    match overload.admit() {
+/// A rule that sheds new model requests while the proxy (or its machine) cannot serve them in
+/// time: this module's lag, and the machine's TCP memory ([`crate::front::tcp_memory`]).
+pub trait ShedRule: Send + Sync + 'static {
+    /// `Ok` to serve a new model request now; the 503 to answer it with instead.
+    fn admit(&self) -> Result<(), ApiError>;
+}
+
+impl ShedRule for Overload {
+    fn admit(&self) -> Result<(), ApiError> {
+        Overload::admit(self)
+    }
+}
+
+/// The layer on the model routes, for any [`ShedRule`]: a shed request is answered before
+/// anything else is done with it (no credential checked, no body read), in the error shape of the
+/// API it called.
+pub async fn shed<R: ShedRule>(State(rule): State<Arc<R>>, request: Request, next: Next) -> Response {
+    match rule.admit() {
         Ok(()) => next.run(request).await,
         Err(e) => {
             let shape = if request.uri().path() == "/v1/messages" {

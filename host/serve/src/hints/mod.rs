@@ -2,24 +2,28 @@
 //! a tool or a person, which agent runs next — told to the tenant's policies as `session-end`
 //! (closed), `session-wait` and `handoff` (docs/agents.md, "Lifecycle hints").
 //!
-//! Three ways in: headers on a request ([`parse::request_hints`], applied when its response
-//! ends), the endpoint `POST /v1/agentrt/hints` ([`route`]), and the traffic itself — a response
+//! Four ways in: headers on a request ([`parse::request_hints`], applied when its response
+//! ends), the field's dialects in its body — vLLM's `kv_hints` envelope, Dynamo's `nvext`,
+//! ThunderAgent's `program_id` ([`dialects`], applied with the headers') — the endpoints
+//! `POST /v1/agentrt/hints` and ThunderAgent's `POST /programs/release` ([`route`]), and the traffic itself — a response
 //! that asks for a tool marks its session as waiting for it ([`tool_wait`]), and the session's
-//! next request ends the wait, its gap learned per (agent, tool) ([`return_times`]). Hints name
+//! next request ends the wait, its gap learned per (agent, tool)
+//! ([`crate::tenant::return_times`]). Each tenant's hint state is the tenant's own
+//! ([`crate::tenant::hint_state`]), gone with it. Hints name
 //! sessions as requests do and are scoped to the caller's tenant the same way
 //! ([`crate::identity::tenant_session`]), so one can never reach another tenant's session.
-//! Bounded: 64 hints and 16 KiB a call, names of 256 bytes, a per-tenant rate ([`rate`]);
+//! Bounded: 64 hints and 16 KiB a call, names of 256 bytes, a per-tenant rate
+//! ([`crate::tenant::hint_rate`]) that
+//! header hints and calls share (a call of no hints costs one);
 //! idempotent: a session closed twice (not reopened by a request between) ends once.
 
+pub mod dialects;
 pub mod parse;
-pub mod rate;
-pub mod return_times;
 pub mod route;
 pub mod tool_wait;
 
-use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use agentrt_exposition::{Exposition, Report};
@@ -27,22 +31,19 @@ use agentrt_runtime::types::{EndReason, Event, Handoff, SessionWait, WaitKind};
 use serde_json::{json, Value};
 
 use self::parse::{Hint, RequestHints, WaitFor};
-use self::rate::Bucket;
-use self::return_times::ReturnTimes;
 use crate::clock::Clock;
 use crate::identity::{tenant_session, Identity};
 use crate::policy::feed::{session_end, PolicyFeed};
-use crate::table::LruTable;
-use crate::tenant::Tenant;
-
-/// Closed sessions one tenant remembers, so that closing one again is a duplicate.
-pub const MAX_CLOSED_SESSIONS: usize = 65_536;
+use crate::tenant::hint_state::HintState;
+use crate::tenant::{Tenant, Tenants};
 
 /// Where a hint came from (the `source` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Source {
     /// A request's header.
     Header,
+    /// A request's body, in one of the field's dialects ([`dialects`]).
+    Body,
     /// `POST /v1/agentrt/hints`.
     Endpoint,
     /// Read from a response.
@@ -53,6 +54,7 @@ impl Source {
     fn label(self) -> &'static str {
         match self {
             Source::Header => "header",
+            Source::Body => "body",
             Source::Endpoint => "endpoint",
             Source::Response => "response",
         }
@@ -65,6 +67,8 @@ enum Outcome {
     Applied,
     Duplicate,
     UnknownSession,
+    /// Checked and counted; the policy contract has no event for it.
+    NoEvent,
 }
 
 impl Outcome {
@@ -73,22 +77,9 @@ impl Outcome {
             Outcome::Applied => "applied",
             Outcome::Duplicate => "duplicate",
             Outcome::UnknownSession => "unknown_session",
+            Outcome::NoEvent => "no_event",
         }
     }
-}
-
-/// One tenant's hint state: its rate, the sessions it closed, its open tool waits and their
-/// return times, and its counters.
-struct TenantHints {
-    bucket: Mutex<Bucket>,
-    lifecycle: Mutex<Lifecycle>,
-    counts: Mutex<BTreeMap<(&'static str, Source, Outcome), u64>>,
-    refused: Mutex<BTreeMap<&'static str, u64>>,
-}
-
-struct Lifecycle {
-    closed: LruTable<u64, ()>,
-    times: ReturnTimes,
 }
 
 /// The result of applying one call's hints.
@@ -100,49 +91,33 @@ pub struct Applied {
     pub duplicates: usize,
 }
 
-/// Every tenant's hint state, and what tells their policies. Cheap to share (`Arc`).
+/// What tells the tenants' policies their hints; each tenant's hint state is its own
+/// ([`crate::tenant::hint_state`]). Cheap to share (`Arc`).
 pub struct Hints {
     rate: f64,
     feed: PolicyFeed,
     clock: Clock,
-    tenants: Mutex<HashMap<Arc<str>, Arc<TenantHints>>>,
+    /// The live tenants, whose counters `/metrics` shows.
+    tenants: Arc<Tenants>,
 }
 
 impl Hints {
     /// Hints at `rate` per second per tenant (`--hint-rate`), told through `feed`.
-    pub fn new(rate: f64, feed: PolicyFeed, clock: Clock) -> Self {
+    pub fn new(rate: f64, feed: PolicyFeed, clock: Clock, tenants: Arc<Tenants>) -> Self {
         Self {
             rate,
             feed,
             clock,
-            tenants: Mutex::new(HashMap::new()),
+            tenants,
         }
-    }
-
-    fn of(&self, tenant: &Tenant) -> Arc<TenantHints> {
-        let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(known) = tenants.get(tenant.name.as_str()) {
-            return known.clone();
-        }
-        let fresh = Arc::new(TenantHints {
-            bucket: Mutex::new(Bucket::new(self.rate, Instant::now())),
-            lifecycle: Mutex::new(Lifecycle {
-                closed: LruTable::new(MAX_CLOSED_SESSIONS, usize::MAX),
-                times: ReturnTimes::default(),
-            }),
-            counts: Mutex::default(),
-            refused: Mutex::default(),
-        });
-        tenants.insert(tenant.name.as_str().into(), fresh.clone());
-        fresh
     }
 
     /// A request of `session` arrives: a closed session is open again, and a tool wait ends.
     pub fn arrived(&self, tenant: &Tenant, session: u64) {
-        let hints = self.of(tenant);
-        let mut lifecycle = hints.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
-        lifecycle.closed.remove(&session);
-        lifecycle.times.resumed(session, Instant::now());
+        let hints = &tenant.hints;
+        let mut sessions = hints.sessions();
+        sessions.closed.remove(&session);
+        sessions.times.resumed(session, Instant::now());
     }
 
     /// The events a finished request's hints add after its `request-finish`: a wait for the
@@ -155,9 +130,13 @@ impl Hints {
         request: &RequestHints,
         tools: Vec<String>,
     ) -> Vec<Event> {
-        let hints = self.of(tenant);
+        let hints = &tenant.hints;
         let at_us = self.clock.now_us();
         let mut events = Vec::new();
+        let source = if request.in_body { Source::Body } else { Source::Header };
+        for kind in &request.noted {
+            counted(hints, kind, source, Outcome::NoEvent);
+        }
         if !tools.is_empty() && !request.closed {
             for tool in &tools {
                 events.push(wait_event(
@@ -168,23 +147,22 @@ impl Hints {
                     false,
                     at_us,
                 ));
-                hints.count("wait_tool", Source::Response, Outcome::Applied);
+                counted(hints, "wait_tool", Source::Response, Outcome::Applied);
             }
-            let mut lifecycle = hints.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
-            lifecycle.times.paused(session, agent_name, tools, Instant::now());
+            let mut sessions = hints.sessions();
+            sessions.times.paused(session, agent_name, tools, Instant::now());
         }
         if let Some(next) = &request.next_agent {
-            self.handoff(tenant, &hints, (session, agent), next, Source::Header, &mut events);
+            self.handoff(tenant, (session, agent), next, source, &mut events);
         }
         if request.closed {
-            self.close(tenant, &hints, session, Source::Header, &mut events);
+            self.close(tenant, session, source, &mut events);
         }
         events
     }
 
     /// Apply a call's checked hints for `tenant` and tell its policies: all of them, in order.
     pub fn apply(&self, tenant: &Tenant, hints: &[Hint]) -> Applied {
-        let state = self.of(tenant);
         let mut events = Vec::new();
         let mut applied = Applied::default();
         for hint in hints {
@@ -192,7 +170,7 @@ impl Hints {
             applied.accepted += 1;
             match hint {
                 Hint::Closed { .. } => {
-                    if !self.close(tenant, &state, session, Source::Endpoint, &mut events) {
+                    if !self.close(tenant, session, Source::Endpoint, &mut events) {
                         applied.duplicates += 1;
                     }
                 }
@@ -202,15 +180,7 @@ impl Hints {
                     expected_ms,
                     ..
                 } => {
-                    let told = self.wait(
-                        tenant,
-                        &state,
-                        session,
-                        agent.as_deref(),
-                        wait,
-                        *expected_ms,
-                        &mut events,
-                    );
+                    let told = self.wait(tenant, session, agent.as_deref(), wait, *expected_ms, &mut events);
                     if !told {
                         applied.duplicates += 1;
                     }
@@ -222,7 +192,7 @@ impl Hints {
                         .as_deref()
                         .and_then(|a| tenant.agents.handle_of(a))
                         .unwrap_or(0);
-                    self.handoff(tenant, &state, (session, from), to_agent, Source::Endpoint, &mut events);
+                    self.handoff(tenant, (session, from), to_agent, Source::Endpoint, &mut events);
                 }
             }
         }
@@ -232,12 +202,29 @@ impl Hints {
         applied
     }
 
-    /// Take `n` hints from `tenant`'s rate: `Err(Some(wait))` when they fit after `wait`,
-    /// `Err(None)` when a call of `n` never fits (over the burst).
+    /// Take `n` hints from `tenant`'s rate — a call of none costs one, as a call is work whatever
+    /// it carries: `Err(Some(wait))` when they fit after `wait`, `Err(None)` when a call of `n`
+    /// never fits (over the burst).
     pub fn take(&self, tenant: &Tenant, n: usize) -> Result<(), Option<std::time::Duration>> {
-        let hints = self.of(tenant);
-        let mut bucket = hints.bucket.lock().unwrap_or_else(|p| p.into_inner());
-        bucket.take(n, Instant::now())
+        tenant.hints.take(self.rate, n.max(1), Instant::now())
+    }
+
+    /// A request's hints (its headers' and its body's) under the same rate as the endpoint's: `request` when its hints
+    /// fit in `tenant`'s rate, else none of them (counted as refused for `rate`). The request
+    /// itself goes on either way: a hint never fails a model call, and a session whose closing
+    /// was dropped ends when it falls silent (`--session-idle-ms`).
+    pub fn within_rate(&self, tenant: &Tenant, request: RequestHints) -> RequestHints {
+        let n = request.count();
+        if n == 0 {
+            return request;
+        }
+        match tenant.hints.take(self.rate, n, Instant::now()) {
+            Ok(()) => request,
+            Err(_) => {
+                self.refused(tenant, "rate");
+                RequestHints::default()
+            }
+        }
     }
 
     /// The burst: the most hints one call may carry under the rate.
@@ -245,82 +232,69 @@ impl Hints {
         self.rate * 2.0
     }
 
-    /// Count a refused call of `tenant` (`malformed`, `rate`, `too_large`).
+    /// Count a refused call of `tenant` (`malformed`, `rate`, `too_large`, `timeout`, `budget`).
     pub fn refused(&self, tenant: &Tenant, reason: &'static str) {
-        let hints = self.of(tenant);
-        *hints
-            .refused
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(reason)
-            .or_default() += 1;
+        tenant.hints.refuse(reason);
     }
 
     /// `tenant`'s learned tool return times and open waits, for `/admin/tenants/{t}/stats`.
     pub fn stats(&self, tenant: &Tenant) -> Value {
-        let hints = self.of(tenant);
-        let lifecycle = hints.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
+        let hints = &tenant.hints;
+        let sessions = hints.sessions();
         json!({
-            "open_tool_waits": lifecycle.times.open_waits(),
-            "closed_sessions_remembered": lifecycle.closed.len(),
-            "tool_return_times": lifecycle.times.report(),
+            "open_tool_waits": sessions.times.open_waits(),
+            "closed_sessions_remembered": sessions.closed.len(),
+            "tool_return_times": sessions.times.report(),
         })
     }
 
     /// Close `session`: `false` (a duplicate, nothing told) when it is closed already.
-    fn close(
-        &self,
-        tenant: &Tenant,
-        hints: &TenantHints,
-        session: u64,
-        source: Source,
-        events: &mut Vec<Event>,
-    ) -> bool {
-        let mut lifecycle = hints.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
-        if lifecycle.closed.contains(&session) {
-            hints.count("closed", source, Outcome::Duplicate);
+    fn close(&self, tenant: &Tenant, session: u64, source: Source, events: &mut Vec<Event>) -> bool {
+        let hints = &tenant.hints;
+        let mut sessions = hints.sessions();
+        if sessions.closed.contains(&session) {
+            counted(hints, "closed", source, Outcome::Duplicate);
             return false;
         }
         let live = tenant.agents.forget_session(session);
-        lifecycle.closed.insert(session, (), 0);
-        lifecycle.times.forget(session);
+        sessions.closed.insert(session, (), 0);
+        sessions.times.forget(session);
         let outcome = if live {
             Outcome::Applied
         } else {
             Outcome::UnknownSession
         };
-        hints.count("closed", source, outcome);
+        counted(hints, "closed", source, outcome);
         events.push(session_end(session, EndReason::Closed, self.clock.now_us()));
         true
     }
 
     /// A wait said by the framework, told to the policies; false when it only repeats a tool
     /// wait already read from the response that asked for the tool (counted as a duplicate).
-    #[allow(clippy::too_many_arguments)]
     fn wait(
         &self,
         tenant: &Tenant,
-        hints: &TenantHints,
         session: u64,
         agent: Option<&str>,
         wait: &WaitFor,
         expected_ms: Option<u64>,
         events: &mut Vec<Event>,
     ) -> bool {
+        let hints = &tenant.hints;
         let handle = agent.and_then(|a| tenant.agents.handle_of(a)).unwrap_or(0);
         let kind = match wait {
             WaitFor::Tool(tool) => {
-                let mut lifecycle = hints.lifecycle.lock().unwrap_or_else(|p| p.into_inner());
+                let mut sessions = hints.sessions();
                 // A wait the proxy already read from the response that asked for the tool: the
                 // same fact, told once (and its start kept, so the learned gap is the tool's).
                 // An expected duration is news the response did not carry, and is told.
-                if lifecycle.times.is_waiting_for(session, tool) {
+                if sessions.times.is_waiting_for(session, tool) {
                     if expected_ms.is_none() {
-                        hints.count("wait_tool", Source::Endpoint, Outcome::Duplicate);
+                        counted(hints, "wait_tool", Source::Endpoint, Outcome::Duplicate);
                         return false;
                     }
                 } else {
-                    lifecycle
+                    sessions
                         .times
                         .paused(session, agent.unwrap_or_default(), vec![tool.clone()], Instant::now());
                 }
@@ -328,7 +302,7 @@ impl Hints {
             }
             WaitFor::User => "wait_user",
         };
-        hints.count(kind, Source::Endpoint, known(tenant, session));
+        counted(hints, kind, Source::Endpoint, known(tenant, session));
         events.push(wait_event(
             session,
             handle,
@@ -341,15 +315,7 @@ impl Hints {
     }
 
     /// A handoff to agent `to` (registered first if the tenant has not seen it call).
-    fn handoff(
-        &self,
-        tenant: &Tenant,
-        hints: &TenantHints,
-        (session, from): (u64, u32),
-        to: &str,
-        source: Source,
-        events: &mut Vec<Event>,
-    ) {
+    fn handoff(&self, tenant: &Tenant, (session, from): (u64, u32), to: &str, source: Source, events: &mut Vec<Event>) {
         let identity = Identity {
             agent_name: to.to_string(),
             anchor_hash: 0,
@@ -360,7 +326,7 @@ impl Hints {
         };
         let (to_agent, registration) = tenant.agents.intern(&identity);
         events.extend(registration);
-        hints.count("handoff", source, known(tenant, session));
+        counted(&tenant.hints, "handoff", source, known(tenant, session));
         events.push(Event::Handoff(Handoff {
             session,
             from_agent: from,
@@ -397,50 +363,43 @@ fn wait_event(session: u64, agent: u32, wait: &WaitFor, expected_ms: Option<u64>
     })
 }
 
-impl TenantHints {
-    fn count(&self, kind: &'static str, source: Source, outcome: Outcome) {
-        *self
-            .counts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry((kind, source, outcome))
-            .or_default() += 1;
-    }
+fn counted(hints: &HintState, kind: &'static str, source: Source, outcome: Outcome) {
+    hints.count((kind, source.label(), outcome.label()));
 }
 
 impl Report for Hints {
     fn report(&self, out: &mut Exposition<'_>) -> fmt::Result {
-        let mut tenants: Vec<(Arc<str>, Arc<TenantHints>)> = {
-            let map = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
-            map.iter().map(|(n, h)| (n.clone(), h.clone())).collect()
-        };
-        tenants.sort_by(|a, b| a.0.cmp(&b.0));
+        // The live tenants only: a tenant a reload removed took its counters with it.
+        let mut tenants = self.tenants.list();
+        tenants.sort_by(|a, b| a.name.cmp(&b.name));
         let mut taken = Vec::new();
         let mut refused = Vec::new();
-        for (tenant, hints) in &tenants {
-            for ((kind, source, outcome), n) in hints.counts.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for tenant in &tenants {
+            let name = tenant.name.as_str();
+            for ((kind, source, outcome), n) in tenant.hints.counts() {
                 let labels = [
-                    ("tenant", &**tenant),
-                    ("kind", *kind),
-                    ("source", source.label()),
-                    ("outcome", outcome.label()),
+                    ("tenant", name),
+                    ("kind", kind),
+                    ("source", source),
+                    ("outcome", outcome),
                 ];
-                taken.push((labels, *n));
+                taken.push((labels, n));
             }
-            for (reason, n) in hints.refused.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-                refused.push(([("tenant", &**tenant), ("reason", *reason)], *n));
+            for (reason, n) in tenant.hints.refusals() {
+                refused.push(([("tenant", name), ("reason", reason)], n));
             }
         }
         out.counters(
             "agentrt_hints_total",
-            "Lifecycle hints taken, by kind, where they came from (a request's header, the hints endpoint, \
-             read from a response) and outcome (applied, duplicate, unknown_session).",
+            "Lifecycle hints taken, by kind, where they came from (a request's header or body, the hints \
+             endpoints, read from a response) and outcome (applied, duplicate, unknown_session, no_event).",
             taken,
         )?;
         out.counters(
             "agentrt_hints_refused_total",
-            "Hint calls or headers refused: malformed (400), rate (429, --hint-rate), too_large (over 64 \
-             hints or 16 KiB).",
+            "Hint calls or headers refused: malformed (400), rate (429 for a call, dropped hints for a \
+             request's headers; --hint-rate), too_large (over 64 hints or 16 KiB), timeout (408: the body \
+             missed its deadline), budget (the reading budgets were spent).",
             refused,
         )
     }

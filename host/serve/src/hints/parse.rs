@@ -6,7 +6,7 @@
 use axum::http::HeaderMap;
 use serde_json::{Map, Value};
 
-use crate::table::MAX_AGENT_NAME_BYTES;
+use crate::names::{check_name, NameFault};
 
 /// Most hints one call may carry.
 pub const MAX_HINTS_PER_CALL: usize = 64;
@@ -14,9 +14,9 @@ pub const MAX_HINTS_PER_CALL: usize = 64;
 pub const MAX_HINTS_BODY_BYTES: usize = 16 << 10;
 /// Deepest JSON nesting the body may have (the wire form needs 3).
 pub const MAX_HINTS_DEPTH: usize = 8;
-/// Longest `session`, `agent`, `tool`, `from_agent`, `to_agent` (an agent name's limit, as for
+/// Longest `session`, `agent`, `tool`, `from_agent`, `to_agent` (a name's limit, as for
 /// `x-agent-id`).
-pub const MAX_NAME_BYTES: usize = MAX_AGENT_NAME_BYTES;
+pub const MAX_NAME_BYTES: usize = crate::names::MAX_NAME_BYTES;
 /// Longest `expected_ms`: a day.
 pub const MAX_EXPECTED_MS: u64 = 86_400_000;
 /// The header that closes a session with its request.
@@ -198,22 +198,28 @@ fn parse_wait(fields: &Map<String, Value>, at: &str, session: String) -> Result<
     })
 }
 
-/// An optional name field: absent or null is `None`; otherwise a non-empty string of at most
-/// [`MAX_NAME_BYTES`].
+/// An optional name field: absent or null is `None`; otherwise a string of 1 to
+/// [`MAX_NAME_BYTES`]. The names a hint stores or shows (agents, tools) follow the names' rule
+/// ([`check_name`]: visible characters); a session key is only hashed, and needs only its length.
 fn name(fields: &Map<String, Value>, at: &str, field: &str) -> Result<Option<String>, String> {
     match fields.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if s.is_empty() => Err(format!("{at}.{field}: empty")),
-        Some(Value::String(s)) if s.len() > MAX_NAME_BYTES => Err(format!(
-            "{at}.{field}: {} bytes, over the limit of {MAX_NAME_BYTES}",
-            s.len()
-        )),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(Value::String(s)) => {
+            let checked = match field {
+                "session" if s.is_empty() => Err(NameFault::Empty),
+                "session" if s.len() > MAX_NAME_BYTES => Err(NameFault::TooLong(s.len())),
+                "session" => Ok(()),
+                _ => check_name(s),
+            };
+            checked.map_err(|fault| format!("{at}.{field}: {fault}"))?;
+            Ok(Some(s.clone()))
+        }
         Some(other) => Err(format!("{at}.{field}: expected a string, got {}", kind_of(other))),
     }
 }
 
-fn kind_of(value: &Value) -> &'static str {
+/// What `value` is, for a refusal ("expected a string, got a number").
+pub(super) fn kind_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -224,19 +230,42 @@ fn kind_of(value: &Value) -> &'static str {
     }
 }
 
-/// What a request's headers say of its session's life.
+/// What a request says of its session's life: its headers, and its body's hint dialects
+/// ([`super::dialects`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestHints {
-    /// `x-agentrt-session-end: closed`: the session ends with this request's response.
+    /// `x-agentrt-session-end: closed` (or a dialect's closing): the session ends with this
+    /// request's response.
     pub closed: bool,
-    /// `x-agentrt-next-agent`: the agent that runs next.
+    /// `x-agentrt-next-agent` (or a dialect's handoff): the agent that runs next.
     pub next_agent: Option<String>,
+    /// Hints checked and counted that the policy contract has no event for (a retention intent,
+    /// a priority, an expected output length), by kind.
+    pub noted: Vec<&'static str>,
+    /// Said by the body (a dialect) and not by the headers: the `source` they are counted under.
+    pub in_body: bool,
 }
 
 impl RequestHints {
     /// Whether the request carries any hint.
     pub fn any(&self) -> bool {
-        self.closed || self.next_agent.is_some()
+        self.count() > 0
+    }
+
+    /// How many hints it carries (what it takes from the tenant's hint rate).
+    pub fn count(&self) -> usize {
+        usize::from(self.closed) + usize::from(self.next_agent.is_some()) + self.noted.len()
+    }
+
+    /// These (a request's headers' hints) with those of its `body`: a header's next agent wins.
+    pub fn with_body(mut self, body: RequestHints) -> Self {
+        self.in_body = !self.any() && body.any();
+        self.closed |= body.closed;
+        if self.next_agent.is_none() {
+            self.next_agent = body.next_agent;
+        }
+        self.noted.extend(body.noted);
+        self
     }
 }
 
@@ -260,12 +289,7 @@ pub fn request_hints(headers: &HeaderMap) -> Result<RequestHints, String> {
             .to_str()
             .map(str::trim)
             .map_err(|_| format!("{NEXT_AGENT_HEADER}: expected an agent name in visible ASCII (as x-agent-id)"))?;
-        if name.is_empty() || name.len() > MAX_NAME_BYTES {
-            return Err(format!(
-                "{NEXT_AGENT_HEADER}: expected an agent name of 1 to {MAX_NAME_BYTES} bytes, got {} bytes",
-                name.len()
-            ));
-        }
+        check_name(name).map_err(|fault| format!("{NEXT_AGENT_HEADER}: the agent name is {fault}"))?;
         hints.next_agent = Some(name.to_string());
     }
     Ok(hints)
@@ -349,6 +373,18 @@ mod tests {
                 json!({"hints": [{"type": "session_closed", "session": "x".repeat(257)}]}),
                 "hints[0].session: 257 bytes, over the limit of 256",
             ),
+            (
+                json!({"hints": [{"type": "handoff", "session": "S", "to_agent": "evil\u{202e}txt"}]}),
+                "hints[0].to_agent: holds U+202E",
+            ),
+            (
+                json!({"hints": [{"type": "wait", "session": "S", "kind": "tool", "tool": "a\u{1b}[2J"}]}),
+                "hints[0].tool: holds U+001B",
+            ),
+            (
+                json!({"hints": [{"type": "session_closed", "session": ""}]}),
+                "hints[0].session: empty",
+            ),
             (json!({"hint": []}), "hint: unknown field"),
             (json!([1]), "the body must be a JSON object"),
         ];
@@ -379,7 +415,8 @@ mod tests {
             request_hints(&h).unwrap(),
             RequestHints {
                 closed: true,
-                next_agent: Some("coder".into())
+                next_agent: Some("coder".into()),
+                ..RequestHints::default()
             }
         );
         h.insert(SESSION_END_HEADER, "done".parse().unwrap());

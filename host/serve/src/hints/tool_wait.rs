@@ -8,6 +8,7 @@
 use serde_json::Value;
 
 use crate::identity::agent_api::AgentApi;
+use crate::names::check_name;
 
 /// Most distinct tools one response is read for (parallel tool calls); the rest are not named.
 pub const MAX_TOOLS_PER_RESPONSE: usize = 16;
@@ -112,17 +113,16 @@ impl ToolCalls {
         }
     }
 
+    /// A tool the reply names, kept if it follows the names' rule ([`check_name`]: visible
+    /// characters, at most 256 bytes) — a model's output is not the proxy's to trust — so one
+    /// reply keeps at most [`MAX_TOOLS_PER_RESPONSE`] × 256 bytes of names. A name that breaks
+    /// the rule leaves the tool unnamed (a wait for a tool all the same).
     fn named(&mut self, name: Option<&Value>) {
-        let Some(name) = name.and_then(Value::as_str).filter(|n| !n.is_empty()) else {
+        let Some(name) = name.and_then(Value::as_str).filter(|n| check_name(n).is_ok()) else {
             return;
         };
         if self.names.len() < MAX_TOOLS_PER_RESPONSE && !self.names.iter().any(|n| n == name) {
-            // A name as long as an agent's at most: what the wait table keeps.
-            let mut end = name.len().min(super::parse::MAX_NAME_BYTES);
-            while !name.is_char_boundary(end) {
-                end -= 1;
-            }
-            self.names.push(name[..end].to_string());
+            self.names.push(name.to_string());
         }
     }
 

@@ -3,7 +3,8 @@
 //! - Agent: the `x-agent-id` header, else the body's `user` field, else the request's **anchor** —
 //!   the content hash of its system/developer messages and tool definitions. Agents of a
 //!   multi-agent system differ exactly there, so the anchor names them for free.
-//! - Session: the `x-session-id` header, else the body's `session_id`, else the hash of the first
+//! - Session: the `x-session-id` header, else the body's `session_id`, else a hint dialect's name
+//!   (Dynamo's `nvext.session_control.session_id`, ThunderAgent's `program_id`), else the hash of the first
 //!   user message — in a multi-agent workflow every agent's prompt carries the original task.
 //!
 //! Pure functions of a request: nothing here remembers anything (a tenant's agents, anchors and
@@ -17,13 +18,13 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::identity::agent_api::AgentApi;
-use crate::table::MAX_AGENT_NAME_BYTES;
+use crate::names::check_name;
 
 /// What the proxy learned about one request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Identity {
     /// The agent: `x-agent-id`, else the body's `user`, else `anchor-<hash>` (`completions` for
-    /// a plain completion); at most [`MAX_AGENT_NAME_BYTES`].
+    /// a plain completion); by the rule of [`check_name`] (at most [`crate::names::MAX_NAME_BYTES`]).
     pub agent_name: String,
     /// [`stable_hash`] of the anchor (leading system/developer messages and tools); 0 for a
     /// plain completion, which has none.
@@ -75,8 +76,28 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
+/// What a request's headers say of who calls — `x-agent-id` and `x-session-id` — read once with
+/// the rest of its head, before its body.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IdentityHeaders {
+    /// `x-agent-id`, trimmed, when present and not empty.
+    pub agent: Option<String>,
+    /// `x-session-id`, trimmed, when present and not empty.
+    pub session: Option<String>,
+}
+
+impl IdentityHeaders {
+    /// The identity headers of `headers`.
+    pub fn read(headers: &HeaderMap) -> Self {
+        Self {
+            agent: header(headers, "x-agent-id").map(str::to_string),
+            session: header(headers, "x-session-id").map(str::to_string),
+        }
+    }
+}
+
 /// Split a chat request into its anchor and identify it.
-pub fn identify_chat(headers: &HeaderMap, body: &Value) -> Result<(Identity, Anchor), String> {
+pub fn identify_chat(headers: &IdentityHeaders, body: &Value) -> Result<(Identity, Anchor), String> {
     let messages = body
         .get("messages")
         .and_then(Value::as_array)
@@ -90,15 +111,17 @@ pub fn identify_chat(headers: &HeaderMap, body: &Value) -> Result<(Identity, Anc
     // serde_json's map is ordered by key, so equal anchors serialize to equal bytes.
     let canonical = serde_json::to_vec(&json!({ "system": leading, "tools": tools })).expect("values serialize");
     let anchor_hash = stable_hash(&canonical);
-    let agent_name = header(headers, "x-agent-id")
-        .map(str::to_string)
+    let agent_name = headers
+        .agent
+        .clone()
         .or_else(|| body.get("user").and_then(Value::as_str).map(str::to_string))
         .unwrap_or_else(|| format!("anchor-{anchor_hash:016x}"));
     let first_user = messages
         .iter()
         .find(|m| m.get("role").and_then(Value::as_str) == Some("user"));
-    let session_key = header(headers, "x-session-id")
-        .map(str::to_string)
+    let session_key = headers
+        .session
+        .clone()
         .or_else(|| body.get("session_id").and_then(Value::as_str).map(str::to_string))
         .or_else(|| first_user.map(|m| format!("task-{:016x}", stable_hash(m.to_string().as_bytes()))))
         .unwrap_or_else(|| format!("anchor-{anchor_hash:016x}"));
@@ -132,14 +155,16 @@ pub fn identify_chat(headers: &HeaderMap, body: &Value) -> Result<(Identity, Anc
 }
 
 /// Identify a plain completion request (no messages: identity from headers, session from them).
-pub fn identify_completion(headers: &HeaderMap, body: &Value) -> Result<Identity, String> {
+pub fn identify_completion(headers: &IdentityHeaders, body: &Value) -> Result<Identity, String> {
     let prompt = body.get("prompt").map(Value::to_string).unwrap_or_default();
-    let agent_name = header(headers, "x-agent-id")
-        .map(str::to_string)
+    let agent_name = headers
+        .agent
+        .clone()
         .or_else(|| body.get("user").and_then(Value::as_str).map(str::to_string))
         .unwrap_or_else(|| "completions".to_string());
-    let session_key = header(headers, "x-session-id")
-        .map(str::to_string)
+    let session_key = headers
+        .session
+        .clone()
         .or_else(|| body.get("session_id").and_then(Value::as_str).map(str::to_string))
         .unwrap_or_else(|| format!("prompt-{:016x}", stable_hash(prompt.as_bytes())));
     check_agent_name(&agent_name)?;
@@ -153,7 +178,20 @@ pub fn identify_completion(headers: &HeaderMap, body: &Value) -> Result<Identity
     })
 }
 
+/// Whether the request names its session in agentrt's own way (`x-session-id`, or the body's
+/// `session_id`), which a hint dialect's name ([`Identity::name_session`]) does not override.
+pub fn names_session(headers: &IdentityHeaders, body: &Value) -> bool {
+    headers.session.is_some() || body.get("session_id").and_then(Value::as_str).is_some()
+}
+
 impl Identity {
+    /// Name the session `key` (a hint dialect's: Dynamo's `session_control.session_id`,
+    /// ThunderAgent's `program_id`), for a request that does not name it itself.
+    pub fn name_session(&mut self, key: String) {
+        self.session = stable_hash(key.as_bytes());
+        self.session_key = key;
+    }
+
     /// Make the session id the tenant's own: two tenants that use the same session key (an
     /// `x-session-id`, or the same first task) must not share a session id in the engine's block
     /// tags or in what their policies hear.
@@ -173,15 +211,10 @@ pub fn tenant_session(tenant: &str, session_key: &str) -> u64 {
     stable_hash(&bytes)
 }
 
-/// Refuse an agent name longer than [`MAX_AGENT_NAME_BYTES`].
+/// Refuse an agent name that breaks the names' rule ([`check_name`]): visible characters, at
+/// most [`crate::names::MAX_NAME_BYTES`].
 fn check_agent_name(name: &str) -> Result<(), String> {
-    if name.len() > MAX_AGENT_NAME_BYTES {
-        return Err(format!(
-            "the agent name (`x-agent-id` or `user`) is {} bytes, over the limit of {MAX_AGENT_NAME_BYTES}",
-            name.len()
-        ));
-    }
-    Ok(())
+    check_name(name).map_err(|fault| format!("the agent name (`x-agent-id` or `user`) is {fault}"))
 }
 
 #[cfg(test)]
@@ -199,7 +232,7 @@ pub(crate) mod tests {
 
     #[test]
     fn agents_are_named_by_anchor_and_sessions_by_task() {
-        let h = HeaderMap::new();
+        let h = IdentityHeaders::default();
         let (a, anchor) = identify_chat(&h, &chat("You are the planner.", "Task 17")).unwrap();
         let (b, _) = identify_chat(&h, &chat("You are the coder.", "Task 17")).unwrap();
         let (c, _) = identify_chat(&h, &chat("You are the planner.", "Task 18")).unwrap();
@@ -216,17 +249,17 @@ pub(crate) mod tests {
         let mut h = HeaderMap::new();
         h.insert("x-agent-id", "coder".parse().unwrap());
         h.insert("x-session-id", "s-1".parse().unwrap());
-        let (id, _) = identify_chat(&h, &chat("x", "y")).unwrap();
+        let (id, _) = identify_chat(&IdentityHeaders::read(&h), &chat("x", "y")).unwrap();
         assert_eq!((id.agent_name.as_str(), id.session_key.as_str()), ("coder", "s-1"));
         let mut body = chat("x", "y");
         body["user"] = json!("reviewer");
-        let (id, _) = identify_chat(&HeaderMap::new(), &body).unwrap();
+        let (id, _) = identify_chat(&IdentityHeaders::default(), &body).unwrap();
         assert_eq!(id.agent_name, "reviewer");
     }
 
     #[test]
     fn a_request_without_messages_is_refused_with_a_reason() {
-        let err = identify_chat(&HeaderMap::new(), &json!({"model": "m"})).unwrap_err();
+        let err = identify_chat(&IdentityHeaders::default(), &json!({"model": "m"})).unwrap_err();
         assert!(err.contains("`messages`"));
     }
 }

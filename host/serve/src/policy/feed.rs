@@ -1,5 +1,5 @@
 //! Telling a tenant's policies what happened: every slot of the tenant hears the same events (on
-//! their workers: this never waits), and sessions reported ended leave the replicas' hint table.
+//! their workers: this never waits), and sessions reported ended leave the replicas' placement table.
 //! Most frameworks never say when a task is over (those that do send lifecycle hints:
 //! the `hints` module), so a session silent for `--session-idle-ms` is reported ended here too.
 
@@ -24,7 +24,7 @@ pub struct PolicyFeed {
 }
 
 impl PolicyFeed {
-    /// A feed into `tenants`' slots that also clears ended sessions from `replicas`' hint table
+    /// A feed into `tenants`' slots that also clears ended sessions from `replicas`' placement table
     /// when there are several replicas; session ends are stamped by `clock`.
     pub fn new(
         tenants: Arc<Tenants>,
@@ -44,7 +44,7 @@ impl PolicyFeed {
     /// calls, and drop (and count) what their full queues cannot hold.
     pub fn tell(&self, tenant: &Tenant, events: Vec<Event>) {
         if let Some(replicas) = &self.replicas {
-            // An ended session's replica is no longer a hint (idle ends, and table overflow).
+            // An ended session's replica is no longer a placement hint (idle ends, and table overflow).
             replicas.sessions_ended(events.iter().filter_map(|e| match e {
                 Event::SessionEnd(end) => Some(end.session),
                 _ => None,

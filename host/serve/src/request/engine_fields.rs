@@ -123,6 +123,9 @@ pub enum Treatment {
     SetByAgentrt,
     /// Range-checked before it goes upstream ([`crate::request::sampling_fields`]).
     Checked,
+    /// A hint dialect's field (vLLM's `kv_hints`, Dynamo's `nvext`, ThunderAgent's `program_id`):
+    /// read as lifecycle hints and taken out of the body ([`crate::hints::dialects`]).
+    HintDialect,
     /// Passed to the engine as the client sent it.
     Forwarded,
 }
@@ -139,6 +142,8 @@ const SET_BY_AGENTRT: [&str; 4] = [
 pub fn treatment(field: &str, api: crate::request::sampling_fields::Fields) -> Treatment {
     if EngineField::ALL.iter().any(|f| f.name() == field) {
         Treatment::Refused
+    } else if crate::hints::dialects::FIELDS.contains(&field) {
+        Treatment::HintDialect
     } else if SET_BY_AGENTRT.contains(&field) {
         Treatment::SetByAgentrt
     } else if crate::request::sampling_fields::is_checked(field, api) {

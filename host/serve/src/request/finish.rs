@@ -29,14 +29,14 @@ pub(super) struct FinishGuard {
     /// Its place in `--upstream-max-in-flight`, given on when the guard goes.
     pub admission: Option<AdmissionPermit>,
     pub template: RequestFinish,
-    /// What the request's headers and its response say of the session's life.
-    pub lifecycle: Lifecycle,
+    /// What the request and its response say of the session's life (its lifecycle hints).
+    pub hints: FinishHints,
     pub done: bool,
 }
 
 /// A request's lifecycle hints, applied when it ends.
-pub(super) struct Lifecycle {
-    /// Its headers' hints (closed, the next agent).
+pub(super) struct FinishHints {
+    /// What its headers and body said (closed, the next agent, hints with no event).
     pub request: RequestHints,
     /// The caller's agent, by name (tool return times are learned per agent and tool).
     pub agent_name: String,
@@ -44,8 +44,8 @@ pub(super) struct Lifecycle {
     pub tools: Vec<String>,
 }
 
-impl Lifecycle {
-    /// The hints of a request's headers, for its agent `agent_name`; no tools asked yet.
+impl FinishHints {
+    /// What a request said of its session's life, for its agent `agent_name`; no tools asked yet.
     pub fn new(request: RequestHints, agent_name: &str) -> Self {
         Self {
             request,
@@ -62,7 +62,7 @@ impl FinishGuard {
         tenant: Arc<Tenant>,
         permit: TenantPermit,
         template: RequestFinish,
-        lifecycle: Lifecycle,
+        hints: FinishHints,
     ) -> Self {
         Self {
             state,
@@ -71,7 +71,7 @@ impl FinishGuard {
             lease: None,
             admission: None,
             template,
-            lifecycle,
+            hints,
             done: false,
         }
     }
@@ -109,16 +109,12 @@ impl FinishGuard {
         // After its finish: the wait its response asked for, the handoff and the close its
         // headers said (a failed request asked for no tool).
         let tools = if ok {
-            std::mem::take(&mut self.lifecycle.tools)
+            std::mem::take(&mut self.hints.tools)
         } else {
             Vec::new()
         };
-        let who = (finish.session, finish.agent, self.lifecycle.agent_name.as_str());
-        events.extend(
-            self.state
-                .hints
-                .finished(&self.tenant, who, &self.lifecycle.request, tools),
-        );
+        let who = (finish.session, finish.agent, self.hints.agent_name.as_str());
+        events.extend(self.state.hints.finished(&self.tenant, who, &self.hints.request, tools));
         self.state.feed.tell(&self.tenant, events);
         // In flight until its end has reached the policy: a caller that sees 0 sees every finish.
         self.state.metrics.in_flight.fetch_sub(1, Relaxed);

@@ -16,7 +16,7 @@ use tracing::Instrument as _;
 
 use agentrt_runtime::types::{Continuation, EndReason, Event, Item, ItemKind, RequestArrival, RequestFinish};
 
-use super::finish::{FinishGuard, Lifecycle};
+use super::finish::{FinishGuard, FinishHints};
 use super::prepare::Prepared;
 use super::state::{failed, revoked_error, unless_revoked, ProxyState};
 use crate::engine::admission::Applicant;
@@ -60,7 +60,7 @@ pub(super) async fn forward(
     path: &str,
     api: AgentApi,
     prepared: Prepared,
-    (permit, lifecycle): (TenantPermit, RequestHints),
+    (permit, said): (TenantPermit, RequestHints),
     received: Instant,
 ) -> Response {
     let Prepared {
@@ -73,6 +73,7 @@ pub(super) async fn forward(
         ended,
         route,
         strip_usage,
+        hints: _,
     } = prepared;
     let request_id = state.request_ids.fetch_add(1, Relaxed);
     // On the request's span (current here).
@@ -89,8 +90,8 @@ pub(super) async fn forward(
         (ended, registration, continues),
     );
     let template = finish_template(request_id, agent, &identity);
-    let lifecycle = Lifecycle::new(lifecycle, &identity.agent_name);
-    let mut guard = FinishGuard::new(state.clone(), tenant.clone(), permit, template, lifecycle);
+    let hints = FinishHints::new(said, &identity.agent_name);
+    let mut guard = FinishGuard::new(state.clone(), tenant.clone(), permit, template, hints);
     // The policy's next move does not wait for the upstream.
     state.effects.carry_out(tenant.clone());
     // A place upstream, least-demoted first (`--upstream-max-in-flight`); the wait is not the
@@ -317,7 +318,7 @@ async fn respond(
                     tenant.responses.record(id);
                 }
                 if let (Some(reply), true) = (&reply, status.is_success()) {
-                    guard.lifecycle.tools = tools_in_reply(api, reply);
+                    guard.hints.tools = tools_in_reply(api, reply);
                 }
                 guard.finish(status.is_success(), usage);
                 Response::new(Body::from(bytes))

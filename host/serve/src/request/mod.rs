@@ -1,6 +1,8 @@
 //! One agent call, step by step: the OpenAI-compatible routes — chat completions, Responses,
-//! Messages, completions, models — and what they share. A request is admitted from its headers
-//! ([`crate::tenant::admit`]), its body read under `--max-body-bytes` and prepared once
+//! Messages, completions, models — and what they share. A request's head is read once (`head`:
+//! its tenant and place in the quota, [`crate::tenant::admit`]; its identity and hint headers),
+//! its body read under `--max-body-bytes`, to its deadline and within
+//! the reading budgets ([`crate::front::body`]), and prepared once
 //! (`prepare`), sent on (`forward`: the policies told, admission, replica, upstream), relayed
 //! (`relay`) and its end reported (`finish`). Policy calls never fail a request: a failing
 //! policy is logged, counted and bypassed.
@@ -8,6 +10,7 @@
 pub mod engine_fields;
 mod finish;
 mod forward;
+mod head;
 mod prepare;
 mod relay;
 pub mod sampling_fields;
@@ -19,6 +22,7 @@ pub use state::{BodyOptions, ProxyState};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
+use agentrt_guards::body_read::BodyHold;
 use axum::body::{Body, Bytes, HttpBody as _};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
@@ -28,16 +32,15 @@ use axum::Router;
 use tracing::Instrument as _;
 
 use self::forward::forward;
+use self::head::RequestHead;
 use self::prepare::{parse_body, prepare_agent_call, prepare_completion};
 use crate::engine::admission::ReadingHold;
 use crate::engine::upstream;
 use crate::front::error::ApiError;
-use crate::front::limits::{closing_connection, read_body};
-use crate::hints::parse::{request_hints, RequestHints};
-use crate::hints::route::invalid_hint;
+use crate::front::limits::closing_connection;
 use crate::identity::agent_api::AgentApi;
 use crate::telemetry;
-use crate::tenant::admit::{admit, tenant_of, Admitted};
+use crate::tenant::admit::tenant_of;
 use state::failed;
 
 /// The agent-call routes and `/v1/models`.
@@ -51,33 +54,31 @@ pub fn routes<S: Clone + Send + Sync + 'static>(state: ProxyState) -> Router<S> 
         .with_state(state)
 }
 
-/// A request admitted and its body read: the tenant and its place, the body, and while the
-/// admission queue is full the body's bytes held against its caps (dropped once the body is
-/// parsed, just before the request joins the line).
+/// A request's body read: its bytes, held against the bodies' budgets — the proxy's reading
+/// budget, and while the admission queue is full its caps — until the body is parsed, just
+/// before the request joins the line.
 struct Received {
-    admitted: Admitted,
     body: Bytes,
-    reading: Option<ReadingHold>,
+    reading: (BodyHold, Option<ReadingHold>),
 }
 
-/// The caller's tenant and place from the headers, then the body: nothing is read for a
-/// stranger, nor for a tenant at its in-flight limit, nor past the admission queue's byte caps.
-async fn admit_then_read(state: &ProxyState, headers: &HeaderMap, body: Body) -> Result<Received, ApiError> {
-    let admitted = admit(&state.tenants, headers).await?;
+/// The body of `tenant`'s admitted request: nothing is read past the admission queue's byte
+/// caps, and the body is read to its deadline within the reading budgets ([`crate::front::body`]).
+async fn read_admitted(state: &ProxyState, tenant: &str, body: Body) -> Result<Received, ApiError> {
     let limit = state.upstream.limits().max_body_bytes;
-    let reading = match &state.admission {
+    let queued = match &state.admission {
         // Its length when the client said it, else the most a body may be.
         Some(queue) => {
             let expected = body.size_hint().exact().map_or(limit, |n| (n as usize).min(limit));
-            queue.hold_reading(&admitted.tenant.name, expected)?
+            queue.hold_reading(tenant, expected)?
         }
         None => None,
     };
-    let body = read_body(body, limit, "--max-body-bytes").await?;
+    let mut hold = state.reading.budget.hold(tenant);
+    let body = state.reading.read(body, limit, "--max-body-bytes", &mut hold).await?;
     Ok(Received {
-        admitted,
         body,
-        reading,
+        reading: (hold, queued),
     })
 }
 
@@ -174,32 +175,32 @@ impl Call {
     }
 }
 
-/// One model call, whatever the route: a place in the tenant's quota before the body is read,
-/// the lifecycle hints of its headers, agent and session identified, then [`forward`].
+/// One model call, whatever the route: its head read once ([`RequestHead`]: the tenant and a
+/// place in its quota, the identity headers, the hint headers checked — nothing is read for a
+/// stranger, a tenant at its in-flight limit or a malformed hint), then the body, agent and
+/// session identified, then [`forward`].
 async fn call_traced(state: ProxyState, headers: HeaderMap, body: Body, call: Call) -> Response {
     state.metrics.requests.fetch_add(1, Relaxed);
-    let Received {
-        admitted,
-        body,
-        reading,
-    } = match admit_then_read(&state, &headers, body).await {
-        Ok(read) => read,
-        Err(e) => return finished(closing_connection(failed(&state, call.shaped(e)))),
+    let refused = |e: ApiError| finished(closing_connection(failed(&state, call.shaped(e))));
+    let head = match RequestHead::read(&state, &headers).await {
+        Ok(head) => head,
+        Err(e) => return refused(e),
     };
-    let Admitted { tenant, permit } = admitted;
+    drop(headers);
+    let tenant = head.tenant.clone();
     tracing::Span::current().record("tenant", tenant.name.as_str());
-    let lifecycle = match hints_of(&state, &tenant, &headers) {
-        Ok(lifecycle) => lifecycle,
-        Err(e) => return finished(failed(&state, call.shaped(e))),
+    let Received { body, reading } = match read_admitted(&state, &tenant.name, body).await {
+        Ok(read) => read,
+        Err(e) => return refused(e),
     };
     // The proxy's overhead counts from here: the client's upload time is not the proxy's.
     let received = Instant::now();
     let identity = tracing::info_span!("identity", tenant = %tenant.name, agent = tracing::field::Empty, session = tracing::field::Empty);
     let prepared = async {
         match call {
-            Call::Agent(api) => prepare_agent_call(&state, tenant, &headers, body, api).await,
+            Call::Agent(api) => prepare_agent_call(&state, tenant, &head.identity, body, api).await,
             Call::Completion => match parse_body(&state, &tenant, body).await {
-                Ok(json) => prepare_completion(&state, tenant, &headers, json),
+                Ok(json) => prepare_completion(&state, tenant, &head.identity, json),
                 Err(e) => Err(e),
             },
         }
@@ -208,18 +209,12 @@ async fn call_traced(state: ProxyState, headers: HeaderMap, body: Body, call: Ca
     .await;
     drop(reading);
     finished(match prepared {
-        Ok(prepared) => forward(state, call.path(), call.api(), prepared, (permit, lifecycle), received).await,
+        Ok(mut prepared) => {
+            let said = head.hints.with_body(std::mem::take(&mut prepared.hints));
+            let hints = state.hints.within_rate(&prepared.tenant, said);
+            forward(state, call.path(), call.api(), prepared, (head.permit, hints), received).await
+        }
         Err(e) => failed(&state, call.shaped(e)),
-    })
-}
-
-/// The lifecycle hints of a request's headers (`x-agentrt-session-end`, `x-agentrt-next-agent`);
-/// a value they do not accept is a 400 of type `invalid_hint`, counted for the tenant.
-fn hints_of(state: &ProxyState, tenant: &crate::tenant::Tenant, headers: &HeaderMap) -> Result<RequestHints, ApiError> {
-    request_hints(headers).map_err(|message| {
-        state.hints.refused(tenant, "malformed");
-        state.metrics.bad_requests.fetch_add(1, Relaxed);
-        invalid_hint(message)
     })
 }
 

@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::http::HeaderMap;
 use serde_json::{json, Value};
 
 use agentrt_runtime::types::{Continuation, Event};
@@ -15,8 +14,11 @@ use super::sampling_fields;
 use super::state::ProxyState;
 use crate::engine::replicas::RouteInput;
 use crate::front::error::ApiError;
+use crate::hints::dialects::{take_body_hints, BodyHints};
+use crate::hints::parse::RequestHints;
+use crate::hints::route::invalid_hint;
 use crate::identity::agent_api::AgentApi;
-use crate::identity::{identify_chat, identify_completion, Anchor, Identity};
+use crate::identity::{identify_chat, identify_completion, names_session, Anchor, Identity, IdentityHeaders};
 use crate::tenant::continuation::PromptShape;
 use crate::tenant::Tenant;
 
@@ -75,6 +77,27 @@ fn check_fields(state: &ProxyState, json: &mut Value, fields: sampling_fields::F
         .map_err(|bad| state.refused("sampling_field", ApiError::bad_request(bad.message).about(bad.field)))
 }
 
+/// The body's hint dialects, taken out of it ([`crate::hints::dialects`]); a malformed one is a 400
+/// of type `invalid_hint` naming the field, counted for the tenant.
+fn take_dialects(state: &ProxyState, tenant: &Tenant, json: &mut Value) -> Result<BodyHints, ApiError> {
+    let object = json.as_object_mut().expect("parse_body checked it is an object");
+    take_body_hints(object).map_err(|message| {
+        state.hints.refused(tenant, "malformed");
+        state.metrics.bad_requests.fetch_add(1, Relaxed);
+        invalid_hint(message)
+    })
+}
+
+/// `identity` in the session a dialect names, when the request (`body`, as identity read it)
+/// names none itself.
+fn in_dialect_session(identity: &mut Identity, headers: &IdentityHeaders, body: &Value, dialect: &mut BodyHints) {
+    if let Some(key) = dialect.session_key.take() {
+        if !names_session(headers, body) {
+            identity.name_session(key);
+        }
+    }
+}
+
 /// A Responses call may continue only a response of its own tenant: the engine keeps one store
 /// for every tenant, so another tenant's id would hand over that conversation. An id that is not
 /// the tenant's gets the same 404 as an id nobody has.
@@ -110,27 +133,31 @@ pub(super) struct Prepared {
     pub route: Option<RouteInput>,
     /// The proxy asked for the streamed usage the client did not: its usage chunk is dropped.
     pub strip_usage: bool,
+    /// The lifecycle hints its body's dialects said (applied with its headers' when it ends).
+    pub hints: RequestHints,
 }
 
 /// A plain completion (`/v1/completions`), parsed.
 pub(super) fn prepare_completion(
     state: &ProxyState,
     tenant: Arc<Tenant>,
-    headers: &HeaderMap,
+    headers: &IdentityHeaders,
     mut json: Value,
 ) -> Result<Prepared, ApiError> {
     check_fields(state, &mut json, sampling_fields::Fields::Completions)?;
+    let mut dialect = take_dialects(state, &tenant, &mut json)?;
     state.salt(&mut json, &tenant.name, None);
     let mut identity = identify_completion(headers, &json).map_err(|m| {
         state.metrics.bad_requests.fetch_add(1, Relaxed);
         ApiError::bad_request(m)
     })?;
+    in_dialect_session(&mut identity, headers, &json, &mut dialect);
     identity.scope_to_tenant(&tenant.name);
     refuse_denied(state, &tenant, &identity)?;
     let (agent, registration) = tenant.agents.intern(&identity);
     let prompt = json.get("prompt").map(Value::to_string).unwrap_or_default();
     let shape = PromptShape::of_text(&prompt);
-    Ok(prepare(
+    let prepared = prepare(
         state,
         AgentApi::ChatCompletions,
         tenant,
@@ -139,14 +166,18 @@ pub(super) fn prepare_completion(
         agent,
         registration,
         shape,
-    ))
+    );
+    Ok(Prepared {
+        hints: dialect.hints,
+        ..prepared
+    })
 }
 
 /// A call of one of the agent APIs.
 pub(super) async fn prepare_agent_call(
     state: &ProxyState,
     tenant: Arc<Tenant>,
-    headers: &HeaderMap,
+    headers: &IdentityHeaders,
     body: Bytes,
     api: AgentApi,
 ) -> Result<Prepared, ApiError> {
@@ -168,7 +199,9 @@ pub(super) async fn prepare_agent_call(
     // goes upstream in its own API.
     let view = api.chat_view(&json).map_err(bad_request)?;
     check_fields(state, &mut json, sampling_fields::Fields::Agent(api))?;
+    let mut dialect = take_dialects(state, &tenant, &mut json)?;
     let (mut identity, mut anchor) = identify_chat(headers, &view).map_err(bad_request)?;
+    in_dialect_session(&mut identity, headers, &view, &mut dialect);
     anchor.api = api;
     anchor.fields = api.anchor_fields(&json);
     anchor.cache_salt = state.salt(&mut json, &tenant.name, Some(identity.anchor_hash));
@@ -184,7 +217,11 @@ pub(super) async fn prepare_agent_call(
     }
     tenant.agents.record_anchor(identity.anchor_hash, agent, anchor);
     let shape = PromptShape::of_chat(&view);
-    Ok(prepare(state, api, tenant, json, identity, agent, registration, shape))
+    let prepared = prepare(state, api, tenant, json, identity, agent, registration, shape);
+    Ok(Prepared {
+        hints: dialect.hints,
+        ..prepared
+    })
 }
 
 /// 403 for a session one of the tenant's policies denied (a guard's budget or loop rule): the
@@ -250,6 +287,7 @@ fn prepare(
         ended,
         route,
         strip_usage,
+        hints: RequestHints::default(),
     }
 }
 

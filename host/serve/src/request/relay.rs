@@ -96,8 +96,9 @@ pub(super) fn relay_stream(
                 }
             }
         }
-        // The end of a stream flushes what is left as it came.
-        if let Some(rest) = std::mem::take(&mut events.framer).finish() {
+        // The end of a stream flushes what is left (an event without its blank line), read and
+        // filtered like every other event.
+        if let Some(rest) = events.finish(guard.as_ref().map(|g| &*g.tenant)) {
             if !yield_(Ok(rest)).await {
                 return;
             }
@@ -106,7 +107,7 @@ pub(super) fn relay_stream(
         tracing::Span::current().record("chunks", chunks_relayed);
         if let Some(mut g) = guard.take() {
             if ok_status {
-                g.lifecycle.tools = std::mem::take(&mut events.tools).finish();
+                g.hints.tools = std::mem::take(&mut events.tools).finish();
             }
             g.finish(ok_status, events.usage);
         }
@@ -131,6 +132,17 @@ impl Events {
     /// The whole events `bytes` completes, as the client gets them; `None`: nothing to send yet.
     fn pass(&mut self, bytes: Bytes, tenant: Option<&Tenant>) -> Option<Bytes> {
         let events = self.framer.push(bytes)?;
+        self.read(events, tenant)
+    }
+
+    /// What is left at the stream's end, as the client gets it; `None`: nothing.
+    fn finish(&mut self, tenant: Option<&Tenant>) -> Option<Bytes> {
+        let rest = std::mem::take(&mut self.framer).finish()?;
+        self.read(rest, tenant)
+    }
+
+    /// Whole `events`: their usage, response id and tools noticed; what of them the client gets.
+    fn read(&mut self, events: Bytes, tenant: Option<&Tenant>) -> Option<Bytes> {
         let usage = self.api.usage_in_chunk(&events);
         if let Some(u) = usage {
             self.usage = Some(self.usage.unwrap_or_default().updated(u));

@@ -18,6 +18,7 @@ use crate::engine::replicas::ReplicaRouting;
 use crate::engine::tokenize::Tokenizer;
 use crate::engine::upstream::Upstream;
 use crate::engine::upstream_router::UpstreamRouter;
+use crate::front::body::BodyReading;
 use crate::front::error::ApiError;
 use crate::hints::Hints;
 use crate::metrics::ProxyMetrics;
@@ -72,6 +73,8 @@ pub struct ProxyState {
     pub clock: Clock,
     /// Request ids for the policies' events, from 1.
     pub request_ids: Arc<AtomicU64>,
+    /// How request bodies are read: their deadline and the budgets they share.
+    pub reading: Arc<BodyReading>,
 }
 
 impl ProxyState {

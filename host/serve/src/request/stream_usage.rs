@@ -1,40 +1,66 @@
 //! Usage on every streamed call. A chat completion or completion streams its token counts only
-//! when the client asks (`stream_options.include_usage`), and most agent frameworks do not — so
+//! when the client asks (`stream_options.include_usage`, read by the engine's own rule:
+//! [`asks_for_usage`]), and most agent frameworks do not — so
 //! the proxy asks for them itself, reads them as the stream passes, and drops the usage chunk
 //! before the client sees it when the client had not asked: the client's stream is what it would
 //! have been, and `request-finish` carries prompt, cached and output tokens either way.
 //!
 //! The usage chunk is found by event, not by network chunk: [`SseFramer`] hands on only whole
 //! server-sent events (up to the last blank line seen), so an event split across two reads is
-//! neither missed nor cut in half.
+//! neither missed nor cut in half; what is left when the stream ends (a last event without its
+//! blank line) is read and filtered like every other event.
 
 use axum::body::Bytes;
 use serde_json::{json, Value};
 
 /// Ask the engine for a streamed chat completion's or completion's usage: set
-/// `stream_options.include_usage` when `body` streams and does not ask for it. Returns whether
-/// the proxy asked (its usage chunk is then the proxy's, and dropped). `continuous_usage_stats`
-/// (usage in every chunk) is turned off with it: without `include_usage` the client asked for
-/// none, and must get none.
+/// `stream_options.include_usage` when `body` streams and the client did not ask for it by the
+/// engine's own rule ([`asks_for_usage`]). Returns whether the proxy asked (its usage chunk is
+/// then the proxy's, and dropped). `continuous_usage_stats` (usage in every chunk) is turned off
+/// with it: without `include_usage` the client asked for none, and must get none.
 pub fn ask_for_usage(body: &mut Value) -> bool {
     if body.get("stream").and_then(Value::as_bool) != Some(true) {
         return false;
     }
-    let options = body
-        .as_object_mut()
-        .expect("a request body is a JSON object")
-        .entry("stream_options")
-        .or_insert_with(|| json!({}));
+    let object = body.as_object_mut().expect("a request body is a JSON object");
+    if matches!(object.get("stream_options"), None | Some(Value::Null)) {
+        object.insert("stream_options".into(), json!({}));
+    }
+    let options = object.get_mut("stream_options").expect("just set");
     // A malformed `stream_options` goes on as sent: the engine's 400 says what is wrong.
     let Some(options) = options.as_object_mut() else {
         return false;
     };
-    if options.get("include_usage").and_then(Value::as_bool) == Some(true) {
-        return false;
+    match asks_for_usage(options) {
+        Some(false) => {}
+        Some(true) | None => return false,
     }
     options.insert("include_usage".into(), json!(true));
     options.insert("continuous_usage_stats".into(), json!(false));
     true
+}
+
+/// Whether a client's `stream_options` asks for usage, by the rule vLLM (0.32) and SGLang share:
+/// `include_usage` read as their request models read a boolean — `true`/`false`, `1`/`0`, and
+/// the strings `true`, `t`, `yes`, `y`, `on`, `1` (and their opposites) in any case — and false
+/// when absent or `null` (both engines' default, `stream_options: {}` included). `None`: a value
+/// the engine refuses (a 400 of its own).
+pub fn asks_for_usage(options: &serde_json::Map<String, Value>) -> Option<bool> {
+    match options.get("include_usage") {
+        None | Some(Value::Null) => Some(false),
+        Some(Value::Bool(b)) => Some(*b),
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(1.0) => Some(true),
+            Some(0.0) => Some(false),
+            _ => None,
+        },
+        Some(Value::String(s)) => match s.to_ascii_lowercase().as_str() {
+            "true" | "t" | "yes" | "y" | "on" | "1" => Some(true),
+            "false" | "f" | "no" | "n" | "off" | "0" => Some(false),
+            _ => None,
+        },
+        Some(_) => None,
+    }
 }
 
 /// Splits a byte stream of server-sent events into whole events: each [`SseFramer::push`]
@@ -148,6 +174,64 @@ mod tests {
         let mut malformed = json!({"stream": true, "stream_options": "yes"});
         assert!(!ask_for_usage(&mut malformed));
         assert_eq!(malformed["stream_options"], "yes");
+        let mut null = json!({"stream": true, "stream_options": null});
+        assert!(ask_for_usage(&mut null), "null is no stream_options");
+        assert_eq!(null["stream_options"]["include_usage"], true);
+    }
+
+    /// The engines' rule, checked against vLLM 0.32's `StreamOptions` (pydantic's lax booleans):
+    /// what it reads as true is the client asking, what it reads as false or leaves at its
+    /// default (false) is not, and what it refuses goes on untouched.
+    #[test]
+    fn usage_is_asked_for_by_the_engines_rule() {
+        let asks = |options: Value| asks_for_usage(options.as_object().unwrap());
+        for yes in [
+            json!(true),
+            json!("true"),
+            json!("TRUE"),
+            json!("1"),
+            json!("yes"),
+            json!("on"),
+            json!(1),
+            json!(1.0),
+        ] {
+            assert_eq!(asks(json!({"include_usage": yes})), Some(true), "{yes}");
+        }
+        for no in [
+            json!(false),
+            json!("false"),
+            json!("0"),
+            json!("no"),
+            json!("off"),
+            json!(0),
+            json!(null),
+        ] {
+            assert_eq!(asks(json!({"include_usage": no})), Some(false), "{no}");
+        }
+        assert_eq!(asks(json!({})), Some(false), "stream_options: {{}} asks for none");
+        assert_eq!(
+            asks(json!({"continuous_usage_stats": true})),
+            Some(false),
+            "without include_usage, none"
+        );
+        for refused in [json!(2), json!("maybe"), json!(""), json!([]), json!({})] {
+            assert_eq!(asks(json!({"include_usage": refused})), None, "{refused}");
+        }
+        let mut coerced = json!({"stream": true, "stream_options": {"include_usage": "true"}});
+        assert!(!ask_for_usage(&mut coerced), "the client asked: its chunk is its own");
+        assert_eq!(
+            coerced["stream_options"]["include_usage"], "true",
+            "sent as the client wrote it"
+        );
+        let mut continuous = json!({"stream": true, "stream_options": {"continuous_usage_stats": true}});
+        assert!(ask_for_usage(&mut continuous));
+        assert_eq!(continuous["stream_options"]["continuous_usage_stats"], false);
+        let mut refused = json!({"stream": true, "stream_options": {"include_usage": 2}});
+        assert!(!ask_for_usage(&mut refused));
+        assert_eq!(
+            refused["stream_options"]["include_usage"], 2,
+            "the engine's 400 says what is wrong"
+        );
     }
 
     #[test]

@@ -6,13 +6,15 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use agentrt_runtime::types::{AgentRegistered, Event};
 
 use crate::identity::agent_api::AgentApi;
 use crate::identity::{Anchor, Identity};
-use crate::table::{LruTable, TableLimits, MAX_AGENT_NAME_BYTES};
+use crate::names::{shown_name, MAX_NAME_BYTES};
+use crate::table::{LruTable, TableLimits};
 use crate::tenant::handles::Handles;
 
 /// An anchor as the directory keeps it: its JSON as text, one allocation per part. Parsed JSON
@@ -66,6 +68,15 @@ impl HeldAnchor {
     }
 }
 
+/// A tenant's agent directory, as saved.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct SavedDirectory {
+    /// (name, handle), least recently used first.
+    pub agents: Vec<(String, u32)>,
+    /// Live sessions, least recently used first.
+    pub sessions: Vec<u64>,
+}
+
 /// One tenant's agents: names → handles, anchors by hash, and live sessions. Every table is
 /// bounded ([`TableLimits`]) and forgets its least recently used entry first.
 ///
@@ -91,24 +102,12 @@ impl Default for AgentDirectory {
     }
 }
 
-/// `name`, cut to at most [`MAX_AGENT_NAME_BYTES`] at a character boundary.
-fn truncate_name(name: &str) -> &str {
-    let mut end = name.len().min(MAX_AGENT_NAME_BYTES);
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    &name[..end]
-}
-
 impl AgentDirectory {
     /// `tenant`'s directory, taking handles from `handles`.
     pub fn new(tenant: &str, limits: TableLimits, handles: Handles) -> Self {
         Self {
             inner: Mutex::new(Directory {
-                handles: LruTable::new(
-                    limits.max_agents,
-                    limits.max_agents.saturating_mul(MAX_AGENT_NAME_BYTES),
-                ),
+                handles: LruTable::new(limits.max_agents, limits.max_agents.saturating_mul(MAX_NAME_BYTES)),
                 anchors: LruTable::new(limits.max_anchors, limits.max_anchor_bytes),
                 sessions: LruTable::new(limits.max_sessions, usize::MAX),
                 sessions_seen: 0,
@@ -121,19 +120,21 @@ impl AgentDirectory {
     /// The handle for `identity`'s agent, and the registration event to send if it is new (or
     /// was forgotten: it then registers again under a new handle).
     pub fn intern(&self, identity: &Identity) -> (u32, Option<Event>) {
-        // The proxy refuses longer names; the engine adapter's names are cut here.
-        let name = truncate_name(&identity.agent_name);
+        // The proxy refuses names that break the names' rule; the engine adapter's are made to
+        // follow it here (a no-op for every name the proxy accepted).
+        let name = shown_name(&identity.agent_name);
         let mut d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(&mut handle) = d.handles.get_mut(&name.to_string()) {
+        if let Some(&mut handle) = d.handles.get_mut(&name) {
             return (handle, None);
         }
         let handle = self.handles.next_for(&self.tenant);
-        for (_, forgotten) in d.handles.insert(name.to_string(), handle, name.len()) {
+        let weight = name.len();
+        for (_, forgotten) in d.handles.insert(name.clone(), handle, weight) {
             self.handles.forget(forgotten);
         }
         let event = Event::AgentRegistered(AgentRegistered {
             agent: handle,
-            name: name.to_string(),
+            name,
             anchor_hash: identity.anchor_hash,
             anchor_tokens: identity.anchor_tokens,
         });
@@ -144,7 +145,7 @@ impl AgentDirectory {
     /// callers: a registration carries the anchor, which only the agent's model calls show).
     pub fn handle_of(&self, name: &str) -> Option<u32> {
         let d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        d.handles.peek(&truncate_name(name).to_string()).copied()
+        d.handles.peek(&shown_name(name)).copied()
     }
 
     /// Remember `anchor` (of agent `handle`) under its hash.
@@ -166,6 +167,37 @@ impl AgentDirectory {
         let d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let (handle, held) = d.anchors.peek(&hash)?;
         Some((*handle, held.anchor()))
+    }
+
+    /// The agents (least recently used first) and live sessions, as a state directory keeps
+    /// them (`--state-dir`).
+    pub fn saved(&self) -> SavedDirectory {
+        let d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        SavedDirectory {
+            agents: d.handles.oldest_first().map(|(n, h)| (n.clone(), *h)).collect(),
+            sessions: d.sessions.oldest_first().map(|(s, _)| *s).collect(),
+        }
+    }
+
+    /// Take back a saved directory's agents under their handles (reserved for this tenant when
+    /// the process started) and its sessions, live from now; nothing is announced: the policy's
+    /// restored state knows them. Names that break the names' rule are left out.
+    pub fn restore(&self, saved: SavedDirectory) {
+        let mut d = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        for (name, handle) in saved.agents {
+            if crate::names::check_name(&name).is_err() {
+                self.handles.forget(handle);
+                continue;
+            }
+            let weight = name.len();
+            for (_, forgotten) in d.handles.insert(name, handle, weight) {
+                self.handles.forget(forgotten);
+            }
+        }
+        let now = Instant::now();
+        for session in saved.sessions {
+            d.sessions.insert(session, now, 0);
+        }
     }
 
     /// Agents known now (at most `max_agents`).
@@ -262,15 +294,14 @@ pub struct SessionRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderMap;
 
-    use crate::identity::identify_chat;
     use crate::identity::tests::chat;
+    use crate::identity::{identify_chat, IdentityHeaders};
 
     #[test]
     fn the_directory_interns_once_and_bounds_anchors() {
         let d = AgentDirectory::default();
-        let (id, anchor) = identify_chat(&HeaderMap::new(), &chat("p", "t")).unwrap();
+        let (id, anchor) = identify_chat(&IdentityHeaders::default(), &chat("p", "t")).unwrap();
         let (h1, reg) = d.intern(&id);
         assert!(matches!(reg, Some(Event::AgentRegistered(ref r)) if r.agent == h1 && r.anchor_hash == id.anchor_hash));
         assert_eq!(d.intern(&id), (h1, None));
@@ -285,7 +316,7 @@ mod tests {
     #[test]
     fn an_anchor_comes_back_as_it_was_recorded_and_weighs_what_it_holds() {
         let d = AgentDirectory::default();
-        let (id, mut anchor) = identify_chat(&HeaderMap::new(), &chat("You plan.", "t")).unwrap();
+        let (id, mut anchor) = identify_chat(&IdentityHeaders::default(), &chat("You plan.", "t")).unwrap();
         anchor.cache_salt = Some("salt".into());
         anchor.fields = Some(json!({"instructions": "You plan."}));
         d.record_anchor(id.anchor_hash, 3, anchor.clone());
@@ -298,7 +329,7 @@ mod tests {
     #[test]
     fn the_directory_counts_distinct_sessions_and_lists_agents() {
         let d = AgentDirectory::default();
-        let h = HeaderMap::new();
+        let h = IdentityHeaders::default();
         for (system, task) in [("planner", "T1"), ("coder", "T1"), ("planner", "T2"), ("coder", "T2")] {
             let (id, _) = identify_chat(&h, &chat(system, task)).unwrap();
             d.intern(&id);

@@ -35,13 +35,16 @@ impl PromptShape {
     fn from_chunks<'a>(chunks: impl Iterator<Item = &'a [u8]>) -> Self {
         let mut running = Xxh3::new();
         let mut bytes = 0usize;
-        let mut points = Vec::new();
+        let (lower, _) = chunks.size_hint();
+        let mut points = Vec::with_capacity(lower);
         for chunk in chunks {
             running.update(&(chunk.len() as u64).to_le_bytes());
             running.update(chunk);
             bytes += chunk.len();
             points.push((running.digest(), (bytes / 4) as u32));
         }
+        // The table keeps it and counts 16 bytes a point: no spare capacity held uncounted.
+        points.shrink_to_fit();
         Self(points)
     }
 

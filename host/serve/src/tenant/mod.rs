@@ -20,12 +20,16 @@ pub mod config_file;
 pub mod config_warnings;
 pub mod continuation;
 pub mod handles;
+pub mod hint_rate;
+pub mod hint_state;
 pub mod metrics;
 pub mod quotas;
 pub mod reload;
 pub mod reload_changes;
 pub mod report;
 pub mod responses;
+pub mod return_times;
+pub mod saved_state;
 pub mod settings;
 pub mod slots;
 pub mod verdicts;
@@ -49,8 +53,10 @@ use crate::table::TableLimits;
 use crate::tenant::agents::AgentDirectory;
 use crate::tenant::continuation::Continuations;
 use crate::tenant::handles::Handles;
+use crate::tenant::hint_state::HintState;
 use crate::tenant::quotas::{LiveQuotas, WarmupBudget};
 use crate::tenant::responses::StoredResponses;
+use crate::tenant::saved_state::{Pending, StateDir, TenantState};
 use crate::tenant::settings::TenantSettings;
 use crate::tenant::slots::ExtraSlot;
 use crate::tenant::verdicts::Verdicts;
@@ -83,6 +89,8 @@ pub struct Tenant {
     pub quotas: Arc<LiveQuotas>,
     /// Its warm-up quota at work.
     pub warmups: WarmupBudget,
+    /// Its lifecycle hints' state: rate, closed sessions, tool waits, counters.
+    pub hints: HintState,
     /// Requests of this tenant between authentication and their end.
     in_flight: AtomicU64,
     /// Requests refused for `--tenant-max-in-flight`.
@@ -96,6 +104,20 @@ pub struct Tenant {
 }
 
 impl Tenant {
+    /// What of the tenant `--state-dir` saves and restores.
+    fn saved_state(&self) -> TenantState<'_> {
+        TenantState {
+            name: &self.name,
+            slots: self.slots().collect(),
+            agents: &self.agents,
+        }
+    }
+
+    /// Every slot with its policy: `kv`, then the others in configured order.
+    pub fn slots(&self) -> impl Iterator<Item = (&str, &PolicyHandle)> {
+        std::iter::once((KV_SLOT, &*self.policy)).chain(self.extra_slots.iter().map(|s| (s.name.as_str(), &*s.policy)))
+    }
+
     /// A turn to parse a large body: one at a time per tenant, so a tenant's heavy requests
     /// queue behind each other rather than taking every core from other tenants.
     pub async fn heavy_parse(&self) -> tokio::sync::SemaphorePermit<'_> {
@@ -226,6 +248,9 @@ pub struct Tenants {
     extra_slots: Vec<(String, Arc<PolicyComponent>, SlotConfig)>,
     /// The revocations of the API keys in use ([`crate::auth`] checks the keys `settings` give).
     api_keys: ApiKeys,
+    /// `--state-dir`: where tenants' state is saved at shutdown, and the saved directories not
+    /// yet taken back by their tenants.
+    state: Option<(StateDir, Pending)>,
 }
 
 impl Tenants {
@@ -249,7 +274,23 @@ impl Tenants {
             queue_jobs: DEFAULT_QUEUE_JOBS,
             extra_slots: Vec::new(),
             api_keys: ApiKeys::default(),
+            state: None,
         }
+    }
+
+    /// Keep tenants' state in `dir` across restarts (before any tenant starts): the saved
+    /// tenants' handles are reserved now, their state restored when each starts
+    /// ([`saved_state`]).
+    pub fn with_state_dir(mut self, dir: StateDir) -> Self {
+        let pending = dir.load(&self.handles);
+        self.state = Some((dir, pending));
+        self
+    }
+
+    /// Save every started tenant's state to the state directory, if there is one.
+    pub fn save_state(&self) -> Option<saved_state::Saved> {
+        let (dir, _) = self.state.as_ref()?;
+        Some(dir.save(self.list().iter().map(|t| t.saved_state()), &self.handles))
     }
 
     /// Run these slots besides `kv` in every tenant (before any tenant starts), in this order.
@@ -411,12 +452,16 @@ impl Tenants {
             verdicts: Verdicts::new(self.tables.max_sessions),
             quotas: live_quotas,
             warmups: WarmupBudget::new(quotas.warmup_tokens_per_s),
+            hints: HintState::default(),
             in_flight: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             prompt_tokens: AtomicU64::new(0),
             cached_tokens: AtomicU64::new(0),
             heavy_parse: tokio::sync::Semaphore::new(1),
         });
+        if let Some((dir, pending)) = &self.state {
+            dir.restore(pending, tenant.saved_state());
+        }
         self.live
             .write()
             .unwrap_or_else(|p| p.into_inner())

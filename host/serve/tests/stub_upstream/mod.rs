@@ -282,8 +282,14 @@ async fn chat(stub: Stub, headers: HeaderMap, body: Value) -> Response {
         .into_response();
     }
     let fail = model == "fail-mid-stream";
-    // Like vLLM: the usage chunk only when the request asks for it.
-    let with_usage = body.pointer("/stream_options/include_usage").and_then(Value::as_bool) == Some(true);
+    // Like vLLM: the usage chunk only when the request asks for it, `include_usage` read as its
+    // request model reads a boolean (a few of the forms it takes: enough for the tests).
+    let with_usage = matches!(
+        body.pointer("/stream_options/include_usage"),
+        Some(v) if v == &json!(true) || v == &json!("true") || v == &json!("1") || v == &json!(1)
+    );
+    // The usage chunk last, without the blank line that ends an event (and no `[DONE]`).
+    let unterminated = model == "usage-unterminated";
     let chunks = futures_util::stream::unfold(0u32, move |i| {
         let usage = usage.clone();
         async move {
@@ -310,6 +316,10 @@ async fn chat(stub: Stub, headers: HeaderMap, body: Value) -> Response {
                 1 => Some((
                     Ok::<_, std::io::Error>(Bytes::from("data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n")),
                     2,
+                )),
+                2 if with_usage && unterminated => Some((
+                    Ok(Bytes::from(format!("data: {}", json!({"choices": [], "usage": usage})))),
+                    3,
                 )),
                 2 if with_usage => Some((
                     Ok(Bytes::from(format!(

@@ -25,6 +25,24 @@ pub struct Proxy {
     pub app: App,
     pub stub: stub_upstream::Stub,
     _cache: tempfile::TempDir,
+    /// Ends the accept loop, as SIGTERM does `agentrt serve`'s ([`Proxy::shut_down`]).
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    served: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Proxy {
+    /// Shut the proxy down as SIGTERM does (stop accepting, drain, cut what is left): how long
+    /// until its accept loop returned.
+    pub async fn shut_down(&mut self) -> Duration {
+        let started = std::time::Instant::now();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(served) = self.served.take() {
+            served.await.unwrap().unwrap();
+        }
+        started.elapsed()
+    }
 }
 
 /// How a test's proxy is set up: `Setup::new(policy).start()` is what most tests use.
@@ -113,7 +131,7 @@ impl Setup {
             engine: Default::default(),
             eviction_socket: None,
             eviction_socket_options: Default::default(),
-            hint_rate: agentrt_serve::hints::rate::DEFAULT_HINT_RATE,
+            hint_rate: agentrt_serve::tenant::hint_rate::DEFAULT_HINT_RATE,
             shares: HashMap::new(),
         }
     }
@@ -201,12 +219,21 @@ impl Setup {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let serving = app.clone();
-        tokio::spawn(async move { serving.serve(listener, std::future::pending()).await });
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        // Only a sent stop shuts it down (a dropped sender leaves it serving).
+        let shutdown = async move {
+            if stopped.await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let served = tokio::spawn(async move { serving.serve(listener, shutdown).await });
         Proxy {
             url,
             app,
             stub,
             _cache: cache,
+            stop: Some(stop),
+            served: Some(served),
         }
     }
 }
@@ -328,6 +355,16 @@ pub async fn settle(p: &Proxy) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("requests in flight or policy calls queued after 10 s");
+}
+
+/// What `tenant`'s `probe` policy has heard (its snapshot, decoded natively), once every event
+/// reached it.
+pub async fn heard(p: &Proxy, tenant: &str) -> agentrt_test_probe::Probe {
+    settle(p).await;
+    let tenant = p.app.tenants().get_or_start(tenant).unwrap();
+    let mut probe = agentrt_sdk::testing::Harness::<agentrt_test_probe::Probe>::new([]).unwrap();
+    probe.restore(&tenant.policy.snapshot().unwrap()).unwrap();
+    probe.policy().clone()
 }
 
 /// The proxy's `/metrics` text (no token).

@@ -1,5 +1,5 @@
-//! __NAME__ — an agentrt policy (skeleton from `agentrt policy new`). sdk/README.md has the whole
-//! workflow; policies/callrate is a worked example.
+//! __NAME__ — an agentrt policy (skeleton from `agentrt policy new`). README.md (in a project made
+//! outside an agentrt checkout) lists the events and how to build, test and table it.
 
 use agentrt_sdk::{info, recency_scores, Config, Event, Item, Policy, PolicyInfo};
 
@@ -19,8 +19,8 @@ impl Policy for Policy__TYPE__ {
     }
 
     fn observe(&mut self, _event: &Event) {
-        // YOUR LOGIC HERE: learn from request, tool and engine events (block events go to
-        // `observe_block`).
+        // YOUR LOGIC HERE: learn from events (block events go to `observe_block`), e.g. a session
+        // the framework closed: `Event::SessionEnd(e)` with `e.reason == EndReason::Closed`.
     }
 
     fn score(&mut self, items: &[Item]) -> Vec<f32> {
@@ -37,14 +37,14 @@ agentrt_sdk::export_policy!(Policy__TYPE__);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentrt_sdk::testing::{rank, Harness};
-    use agentrt_sdk::{ItemKind, Tier};
+    use agentrt_sdk::testing::{gpu_block, rank, Harness};
 
+    /// Natively, through the SDK's harness: `agentrt policy build --test` runs it (`cargo xtask
+    /// test` in an agentrt checkout).
     #[test]
     fn newest_first_until_you_change_it() {
         let mut policy = Harness::<Policy__TYPE__>::new([]).unwrap();
-        let item = |key, last_access| Item { kind: ItemKind::KvBlock, key, agent: 1, session: 0, last_access, tokens: 16, position: 0, tier: Tier::Gpu };
-        let items = [item(1, 5), item(2, 9)];
+        let items = [gpu_block(1, 5), gpu_block(2, 9)];
         assert_eq!(rank(&items, &policy.score(&items)), vec![1, 0]);
     }
 }

@@ -1,4 +1,4 @@
-//! What `/metrics` shows of replica routing: the router's decisions and failures, agentrt's hints,
+//! What `/metrics` shows of replica routing: the router's decisions and failures, agentrt's placement hints,
 //! each replica's requests in flight and, when they run, each replica's plugin's counters
 //! ([`crate::engine::plugin_metrics`]).
 
@@ -35,7 +35,7 @@ impl Report for ReplicaRouting {
     }
 }
 
-/// The router's decisions and failures, and agentrt's hints and retries.
+/// The router's decisions and failures, and agentrt's placement hints and retries.
 const ROUTING_COUNTERS: [Family<ReplicaRouting>; 11] = [
     Family {
         name: "agentrt_router_routed_total",

@@ -1,7 +1,7 @@
 //! Several upstream replicas behind a KV-aware router (`--replica NAME=URL`, `--router URL`).
 //!
 //! Per request: the prompt's token ids from a replica's `/tokenize` (what the router hashes into
-//! blocks), agentrt's hints ([`agentrt_router::hints`]: the replica that last received this
+//! blocks), agentrt's placement hints ([`agentrt_router::hints`]: the replica that last received this
 //! agent's anchor), then the router's choice — Dynamo's selection service under a deadline, or
 //! session-sticky hashing when it is absent, down or slow ([`agentrt_router::FallbackRouter`]).
 //! The request goes to the chosen replica; its booking is completed when the replica's response
@@ -137,7 +137,7 @@ impl ReplicaRouting {
             session: Some(format!("{:016x}", input.session)),
             expected_output_tokens: input.max_tokens,
             booking_id: format!("{}-{}", self.booking_prefix, self.bookings.fetch_add(1, Relaxed)),
-            hints: self.hints(agent, Some(input.session)),
+            hints: self.placement_hints(agent, Some(input.session)),
         };
         let routed = self.router.route(&request).await;
         let route = match routed {
@@ -285,7 +285,7 @@ impl ReplicaRouting {
         let request = RouteRequest {
             token_ids: self.tokens(&input).await,
             cache_salt: input.cache_salt,
-            hints: self.hints(agent, None),
+            hints: self.placement_hints(agent, None),
             ..Default::default()
         };
         let replica = match self.router.peek(&request).await {
@@ -304,10 +304,10 @@ impl ReplicaRouting {
             .clone()
     }
 
-    /// agentrt's hints for a call of `agent`: the replica that last got its anchor (unless it is
+    /// agentrt's placement hints for a call of `agent`: the replica that last got its anchor (unless it is
     /// much busier than the rest), and — while some replica is left out after a failure — the
     /// ones still usable.
-    fn hints(&self, agent: u32, session: Option<u64>) -> agentrt_router::Hints {
+    fn placement_hints(&self, agent: u32, session: Option<u64>) -> agentrt_router::Hints {
         let now = Instant::now();
         let up = self.usable(now);
         let loads: HashMap<ReplicaId, u32> = up.iter().map(|id| (*id, self.in_flight[id].load(Relaxed))).collect();
