@@ -78,7 +78,9 @@ mod working_set;
 
 pub use cost::CostMeter;
 pub use ledger::{Ledger, SessionState};
-pub use working_set::{Answered, Arrival, Candidate, EngineNow, EvictionClass, Figures, Settings, Verdict, WorkingSet};
+pub use working_set::{
+    Answered, Arrival, Candidate, CapacityReport, EngineNow, EvictionClass, Figures, Settings, Verdict, WorkingSet,
+};
 
 /// A session id, as policies hear it (a 64-bit hash of the caller's session id).
 pub type SessionId = u64;

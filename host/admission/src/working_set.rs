@@ -101,6 +101,19 @@ pub enum EvictionClass {
     Keep,
 }
 
+/// The engine as the decision sees it now: the fields of contract 0.5.0's `engine-capacity`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CapacityReport {
+    pub capacity_tokens: u64,
+    /// Tokens the resident sessions need cached.
+    pub resident_tokens: u64,
+    pub resident_sessions: u32,
+    pub held_sessions: u32,
+    /// Measured: µs per 1,000 uncached prompt tokens, and one decode step (0 until measured).
+    pub prefill_us_per_ktoken: u32,
+    pub decode_step_us: u32,
+}
+
 /// What the decision did, for metrics and reports.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Figures {
@@ -294,11 +307,20 @@ impl WorkingSet {
             a.prefill_us,
             a.decode_us,
         );
-        let Some(s) = self.ledger.get(a.session) else { return };
+        self.ended(a.session, Some(a.prompt_tokens.saturating_add(a.output_tokens)), now_us);
+    }
+
+    /// A call of `session` ended at `now_us` without an answer the engine's cost can be read
+    /// from: a reply read whole (its first token's time is not seen), a failure, a client that
+    /// left. The session pauses as after an answer; its context becomes `context_tokens` when
+    /// the reply said it.
+    pub fn ended(&mut self, session: SessionId, context_tokens: Option<u32>, now_us: u64) {
+        let Some(s) = self.ledger.get(session) else { return };
         let marked = s.marked;
-        self.ledger
-            .set_context(a.session, a.prompt_tokens.saturating_add(a.output_tokens));
-        self.ledger.update(a.session, |s| {
+        if let Some(tokens) = context_tokens {
+            self.ledger.set_context(session, tokens);
+        }
+        self.ledger.update(session, |s| {
             s.last_activity_us = now_us;
             s.paused_since_us = Some(now_us);
             s.resumed = false;
@@ -307,13 +329,13 @@ impl WorkingSet {
         });
         if self
             .ledger
-            .get(a.session)
+            .get(session)
             .is_some_and(|s| s.state == SessionState::Running)
         {
             let next = if marked { SessionState::Held } else { SessionState::Idle };
-            self.ledger.set_state(a.session, next);
+            self.ledger.set_state(session, next);
             if marked {
-                self.count_hold(a.session);
+                self.count_hold(session);
             }
         }
         self.dirty = true;
@@ -340,6 +362,35 @@ impl WorkingSet {
             .is_some_and(|s| matches!(s.state, SessionState::Running | SessionState::Waiting { .. }));
         if !active {
             self.close(session, now_us);
+        }
+    }
+
+    /// The client of `session`'s held call left before it went: the session stays held, with
+    /// no call waiting.
+    pub fn withdraw(&mut self, session: SessionId) {
+        if matches!(
+            self.ledger.get(session).map(|s| s.state),
+            Some(SessionState::Waiting { .. })
+        ) {
+            self.ledger.set_state(session, SessionState::Held);
+            self.dirty = true;
+        }
+    }
+
+    /// What the decision sees of the engine now, as the `engine-capacity` event tells the
+    /// admission slot (and `serve`'s `/metrics` shows).
+    pub fn capacity_report(&self) -> CapacityReport {
+        let held = self.held();
+        CapacityReport {
+            capacity_tokens: self.capacity_tokens,
+            resident_tokens: self.resident_tokens(),
+            resident_sessions: (self.ledger.len() - held) as u32,
+            held_sessions: held as u32,
+            prefill_us_per_ktoken: self
+                .cost
+                .prefill_us_per_token()
+                .map_or(0, |p| (p * 1000.0).round() as u32),
+            decode_step_us: self.cost.decode_step_us().map_or(0, |d| d.round() as u32),
         }
     }
 

@@ -14,12 +14,13 @@ use axum::Router;
 
 use crate::clock::Clock;
 use crate::engine::adapters::{EngineAdapters, EngineCacheReport, EngineConfig};
-use crate::engine::admission::AdmissionQueue;
+use crate::engine::admission::{AdmissionQueue, WorkingSetOptions};
 use crate::engine::kind::EngineKind;
 use crate::engine::replicas::{ReplicaArgs, ReplicaRouting};
 use crate::engine::tokenize::Tokenizer;
 use crate::engine::upstream::Upstream;
 use crate::engine::upstream_router::UpstreamRouter;
+use crate::engine::working_set::SessionAdmission;
 use crate::front::body::BodyReading;
 use crate::front::connections::ConnectionMetrics;
 use crate::front::limits::Limits;
@@ -73,6 +74,8 @@ pub struct AppConfig {
     pub replicas: ReplicaArgs,
     /// The admission queue (`--upstream-max-in-flight`).
     pub admission: Option<Arc<AdmissionQueue>>,
+    /// Working-set admission (`--session-admission working-set`).
+    pub working_set: Option<WorkingSetOptions>,
     /// The engine adapters (eviction socket, KV events, shares).
     pub engine: EngineConfig,
     /// The MCP gateway (`--mcp-server`).
@@ -103,6 +106,7 @@ impl AppConfig {
             reloader: None,
             replicas: ReplicaArgs::default(),
             admission: None,
+            working_set: None,
             engine: EngineConfig::default(),
             mcp: None,
             hint_rate: crate::tenant::hint_rate::DEFAULT_HINT_RATE,
@@ -139,6 +143,7 @@ struct Parts {
     feed: PolicyFeed,
     replicas: Option<Arc<ReplicaRouting>>,
     admission: Option<Arc<AdmissionQueue>>,
+    working_set: Option<Arc<SessionAdmission>>,
     gateway: Option<Arc<agentrt_mcp::Gateway>>,
     reloads: Option<Arc<Reloads>>,
     engine: EngineAdapters,
@@ -182,6 +187,9 @@ impl Parts {
         }
         if let Some(queue) = &self.admission {
             reports.push(queue.clone());
+        }
+        if let Some(working_set) = &self.working_set {
+            reports.push(working_set.clone());
         }
         reports.push(Arc::new(RegistryReport(self.tenants.clone())));
         if let Some(gateway) = &self.gateway {
@@ -255,7 +263,14 @@ impl App {
         let tenants = Arc::new(config.tenants);
         let replicas = ReplicaRouting::from_args(&config.replicas, Tokenizer::new(upstream.clone()))?;
         let engine = EngineAdapters::start(&config.engine, &tenants, replicas.as_ref(), &config.replicas).await?;
-        let feed = PolicyFeed::new(tenants.clone(), replicas.clone(), metrics.clone(), clock);
+        let working_set = config
+            .working_set
+            .map(|options| SessionAdmission::new(options.settings, clock, options.capacity_tokens));
+        if let Some(working_set) = &working_set {
+            working_set.start(tenants.clone(), upstream.clone(), metrics.clone());
+        }
+        let feed = PolicyFeed::new(tenants.clone(), replicas.clone(), metrics.clone(), clock)
+            .with_working_set(working_set.clone());
         let warmups = Arc::new(Warmups::new(
             config.warmup,
             WarmupDeps {
@@ -299,6 +314,7 @@ impl App {
             tokenizer: Tokenizer::new(upstream),
             body,
             admission: config.admission.clone(),
+            working_set: working_set.clone(),
             replicas: replicas.clone(),
             feed: feed.clone(),
             effects,
@@ -316,6 +332,7 @@ impl App {
             feed,
             replicas,
             admission: config.admission,
+            working_set,
             gateway,
             reloads,
             engine,

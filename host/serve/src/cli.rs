@@ -402,6 +402,7 @@ fn app_config(
         hint_rate: args.hint_rate,
         reloader: loaded.reloader,
         admission: args.admission.queue(!args.replicas.replicas.is_empty())?,
+        working_set: args.admission.working_set(!args.replicas.replicas.is_empty())?,
         replicas: args.replicas,
         engine: EngineConfig {
             eviction_socket: args.eviction_socket,

@@ -1,5 +1,5 @@
 //! The Grafana dashboard (`deploy/grafana/agentrt.json`) queries only series `agentrt serve`
-//! exposes: two proxies on loopback — tenants on a policy behind the admission queue, with an
+//! exposes: two proxies on loopback — tenants on a policy behind the admission queue and working-set admission, with an
 //! eviction socket for the engine plugin, and tenants behind two replicas (the queue does not combine with replicas yet) — serve a request per
 //! tenant, and every `agentrt_*` name in a panel's or variable's query must be a series one of
 //! their `/metrics` shows. The same two expositions are held to a golden file of every family's
@@ -101,6 +101,11 @@ async fn every_series_the_dashboard_queries_is_on_metrics() {
     let sockets = tempfile::tempdir().unwrap();
     let queued = Setup {
         admission: Some((4, Duration::from_secs(5))),
+        // Working-set admission's series (a fixed capacity: the stub has no /metrics).
+        working_set: Some(agentrt_serve::engine::admission::WorkingSetOptions {
+            settings: Default::default(),
+            capacity_tokens: Some(16_000),
+        }),
         eviction_socket: Some(sockets.path().join("evict.sock")),
         // A share of the engine's cache, so its per-tenant series are exposed too.
         shares: [(

@@ -194,14 +194,14 @@ impl AdmissionStage for WorkingSetStage {
         };
         let released = self.decision.rebalance(now_us, now, &scores);
         self.publish_classes();
-        let cost = self.decision.cost();
+        let r = self.decision.capacity_report();
         let capacity = Event::EngineCapacity(EngineCapacity {
-            capacity_tokens: self.decision.capacity_tokens(),
-            resident_tokens: self.decision.resident_tokens(),
-            resident_sessions: (self.decision.ledger().len() - self.decision.held()) as u32,
-            held_sessions: self.decision.held() as u32,
-            prefill_us_per_ktoken: cost.prefill_us_per_token().map_or(0, |p| (p * 1000.0).round() as u32),
-            decode_step_us: cost.decode_step_us().map_or(0, |d| d.round() as u32),
+            capacity_tokens: r.capacity_tokens,
+            resident_tokens: r.resident_tokens,
+            resident_sessions: r.resident_sessions,
+            held_sessions: r.held_sessions,
+            prefill_us_per_ktoken: r.prefill_us_per_ktoken,
+            decode_step_us: r.decode_step_us,
             at_us: now_us,
         });
         self.tell(capacity);

@@ -531,6 +531,39 @@ pub struct AdmissionArgs {
     /// MiB of request bodies one tenant may have waiting in the admission queue; past it, 503.
     #[arg(long, default_value_t = QueuedBytes::default().per_tenant >> 20)]
     pub upstream_max_queued_mib_per_tenant: usize,
+    /// Hold whole agent sessions back in the proxy while the live sessions' contexts (idle ones
+    /// included) overflow the engine's KV cache and holding pays — the engine's measured prefill
+    /// of its whole cache takes longer than a session's typical pause; a held session's next
+    /// call waits until there is room (docs/admission.md). `off` or `working-set`.
+    #[arg(long, value_enum, default_value_t = SessionAdmissionMode::Off)]
+    pub session_admission: SessionAdmissionMode,
+    /// The engine's KV cache in tokens, for --session-admission. Default: read from the
+    /// upstream's `/metrics` (vLLM's `vllm:cache_config_info`, SGLang's
+    /// `sglang:max_total_num_tokens`); nothing is held until it is known.
+    #[arg(long, value_name = "TOKENS")]
+    pub kv_capacity_tokens: Option<u64>,
+    /// The longest a held call waits (--session-admission), in ms; past it, it goes whatever the
+    /// cache. A session's first call waits at most 30 s.
+    #[arg(long, default_value_t = 600_000)]
+    pub session_max_hold_ms: u64,
+}
+
+/// `--session-admission`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionAdmissionMode {
+    /// Requests only: every session's calls go (the admission queue, if any, counts them).
+    Off,
+    /// Working-set admission: whole sessions held back past the engine's knee.
+    WorkingSet,
+}
+
+/// What `--session-admission working-set` runs with.
+#[derive(Debug, Clone)]
+pub struct WorkingSetOptions {
+    /// The decision's settings (the crate's defaults but the hold bounds).
+    pub settings: agentrt_admission::Settings,
+    /// `--kv-capacity-tokens`; `None`: read from the upstream.
+    pub capacity_tokens: Option<u64>,
 }
 
 impl AdmissionArgs {
@@ -556,6 +589,35 @@ impl AdmissionArgs {
                 per_tenant: self.upstream_max_queued_mib_per_tenant << 20,
             },
         )))
+    }
+}
+
+impl AdmissionArgs {
+    /// Working-set admission, when `--session-admission working-set` asks for it. One engine
+    /// only: with several replicas each has its own cache.
+    pub fn working_set(&self, replicas: bool) -> anyhow::Result<Option<WorkingSetOptions>> {
+        if self.session_admission == SessionAdmissionMode::Off {
+            return Ok(None);
+        }
+        anyhow::ensure!(
+            !replicas,
+            "--session-admission holds sessions against one engine's cache; with --replica it is not supported yet"
+        );
+        anyhow::ensure!(self.session_max_hold_ms > 0, "--session-max-hold-ms must be above 0");
+        anyhow::ensure!(
+            self.kv_capacity_tokens != Some(0),
+            "--kv-capacity-tokens must be above 0 (leave it out to read the engine's /metrics)"
+        );
+        let defaults = agentrt_admission::Settings::default();
+        let max_hold_us = self.session_max_hold_ms.saturating_mul(1000);
+        Ok(Some(WorkingSetOptions {
+            settings: agentrt_admission::Settings {
+                max_hold_us,
+                max_first_wait_us: defaults.max_first_wait_us.min(max_hold_us),
+                ..defaults
+            },
+            capacity_tokens: self.kv_capacity_tokens,
+        }))
     }
 }
 

@@ -11,6 +11,7 @@ use agentrt_runtime::types::{EndReason, Event, SessionEnd};
 
 use crate::clock::Clock;
 use crate::engine::replicas::ReplicaRouting;
+use crate::engine::working_set::SessionAdmission;
 use crate::metrics::ProxyMetrics;
 use crate::tenant::{Tenant, Tenants};
 
@@ -19,6 +20,8 @@ use crate::tenant::{Tenant, Tenants};
 pub struct PolicyFeed {
     tenants: Arc<Tenants>,
     replicas: Option<Arc<ReplicaRouting>>,
+    /// Working-set admission, which hears every session's end.
+    working_set: Option<Arc<SessionAdmission>>,
     metrics: Arc<ProxyMetrics>,
     clock: Clock,
 }
@@ -35,9 +38,15 @@ impl PolicyFeed {
         Self {
             tenants,
             replicas,
+            working_set: None,
             metrics,
             clock,
         }
+    }
+
+    /// The same feed, also telling `working_set` every session's end.
+    pub fn with_working_set(self, working_set: Option<Arc<SessionAdmission>>) -> Self {
+        Self { working_set, ..self }
     }
 
     /// Queue `events` for every slot of `tenant`. Never waits: the tenant's workers make the
@@ -49,6 +58,9 @@ impl PolicyFeed {
                 Event::SessionEnd(end) => Some(end.session),
                 _ => None,
             }));
+        }
+        if let Some(working_set) = &self.working_set {
+            working_set.sessions_ended(&events);
         }
         tenant.observe(events);
     }

@@ -1,7 +1,7 @@
 //! A request's end, reported to its tenant's policies exactly once — when the response completed,
 //! or as failed when the handler or the response stream is dropped first (the client went away) —
 //! and what it held given back: its places in the tenant's quota, on a replica and in the
-//! admission queue.
+//! admission queue; working-set admission told the call is over.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use agentrt_runtime::types::{EndReason, Event, RequestFinish};
 use super::state::ProxyState;
 use crate::engine::admission::AdmissionPermit;
 use crate::engine::replicas::Lease;
+use crate::engine::working_set::LedgerCall;
 use crate::hints::parse::RequestHints;
 use crate::identity::agent_api::Usage;
 use crate::policy::feed::session_end;
@@ -28,6 +29,8 @@ pub(super) struct FinishGuard {
     pub lease: Option<Lease>,
     /// Its place in `--upstream-max-in-flight`, given on when the guard goes.
     pub admission: Option<AdmissionPermit>,
+    /// Its place in working-set admission's ledger (`--session-admission`), told its end.
+    pub working_set: Option<LedgerCall>,
     pub template: RequestFinish,
     /// What the request and its response say of the session's life (its lifecycle hints).
     pub hints: FinishHints,
@@ -70,6 +73,7 @@ impl FinishGuard {
             permit,
             lease: None,
             admission: None,
+            working_set: None,
             template,
             hints,
             done: false,
@@ -80,11 +84,21 @@ impl FinishGuard {
         self.report(ok, usage);
     }
 
+    /// The answer's first streamed piece came back now: its prefill is over.
+    pub fn first_piece(&mut self) {
+        if let Some(call) = &mut self.working_set {
+            call.first_piece();
+        }
+    }
+
     fn report(&mut self, ok: bool, usage: Option<Usage>) {
         if self.done {
             return;
         }
         self.done = true;
+        if let Some(call) = self.working_set.take() {
+            call.ended(ok, usage.as_ref());
+        }
         let mut finish = self.template;
         finish.ok = ok;
         finish.at_us = self.state.clock.now_us();

@@ -1,4 +1,5 @@
-//! Sending a prepared call on: `request-arrival` to the tenant's policies, a place in the
+//! Sending a prepared call on: `request-arrival` to the tenant's policies, its session's turn
+//! under working-set admission (`--session-admission`: a held session's call waits), a place in the
 //! admission queue (`--upstream-max-in-flight`; the tenant's `admission` slot scores the request
 //! while it waits), a replica (several replicas: once more elsewhere if the first refuses the
 //! connection), the upstream, and the answer back — whole, or relayed as it streams.
@@ -98,6 +99,10 @@ pub(super) async fn forward(
     // proxy's overhead.
     let queued = Instant::now();
     let revoked = guard.permit.revocation();
+    if let Err(e) = wait_for_session(&state, &tenant, (&identity, agent), &revoked, &mut guard).await {
+        guard.finish(false, None);
+        return failed(&state, e.shaped(api.error_shape()));
+    }
     let waiting = waiting_item(request_id, agent, &identity);
     if let Err(e) = wait_for_admission(&state, &tenant, &revoked, &mut guard, waiting, body.len()).await {
         guard.finish(false, None);
@@ -114,6 +119,9 @@ pub(super) async fn forward(
         session: identity.session,
         agent,
     };
+    if let Some(call) = &mut guard.working_set {
+        call.sent();
+    }
     match send_placed(&state, &revoked, route, outbound).await {
         Ok((reply, lease)) => {
             guard.lease = lease.map(|mut lease| {
@@ -190,6 +198,32 @@ fn announce(
     }));
     state.feed.tell(tenant, events);
     state.metrics.in_flight.fetch_add(1, Relaxed);
+}
+
+/// With `--session-admission working-set`, the call joins the ledger (its end goes with
+/// `guard`) and, when its session is held, waits until a rebalance lets it go — at most its
+/// bound; a revoked key stops the wait.
+async fn wait_for_session(
+    state: &ProxyState,
+    tenant: &Arc<Tenant>,
+    (identity, agent): (&Identity, u32),
+    revoked: &CancellationToken,
+    guard: &mut FinishGuard,
+) -> Result<(), ApiError> {
+    let Some(working_set) = &state.working_set else {
+        return Ok(());
+    };
+    let (call, held) = working_set.arrive(tenant, identity, agent);
+    guard.working_set = Some(call);
+    if let Some(held) = held {
+        let span = tracing::info_span!("session_hold", tenant = %tenant.name, session = identity.session);
+        let waited = async {
+            held.wait().await;
+            Ok(())
+        };
+        unless_revoked(state, revoked, waited).instrument(span).await?;
+    }
+    Ok(())
 }
 
 /// With `--upstream-max-in-flight`, a place upstream for `waiting` (a body of `bytes`): at once

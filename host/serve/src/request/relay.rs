@@ -78,6 +78,11 @@ pub(super) fn relay_stream(
                     let Some(bytes) = events.pass(bytes, guard.as_ref().map(|g| &*g.tenant)) else {
                         continue;
                     };
+                    if chunks_relayed == 0 {
+                        if let Some(g) = guard.as_mut() {
+                            g.first_piece();
+                        }
+                    }
                     chunks_relayed += 1;
                     if !yield_(Ok(bytes)).await {
                         tracing::Span::current().record("chunks", chunks_relayed);

@@ -18,6 +18,7 @@ use crate::engine::replicas::ReplicaRouting;
 use crate::engine::tokenize::Tokenizer;
 use crate::engine::upstream::Upstream;
 use crate::engine::upstream_router::UpstreamRouter;
+use crate::engine::working_set::SessionAdmission;
 use crate::front::body::BodyReading;
 use crate::front::error::ApiError;
 use crate::hints::Hints;
@@ -59,6 +60,9 @@ pub struct ProxyState {
     pub body: Arc<BodyOptions>,
     /// At most N requests upstream, the rest waiting (`--upstream-max-in-flight`).
     pub admission: Option<Arc<AdmissionQueue>>,
+    /// Whole sessions held back while the live ones' contexts overflow the engine's KV cache
+    /// (`--session-admission working-set`).
+    pub working_set: Option<Arc<SessionAdmission>>,
     /// Several replicas behind a router (`--replica`), else every request goes to `upstream`.
     pub replicas: Option<Arc<ReplicaRouting>>,
     /// Where each request's arrival and finish events go: the tenant's policies.

@@ -87,6 +87,8 @@ pub struct Setup {
     pub admission: Option<(usize, Duration)>,
     /// The admission queue's byte bounds (`--upstream-max-queued-mib[-per-tenant]`).
     pub queued_bytes: agentrt_serve::engine::admission::QueuedBytes,
+    /// Working-set admission (`--session-admission working-set`); off by default.
+    pub working_set: Option<agentrt_serve::engine::admission::WorkingSetOptions>,
     /// Engine-control fields clients may set (`--client-engine-field`).
     pub client_engine_fields: Vec<agentrt_serve::request::engine_fields::EngineField>,
     /// The router the upstream is (`--upstream-router`); none by default.
@@ -126,6 +128,7 @@ impl Setup {
             mcp: None,
             admission: None,
             queued_bytes: Default::default(),
+            working_set: None,
             client_engine_fields: Vec::new(),
             upstream_router: Default::default(),
             engine: Default::default(),
@@ -200,6 +203,7 @@ impl Setup {
             admission: self.admission.map(|(n, wait)| {
                 agentrt_serve::engine::admission::AdmissionQueue::with_queued_bytes(n, wait, queued_bytes)
             }),
+            working_set: self.working_set,
             mcp,
             hint_rate: self.hint_rate,
             upstream_router: self.upstream_router,

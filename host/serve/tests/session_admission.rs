@@ -1,0 +1,247 @@
+//! Working-set admission in `serve` (`--session-admission working-set`), end to end on loopback:
+//! agent sessions that pause between calls, more of them than the engine's KV cache holds, sent
+//! through the real router and accept loop.
+//!
+//! ENGINE STAND-IN, named as such: the decision holds sessions only where prefilling the
+//! engine's whole cache takes longer than a session's typical pause — a GPU engine serving an
+//! 8B model (~15 s against pauses of seconds). This machine's real engine (vLLM on CPU, the tiny
+//! model) prefills in microseconds a token, where holding must never happen; that side runs here
+//! too, against the same stand-in with its prefill made nearly free. The stand-in speaks vLLM's
+//! OpenAI stream (a usage chunk when asked) and states its cache in `vllm:cache_config_info`
+//! as vLLM 0.32's `/metrics` does; its prefill sleeps a fixed time per prompt token.
+
+mod stub_upstream;
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use agentrt_serve::engine::admission::WorkingSetOptions;
+use support::{Proxy, Setup};
+
+/// 1,000 blocks of 16: 16,000 tokens.
+const METRICS: &str = "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n\
+    # TYPE vllm:cache_config_info gauge\n\
+    vllm:cache_config_info{block_size=\"16\",cache_dtype=\"auto\",enable_prefix_caching=\"True\",\
+    num_cpu_blocks=\"None\",num_gpu_blocks=\"1000\"} 1.0\n";
+const CAPACITY_TOKENS: u64 = 16_000;
+
+/// Sessions, calls per session, the pause between two calls of a session, and the prompt's
+/// characters (~2,000 tokens: 12 sessions need 24,000 tokens against the cache's 16,000).
+const SESSIONS: usize = 12;
+const CALLS: usize = 6;
+const PAUSE: Duration = Duration::from_millis(200);
+const PROMPT_CHARS: usize = 8_000;
+
+#[derive(Clone)]
+struct Engine {
+    /// Prefill time per prompt token.
+    per_token: Duration,
+    calls: Arc<AtomicU64>,
+}
+
+async fn completions(State(engine): State<Engine>, Json(body): Json<Value>) -> Response {
+    engine.calls.fetch_add(1, Relaxed);
+    let chars: usize = body["messages"]
+        .as_array()
+        .map(|m| m.iter().filter_map(|m| m["content"].as_str()).map(str::len).sum())
+        .unwrap_or(0);
+    let prompt = (chars / 4) as u32;
+    let usage = body["stream_options"]["include_usage"].as_bool() == Some(true);
+    tokio::time::sleep(engine.per_token * prompt).await;
+    let chunk = |content: &str| {
+        json!({"id": "c", "object": "chat.completion.chunk", "model": "m",
+               "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]})
+    };
+    let mut events = vec![chunk("ok"), chunk(" done")];
+    if usage {
+        events.push(
+            json!({"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": 2, "total_tokens": prompt + 2,
+                      "prompt_tokens_details": {"cached_tokens": 0}}}),
+        );
+    }
+    let mut text: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+    text.push_str("data: [DONE]\n\n");
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from(text))
+        .unwrap()
+}
+
+async fn engine(per_token: Duration) -> (String, Arc<AtomicU64>) {
+    let calls = Arc::new(AtomicU64::new(0));
+    let state = Engine {
+        per_token,
+        calls: calls.clone(),
+    };
+    let app = Router::new()
+        .route("/v1/chat/completions", post(completions))
+        .route("/metrics", get(|| async { METRICS }))
+        .route("/v1/models", get(|| async { Json(json!({"data": [{"id": "m"}]})) }))
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, calls)
+}
+
+/// `serve` with working-set admission (held calls wait at most `max_hold`) in front of an
+/// engine prefilling `per_token` a token.
+async fn proxy(per_token: Duration, max_hold: Duration) -> (Proxy, Arc<AtomicU64>) {
+    let (upstream, calls) = engine(per_token).await;
+    let max_hold_us = max_hold.as_micros() as u64;
+    let proxy = Setup {
+        upstream: Some(upstream),
+        working_set: Some(WorkingSetOptions {
+            settings: agentrt_admission::Settings {
+                max_hold_us,
+                max_first_wait_us: max_hold_us,
+                ..Default::default()
+            },
+            capacity_tokens: None,
+        }),
+        ..Setup::new("lru")
+    }
+    .start()
+    .await;
+    (proxy, calls)
+}
+
+/// Every session's calls, a pause between two, the last saying the session is closed; each
+/// call's status and whether its stream ended with `[DONE]`.
+async fn run_sessions(url: &str) -> Vec<(u16, bool)> {
+    let client = reqwest::Client::new();
+    let mut tasks = Vec::new();
+    for s in 0..SESSIONS {
+        let (client, url) = (client.clone(), url.to_string());
+        tasks.push(tokio::spawn(async move {
+            let mut results = Vec::new();
+            for turn in 0..CALLS {
+                let body = json!({
+                    "model": "m", "stream": true, "max_tokens": 2,
+                    "messages": [
+                        {"role": "system", "content": format!("You are agent {}.", s % 3)},
+                        {"role": "user", "content": format!("turn {turn} {}", "x".repeat(PROMPT_CHARS))}
+                    ]
+                });
+                let mut request = client
+                    .post(format!("{url}/v1/chat/completions"))
+                    .header("x-agent-id", format!("agent-{}", s % 3))
+                    .header("x-session-id", format!("session-{s}"));
+                // The framework says the session is over with its last call.
+                if turn + 1 == CALLS {
+                    request = request.header("x-agentrt-session-end", "closed");
+                }
+                let reply = request.json(&body).send().await.unwrap();
+                let status = reply.status().as_u16();
+                let text = reply.text().await.unwrap_or_default();
+                results.push((status, text.contains("data: [DONE]")));
+                tokio::time::sleep(PAUSE).await;
+            }
+            results
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+/// The value of the unlabelled series `name` (or the one with `labels`) on the metrics page.
+fn series(page: &str, name: &str) -> f64 {
+    page.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no series {name} in:\n{page}"))
+}
+
+async fn metrics(url: &str) -> String {
+    reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Wait until the capacity has been read from the engine's `/metrics` (the first read is at
+/// start).
+async fn capacity_read(url: &str) {
+    let start = Instant::now();
+    while series(&metrics(url).await, "agentrt_admission_capacity_tokens") == 0.0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "the capacity was never read");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn past_the_cache_sessions_are_held_where_prefill_costs_and_never_where_it_is_free() {
+    let max_hold = Duration::from_secs(5);
+
+    // Prefill that costs: 100 µs a token, so the whole cache takes 1.6 s against pauses of
+    // 0.2 s. Once 32 answers have priced it, sessions past the cache are held.
+    let (p, calls) = proxy(Duration::from_micros(100), max_hold).await;
+    let url = p.url.clone();
+    capacity_read(&url).await;
+    let started = Instant::now();
+    let results = run_sessions(&url).await;
+    let took = started.elapsed();
+    let page = metrics(&url).await;
+    assert_eq!(results.len(), SESSIONS * CALLS);
+    assert!(
+        results.iter().all(|&(status, done)| status == 200 && done),
+        "every call answered whole: {results:?}"
+    );
+    assert_eq!(
+        calls.load(Relaxed),
+        (SESSIONS * CALLS) as u64,
+        "each call went upstream once"
+    );
+    assert_eq!(
+        series(&page, "agentrt_admission_capacity_tokens"),
+        CAPACITY_TOKENS as f64
+    );
+    assert_eq!(series(&page, "agentrt_admission_holding_pays"), 1.0, "{page}");
+    let holds = series(&page, "agentrt_admission_holds_total");
+    let resumes = series(&page, "agentrt_admission_resumes_total");
+    assert!(
+        holds >= 1.0 && resumes >= 1.0,
+        "holds {holds}, resumes {resumes}:\n{page}"
+    );
+    let longest = series(&page, "agentrt_admission_held_wait_max_seconds");
+    assert!(
+        longest <= max_hold.as_secs_f64() + 1.5,
+        "a held call waited {longest} s, past its bound of {max_hold:?}"
+    );
+    // Every session closed with its last call: none is left in the ledger, held or resident.
+    for state in ["held", "resident"] {
+        let line = format!("agentrt_admission_sessions{{state=\"{state}\"}} 0");
+        assert!(page.contains(&line), "{line}:\n{page}");
+    }
+    eprintln!("prefill priced: {holds} holds, {resumes} resumes, longest hold {longest:.2} s, {took:?}");
+
+    // Prefill nearly free (the tiny model on CPU): holding never pays, nothing is held.
+    let (p, calls) = proxy(Duration::from_nanos(100), max_hold).await;
+    let url = p.url.clone();
+    capacity_read(&url).await;
+    let results = run_sessions(&url).await;
+    let page = metrics(&url).await;
+    assert!(
+        results.iter().all(|&(status, done)| status == 200 && done),
+        "{results:?}"
+    );
+    assert_eq!(calls.load(Relaxed), (SESSIONS * CALLS) as u64);
+    assert_eq!(series(&page, "agentrt_admission_holding_pays"), 0.0, "{page}");
+    assert_eq!(series(&page, "agentrt_admission_holds_total"), 0.0, "{page}");
+}
