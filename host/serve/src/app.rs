@@ -262,10 +262,17 @@ impl App {
         let upstream = Upstream::new(&config.upstream, config.upstream_api_key, config.limits.clone());
         let tenants = Arc::new(config.tenants);
         let replicas = ReplicaRouting::from_args(&config.replicas, Tokenizer::new(upstream.clone()))?;
-        let engine = EngineAdapters::start(&config.engine, &tenants, replicas.as_ref(), &config.replicas).await?;
         let working_set = config
             .working_set
             .map(|options| SessionAdmission::new(options.settings, clock, options.capacity_tokens));
+        let engine = EngineAdapters::start(
+            &config.engine,
+            &tenants,
+            replicas.as_ref(),
+            &config.replicas,
+            working_set.as_ref(),
+        )
+        .await?;
         if let Some(working_set) = &working_set {
             working_set.start(tenants.clone(), upstream.clone(), metrics.clone());
         }

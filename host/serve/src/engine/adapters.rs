@@ -14,7 +14,9 @@ use anyhow::Context;
 use agentrt_exposition::{Exposition, Family, Kind, Report};
 use agentrt_runtime::{PolicyHandle, PolicyRegistry, Share};
 
+use crate::engine::held_first::HeldFirst;
 use crate::engine::replicas::{ReplicaArgs, ReplicaEngines, ReplicaRouting};
+use crate::engine::working_set::SessionAdmission;
 use crate::identity::Identity;
 use crate::names::{DEFAULT_TENANT, KV_SLOT};
 use crate::tenant::agents::AgentDirectory;
@@ -61,6 +63,7 @@ impl EngineAdapters {
         tenants: &Arc<Tenants>,
         replicas: Option<&Arc<ReplicaRouting>>,
         replica_args: &ReplicaArgs,
+        working_set: Option<&Arc<SessionAdmission>>,
     ) -> anyhow::Result<Self> {
         let replica_sockets = !replica_args.eviction_sockets.is_empty();
         check_sockets(config, replica_sockets)?;
@@ -86,6 +89,11 @@ impl EngineAdapters {
             ..agentrt_eviction::EvictionOptions::default()
         };
         let (ranker, cache) = engine_ranker(config, tenants, &engine_tenant.policy);
+        // Working-set admission: held sessions' blocks are offered first, whoever ranks.
+        let ranker: Arc<dyn agentrt_eviction::EngineRanker> = match working_set {
+            Some(working_set) => Arc::new(HeldFirst::new(ranker, working_set.clone())),
+            None => ranker,
+        };
         let pins = (config.eviction_socket.is_some() || replica_sockets).then(|| options.pins.clone());
         let eviction = match &config.eviction_socket {
             Some(path) => Some(bind_eviction(path, &ranker, &options)?),

@@ -4,6 +4,7 @@
 
 pub mod adapters;
 pub mod admission;
+pub mod held_first;
 pub mod kind;
 pub mod plugin_metrics;
 pub mod replicas;

@@ -32,7 +32,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use agentrt_admission::{Answered, Arrival, Candidate, CapacityReport, EngineNow, Settings, Verdict, WorkingSet};
+use agentrt_admission::{
+    Answered, Arrival, Candidate, CapacityReport, EngineNow, EvictionClass, Settings, Verdict, WorkingSet,
+};
 use agentrt_exposition::{Exposition, Report};
 use agentrt_runtime::types::{EndReason, EngineCapacity, Event, Item, ItemKind, Tier};
 use tokio::sync::{oneshot, Notify};
@@ -243,6 +245,12 @@ impl SessionAdmission {
             first_piece: None,
         };
         (call, held)
+    }
+
+    /// What the engine's ranker does with each of `sessions`' blocks (held sessions' first).
+    pub fn eviction_classes(&self, sessions: impl Iterator<Item = u64>) -> Vec<EvictionClass> {
+        let inner = self.lock();
+        sessions.map(|s| inner.decision.eviction_class(s)).collect()
     }
 
     /// Sessions `events` report ended: a closing takes its session out at once; an inferred end
