@@ -26,14 +26,19 @@ use crate::tenant::Tenants;
 mod limit_flags;
 pub use limit_flags::{LimitArgs, PolicyLimitArgs, QuotaArgs, TableArgs};
 
+/// The heading `serve --help` starts with: the flags a first deployment sets (the upstream, where
+/// to listen, the policy, the engine plugin's socket, the admin token, tenants or a config file);
+/// every other flag is grouped by capability after them.
+pub const START_HERE: &str = "Start here (a first deployment)";
+
 /// The flags of `agentrt serve`; [`run`] starts the proxy they describe.
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
     /// The upstream OpenAI-compatible server (vLLM), e.g. http://127.0.0.1:8000.
-    #[arg(help_heading = "Upstream", long)]
+    #[arg(help_heading = START_HERE, long)]
     pub upstream: String,
     /// Address to listen on.
-    #[arg(help_heading = "Upstream", long, default_value = "127.0.0.1:8080")]
+    #[arg(help_heading = START_HERE, long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// Several upstream replicas behind a router (`--replica`, `--router`, …).
     #[command(flatten, next_help_heading = "Replicas")]
@@ -41,7 +46,7 @@ pub struct ServeArgs {
     /// Each tenant's policy: a component name (`cachesage`, `lru`, `ttl`; found in
     /// `$AGENTRT_COMPONENTS_DIR`, beside the binary, built into it, or in the source tree's build)
     /// or a path to a `.wasm` file.
-    #[arg(help_heading = "Policies", long, default_value = "cachesage")]
+    #[arg(help_heading = START_HERE, long, default_value = "cachesage")]
     pub policy: String,
     /// `key=value` passed to the policy's `init` (repeatable).
     #[arg(help_heading = "Policies", long = "policy-config", value_name = "KEY=VALUE")]
@@ -64,7 +69,7 @@ pub struct ServeArgs {
     /// The operator's bearer token for the admin API (or env AGENTRT_ADMIN_TOKEN): every route,
     /// every tenant. Without it (and without --tenant-admin) the admin API is disabled.
     #[arg(
-        help_heading = "Tenants and admin",
+        help_heading = START_HERE,
         long,
         env = "AGENTRT_ADMIN_TOKEN",
         hide_env_values = true
@@ -82,7 +87,7 @@ pub struct ServeArgs {
     /// `API_KEY=TENANT` (repeatable): requests carrying the key belong to the tenant. Without any,
     /// every request belongs to `default`. Split at the last `=`, so keys may end in `=` (base64
     /// padding); tenant names are 1–64 letters, digits, `-`, `_` or `.`.
-    #[arg(help_heading = "Tenants and admin", long = "tenant", value_name = "KEY=TENANT")]
+    #[arg(help_heading = START_HERE, long = "tenant", value_name = "KEY=TENANT")]
     pub tenants: Vec<String>,
     /// API key to send upstream.
     #[arg(
@@ -112,7 +117,7 @@ pub struct ServeArgs {
     #[arg(help_heading = "Engine adapters", long)]
     pub kv_events_replay: Option<String>,
     /// Unix socket for the vLLM plugin's eviction requests (`AGENTRT_EVICTION_SOCKET` in vLLM's env).
-    #[arg(help_heading = "Engine adapters", long)]
+    #[arg(help_heading = START_HERE, long)]
     pub eviction_socket: Option<PathBuf>,
     /// A group whose members may connect to the eviction sockets too (a name or a numeric id):
     /// the socket files are made 0660 and given to it. Without it they are 0600: only agentrt's
@@ -198,7 +203,7 @@ pub struct ServeArgs {
     /// tables (docs/multi-tenant.md). SIGHUP or `POST /admin/reload` re-reads the tenants' tables;
     /// `[serve]` needs a restart (a reload that finds it changed is refused). A file that does
     /// not parse or validate changes nothing.
-    #[arg(help_heading = "Tenants and admin", long, value_name = "FILE")]
+    #[arg(help_heading = START_HERE, long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// An anchor hash (16 hex digits, as `GET /admin/tenants/{tenant}/stats` lists them;
     /// repeatable) whose requests every tenant shares cache blocks for: they carry one public
@@ -468,6 +473,7 @@ mod tests {
         let headings: std::collections::BTreeSet<&str> =
             command.get_arguments().filter_map(|a| a.get_help_heading()).collect();
         for expected in [
+            START_HERE,
             "Upstream",
             "Replicas",
             "Tenants and admin",
@@ -478,5 +484,30 @@ mod tests {
         ] {
             assert!(headings.contains(expected), "no `{expected}` heading in {headings:?}");
         }
+    }
+
+    #[test]
+    fn serve_help_starts_with_the_flags_a_first_deployment_needs() {
+        use clap::CommandFactory;
+        let command = Serve::command();
+        let first_heading = command.get_arguments().find_map(|a| a.get_help_heading());
+        assert_eq!(first_heading, Some(START_HERE), "the first heading of `serve --help`");
+        let first: Vec<&str> = command
+            .get_arguments()
+            .filter(|a| a.get_help_heading() == Some(START_HERE))
+            .filter_map(|a| a.get_long())
+            .collect();
+        assert_eq!(
+            first,
+            [
+                "upstream",
+                "listen",
+                "policy",
+                "admin-token",
+                "tenant",
+                "eviction-socket",
+                "config"
+            ]
+        );
     }
 }

@@ -1,0 +1,63 @@
+"""End to end: working-set admission (``agentrt serve --session-admission working-set``) in front of
+a real vLLM (CPU, the tiny model, an 80-block cache), under agent programs past the cache
+(``agent_programs.py``: twelve programs whose contexts grow to ~1.7 k tokens, tool pauses of
+0.2–0.6 s, ThunderAgent's ``program_id`` and ``POST /programs/release``).
+
+One test walks the path and asserts what working-set admission promises on an engine whose
+prefill is nearly free:
+
+- the proxy reads the engine's KV capacity from vLLM's own ``/metrics``
+  (``vllm:cache_config_info``: 80 blocks of 32 tokens);
+- it prices the engine's prefill from the streamed answers and finds that holding cannot pay
+  here (prefilling the whole cache takes milliseconds against pauses of tenths of a second), so
+  it holds nothing — every call answered, none waits in the proxy;
+- ThunderAgent's release call ends each program's session: the ledger is empty afterwards;
+- calls per minute through it against the same load sent straight to vLLM are printed (the
+  sweep in docs/results-vllm.md is the figure; this machine's noise is too large to assert one).
+
+Slow (one vLLM start and two short loads, ~2 min on two cores): AGENTRT_SKIP_VLLM_SERVE=1 skips it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import agent_programs
+from conftest import SKIP_SERVE_REASON, component
+
+pytestmark = pytest.mark.skipif(os.environ.get("AGENTRT_SKIP_VLLM_SERVE") == "1", reason=SKIP_SERVE_REASON)
+
+BLOCKS = 80
+PROGRAMS = 12
+LOAD = dict(turns=5, pause=(0.2, 0.6), system_words=100, turn_words=60, max_tokens=8)
+
+
+def series(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"no series {name} on /metrics:\n{text[-3000:]}")
+
+
+def test_working_set_admission_reads_vllms_cache_and_holds_nothing_where_prefill_is_free(start_stack):
+    stack = start_stack(
+        "lru",
+        blocks=BLOCKS,
+        serve_args=("--session-admission", "working-set", "--slot", f"admission={component('working-set')}"),
+    )
+    through = agent_programs.run(stack.serve.base, PROGRAMS, thunder=True, **LOAD)
+    page = stack.serve.metrics_text()
+    summary = through.summary()
+    assert summary["failed"] == 0, (summary, stack.serve.log())
+    assert summary["calls"] == PROGRAMS * LOAD["turns"]
+    assert series(page, "agentrt_admission_capacity_tokens") == BLOCKS * 32, stack.serve.log()
+    assert series(page, "agentrt_admission_prefill_us_per_ktoken") > 0, "streamed answers priced the prefill"
+    assert series(page, "agentrt_admission_holding_pays") == 0, page
+    assert series(page, "agentrt_admission_holds_total") == 0, page
+    for state in ("held", "resident"):
+        assert f'agentrt_admission_sessions{{state="{state}"}} 0' in page, ("every program released", page)
+
+    direct = agent_programs.run(stack.vllm.base, PROGRAMS, **LOAD).summary()
+    print(f"\nthrough agentrt (working-set admission): {summary}\nstraight to vLLM: {direct}")
