@@ -72,6 +72,7 @@
 //! - **Tenant shares**: a tenant's share is the capacity × its weight ÷ the weights of tenants
 //!   with live sessions; one tenant flooding sessions is held beyond its share, not the others.
 
+mod contract;
 pub mod cost;
 pub mod ledger;
 mod working_set;

@@ -17,8 +17,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use agentrt_admission::{Answered, Arrival, EngineNow, EvictionClass, Settings, Verdict, WorkingSet};
-use agentrt_runtime::types::{EndReason, EngineCapacity, Event, Item, ItemKind, RequestArrival, Tier};
+use agentrt_admission::{Answered, Arrival, Candidate, EngineNow, EvictionClass, Settings, Verdict, WorkingSet};
+use agentrt_runtime::types::{EndReason, Event, Item, RequestArrival};
 
 use super::held_first::EvictionClasses;
 use super::{AdmissionStage, Answer, EngineView, Offer, StageFigures};
@@ -88,19 +88,7 @@ impl WorkingSetStage {
             return HashMap::new();
         }
         slot.flush();
-        let items: Vec<Item> = candidates
-            .iter()
-            .map(|c| Item {
-                kind: ItemKind::Session,
-                key: c.session,
-                agent: c.agent,
-                session: c.session,
-                last_access: c.last_activity_us,
-                tokens: c.context_tokens,
-                position: 0,
-                tier: Tier::Gpu,
-            })
-            .collect();
+        let items: Vec<Item> = candidates.iter().map(Candidate::item).collect();
         match slot.handle().score(&items) {
             Ok(scores) => candidates.iter().map(|c| c.session).zip(scores).collect(),
             Err(_) => {
@@ -194,16 +182,7 @@ impl AdmissionStage for WorkingSetStage {
         };
         let released = self.decision.rebalance(now_us, now, &scores);
         self.publish_classes();
-        let r = self.decision.capacity_report();
-        let capacity = Event::EngineCapacity(EngineCapacity {
-            capacity_tokens: r.capacity_tokens,
-            resident_tokens: r.resident_tokens,
-            resident_sessions: r.resident_sessions,
-            held_sessions: r.held_sessions,
-            prefill_us_per_ktoken: r.prefill_us_per_ktoken,
-            decode_step_us: r.decode_step_us,
-            at_us: now_us,
-        });
+        let capacity = self.decision.capacity_report().event(now_us);
         self.tell(capacity);
         released
     }

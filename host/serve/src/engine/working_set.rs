@@ -36,7 +36,7 @@ use agentrt_admission::{
     Answered, Arrival, Candidate, CapacityReport, EngineNow, EvictionClass, Settings, Verdict, WorkingSet,
 };
 use agentrt_exposition::{Exposition, Report};
-use agentrt_runtime::types::{EndReason, EngineCapacity, Event, Item, ItemKind, Tier};
+use agentrt_runtime::types::{EndReason, Event, Item};
 use tokio::sync::{oneshot, Notify};
 
 use crate::clock::Clock;
@@ -401,9 +401,8 @@ fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
     Some(&rest[..rest.find('"')?])
 }
 
-/// The candidates' scores by their tenants' `admission` slots (as `session` items: key and
-/// session = the session, tokens = its context, last access = its last activity); 0 for a tenant
-/// without the slot or whose call fails.
+/// The candidates' scores by their tenants' `admission` slots (as `session` items); 0 for a
+/// tenant without the slot or whose call fails.
 async fn scores(tenants: &Tenants, tenant_ids: &HashMap<String, u32>, candidates: Vec<Candidate>) -> HashMap<u64, f32> {
     let mut by_tenant: HashMap<u32, Vec<Candidate>> = HashMap::new();
     for c in candidates {
@@ -417,19 +416,7 @@ async fn scores(tenants: &Tenants, tenant_ids: &HashMap<String, u32>, candidates
         let Some(slot) = tenants.get(name).and_then(|t| t.slot(ADMISSION_SLOT).cloned()) else {
             continue;
         };
-        let items: Vec<Item> = candidates
-            .iter()
-            .map(|c| Item {
-                kind: ItemKind::Session,
-                key: c.session,
-                agent: c.agent,
-                session: c.session,
-                last_access: c.last_activity_us,
-                tokens: c.context_tokens,
-                position: 0,
-                tier: Tier::Gpu,
-            })
-            .collect();
+        let items: Vec<Item> = candidates.iter().map(Candidate::item).collect();
         let span = tracing::info_span!("policy.score", tenant = %name, slot = ADMISSION_SLOT, items = items.len());
         // A policy call, off the async workers.
         let scored = tokio::task::spawn_blocking(move || span.in_scope(|| slot.score_typed(&items))).await;
@@ -442,15 +429,7 @@ async fn scores(tenants: &Tenants, tenant_ids: &HashMap<String, u32>, candidates
 
 /// Tell every tenant the decision numbers the engine's capacity and load (`engine-capacity`).
 fn tell_capacity(tenants: &Tenants, tenant_ids: &HashMap<String, u32>, r: CapacityReport, at_us: u64) {
-    let event = Event::EngineCapacity(EngineCapacity {
-        capacity_tokens: r.capacity_tokens,
-        resident_tokens: r.resident_tokens,
-        resident_sessions: r.resident_sessions,
-        held_sessions: r.held_sessions,
-        prefill_us_per_ktoken: r.prefill_us_per_ktoken,
-        decode_step_us: r.decode_step_us,
-        at_us,
-    });
+    let event = r.event(at_us);
     for name in tenant_ids.keys() {
         if let Some(tenant) = tenants.get(name) {
             tenant.observe(vec![event.clone()]);
