@@ -1,5 +1,5 @@
 """Test helpers every engine adapter's pytest suite shares: the real agentrt eviction service
-(`agentrt-vllm-host`, the Rust host behind the eviction socket, whatever the engine) running a
+(`agentrt-eviction-host`, the Rust host behind the eviction socket, whatever the engine) running a
 real policy component, and a silent host for the one fault the real one cannot be made to show.
 
 Imported by adapters/vllm/tests/conftest.py and adapters/sglang/tests/conftest.py.
@@ -37,15 +37,15 @@ def component(name: str) -> Path:
 
 
 def host_binary() -> Path:
-    """<target>/debug/agentrt-vllm-host, built if needed (AGENTRT_VLLM_HOST_BIN overrides)."""
-    override = os.environ.get("AGENTRT_VLLM_HOST_BIN")
+    """<target>/debug/agentrt-eviction-host, built if needed (AGENTRT_EVICTION_HOST_BIN overrides)."""
+    override = os.environ.get("AGENTRT_EVICTION_HOST_BIN")
     if override:
         return Path(override)
-    binary = TARGET / "debug" / "agentrt-vllm-host"
+    binary = TARGET / "debug" / "agentrt-eviction-host"
     if not binary.is_file():
         if shutil.which("cargo") is None:
-            pytest.skip("agentrt-vllm-host is not built and cargo is not on PATH")
-        subprocess.run(["cargo", "build", "-p", "agentrt-eviction", "--bin", "agentrt-vllm-host"], cwd=REPO, check=True)
+            pytest.skip("agentrt-eviction-host is not built and cargo is not on PATH")
+        subprocess.run(["cargo", "build", "-p", "agentrt-eviction", "--bin", "agentrt-eviction-host"], cwd=REPO, check=True)
     return binary
 
 
@@ -120,7 +120,7 @@ def skip_every_module_unless(missing: str | None):
 
 @pytest.fixture(scope="session", name="host_binary")
 def host_binary_fixture() -> Path:
-    """<target>/debug/agentrt-vllm-host, built if needed (AGENTRT_VLLM_HOST_BIN overrides)."""
+    """<target>/debug/agentrt-eviction-host, built if needed (AGENTRT_EVICTION_HOST_BIN overrides)."""
     return host_binary()
 
 

@@ -1,7 +1,7 @@
 """The plugin's connection comes back on its own when the eviction service restarts: the watcher
 thread (``EvictionClient.watch``) notices the closed connection and connects to the new process as
 soon as it listens, with no eviction, rank or block event to prompt it — what an idle engine beside
-a restarted ``agentrt serve`` needs. Against the real eviction service (``agentrt-vllm-host``),
+a restarted ``agentrt serve`` needs. Against the real eviction service (``agentrt-eviction-host``),
 stopped with SIGTERM and started again on the same socket path."""
 
 from __future__ import annotations

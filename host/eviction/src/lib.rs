@@ -21,8 +21,8 @@
 //!   `observe-blocks`. It needs no plugin, so it also works against an unmodified vLLM. This
 //!   module ([`kv_events`]) is the crate's one vLLM-specific part: the format is vLLM's.
 //!
-//! The binary `agentrt-vllm-host` (its name kept: scripts and the plugins' tests invoke it) runs
-//! the same services for one policy without the proxy.
+//! The binary `agentrt-eviction-host` runs the same services for one policy without the proxy,
+//! whatever the engine (the vLLM and SGLang plugins' tests run it).
 //!
 //! ```no_run
 //! # async fn demo(policy: std::sync::Arc<agentrt_runtime::PolicyHandle>) -> anyhow::Result<()> {

@@ -1,9 +1,10 @@
-//! `agentrt-vllm-host` — hosts one policy component for a vLLM engine without the proxy: the
-//! eviction service on a Unix socket and, optionally, the KV-event subscriber. For the adapter's
-//! tests and for trying the plugin by hand; `agentrt serve` embeds the same services.
+//! `agentrt-eviction-host` — hosts one policy component for an engine's plugin (vLLM or SGLang)
+//! without the proxy: the eviction service on a Unix socket and, optionally, vLLM's KV-event
+//! subscriber. For the adapters' tests and for trying a plugin by hand; `agentrt serve` embeds the
+//! same services.
 //!
 //! ```text
-//! agentrt-vllm-host --policy target/components/lru.wasm --socket /tmp/evict.sock \
+//! agentrt-eviction-host --policy target/components/lru.wasm --socket /tmp/evict.sock \
 //!     [--kv-endpoint tcp://127.0.0.1:5557 [--kv-replay tcp://127.0.0.1:5558] [--kv-topic kv]] \
 //!     [--pin AGENT] [--init key=value] [--act-every-ms N]
 //! ```
@@ -26,7 +27,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
-#[command(name = "agentrt-vllm-host", about = "Host a policy for the agentrt vLLM plugin")]
+#[command(name = "agentrt-eviction-host", about = "Host a policy for the agentrt engine plugins (vLLM, SGLang)")]
 struct Args {
     /// Policy component (.wasm).
     #[arg(long)]
