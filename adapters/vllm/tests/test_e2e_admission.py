@@ -21,6 +21,7 @@ Slow (one vLLM start and two short loads, ~2 min on two cores): AGENTRT_SKIP_VLL
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -47,6 +48,11 @@ def test_working_set_admission_reads_vllms_cache_and_holds_nothing_where_prefill
         blocks=BLOCKS,
         serve_args=("--session-admission", "working-set", "--slot", f"admission={component('working-set')}"),
     )
+    # The proxy started before vLLM: it reads the capacity once vLLM answers (every 2 s until then).
+    deadline = time.monotonic() + 15
+    while series(stack.serve.metrics_text(), "agentrt_admission_capacity_tokens") == 0:
+        assert time.monotonic() < deadline, ("the capacity was never read from vLLM's /metrics", stack.serve.log())
+        time.sleep(0.2)
     through = agent_programs.run(stack.serve.base, PROGRAMS, thunder=True, **LOAD)
     page = stack.serve.metrics_text()
     summary = through.summary()

@@ -27,7 +27,10 @@ use tokio::signal::unix::{signal, SignalKind};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
-#[command(name = "agentrt-eviction-host", about = "Host a policy for the agentrt engine plugins (vLLM, SGLang)")]
+#[command(
+    name = "agentrt-eviction-host",
+    about = "Host a policy for the agentrt engine plugins (vLLM, SGLang)"
+)]
 struct Args {
     /// Policy component (.wasm).
     #[arg(long)]

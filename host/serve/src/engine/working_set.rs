@@ -21,7 +21,7 @@
 //!   `engine-capacity` event. Without a slot every score is 0: only the excess is held.
 //! - **Capacity**: `--kv-capacity-tokens`, else the upstream's `/metrics` (vLLM's
 //!   `vllm:cache_config_info`: `num_gpu_blocks` × `block_size`; SGLang's
-//!   `sglang:max_total_num_tokens`), read every 10 s until known, then every minute.
+//!   `sglang:max_total_num_tokens`), read every 2 s until known, then every minute.
 //!
 //! Safe by construction: nothing is held until 32 answers have priced the engine's prefill, nor
 //! while prefilling the whole cache takes less time than a session's typical pause (the tiny
@@ -48,7 +48,7 @@ use crate::names::ADMISSION_SLOT;
 use crate::tenant::{Tenant, Tenants};
 
 /// How often the upstream's `/metrics` is read for the capacity: until it is known, and after.
-const CAPACITY_RETRY: Duration = Duration::from_secs(10);
+const CAPACITY_RETRY: Duration = Duration::from_secs(2);
 const CAPACITY_REFRESH: Duration = Duration::from_secs(60);
 
 /// Working-set admission in front of one engine. Shared by the request path, the policy feed
