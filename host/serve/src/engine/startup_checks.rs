@@ -10,7 +10,7 @@ use std::time::Duration;
 use agentrt_eviction::EvictionMetrics;
 
 use crate::engine::kind::EngineKind;
-use crate::engine::upstream::{self, Upstream};
+use crate::engine::upstream::Upstream;
 
 /// How long after start an engine plugin should have connected to the eviction socket: an engine
 /// loading a large model takes minutes.
@@ -141,15 +141,7 @@ async fn check_upstream(upstream: Upstream) {
 
 /// The upstream's model ids, as one phrase, or why it did not say.
 async fn models(upstream: &Upstream) -> Result<String, String> {
-    let reply = upstream::send(upstream.get("/v1/models"), upstream.base(), upstream.limits())
-        .await
-        .map_err(|e| e.message)?;
-    if !reply.status().is_success() {
-        return Err(format!("GET /v1/models answered {}", reply.status()));
-    }
-    let bytes = upstream::read_reply(reply, upstream.limits())
-        .await
-        .map_err(|e| e.message)?;
+    let bytes = upstream.get_body("/v1/models").await?;
     let listing: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
     let ids: Vec<&str> = listing["data"]
         .as_array()

@@ -108,6 +108,18 @@ impl Upstream {
         self.authorized(self.0.client.get(url))
     }
 
+    /// A GET of `path` on the upstream, its body read under the reply cap: the body, or why
+    /// not (unreachable, a status other than success, a reply too large) as one phrase.
+    pub async fn get_body(&self, path: &str) -> Result<Bytes, String> {
+        let reply = send(self.get(path), self.base(), self.limits())
+            .await
+            .map_err(|e| e.message)?;
+        if !reply.status().is_success() {
+            return Err(format!("GET {path} answered {}", reply.status()));
+        }
+        read_reply(reply, self.limits()).await.map_err(|e| e.message)
+    }
+
     fn authorized(&self, builder: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         match &self.0.api_key {
             Some(key) => builder.bearer_auth(key),

@@ -40,7 +40,7 @@ use agentrt_runtime::types::{EndReason, Event, Item};
 use tokio::sync::{oneshot, Notify};
 
 use crate::clock::Clock;
-use crate::engine::upstream::{self, Upstream};
+use crate::engine::upstream::Upstream;
 use crate::identity::agent_api::Usage;
 use crate::identity::Identity;
 use crate::metrics::ProxyMetrics;
@@ -358,15 +358,7 @@ impl SessionAdmission {
 
 /// The engine's KV capacity in tokens, from its `/metrics`.
 async fn engine_capacity(upstream: &Upstream) -> Result<u64, String> {
-    let reply = upstream::send(upstream.get("/metrics"), upstream.base(), upstream.limits())
-        .await
-        .map_err(|e| e.message)?;
-    if !reply.status().is_success() {
-        return Err(format!("GET /metrics answered {}", reply.status()));
-    }
-    let bytes = upstream::read_reply(reply, upstream.limits())
-        .await
-        .map_err(|e| e.message)?;
+    let bytes = upstream.get_body("/metrics").await?;
     capacity_in_metrics(&String::from_utf8_lossy(&bytes)).ok_or_else(|| {
         "its /metrics has neither vllm:cache_config_info (num_gpu_blocks, block_size) nor sglang:max_total_num_tokens"
             .to_string()
