@@ -311,6 +311,56 @@ const SERVE_LAYERS: &[&[&str]] = &[
     &[""],
 ];
 
+/// The layers as host/serve's guide (its lib.rs's numbered list) and ARCHITECTURE.md tell them:
+/// one story, in the order `SERVE_LAYERS` enforces.
+#[test]
+fn the_guide_and_the_map_tell_the_layers_in_the_enforced_order() {
+    let order: Vec<&str> = SERVE_LAYERS
+        .iter()
+        .flat_map(|l| l.iter().copied())
+        .filter(|m| !m.is_empty())
+        .collect();
+    let links = |text: &str| -> Vec<String> {
+        text.split("[`")
+            .skip(1)
+            .filter_map(|rest| rest.split_once("`]"))
+            .map(|(name, _)| name.to_string())
+            .collect()
+    };
+    // lib.rs: each numbered item names its modules first, as links, before its dash.
+    let guide = std::fs::read_to_string(root().join("host/serve/src/lib.rs")).unwrap();
+    let told: Vec<String> = guide
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! "))
+        .filter(|l| l.split_once(". ").is_some_and(|(n, _)| n.parse::<u32>().is_ok()))
+        .flat_map(|l| links(l.split(" — ").next().unwrap_or_default()))
+        .collect();
+    let front = order.iter().position(|&m| m == "front").unwrap();
+    let last = order.iter().position(|&m| m == "mcp").unwrap();
+    assert_eq!(told, order[front..=last], "host/serve/src/lib.rs's numbered layers");
+    // ARCHITECTURE.md: the paragraph after "In the order `tests/layers.rs` enforces", modules in
+    // backquotes (a folder with its slash), separated by arrows.
+    let map = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let (_, rest) = map
+        .split_once("In the order `tests/layers.rs` enforces")
+        .expect("the layers' paragraph");
+    let paragraph = rest.split("\n\n").next().unwrap();
+    let told: Vec<String> = paragraph
+        .split(" → ")
+        .flat_map(|step| {
+            let names: Vec<String> = step
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(|n| n.trim_end_matches('/').to_string())
+                .collect();
+            names
+        })
+        .filter(|n| order.contains(&n.as_str()))
+        .collect();
+    assert_eq!(told, order, "ARCHITECTURE.md's layers");
+}
+
 fn layer_of(module: &str) -> usize {
     let top = module.split("::").next().unwrap_or_default();
     SERVE_LAYERS
