@@ -435,6 +435,7 @@ mod tests {
             "mcp-memo-allow" | "mcp-memo-deny" => s("docs/search"),
             "mcp-allowed-host" => s("mcp.example"),
             "mcp-stdio-env" => s("PATH"),
+            "kv-capacity-tokens" => Some(toml::Value::Integer(120_000)),
             _ => None,
         }
     }
