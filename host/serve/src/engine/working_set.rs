@@ -131,17 +131,22 @@ impl LedgerCall {
 
     /// It ended: answered (`ok`) with `usage`, or not.
     pub fn ended(self, ok: bool, usage: Option<&Usage>) {
+        let LedgerCall {
+            admission,
+            session,
+            sent,
+            first_piece,
+        } = self;
         let now = Instant::now();
-        let admission = self.admission.clone();
         let now_us = admission.clock.now_us();
         let mut inner = admission.lock();
         let answer = usage.filter(|_| ok).and_then(|u| Some((u.prompt_tokens?, u)));
-        match (answer, self.sent, self.first_piece) {
+        match (answer, sent, first_piece) {
             (Some((prompt, usage)), Some(sent), Some(first)) => {
                 let output = usage.output_tokens.unwrap_or(0);
                 inner.decision.answer(
                     &Answered {
-                        session: self.session,
+                        session,
                         prompt_tokens: prompt,
                         cached_tokens: usage.cached_tokens.unwrap_or(0),
                         output_tokens: output,
@@ -154,9 +159,9 @@ impl LedgerCall {
             // A reply read whole: its size, not its timing (the first token is not seen).
             (Some((prompt, usage)), _, _) => {
                 let context = prompt.saturating_add(usage.output_tokens.unwrap_or(0));
-                inner.decision.ended(self.session, Some(context), now_us);
+                inner.decision.ended(session, Some(context), now_us);
             }
-            (None, _, _) => inner.decision.ended(self.session, None, now_us),
+            (None, _, _) => inner.decision.ended(session, None, now_us),
         }
         drop(inner);
         admission.due.notify_one();
