@@ -29,7 +29,7 @@ while (($#)); do
 done
 
 # The components the image ships, in /usr/local/share/agentrt/components/: the ones
-# deploy/Dockerfile copies (host/cli/tests/deploy_recipe.rs keeps the two lists equal).
+# deploy/Dockerfile copies (cli/tests/deploy_recipe.rs keeps the two lists equal).
 components=(lru ttl cachesage frequency guard fair-share tool-memo)
 
 command -v podman >/dev/null || {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install docker-compose from Debian's packages, for the compose files' schema check
-# (host/cli/tests/deploy_compose.rs runs `docker-compose config`, which needs no Docker engine).
+# (cli/tests/deploy_compose.rs runs `docker-compose config`, which needs no Docker engine).
 # Idempotent: does nothing when it is installed; the check skips, saying why, without it (unless
 # AGENTRT_REQUIRE_COMPOSE=1).
 set -euo pipefail

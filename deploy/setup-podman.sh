@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install podman and runc from Debian's packages, for deploy/build-image.sh and the image's test
-# (host/cli/tests/deploy_image.rs). Idempotent: does nothing when both are installed. Needs root
+# (cli/tests/deploy_image.rs). Idempotent: does nothing when both are installed. Needs root
 # (or sudo) and a Debian or Ubuntu package source; elsewhere it says so and exits 0, and the
 # test skips, saying why (unless AGENTRT_REQUIRE_PODMAN=1).
 set -euo pipefail

@@ -1,5 +1,6 @@
-//! The layering the code promises, read from the source: no circle of modules in any crate of
-//! the workspace, and in `host/serve` no module that uses a layer above its own.
+//! The layering the code promises, read from the source: no top-level folder both above and below
+//! another, no circle of modules in any crate of the workspace, and in `host/serve` no module that
+//! uses a layer above its own.
 //!
 //! A module's edges are the other modules of its crate it names — in `use` items and in paths
 //! (`crate::a::b::X`, `super::X`, `self::a::X`), the `#[cfg(test)]` part of a file and comments left out. A path
@@ -265,6 +266,53 @@ fn no_crate_has_a_circle_of_modules() {
         }
     }
     assert!(all.is_empty(), "circles of modules:\n{}", all.join("\n"));
+}
+
+/// Top-level folder of each workspace crate → the top-level folders of the workspace crates its
+/// library, binaries and build script use (`[dependencies]`, `[build-dependencies]`). A crate's
+/// own tests are left out: test code sits above everything it tests, and uses the shared test
+/// support in `tests/` from any folder.
+fn folder_uses() -> BTreeMap<String, BTreeSet<String>> {
+    let output = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let top = |manifest: &str| -> String {
+        let relative = Path::new(manifest).strip_prefix(root()).unwrap_or(Path::new(manifest));
+        relative.iter().next().unwrap().to_string_lossy().into_owned()
+    };
+    let mut uses: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for package in metadata["packages"].as_array().unwrap() {
+        let from = top(package["manifest_path"].as_str().unwrap());
+        let used = uses.entry(from.clone()).or_default();
+        for dependency in package["dependencies"].as_array().unwrap() {
+            let normal_or_build = dependency["kind"].is_null() || dependency["kind"] == "build";
+            if let (true, Some(path)) = (normal_or_build, dependency["path"].as_str()) {
+                let to = top(&format!("{path}/Cargo.toml"));
+                if to != from {
+                    used.insert(to);
+                }
+            }
+        }
+    }
+    uses
+}
+
+/// The folders show who uses whom: no top-level folder is both above and below another
+/// (`cli/` uses `sim/` and `host/`; `sim/` uses `host/`; nothing in `host/` uses either).
+#[test]
+fn no_top_level_folder_is_both_above_and_below_another() {
+    let uses = folder_uses();
+    let circles = circles(&uses);
+    assert!(
+        circles.is_empty(),
+        "top-level folders that use each other: {circles:?}\n(every use: {uses:?})"
+    );
+    // The case this test was written for: the CLI sits above the simulator it runs.
+    assert!(uses["cli"].contains("sim") && uses["sim"].contains("host"), "{uses:?}");
 }
 
 /// sim/'s top: the experiments and `cli` (their dispatch) use the instrument; nothing of the

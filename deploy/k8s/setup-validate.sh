@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs kubernetes-validate (PyPI; it ships the Kubernetes API's JSON schemas for every release
 # it knows, so it validates offline) into a virtual environment, for the manifests' check
-# (host/cli/tests/deploy_k8s.rs validates deploy/k8s/*.yaml with it).
+# (cli/tests/deploy_k8s.rs validates deploy/k8s/*.yaml with it).
 #
 #   bash deploy/k8s/setup-validate.sh            # into ~/.cache/agentrt/venv-k8s
 #   AGENTRT_K8S_VENV=/path bash deploy/k8s/setup-validate.sh

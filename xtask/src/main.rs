@@ -69,7 +69,7 @@ fn main() -> Result<()> {
             match rest.as_slice() {
                 [] => components::build(&workspace, languages).map(|_| ()),
                 // Another tree laid out like this one (wit/, sdk/, policies/, a Cargo.toml naming its
-                // Rust policies), built into its own target folder: host/cli/tests/policy_new.rs builds
+                // Rust policies), built into its own target folder: cli/tests/policy_new.rs builds
                 // `agentrt policy new` skeletons this way.
                 [flag, root] if flag == "--root" => {
                     let root = std::path::PathBuf::from(root);

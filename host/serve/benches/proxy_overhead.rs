@@ -63,7 +63,7 @@ async fn drive(url: &str, n: usize, concurrency: usize) -> (Vec<Duration>, Durat
     (all, started.elapsed())
 }
 
-/// Install the binary's subscriber (host/cli/src/main.rs): warnings to stderr, spans over OTLP
+/// Install the binary's subscriber (cli/src/main.rs): warnings to stderr, spans over OTLP
 /// when the environment asks. Returns the exporter's guard (dropped last, to flush) and the
 /// endpoint the spans go to, if any.
 fn init_tracing() -> (Option<agentrt_serve::telemetry::Telemetry>, Option<String>) {

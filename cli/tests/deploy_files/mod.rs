@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use clap::Parser;
 use serde_json::Value;
 
-/// `agentrt serve` as the binary parses it (host/cli/src/main.rs).
+/// `agentrt serve` as the binary parses it (cli/src/main.rs).
 #[derive(Parser)]
 #[command(name = "agentrt")]
 pub enum Agentrt {
@@ -21,8 +21,8 @@ pub enum Agentrt {
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
-        .nth(2)
-        .expect("host/cli lies two folders below the repository root")
+        .nth(1)
+        .expect("cli lies one folder below the repository root")
         .to_path_buf()
 }
 

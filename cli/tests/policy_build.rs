@@ -44,7 +44,7 @@ fn a_policy_outside_the_checkout_is_made_built_tested_and_joins_the_table_in_eve
     let scratch = tempfile::Builder::new().prefix("agentrt-outside-").tempdir().unwrap();
     let outside = scratch.path().canonicalize().unwrap();
     let checkout = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
+        .join("..")
         .canonicalize()
         .unwrap();
     assert!(

@@ -29,8 +29,8 @@ const STUB_REPLY: &str = "stub upstream says hello";
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
-        .nth(2)
-        .expect("host/cli lies two folders below the repository root")
+        .nth(1)
+        .expect("cli lies one folder below the repository root")
         .to_path_buf()
 }
 

@@ -14,7 +14,7 @@
 //! than 90 % of the offered requests answered in time, or a p99 over a second) a path is not
 //! offered more. The ceiling is closed-loop: 64 requests always in flight.
 
-#[path = "../../serve/benches/support/mod.rs"]
+#[path = "../../host/serve/benches/support/mod.rs"]
 mod support;
 
 use std::path::PathBuf;

@@ -20,7 +20,7 @@ const REQUIRED: [&str; 2] = ["rust", "python"];
 
 fn checkout() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
+        .join("..")
         .canonicalize()
         .unwrap()
 }

@@ -15,8 +15,8 @@ fn main() {
     let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
     let workspace_root = manifest_dir
         .ancestors()
-        .nth(2)
-        .expect("host/cli lies two folders below the workspace root");
+        .nth(1)
+        .expect("cli lies one folder below the workspace root");
     let dir = built_components_dir(&target_dir(
         workspace_root,
         std::env::var_os("CARGO_TARGET_DIR").as_deref(),

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs the OpenTelemetry protocol's own definitions (PyPI `opentelemetry-proto`, with the
 # `protobuf` runtime it pins) into a virtual environment, for the OTLP receiver the test
-# `host/cli/tests/serve_otlp.rs` runs (receiver.py beside this file).
+# `cli/tests/serve_otlp.rs` runs (receiver.py beside this file).
 #
-#   bash host/cli/tests/otlp/setup-venv.sh            # into ~/.cache/agentrt/venv-otlp
-#   AGENTRT_OTLP_VENV=/path bash host/cli/tests/otlp/setup-venv.sh
+#   bash cli/tests/otlp/setup-venv.sh            # into ~/.cache/agentrt/venv-otlp
+#   AGENTRT_OTLP_VENV=/path bash cli/tests/otlp/setup-venv.sh
 #
 # Two small wheels; installs in seconds. Idempotent: a marker file records the recipe; a current
 # venv is only checked (the receiver's imports load).
@@ -20,5 +20,5 @@ check() {
     "$VENV/bin/python" -c 'from opentelemetry.proto.collector.trace.v1 import trace_service_pb2' >/dev/null 2>&1
 }
 
-source "$(dirname "$0")/../../../../adapters/lib/pip-venv.sh"
+source "$(dirname "$0")/../../../adapters/lib/pip-venv.sh"
 pip_venv

@@ -43,45 +43,45 @@ pub enum Lang {
 type Template = (&'static str, &'static str);
 
 const RUST: &[Template] = &[
-    ("Cargo.toml", include_str!("../../../sdk/templates/rust/Cargo.toml")),
-    ("src/lib.rs", include_str!("../../../sdk/templates/rust/src/lib.rs")),
+    ("Cargo.toml", include_str!("../../sdk/templates/rust/Cargo.toml")),
+    ("src/lib.rs", include_str!("../../sdk/templates/rust/src/lib.rs")),
 ];
 /// The Rust manifest of a standalone project: its own workspace, the vendored SDK, the `wasm`
 /// profile.
-const RUST_STANDALONE_MANIFEST: &str = include_str!("../../../sdk/templates/standalone/Cargo.toml");
-const GITIGNORE: &str = include_str!("../../../sdk/templates/standalone/gitignore");
+const RUST_STANDALONE_MANIFEST: &str = include_str!("../../sdk/templates/standalone/Cargo.toml");
+const GITIGNORE: &str = include_str!("../../sdk/templates/standalone/gitignore");
 const PYTHON: &[Template] = &[
-    ("app.py", include_str!("../../../sdk/templates/python/app.py")),
-    ("test_app.py", include_str!("../../../sdk/templates/python/test_app.py")),
+    ("app.py", include_str!("../../sdk/templates/python/app.py")),
+    ("test_app.py", include_str!("../../sdk/templates/python/test_app.py")),
 ];
 const JS: &[Template] = &[
-    ("policy.js", include_str!("../../../sdk/templates/js/policy.js")),
+    ("policy.js", include_str!("../../sdk/templates/js/policy.js")),
     (
         "policy.test.js",
-        include_str!("../../../sdk/templates/js/policy.test.js"),
+        include_str!("../../sdk/templates/js/policy.test.js"),
     ),
 ];
 const C: &[Template] = &[
-    ("policy.c", include_str!("../../../sdk/templates/c/policy.c")),
-    ("test_policy.c", include_str!("../../../sdk/templates/c/test_policy.c")),
+    ("policy.c", include_str!("../../sdk/templates/c/policy.c")),
+    ("test_policy.c", include_str!("../../sdk/templates/c/test_policy.c")),
 ];
 const GO: &[Template] = &[
-    ("go.mod", include_str!("../../../sdk/templates/go/go.mod")),
-    ("policy.go", include_str!("../../../sdk/templates/go/policy.go")),
+    ("go.mod", include_str!("../../sdk/templates/go/go.mod")),
+    ("policy.go", include_str!("../../sdk/templates/go/policy.go")),
     (
         "policy_test.go",
-        include_str!("../../../sdk/templates/go/policy_test.go"),
+        include_str!("../../sdk/templates/go/policy_test.go"),
     ),
 ];
 
 /// A standalone project's README, by language: the events with the language's names, and how to
 /// build, test and compare the policy there.
 const READMES: [(Lang, &str); 5] = [
-    (Lang::Rust, include_str!("../../../sdk/templates/rust/README.md")),
-    (Lang::Python, include_str!("../../../sdk/templates/python/README.md")),
-    (Lang::Js, include_str!("../../../sdk/templates/js/README.md")),
-    (Lang::C, include_str!("../../../sdk/templates/c/README.md")),
-    (Lang::Go, include_str!("../../../sdk/templates/go/README.md")),
+    (Lang::Rust, include_str!("../../sdk/templates/rust/README.md")),
+    (Lang::Python, include_str!("../../sdk/templates/python/README.md")),
+    (Lang::Js, include_str!("../../sdk/templates/js/README.md")),
+    (Lang::C, include_str!("../../sdk/templates/c/README.md")),
+    (Lang::Go, include_str!("../../sdk/templates/go/README.md")),
 ];
 
 impl Lang {

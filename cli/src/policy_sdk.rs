@@ -21,7 +21,7 @@ pub const VENDORED: &str = "agentrt-sdk";
 /// The file in it naming the agentrt version it came from.
 const VERSION_FILE: &str = "VERSION";
 /// The Rust SDK's manifest without the workspace's inherited fields.
-const RUST_MANIFEST: &str = include_str!("../../../sdk/templates/standalone/sdk-rust-Cargo.toml");
+const RUST_MANIFEST: &str = include_str!("../../sdk/templates/standalone/sdk-rust-Cargo.toml");
 
 /// This binary's version: the SDK it carries.
 pub fn version() -> &'static str {
@@ -77,7 +77,7 @@ mod tests {
     /// manifests must not drift apart.
     #[test]
     fn the_vendored_rust_manifest_pins_the_workspace_wit_bindgen() {
-        let workspace = include_str!("../../../Cargo.toml");
+        let workspace = include_str!("../../Cargo.toml");
         let line = |text: &str| {
             text.lines()
                 .find(|l| l.starts_with("wit-bindgen = "))

@@ -15,9 +15,9 @@
 //! at once (after 50 ms when it was refused, so that the bench's own two cores are not all
 //! hers); bob sends one chat at a time, 20 ms apart, each given 10 s.
 
-#[path = "../../../tests/hostile/slow_stream_support/mod.rs"]
+#[path = "../../tests/hostile/slow_stream_support/mod.rs"]
 mod slow_stream_support;
-#[path = "../../../tests/hostile/stalled_body_support/mod.rs"]
+#[path = "../../tests/hostile/stalled_body_support/mod.rs"]
 mod stalled_body_support;
 
 use std::io::BufRead;

@@ -296,7 +296,7 @@ fn upstream_parents(seen: &Seen, trace: &str, warmup: bool) -> Vec<String> {
 async fn a_requests_spans_reach_an_otlp_receiver_in_the_clients_trace() {
     let Some(python) = venv_python() else {
         eprintln!(
-            "SKIPPED: no OTLP venv (run `bash host/cli/tests/otlp/setup-venv.sh`; AGENTRT_OTLP_VENV overrides \
+            "SKIPPED: no OTLP venv (run `bash cli/tests/otlp/setup-venv.sh`; AGENTRT_OTLP_VENV overrides \
              ~/.cache/agentrt/venv-otlp)"
         );
         return;
