@@ -56,10 +56,7 @@ const PYTHON: &[Template] = &[
 ];
 const JS: &[Template] = &[
     ("policy.js", include_str!("../../sdk/templates/js/policy.js")),
-    (
-        "policy.test.js",
-        include_str!("../../sdk/templates/js/policy.test.js"),
-    ),
+    ("policy.test.js", include_str!("../../sdk/templates/js/policy.test.js")),
 ];
 const C: &[Template] = &[
     ("policy.c", include_str!("../../sdk/templates/c/policy.c")),
@@ -68,10 +65,7 @@ const C: &[Template] = &[
 const GO: &[Template] = &[
     ("go.mod", include_str!("../../sdk/templates/go/go.mod")),
     ("policy.go", include_str!("../../sdk/templates/go/policy.go")),
-    (
-        "policy_test.go",
-        include_str!("../../sdk/templates/go/policy_test.go"),
-    ),
+    ("policy_test.go", include_str!("../../sdk/templates/go/policy_test.go")),
 ];
 
 /// A standalone project's README, by language: the events with the language's names, and how to

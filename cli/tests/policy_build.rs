@@ -43,10 +43,7 @@ fn text(out: &Output) -> String {
 fn a_policy_outside_the_checkout_is_made_built_tested_and_joins_the_table_in_every_language() {
     let scratch = tempfile::Builder::new().prefix("agentrt-outside-").tempdir().unwrap();
     let outside = scratch.path().canonicalize().unwrap();
-    let checkout = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()
-        .unwrap();
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().unwrap();
     assert!(
         !outside.starts_with(&checkout),
         "{} is inside the checkout",

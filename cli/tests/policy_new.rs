@@ -19,10 +19,7 @@ const LANGUAGES: [&str; 5] = ["rust", "python", "js", "c", "go"];
 const REQUIRED: [&str; 2] = ["rust", "python"];
 
 fn checkout() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()
-        .unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize().unwrap()
 }
 
 fn require_langs() -> bool {

@@ -55,9 +55,9 @@ pub struct ReplayOptions {
     pub components: Option<PathBuf>,
     #[command(flatten)]
     pub limits: PolicyLimitArgs,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Lifecycle hints and session ends")]
     pub session_ends: crate::conditions::SessionEndArgs,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Lifecycle hints and session ends")]
     pub hints: crate::hints::HintArgs,
 }
 

@@ -21,60 +21,63 @@ use crate::scheduler::{OpLog, RunResult, Sim, SimConfig};
 use crate::setting::BLOCK_SIZE;
 use crate::trace::Trace;
 
+/// The heading `sim run --help` starts with: the flags a first replay needs.
+pub const START_HERE: &str = "Start here (a first replay)";
+
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// The trace to replay (JSON Lines, from `sim gen` or `sim import`).
-    #[arg(long)]
+    #[arg(help_heading = START_HERE, long)]
     pub trace: PathBuf,
     /// Cache size in blocks (vLLM's num_gpu_blocks). Default: sized from the trace, a third of
     /// the distinct blocks it touches, so that the engine must evict; the headline H100 setting
     /// of docs/results.md is `--capacity-blocks 28323`.
-    #[arg(long, conflicts_with = "capacity_fraction")]
+    #[arg(help_heading = START_HERE, long, conflicts_with = "capacity_fraction")]
     pub capacity_blocks: Option<usize>,
     /// Cache size as a fraction of the trace's distinct prompt blocks (e.g. 0.05).
-    #[arg(long)]
+    #[arg(help_heading = START_HERE, long)]
     pub capacity_fraction: Option<f64>,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Load")]
     pub load: crate::conditions::LoadArgs,
-    #[arg(long, value_delimiter = ',', help = policies_help(
+    #[arg(help_heading = START_HERE, long, value_delimiter = ',', help = policies_help(
         "Comma-separated policies (default: the evaluation's seven; closed-first is LRU with the \
          closed sessions' blocks first, which hears `--hints`)."
     ))]
     pub policies: Option<Vec<String>>,
     /// Write every figure as JSON here.
-    #[arg(long)]
+    #[arg(help_heading = START_HERE, long)]
     pub json: Option<PathBuf>,
     /// Record every eviction of every policy here (JSON Lines: policy, time, agent, session, kind
     /// of content, and when a later request asked for it again) and print where each policy's
     /// misses come from; `--json` then carries each policy's `regret` figures too.
-    #[arg(long)]
+    #[arg(help_heading = "Output", long)]
     pub eviction_log: Option<PathBuf>,
     /// Replay under native LRU and write the block-pool operations for sim/fidelity/ here.
-    #[arg(long)]
+    #[arg(help_heading = "Output", long)]
     pub op_log: Option<PathBuf>,
     /// `TENANT=MIN_BLOCKS[:MAX_BLOCKS]` (repeatable): the tenant's cache share — a guarantee and
     /// a limit. With any share, each tenant runs its own instance of each policy over its own
     /// blocks, and the tenant furthest past its limit, else above its guarantee, gives up the
     /// next victim (tenants not named: no guarantee, no limit). `--json` has per-tenant figures
     /// either way.
-    #[arg(long = "share", value_name = "TENANT=MIN[:MAX]", value_parser = agentrt_runtime::parse_tenant_share)]
+    #[arg(help_heading = "Tenants and replicas", long = "share", value_name = "TENANT=MIN[:MAX]", value_parser = agentrt_runtime::parse_tenant_share)]
     pub shares: Vec<(String, Share)>,
     /// Replicas, each with --capacity-blocks of cache and its own instance of the policy, behind
     /// --router (docs/replicas.md).
-    #[arg(long, default_value_t = 1)]
+    #[arg(help_heading = "Tenants and replicas", long, default_value_t = 1)]
     pub replicas: usize,
     /// The router in front of several replicas: round-robin, session (sticky hashing), kv
     /// (Dynamo's KV-aware cost), agentrt (kv plus agentrt's anchor hint), cache-aware and
     /// kv-aware (vLLM's router, `--policy cache_aware` / `kv_aware`).
-    #[arg(long, value_enum, default_value = "kv")]
+    #[arg(help_heading = "Tenants and replicas", long, value_enum, default_value = "kv")]
     pub router: crate::router_model::RouterKind,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "vLLM router (--router cache-aware, kv-aware)")]
     pub vllm_router: VllmRouterArgs,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Policy slots")]
     pub slots: SlotArgs,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Host-memory tier")]
     pub host_tier: HostTierArgs,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Policy host")]
     pub replay: ReplayOptions,
 }
 
@@ -415,6 +418,35 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(["sim-run", "--trace", "t.jsonl"].iter().chain(args))
+    }
+
+    #[test]
+    fn run_help_starts_with_the_flags_a_first_replay_needs_and_groups_the_rest() {
+        use clap::CommandFactory;
+        let command = Cli::command();
+        let loose: Vec<String> = command
+            .get_arguments()
+            .filter(|a| a.get_long().is_some() && a.get_help_heading().is_none())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(loose.is_empty(), "flags without a help heading: {loose:?}");
+        let first_heading = command.get_arguments().find_map(|a| a.get_help_heading());
+        assert_eq!(
+            first_heading,
+            Some(super::START_HERE),
+            "the first heading of `sim run --help`"
+        );
+        let first: Vec<&str> = command
+            .get_arguments()
+            .filter(|a| a.get_help_heading() == Some(super::START_HERE))
+            .filter_map(|a| a.get_long())
+            .collect();
+        assert_eq!(
+            first,
+            ["trace", "capacity-blocks", "capacity-fraction", "policies", "json"]
+        );
+        let hints = command.get_arguments().find(|a| a.get_long() == Some("hints")).unwrap();
+        assert_eq!(hints.get_help_heading(), Some("Lifecycle hints and session ends"));
     }
 
     #[test]
