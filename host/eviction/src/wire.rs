@@ -296,30 +296,7 @@ pub fn decode_request(kind: u8, body: &[u8]) -> Result<Request, WireError> {
             let request_id = b.u32("request id")?;
             let want = b.u32("want")?;
             let missed = b.u32("missed")?;
-            if !b.bytes.len().is_multiple_of(ITEM_BYTES) {
-                return Err(b.err(format!(
-                    "RANK items of {} bytes are not a whole number of {ITEM_BYTES}-byte items",
-                    b.bytes.len()
-                )));
-            }
-            let mut items = Vec::with_capacity(b.bytes.len() / ITEM_BYTES);
-            while !b.bytes.is_empty() {
-                items.push(WireItem {
-                    block_hash: b.u64("item hash")?,
-                    session: b.u64("item session")?,
-                    last_access: b.u64("item last access")?,
-                    wire_agent: b.u32("item agent")?,
-                    tokens: b.u32("item tokens")?,
-                    position: b.u32("item position")?,
-                    tier: match b.u32("item tier")? {
-                        TIER_GPU => Tier::Gpu,
-                        TIER_HOST => Tier::Host,
-                        other => {
-                            return Err(b.err(format!("item {} has tier {other} (0 = gpu, 1 = host)", items.len())))
-                        }
-                    },
-                });
-            }
+            let items = rank_items(&mut b)?;
             Request::Rank {
                 request_id,
                 want,
@@ -336,6 +313,33 @@ pub fn decode_request(kind: u8, body: &[u8]) -> Result<Request, WireError> {
     };
     b.finish()?;
     Ok(request)
+}
+
+/// A RANK frame's items: the rest of its body, [`ITEM_BYTES`] each.
+fn rank_items(b: &mut Body<'_>) -> Result<Vec<WireItem>, WireError> {
+    if !b.bytes.len().is_multiple_of(ITEM_BYTES) {
+        return Err(b.err(format!(
+            "RANK items of {} bytes are not a whole number of {ITEM_BYTES}-byte items",
+            b.bytes.len()
+        )));
+    }
+    let mut items = Vec::with_capacity(b.bytes.len() / ITEM_BYTES);
+    while !b.bytes.is_empty() {
+        items.push(WireItem {
+            block_hash: b.u64("item hash")?,
+            session: b.u64("item session")?,
+            last_access: b.u64("item last access")?,
+            wire_agent: b.u32("item agent")?,
+            tokens: b.u32("item tokens")?,
+            position: b.u32("item position")?,
+            tier: match b.u32("item tier")? {
+                TIER_GPU => Tier::Gpu,
+                TIER_HOST => Tier::Host,
+                other => return Err(b.err(format!("item {} has tier {other} (0 = gpu, 1 = host)", items.len()))),
+            },
+        });
+    }
+    Ok(items)
 }
 
 /// Decode a host → plugin frame (used by tests and tools that play the plugin's part).

@@ -53,7 +53,7 @@ use crate::tenant::report as tenant_report;
 use crate::tenant::Tenant;
 use crate::tenant::Tenants;
 use agentrt_runtime::types::PolicyInfo;
-use agentrt_runtime::{ComponentLookup, PolicyError, Primitive, RegistryError, SwapReport};
+use agentrt_runtime::{ComponentLookup, PolicyComponent, PolicyError, Primitive, RegistryError, SwapReport};
 
 /// What the admin routes need: the tenants, the reloader of `--config` (when there is one), and
 /// the upload limit.
@@ -107,25 +107,48 @@ async fn put_policy(
         Ok(place) => place,
         Err(e) => return closing_connection(e.into_response()),
     };
+    let slot = query.slot.clone().unwrap_or_else(|| KV_SLOT.to_string());
+    match receive_upload(&state, &tenant, &slot, body).await {
+        Ok(component) => install(state, tenant, slot, component, !query.fresh).await,
+        Err(refused) => refused,
+    }
+}
+
+/// The uploaded component for `slot`: the body read under `--max-upload-bytes` and the reading
+/// budget, the slot checked, the component loaded.
+async fn receive_upload(
+    state: &AdminState,
+    tenant: &str,
+    slot: &str,
+    body: Body,
+) -> Result<Arc<PolicyComponent>, Response> {
     let mut hold = state.reading.budget.hold_untenanted();
     let limit = state.max_upload_bytes;
     let body = match state.reading.read(body, limit, "--max-upload-bytes", &mut hold).await {
         Ok(body) => body,
-        Err(e) => return closing_connection(e.into_response()),
+        Err(e) => return Err(closing_connection(e.into_response())),
     };
-    let slot = query.slot.clone().unwrap_or_else(|| KV_SLOT.to_string());
-    if !state.tenants.slot_names().contains(&slot.as_str()) {
-        return ApiError::not_found(format!(
+    if !state.tenants.slot_names().contains(&slot) {
+        return Err(ApiError::not_found(format!(
             "no policy slot {slot:?}: the tenants' slots are {:?} (--slot adds one)",
             state.tenants.slot_names()
         ))
-        .into_response();
+        .into_response());
     }
-    let component = match load_upload(&state, &tenant, body).await {
-        Ok(component) => component,
-        Err(e) => return e.into_response(),
-    };
-    drop(hold);
+    load_upload(state, tenant, body)
+        .await
+        .map_err(IntoResponse::into_response)
+}
+
+/// Puts `component` in `tenant`'s `slot`: a new tenant starts with it; a running one swaps it in,
+/// its state restored unless `keep_state` is false.
+async fn install(
+    state: AdminState,
+    tenant: String,
+    slot: String,
+    component: Arc<PolicyComponent>,
+    keep_state: bool,
+) -> Response {
     // A new tenant starts with the upload itself: if it does not start, no tenant is left behind
     // (not one running the default policy, as a start-then-swap would leave).
     // Another slot's upload swaps into a tenant started with the defaults.
@@ -150,7 +173,6 @@ async fn put_policy(
     // A swap waits for the slot's current call (up to its deadline) and restores state into the
     // new instance: work for a blocking thread, not an async worker.
     let swapping = (state.clone(), slot.clone());
-    let keep_state = !query.fresh;
     let swapped = tokio::task::spawn_blocking(move || {
         let (state, slot) = swapping;
         state
@@ -175,7 +197,7 @@ async fn load_upload(
     state: &AdminState,
     tenant: &str,
     body: axum::body::Bytes,
-) -> Result<Arc<agentrt_runtime::PolicyComponent>, ApiError> {
+) -> Result<Arc<PolicyComponent>, ApiError> {
     let engine = state.tenants.registry().engine().clone();
     let name = format!("admin upload for {tenant}");
     let lookup = state.components.clone();

@@ -189,6 +189,12 @@ impl Drop for AdmissionPermit {
     }
 }
 
+/// What joining the queue gave: a free place, or a place in line with its grant to wait for.
+enum Joined {
+    Admitted,
+    InLine { key: u64, granted: oneshot::Receiver<()> },
+}
+
 /// A request in line; leaving the line (a dropped future) gives up the place, or gives it on if
 /// it was granted meanwhile.
 struct InLine<'a> {
@@ -326,51 +332,68 @@ impl AdmissionQueue {
     /// `max_wait`, or at once when its body would not fit in the bytes the queue may hold.
     pub async fn admit(self: &Arc<Self>, applicant: Applicant) -> Result<AdmissionPermit, ApiError> {
         let tenant = applicant.tenant.clone();
-        let (key, mut rx) = {
-            let mut inner = self.lock();
-            if inner.in_flight < self.max_in_flight {
-                inner.in_flight += 1;
-                return Ok(AdmissionPermit { queue: self.clone() });
-            }
-            let tenant_bytes = inner.lines.get(&tenant).map_or(0, |l| l.bytes)
-                + inner.reading_by_tenant.get(&tenant).copied().unwrap_or(0);
-            if inner.queued_bytes + inner.reading_bytes + applicant.bytes > self.max_queued.total
-                || tenant_bytes + applicant.bytes > self.max_queued.per_tenant
-            {
-                drop(inner);
-                return Err(self.refuse_for_bytes());
-            }
-            let key = inner.next;
-            inner.next += 1;
-            let (wake, rx) = oneshot::channel();
-            // A non-finite score is the lowest, as everywhere a policy scores.
-            let score = if applicant.score.is_finite() {
-                applicant.score
-            } else {
-                f32::MIN
-            };
-            let virtual_time = inner.virtual_time;
-            inner.queued_bytes += applicant.bytes;
-            let line = inner.lines.entry(tenant.clone()).or_insert_with(|| TenantLine {
-                waiting: BTreeMap::new(),
-                // Joining now: level with the clock, no credit for the time it waited for nothing.
-                tag: virtual_time,
-                bytes: 0,
-            });
-            line.bytes += applicant.bytes;
-            line.waiting.insert(
-                key,
-                Waiter {
-                    demotion: applicant.demotion.min(MAX_DEMOTION),
-                    place: key,
-                    wake,
-                    score,
-                    weight: applicant.weight.max(1),
-                    bytes: applicant.bytes,
-                },
-            );
-            (key, rx)
+        match self.join(applicant)? {
+            Joined::Admitted => Ok(AdmissionPermit { queue: self.clone() }),
+            Joined::InLine { key, granted } => self.wait_in_line(tenant, key, granted).await,
+        }
+    }
+
+    /// Takes a free place, or puts `applicant` in its tenant's line (refused when its bytes would
+    /// not fit in what the queue may hold).
+    fn join(&self, applicant: Applicant) -> Result<Joined, ApiError> {
+        let mut inner = self.lock();
+        if inner.in_flight < self.max_in_flight {
+            inner.in_flight += 1;
+            return Ok(Joined::Admitted);
+        }
+        let tenant = applicant.tenant;
+        let tenant_bytes = inner.lines.get(&tenant).map_or(0, |l| l.bytes)
+            + inner.reading_by_tenant.get(&tenant).copied().unwrap_or(0);
+        if inner.queued_bytes + inner.reading_bytes + applicant.bytes > self.max_queued.total
+            || tenant_bytes + applicant.bytes > self.max_queued.per_tenant
+        {
+            drop(inner);
+            return Err(self.refuse_for_bytes());
+        }
+        let key = inner.next;
+        inner.next += 1;
+        let (wake, granted) = oneshot::channel();
+        // A non-finite score is the lowest, as everywhere a policy scores.
+        let score = if applicant.score.is_finite() {
+            applicant.score
+        } else {
+            f32::MIN
         };
+        let virtual_time = inner.virtual_time;
+        inner.queued_bytes += applicant.bytes;
+        let line = inner.lines.entry(tenant).or_insert_with(|| TenantLine {
+            waiting: BTreeMap::new(),
+            // Joining now: level with the clock, no credit for the time it waited for nothing.
+            tag: virtual_time,
+            bytes: 0,
+        });
+        line.bytes += applicant.bytes;
+        line.waiting.insert(
+            key,
+            Waiter {
+                demotion: applicant.demotion.min(MAX_DEMOTION),
+                place: key,
+                wake,
+                score,
+                weight: applicant.weight.max(1),
+                bytes: applicant.bytes,
+            },
+        );
+        Ok(Joined::InLine { key, granted })
+    }
+
+    /// Waits, at most `max_wait`, for the grant of the place `key` holds in `tenant`'s line.
+    async fn wait_in_line(
+        self: &Arc<Self>,
+        tenant: Arc<str>,
+        key: u64,
+        mut granted: oneshot::Receiver<()>,
+    ) -> Result<AdmissionPermit, ApiError> {
         let started = Instant::now();
         let mut line = InLine {
             queue: self,
@@ -378,10 +401,10 @@ impl AdmissionQueue {
             key,
             settled: false,
         };
-        // `rx` outlives the wait: a grant sent as the wait runs out is received, not lost.
-        let granted = tokio::time::timeout(self.max_wait, &mut rx).await;
+        // `granted` outlives the wait: a grant sent as the wait runs out is received, not lost.
+        let outcome = tokio::time::timeout(self.max_wait, &mut granted).await;
         let waited = started.elapsed();
-        let admitted = match granted {
+        let admitted = match outcome {
             Ok(Ok(())) => true,
             // Out of time (a sender dropped unsent cannot happen: the queue holds it until it
             // sends). Granted between the timeout and this lock: the place is ours, use it.

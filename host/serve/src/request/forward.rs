@@ -95,16 +95,12 @@ pub(super) async fn forward(
     let mut guard = FinishGuard::new(state.clone(), tenant.clone(), permit, template, hints);
     // The policy's next move does not wait for the upstream.
     state.effects.carry_out(tenant.clone());
-    // A place upstream, least-demoted first (`--upstream-max-in-flight`); the wait is not the
-    // proxy's overhead.
+    // A place upstream; the wait is not the proxy's overhead.
     let queued = Instant::now();
     let revoked = guard.permit.revocation();
-    if let Err(e) = wait_for_session(&state, &tenant, (&identity, agent), &revoked, &mut guard).await {
-        guard.finish(false, None);
-        return failed(&state, e.shaped(api.error_shape()));
-    }
     let waiting = waiting_item(request_id, agent, &identity);
-    if let Err(e) = wait_for_admission(&state, &tenant, &revoked, &mut guard, waiting, body.len()).await {
+    let place = (&identity, agent, waiting, body.len());
+    if let Err(e) = wait_for_place(&state, &tenant, place, &revoked, &mut guard).await {
         guard.finish(false, None);
         return failed(&state, e.shaped(api.error_shape()));
     }
@@ -198,6 +194,19 @@ fn announce(
     }));
     state.feed.tell(tenant, events);
     state.metrics.in_flight.fetch_add(1, Relaxed);
+}
+
+/// A place upstream for the call: its session resident (`--session-admission working-set`), then
+/// a place among `--upstream-max-in-flight`, least-demoted first.
+async fn wait_for_place(
+    state: &ProxyState,
+    tenant: &Arc<Tenant>,
+    (identity, agent, waiting, bytes): (&Identity, u32, Item, usize),
+    revoked: &CancellationToken,
+    guard: &mut FinishGuard,
+) -> Result<(), ApiError> {
+    wait_for_session(state, tenant, (identity, agent), revoked, guard).await?;
+    wait_for_admission(state, tenant, revoked, guard, waiting, bytes).await
 }
 
 /// With `--session-admission working-set`, the call joins the ledger (its end goes with

@@ -214,68 +214,38 @@ impl ReplicaRouting {
             );
             let socket = sockets.get(replica.name.as_str());
             if let Some(path) = socket {
-                let service = agentrt_eviction::EvictionService::bind_with(
-                    path,
-                    view.clone(),
-                    agentrt_eviction::EvictionOptions {
-                        agents: options.agents.clone(),
-                        pins: options.pins.clone(),
-                        socket: options.socket.clone(),
-                    },
-                )
-                .with_context(|| {
-                    format!(
-                        "replica {}: binding the eviction socket {}",
-                        replica.name,
-                        path.display()
-                    )
-                })?;
-                tracing::info!(replica = %replica.name, socket = %path.display(), "eviction service listening");
-                self.engine_metrics
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push((replica.name.clone(), service.metrics()));
+                let service = self.bind_eviction_socket(&replica.name, path, view.clone(), options)?;
                 engines.services.push(service);
             }
-            let Some(endpoint) = &replica.kv_events else {
-                continue;
-            };
-            let mut config = agentrt_eviction::KvEventsConfig::for_vllm(endpoint, None, "kv");
-            if config.mode == agentrt_eviction::SocketMode::Bind {
-                // vLLM connects to one subscriber that binds: that is the router's.
-                tracing::warn!(replica = %replica.name, endpoint = %endpoint,
-                    "vLLM connects to this endpoint rather than binding it; agentrt does not subscribe (use ipc:// or tcp://*:PORT)");
-                continue;
+            if let Some(endpoint) = &replica.kv_events {
+                subscribe_kv_events(&replica.name, endpoint, view, socket.is_some(), &engines);
             }
-            if socket.is_some() {
-                // The plugin reports every store, removal and clear with agent tags already.
-                config.forward = agentrt_eviction::Forward {
-                    stored: false,
-                    removed: false,
-                    cleared: false,
-                };
-            }
-            let subscribers = engines.subscribers.clone();
-            let name = replica.name.clone();
-            tokio::spawn(async move {
-                let mut logged = false;
-                loop {
-                    match agentrt_eviction::KvEventSubscriber::spawn(config.clone(), view.clone()).await {
-                        Ok(subscriber) => {
-                            subscribers.lock().unwrap_or_else(|p| p.into_inner()).push(subscriber);
-                            return;
-                        }
-                        Err(e) if !logged => {
-                            tracing::warn!(replica = %name, "KV events: {e}; retrying every second");
-                            logged = true;
-                        }
-                        Err(_) => {}
-                    }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            });
         }
         Ok(engines)
+    }
+
+    /// Replica `name`'s plugin's eviction socket at `path`, answered by `view`; its figures join
+    /// `/metrics`.
+    fn bind_eviction_socket(
+        &self,
+        name: &str,
+        path: &std::path::Path,
+        view: Arc<agentrt_eviction::ReplicaView>,
+        options: &agentrt_eviction::EvictionOptions,
+    ) -> anyhow::Result<agentrt_eviction::EvictionService> {
+        let options = agentrt_eviction::EvictionOptions {
+            agents: options.agents.clone(),
+            pins: options.pins.clone(),
+            socket: options.socket.clone(),
+        };
+        let service = agentrt_eviction::EvictionService::bind_with(path, view, options)
+            .with_context(|| format!("replica {name}: binding the eviction socket {}", path.display()))?;
+        tracing::info!(replica = %name, socket = %path.display(), "eviction service listening");
+        self.engine_metrics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((name.to_string(), service.metrics()));
+        Ok(service)
     }
 
     /// Where a warm-up of `agent` with `body` (a chat completion) goes: where the router says
@@ -429,6 +399,51 @@ fn crate_start_nanos() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos())
+}
+
+/// Subscribes `view` to replica `name`'s KV events at `endpoint`, retrying every second until the
+/// engine publishes; with the plugin's eviction socket (`plugin_reports`), the plugin already
+/// reports every store, removal and clear with agent tags, so only the rest is taken from here.
+fn subscribe_kv_events(
+    name: &str,
+    endpoint: &str,
+    view: Arc<agentrt_eviction::ReplicaView>,
+    plugin_reports: bool,
+    engines: &ReplicaEngines,
+) {
+    let mut config = agentrt_eviction::KvEventsConfig::for_vllm(endpoint, None, "kv");
+    if config.mode == agentrt_eviction::SocketMode::Bind {
+        // vLLM connects to one subscriber that binds: that is the router's.
+        tracing::warn!(replica = %name, endpoint = %endpoint,
+            "vLLM connects to this endpoint rather than binding it; agentrt does not subscribe (use ipc:// or tcp://*:PORT)");
+        return;
+    }
+    if plugin_reports {
+        config.forward = agentrt_eviction::Forward {
+            stored: false,
+            removed: false,
+            cleared: false,
+        };
+    }
+    let subscribers = engines.subscribers.clone();
+    let name = name.to_string();
+    tokio::spawn(async move {
+        let mut logged = false;
+        loop {
+            match agentrt_eviction::KvEventSubscriber::spawn(config.clone(), view.clone()).await {
+                Ok(subscriber) => {
+                    subscribers.lock().unwrap_or_else(|p| p.into_inner()).push(subscriber);
+                    return;
+                }
+                Err(e) if !logged => {
+                    tracing::warn!(replica = %name, "KV events: {e}; retrying every second");
+                    logged = true;
+                }
+                Err(_) => {}
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
 }
 
 #[cfg(test)]
