@@ -280,14 +280,18 @@ impl WorkingSet {
     /// A call of a session that is not resident: it goes if there is room and no held session
     /// is in line before it (or holding does not pay), else it waits. A held session is in line
     /// even while its own call has not come yet: a new session, small now, must not take the
-    /// room a held one will need when it returns.
+    /// room a held one will need when it returns — unless the held one's tenant is over its
+    /// share and this one's is not (a flood's held sessions are never before another tenant's).
     fn enter(&mut self, session: SessionId, now_us: u64) -> Verdict {
-        let someone_waits = self
-            .ledger
-            .sessions()
-            .any(|(id, s)| id != session && !s.state.resident());
         let s = self.ledger.get(session).expect("in the ledger");
-        let fits = self.resident_tokens() + self.ledger.cost_of(s) + self.reserve() <= self.budget();
+        let budget = self.budget();
+        let under_share = self.over_share(s.tenant, budget) <= 0.0;
+        let someone_waits = self.ledger.sessions().any(|(id, other)| {
+            id != session
+                && !other.state.resident()
+                && (other.tenant == s.tenant || !under_share || self.over_share(other.tenant, budget) <= 0.0)
+        });
+        let fits = self.resident_tokens() + self.ledger.cost_of(s) + self.reserve() <= budget;
         if !self.holding_pays() || (fits && !someone_waits) {
             self.ledger.set_state(session, SessionState::Running);
             return Verdict::Admit;
@@ -465,7 +469,8 @@ impl WorkingSet {
             if now_us >= since + self.bound_us(id) {
                 self.figures.forced_resumes += 1;
                 let need = self.ledger.cost_of(self.ledger.get(id).expect("waiting")) + self.reserve();
-                self.make_room(need, budget, f64::NEG_INFINITY, &score);
+                let tenant = self.ledger.get(id).expect("waiting").tenant;
+                self.make_room(need, budget, f64::NEG_INFINITY, tenant, &score);
                 self.resume(id, now_us, &mut released);
             }
         }
@@ -544,14 +549,18 @@ impl WorkingSet {
             self.ledger.set_state(id, SessionState::Held);
             self.count_hold(id);
         }
-        // Still over: running calls are held when their answer ends, lowest score first, as many
+        // Still over: running calls are held when their answer ends — tenants over their share
+        // first, then the lowest score — as many
         // as the excess needs (their tokens counted as leaving).
         let mut excess = self.ledger.resident_tokens(reserve).saturating_sub(budget) as i64;
-        let mut running: Vec<(f32, SessionId, u64)> = self
+        let mut running: Vec<(bool, f32, SessionId, u64)> = self
             .ledger
             .sessions()
             .filter(|(_, s)| s.state == SessionState::Running && !s.marked && !s.resumed)
-            .map(|(id, s)| (score(id), id, u64::from(s.context_tokens)))
+            .map(|(id, s)| {
+                let under = self.over_share(s.tenant, budget) <= 0.0;
+                (under, score(id), id, u64::from(s.context_tokens))
+            })
             .collect();
         excess -= self
             .ledger
@@ -559,8 +568,8 @@ impl WorkingSet {
             .filter(|(_, s)| s.marked)
             .map(|(_, s)| i64::from(s.context_tokens))
             .sum::<i64>();
-        running.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        for (_, id, tokens) in running {
+        running.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
+        for (_, _, id, tokens) in running {
             if excess <= 0 {
                 break;
             }
@@ -607,10 +616,11 @@ impl WorkingSet {
         });
         let mut engine_busy = engine.running + engine.waiting > 0 || !released.is_empty();
         for (_, _, _, _, id) in order {
-            let need = self.ledger.cost_of(self.ledger.get(id).expect("waiting")) + reserve;
+            let s = self.ledger.get(id).expect("waiting");
+            let (need, tenant) = (self.ledger.cost_of(s) + reserve, s.tenant);
             let fits = |ws: &Self| ws.ledger.resident_tokens(reserve) + need <= budget;
             if !fits(self) {
-                self.make_room(need, budget, horizon_s, score);
+                self.make_room(need, budget, horizon_s, tenant, score);
             }
             if fits(self) || !engine_busy {
                 self.resume(id, now_us, released);
@@ -619,24 +629,38 @@ impl WorkingSet {
         }
     }
 
-    /// Hold idle sessions expected to stay away longer than `horizon_s` (a score below
-    /// −`horizon_s`), farthest first — among equals the smallest, cheapest to recompute — until
-    /// `need` more tokens fit the budget or none is left.
-    fn make_room(&mut self, need: u64, budget: u64, horizon_s: f64, score: &dyn Fn(SessionId) -> f32) {
+    /// Room for `need` more tokens of a call of tenant `for_tenant`: hold idle sessions expected
+    /// to stay away longer than `horizon_s` (a score below −`horizon_s`) — and, for a tenant
+    /// within its share, any idle session of a tenant over its own (the share is kept whatever
+    /// the returns) — those of tenants over their share first (a flood makes room from its own
+    /// sessions), then the farthest, then the smallest (cheapest to recompute), until the call
+    /// fits the budget or none is left.
+    fn make_room(
+        &mut self,
+        need: u64,
+        budget: u64,
+        horizon_s: f64,
+        for_tenant: TenantId,
+        score: &dyn Fn(SessionId) -> f32,
+    ) {
         let reserve = self.reserve();
-        let mut far: Vec<(f32, u32, u64, SessionId)> = self
+        let within_share = self.over_share(for_tenant, budget) + need as f64 <= 0.0;
+        let mut far: Vec<(bool, f32, u32, u64, SessionId)> = self
             .ledger
             .sessions()
-            .filter(|(id, s)| s.state == SessionState::Idle && f64::from(-score(*id)) > horizon_s)
-            .map(|(id, s)| (score(id), s.context_tokens, s.last_activity_us, id))
+            .filter(|(_, s)| s.state == SessionState::Idle)
+            .map(|(id, s)| (self.over_share(s.tenant, budget) > 0.0, id, s))
+            .filter(|(over, id, _)| f64::from(-score(*id)) > horizon_s || (within_share && *over))
+            .map(|(over, id, s)| (!over, score(id), s.context_tokens, s.last_activity_us, id))
             .collect();
         far.sort_by(|a, b| {
-            a.0.total_cmp(&b.0)
-                .then(a.1.cmp(&b.1))
+            a.0.cmp(&b.0)
+                .then(a.1.total_cmp(&b.1))
                 .then(a.2.cmp(&b.2))
                 .then(a.3.cmp(&b.3))
+                .then(a.4.cmp(&b.4))
         });
-        for (_, _, _, id) in far {
+        for (_, _, _, _, id) in far {
             if self.ledger.resident_tokens(reserve) + need <= budget {
                 return;
             }
@@ -854,5 +878,24 @@ mod tests {
             .filter(|&&s| ws.eviction_class(s) == EvictionClass::First)
             .count();
         assert!(held0 >= 1, "tenant 0 gave up at least one: {released:?}");
+    }
+
+    #[test]
+    fn a_tenant_within_its_share_takes_its_room_back_from_a_flood_that_filled_the_cache() {
+        let mut ws = working_set(100_000); // budget 95,000: 47,500 each while both are live
+        for s in 10..14 {
+            assert_eq!(ws.arrive(&arrival(s, 0, 22_000), 0), Verdict::Admit, "room for the flood alone");
+            ws.answer(&answered(s, 22_000), 100);
+        }
+        // The flood's sessions are idle and expected back in a second, sooner than holding pays
+        // on returns alone; one more flood session waits held, then the other tenant's first.
+        assert_eq!(ws.arrive(&arrival(14, 0, 22_000), 200), Verdict::Hold);
+        assert_eq!(ws.arrive(&arrival(1, 1, 20_000), 300), Verdict::Hold, "no room yet");
+        let soon: HashMap<SessionId, f32> = (1..15).map(|s| (s, -1.0)).collect();
+        let released = ws.rebalance(600_000, EngineNow { running: 1, waiting: 0 }, &soon);
+        assert_eq!(released, [1], "tenant 1's call goes within its share, the flood's waits");
+        let flood_held = (10..14).filter(|&s| ws.eviction_class(s) == EvictionClass::First).count();
+        assert!(flood_held >= 1, "the flood's idle sessions made the room");
+        assert_eq!(ws.eviction_class(1), EvictionClass::Keep, "tenant 1's resumed session is kept");
     }
 }
