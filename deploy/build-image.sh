@@ -30,7 +30,7 @@ done
 
 # The components the image ships, in /usr/local/share/agentrt/components/: the ones
 # deploy/Dockerfile copies (cli/tests/deploy_recipe.rs keeps the two lists equal).
-components=(lru ttl cachesage frequency guard fair-share tool-memo)
+components=(lru ttl cachesage frequency guard fair-share tool-memo working-set)
 
 command -v podman >/dev/null || {
     echo "build-image.sh: podman is not installed (bash deploy/setup-podman.sh)" >&2
