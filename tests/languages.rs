@@ -300,10 +300,7 @@ fn every_language_imports_only_the_host_and_refuses_bad_config_by_key() {
     }
 }
 
-/// Rust's SDK builds the current contract line; the other languages' SDKs build 0.4.0, the line
-/// with everything frameworks tell of a session's life (closings' reasons, waits, handoffs, the
-/// host tier, packed events) — 0.5.0 added only what admission policies score (session items, the
-/// engine's capacity), which the host leaves out for a 0.4.0 component.
+/// Every language's SDK builds the current contract line.
 #[test]
 fn every_language_speaks_the_line_its_sdk_builds() {
     use agentrt_runtime::compat::ContractLine;
@@ -314,11 +311,6 @@ fn every_language_speaks_the_line_its_sdk_builds() {
             continue;
         };
         let component = engine.load_file(&path).unwrap();
-        let line = if name == "callrate" {
-            ContractLine::V0_5
-        } else {
-            ContractLine::V0_4
-        };
-        assert_eq!(component.contract_line(), line, "{name}");
+        assert_eq!(component.contract_line(), ContractLine::V0_5, "{name}");
     }
 }

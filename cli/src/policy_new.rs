@@ -375,13 +375,13 @@ mod tests {
             let name = format!("alone-{lang:?}").to_lowercase();
             let written = create(&dir, &name, lang).unwrap();
             let readme = std::fs::read_to_string(dir.join(&name).join("README.md")).unwrap();
-            // Rust's SDK builds the current line, the other languages' SDKs 0.4.0.
-            let line = if lang == Lang::Rust {
-                "agentrt:policy@0.5.0"
-            } else {
-                "agentrt:policy@0.4.0"
-            };
-            for needed in [event, "agentrt policy build --test", "sim table --quick", line] {
+            // Every language's SDK builds the current line.
+            for needed in [
+                event,
+                "agentrt policy build --test",
+                "sim table --quick",
+                "agentrt:policy@0.5.0",
+            ] {
                 assert!(readme.contains(needed), "{lang:?}: README lacks {needed:?}");
             }
             for file in written {

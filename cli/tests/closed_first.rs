@@ -119,15 +119,10 @@ fn closed_first_in_every_language_passes_the_kit_answers_alike_and_evicts_as_the
             !report.contains("FAIL") && !report.contains("skip  ") && !report.contains("warn  "),
             "{name}:\n{report}"
         );
-        // Rust's SDK builds the current line; the other languages' SDKs 0.4.0 (wit/README.md).
-        let line = if *name == "closed-first-rust" {
-            "agentrt:policy@0.5.0"
-        } else {
-            "agentrt:policy@0.4.0"
-        };
-        // An older line's report goes on to say so: its first word is the line.
+        // Every language's SDK builds the current line (wit/README.md); an older line's report
+        // would go on to say so, its first word the line.
         let contract = detail(&report, "contract").split(' ').next().unwrap_or_default();
-        assert_eq!(contract, line, "{name}");
+        assert_eq!(contract, "agentrt:policy@0.5.0", "{name}");
         fingerprints.push((name, detail(&report, "answers").to_string()));
     }
     let (reference, answers) = &fingerprints[0];

@@ -168,7 +168,7 @@ bool arp_decode_block(const uint64_t *w, arp_block_event *out) {
 
 void arp_decode_item(const uint64_t *w, arp_item *out) {
     uint64_t kind = (w[4] >> 32) & 0xff, tier = (w[4] >> 40) & 0xff;
-    out->kind = kind <= AGENTRT_POLICY_TYPES_ITEM_KIND_TOOL_RESULT ? (uint8_t)kind : AGENTRT_POLICY_TYPES_ITEM_KIND_KV_BLOCK;
+    out->kind = kind <= AGENTRT_POLICY_TYPES_ITEM_KIND_SESSION ? (uint8_t)kind : AGENTRT_POLICY_TYPES_ITEM_KIND_KV_BLOCK;
     out->tier = tier <= AGENTRT_POLICY_TYPES_TIER_HOST ? (uint8_t)tier : AGENTRT_POLICY_TYPES_TIER_HOST;
     out->key = w[0];
     out->session = w[1];
@@ -180,7 +180,7 @@ void arp_decode_item(const uint64_t *w, arp_item *out) {
 
 /* The words a kind's payload has at least (0: a kind this SDK does not know). */
 static size_t payload_words(uint8_t kind) {
-    static const uint8_t words[] = {0, 6, 5, 4, 5, 2, 3, ARP_WORDS_PER_EVENT, 4, 3};
+    static const uint8_t words[] = {0, 6, 5, 4, 5, 2, 3, ARP_WORDS_PER_EVENT, 4, 3, 5};
     return kind < sizeof words ? words[kind] : 0;
 }
 
@@ -240,6 +240,12 @@ bool arp_decode_event(const uint64_t *w, size_t len, size_t *used, arp_event *ou
         return true;
     case AGENTRT_POLICY_TYPES_EVENT_HANDOFF:
         out->val.handoff = (agentrt_policy_types_handoff_t){p[0], agent, (uint32_t)p[1], p[2]};
+        return true;
+    case AGENTRT_POLICY_TYPES_EVENT_ENGINE_CAPACITY:
+        out->val.engine_capacity = (agentrt_policy_types_engine_capacity_t){
+            .capacity_tokens = p[0], .resident_tokens = p[1], .resident_sessions = (uint32_t)p[2],
+            .held_sessions = (uint32_t)(p[2] >> 32), .prefill_us_per_ktoken = (uint32_t)p[3],
+            .decode_step_us = (uint32_t)(p[3] >> 32), .at_us = p[4]};
         return true;
     default:
         return false;

@@ -100,11 +100,11 @@ const char *arp_message_add_n(const uint8_t *text, size_t len);
 const char *arp_message_add_u64(uint64_t value);
 
 /* ---- the contract line and its packed forms ------------------------------------------------
- * What is particular to `agentrt:policy@0.4.0` (with the decoders in agentrt_policy.c): a new
+ * What is particular to `agentrt:policy@0.5.0` (with the decoders in agentrt_policy.c): a new
  * contract line changes this section and those functions. Layouts in wit/policy.wit; the Rust
  * SDK's packed module is the reference, sdk/conformance/packed.txt the cases every SDK decodes. */
 
-#define ARP_CONTRACT_VERSION "0.4.0"
+#define ARP_CONTRACT_VERSION "0.5.0"
 #define ARP_WORDS_PER_EVENT 3
 #define ARP_ITEM_WORDS 5
 /* Decode one packed block event (3 words); false for an op or tier this SDK does not know (skip

@@ -2,7 +2,7 @@ package policy
 
 // The packed forms the host uses on its hot paths, decoded into the SDK's types — and encoded, as
 // the host does, for tests. This file is what is particular to the contract line,
-// `agentrt:policy@0.4.0`: a new line changes it (and the glue's conversions, _component/export.go).
+// `agentrt:policy@0.5.0`: a new line changes it (and the glue's conversions, _component/export.go).
 // Layouts (wit/policy.wit, `observe-packed`, `observe-blocks`, `score-packed`; the Rust SDK's
 // packed module is the reference, sdk/conformance/packed.txt the cases every SDK decodes):
 //
@@ -14,7 +14,7 @@ package policy
 
 // ContractVersion is the contract line this SDK builds (`agentrt policy test` prints the one a
 // component speaks).
-const ContractVersion = "0.4.0"
+const ContractVersion = "0.5.0"
 
 const (
 	WordsPerEvent = 3
@@ -34,6 +34,7 @@ const (
 	kindBlock
 	kindSessionWait
 	kindHandoff
+	kindEngineCapacity
 )
 
 // DecodeBlock decodes one packed block event (3 words); false for an op or tier this SDK does
@@ -58,7 +59,7 @@ func DecodeBlock(words []uint64) (BlockEvent, bool) {
 // as Host (a tier the policy cannot tell apart is not the one it ranks for free).
 func DecodeItem(words []uint64) Item {
 	kind := ItemKind(words[4] >> 32 & 0xff)
-	if kind > ToolResult {
+	if kind > SessionItem {
 		kind = KvBlock
 	}
 	tier := Tier(words[4] >> 40 & 0xff)
@@ -188,6 +189,13 @@ func decodeEvent(head uint64, p []uint64) Event {
 			return nil
 		}
 		return &Handoff{Session: p[0], FromAgent: agent, ToAgent: uint32(p[1]), AtUs: p[2]}
+	case kindEngineCapacity:
+		if n < 5 {
+			return nil
+		}
+		return &EngineCapacity{CapacityTokens: p[0], ResidentTokens: p[1], ResidentSessions: uint32(p[2]),
+			HeldSessions: uint32(p[2] >> 32), PrefillUsPerKtoken: uint32(p[3]), DecodeStepUs: uint32(p[3] >> 32),
+			AtUs: p[4]}
 	}
 	return nil
 }
@@ -260,6 +268,10 @@ func EncodeEvent(words []uint64, e Event) []uint64 {
 		return packed(kindSessionWait, uint64(v.Kind)|bit(v.Hinted, 8), v.Agent, v.Session, v.Tool, v.ExpectedUs, v.AtUs)
 	case *Handoff:
 		return packed(kindHandoff, 0, v.FromAgent, v.Session, uint64(v.ToAgent), v.AtUs)
+	case *EngineCapacity:
+		return packed(kindEngineCapacity, 0, 0, v.CapacityTokens, v.ResidentTokens,
+			uint64(v.ResidentSessions)|uint64(v.HeldSessions)<<32, uint64(v.PrefillUsPerKtoken)|uint64(v.DecodeStepUs)<<32,
+			v.AtUs)
 	}
 	return words
 }

@@ -2,7 +2,7 @@
 // needs, register it with Export, build it with `cargo xtask build-policies` (sdk/go/README.md).
 //
 // A policy implements Policy (Info and Score) and any of the optional hooks below; the SDK
-// implements every export of `agentrt:policy/guest` (contract 0.4.0) in terms of them, decoding
+// implements every export of `agentrt:policy/guest` (contract 0.5.0) in terms of them, decoding
 // the packed hot paths (`observe-packed`, `observe-blocks`, `score-packed`) so a policy sees
 // typed Events, BlockEvents and Items only.
 //

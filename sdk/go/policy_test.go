@@ -52,8 +52,12 @@ func render(v any) string {
 	case *policy.Handoff:
 		return fmt.Sprintf("handoff session=%d from-agent=%d to-agent=%d at-us=%d", e.Session, e.FromAgent, e.ToAgent,
 			e.AtUs)
+	case *policy.EngineCapacity:
+		return fmt.Sprintf("engine-capacity capacity-tokens=%d resident-tokens=%d resident-sessions=%d held-sessions=%d "+
+			"prefill-us-per-ktoken=%d decode-step-us=%d at-us=%d", e.CapacityTokens, e.ResidentTokens,
+			e.ResidentSessions, e.HeldSessions, e.PrefillUsPerKtoken, e.DecodeStepUs, e.AtUs)
 	case policy.Item:
-		kinds := []string{"kv-block", "request", "tool-result"}
+		kinds := []string{"kv-block", "request", "tool-result", "session"}
 		return fmt.Sprintf("item kind=%s key=%d agent=%d session=%d last-access=%d tokens=%d position=%d tier=%s",
 			kinds[e.Kind], e.Key, e.Agent, e.Session, e.LastAccess, e.Tokens, e.Position, tiers[e.Tier])
 	}
@@ -173,7 +177,7 @@ func TestTypedAndPackedEventsReachThePolicyAlike(t *testing.T) {
 	for _, e := range events {
 		kinds[fmt.Sprintf("%T", e)] = true
 	}
-	if len(kinds) != 10 {
+	if len(kinds) != 11 {
 		t.Fatalf("every kind of the contract: %v", kinds)
 	}
 }

@@ -40,6 +40,9 @@ const (
 	KvBlock ItemKind = iota
 	Request
 	ToolResult
+	// SessionItem is a live session working-set admission may hold back (0.5.0): Tokens is its
+	// context; its score is minus the expected seconds until its next call.
+	SessionItem
 )
 
 // Item is a candidate for a decision; scores are returned in the same order.
@@ -57,8 +60,8 @@ type Item struct {
 
 // Event is one event that is not a block event, whether it arrived typed or packed:
 // *AgentRegistered, *RequestArrival, *RequestFinish, *ToolCall, *ToolReturn, *SessionEnd,
-// *EngineLoad, *SessionWait or *Handoff (a *BlockEvent goes to ObserveBlock instead). Switch on
-// its type.
+// *EngineLoad, *SessionWait, *Handoff or *EngineCapacity (a *BlockEvent goes to ObserveBlock
+// instead). Switch on its type.
 type Event interface{ isEvent() }
 
 type AgentRegistered struct {
@@ -176,6 +179,18 @@ type EngineLoad struct {
 	AtUs        uint64
 }
 
+// EngineCapacity: the engine's KV capacity, the working set the host's admission counts against
+// it, and what the engine's answers say its work costs (0.5.0).
+type EngineCapacity struct {
+	CapacityTokens     uint64
+	ResidentTokens     uint64
+	ResidentSessions   uint32
+	HeldSessions       uint32
+	PrefillUsPerKtoken uint32
+	DecodeStepUs       uint32
+	AtUs               uint64
+}
+
 func (*AgentRegistered) isEvent() {}
 func (*RequestArrival) isEvent()  {}
 func (*RequestFinish) isEvent()   {}
@@ -186,6 +201,7 @@ func (*EngineLoad) isEvent()      {}
 func (*BlockEvent) isEvent()      {}
 func (*SessionWait) isEvent()     {}
 func (*Handoff) isEvent()         {}
+func (*EngineCapacity) isEvent()  {}
 
 // ForecastKind: what a forecast expects.
 type ForecastKind uint8

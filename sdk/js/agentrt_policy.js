@@ -12,7 +12,7 @@
 //   export const guest = exportPolicy(Mine);
 //
 // `agentrt policy build` (or, in a checkout, `cargo xtask build-policies`) builds a `policy.js`
-// with componentize-js and every WASI feature disabled into an `agentrt:policy@0.4.0` component:
+// with componentize-js and every WASI feature disabled into an `agentrt:policy@0.5.0` component:
 // it imports only `agentrt:policy/host`, like a Rust one. Values arrive as componentize-js gives
 // them: records as objects with camelCase fields, enums as strings ('kv-block', 'closed'),
 // variants as `{ tag, val }`, u64 as BigInt. The SDK decodes the packed hot paths

@@ -3,7 +3,7 @@
 // variants as `{ tag, val }`, an absent option as undefined, u64 as BigInt) — and encoded, as the
 // host does, for native tests.
 //
-// This module and `contract.js` are what is particular to the contract line, `agentrt:policy@0.4.0`.
+// This module and `contract.js` are what is particular to the contract line, `agentrt:policy@0.5.0`.
 // Layouts (wit/policy.wit, `observe-packed`, `observe-blocks`, `score-packed`; the Rust SDK's
 // `packed` module is the reference):
 //
@@ -19,13 +19,13 @@ export const MAX_POSITION = (1 << 24) - 1;
 
 export const BLOCK_OPS = ['stored', 'touched', 'removed', 'all-cleared'];
 export const TIERS = ['gpu', 'host'];
-export const ITEM_KINDS = ['kv-block', 'request', 'tool-result'];
+export const ITEM_KINDS = ['kv-block', 'request', 'tool-result', 'session'];
 export const END_REASONS = ['closed', 'idle', 'evicted'];
 export const WAIT_KINDS = ['tool', 'user'];
 /** The `event` case names by ordinal (the header's kind). */
 export const EVENT_KINDS = [
   'agent-registered', 'request-arrival', 'request-finish', 'tool-call', 'tool-return', 'session-end', 'engine-load',
-  'block', 'session-wait', 'handoff',
+  'block', 'session-wait', 'handoff', 'engine-capacity',
 ];
 const BLOCK = 7;
 
@@ -153,6 +153,12 @@ function decodeEvent(head, kind, p) {
     case 9:
       if (p.length < 3) return undefined;
       return { tag: 'handoff', val: { session: p[0], fromAgent: agent, toAgent: low(p[1]), atUs: p[2] } };
+    case 10:
+      if (p.length < 5) return undefined;
+      return { tag: 'engine-capacity', val: {
+        capacityTokens: p[0], residentTokens: p[1], residentSessions: low(p[2]), heldSessions: high(p[2]),
+        prefillUsPerKtoken: low(p[3]), decodeStepUs: high(p[3]), atUs: p[4],
+      } };
     default:
       return undefined;
   }
@@ -233,6 +239,10 @@ export function encodeEvent({ tag, val: v }) {
     case 'handoff':
       agent = v.fromAgent;
       payload = [v.session, v.toAgent, v.atUs];
+      break;
+    case 'engine-capacity':
+      payload = [v.capacityTokens, v.residentTokens, pair(v.residentSessions, v.heldSessions),
+        pair(v.prefillUsPerKtoken, v.decodeStepUs), v.atUs];
       break;
     default:
       return [];

@@ -9,8 +9,8 @@
 
 use agentrt_sdk::packed::{self, events};
 use agentrt_sdk::{
-    BlockEvent, BlockOp, Continuation, EndReason, EngineLoad, Event, Handoff, Item, ItemKind, RequestArrival,
-    RequestFinish, SessionEnd, SessionWait, Tier, ToolCall, ToolReturn, WaitKind,
+    BlockEvent, BlockOp, Continuation, EndReason, EngineCapacity, EngineLoad, Event, Handoff, Item, ItemKind,
+    RequestArrival, RequestFinish, SessionEnd, SessionWait, Tier, ToolCall, ToolReturn, WaitKind,
 };
 
 const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/conformance/packed.txt");
@@ -264,6 +264,15 @@ fn every_event() -> Vec<Event> {
             to_agent: u32::MAX,
             at_us: 6,
         }),
+        Event::EngineCapacity(EngineCapacity {
+            capacity_tokens: u64::MAX,
+            resident_tokens: 1 << 40,
+            resident_sessions: u32::MAX,
+            held_sessions: 3,
+            prefill_us_per_ktoken: 29_500,
+            decode_step_us: u32::MAX,
+            at_us: 7,
+        }),
     ];
     for reason in [EndReason::Closed, EndReason::Idle, EndReason::Evicted] {
         events.push(Event::SessionEnd(SessionEnd {
@@ -302,7 +311,12 @@ fn every_block() -> Vec<BlockEvent> {
 }
 
 fn every_item() -> Vec<Item> {
-    let kinds = [ItemKind::KvBlock, ItemKind::Request, ItemKind::ToolResult];
+    let kinds = [
+        ItemKind::KvBlock,
+        ItemKind::Request,
+        ItemKind::ToolResult,
+        ItemKind::Session,
+    ];
     kinds
         .into_iter()
         .enumerate()

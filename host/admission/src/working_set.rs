@@ -884,7 +884,11 @@ mod tests {
     fn a_tenant_within_its_share_takes_its_room_back_from_a_flood_that_filled_the_cache() {
         let mut ws = working_set(100_000); // budget 95,000: 47,500 each while both are live
         for s in 10..14 {
-            assert_eq!(ws.arrive(&arrival(s, 0, 22_000), 0), Verdict::Admit, "room for the flood alone");
+            assert_eq!(
+                ws.arrive(&arrival(s, 0, 22_000), 0),
+                Verdict::Admit,
+                "room for the flood alone"
+            );
             ws.answer(&answered(s, 22_000), 100);
         }
         // The flood's sessions are idle and expected back in a second, sooner than holding pays
@@ -893,9 +897,19 @@ mod tests {
         assert_eq!(ws.arrive(&arrival(1, 1, 20_000), 300), Verdict::Hold, "no room yet");
         let soon: HashMap<SessionId, f32> = (1..15).map(|s| (s, -1.0)).collect();
         let released = ws.rebalance(600_000, EngineNow { running: 1, waiting: 0 }, &soon);
-        assert_eq!(released, [1], "tenant 1's call goes within its share, the flood's waits");
-        let flood_held = (10..14).filter(|&s| ws.eviction_class(s) == EvictionClass::First).count();
+        assert_eq!(
+            released,
+            [1],
+            "tenant 1's call goes within its share, the flood's waits"
+        );
+        let flood_held = (10..14)
+            .filter(|&s| ws.eviction_class(s) == EvictionClass::First)
+            .count();
         assert!(flood_held >= 1, "the flood's idle sessions made the room");
-        assert_eq!(ws.eviction_class(1), EvictionClass::Keep, "tenant 1's resumed session is kept");
+        assert_eq!(
+            ws.eviction_class(1),
+            EvictionClass::Keep,
+            "tenant 1's resumed session is kept"
+        );
     }
 }

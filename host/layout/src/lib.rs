@@ -40,7 +40,15 @@ pub fn installed_components_dirs(bin_dir: &Path) -> Vec<PathBuf> {
 
 /// The components the `agentrt` binary embeds when they are built. The Python policy
 /// (`frequency`) is not among them: it carries CPython and weighs about 18 MB.
-pub const EMBEDDED_COMPONENTS: [&str; 7] = ["lru", "ttl", "cachesage", "guard", "fair-share", "tool-memo", "working-set"];
+pub const EMBEDDED_COMPONENTS: [&str; 7] = [
+    "lru",
+    "ttl",
+    "cachesage",
+    "guard",
+    "fair-share",
+    "tool-memo",
+    "working-set",
+];
 
 /// The baseline policy: what every other policy is compared with, and whose order the host falls
 /// back to. A command given its own components folder still finds it built in.

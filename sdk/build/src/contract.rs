@@ -9,7 +9,7 @@ use wit_component::DecodedWasm;
 /// The guest interface every policy exports, without its version.
 const GUEST: &str = "agentrt:policy/guest";
 
-/// The version of `agentrt:policy/guest` the component at `path` exports (`0.4.0`), or `None` when
+/// The version of `agentrt:policy/guest` the component at `path` exports (`0.5.0`), or `None` when
 /// it exports no such interface.
 pub fn guest_version(path: &Path) -> Result<Option<String>> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;

@@ -86,18 +86,12 @@ impl Tree {
         }
     }
 
-    /// The contract the Python, JavaScript, C and Go SDKs build against: 0.4.0 (`compat/0.4.0`),
-    /// the line before the Rust SDK's current one, which added only what admission policies score
-    /// (session items, the engine's capacity). Each SDK keeps what is particular to a contract
-    /// version in one place (its README says where), so moving them to the current line is a small
-    /// change there and this one.
+    /// The contract every SDK builds against: the current one (`wit/policy.wit`). Each SDK keeps
+    /// what is particular to a contract version in one place (its README says where).
     pub fn contract(&self) -> PathBuf {
-        self.wit.join("compat").join(OTHER_SDKS_LINE)
+        self.wit.clone()
     }
 }
-
-/// The contract line the Python, JavaScript, C and Go SDKs build (`wit/compat/<line>`).
-pub const OTHER_SDKS_LINE: &str = "0.4.0";
 
 /// The languages a policy is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

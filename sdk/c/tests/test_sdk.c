@@ -29,7 +29,7 @@ static void render_block(const arp_block_event *b) {
 }
 
 static void render_item(const arp_item *i) {
-    static const char *const kinds[] = {"kv-block", "request", "tool-result"};
+    static const char *const kinds[] = {"kv-block", "request", "tool-result", "session"};
     if (text_len) text_len += (size_t)snprintf(text + text_len, sizeof text - text_len, " ; ");
     text_len += (size_t)snprintf(
         text + text_len, sizeof text - text_len,
@@ -104,6 +104,15 @@ static void render_event(const arp_event *e) {
         const agentrt_policy_types_handoff_t *h = &e->val.handoff;
         snprintf(more, sizeof more, "handoff session=%llu from-agent=%u to-agent=%u at-us=%llu", U(h->session),
                  h->from_agent, h->to_agent, U(h->at_us));
+        break;
+    }
+    case AGENTRT_POLICY_TYPES_EVENT_ENGINE_CAPACITY: {
+        const agentrt_policy_types_engine_capacity_t *c = &e->val.engine_capacity;
+        snprintf(more, sizeof more,
+                 "engine-capacity capacity-tokens=%llu resident-tokens=%llu resident-sessions=%u held-sessions=%u "
+                 "prefill-us-per-ktoken=%u decode-step-us=%u at-us=%llu",
+                 U(c->capacity_tokens), U(c->resident_tokens), c->resident_sessions, c->held_sessions,
+                 c->prefill_us_per_ktoken, c->decode_step_us, U(c->at_us));
         break;
     }
     default:

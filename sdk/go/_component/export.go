@@ -116,6 +116,11 @@ func convert(e types.Event) policy.Event {
 	case types.Event_Handoff:
 		v := e.Handoff()
 		return &policy.Handoff{Session: v.Session, FromAgent: v.FromAgent, ToAgent: v.ToAgent, AtUs: v.AtUs}
+	case types.Event_EngineCapacity:
+		v := e.EngineCapacity()
+		return &policy.EngineCapacity{CapacityTokens: v.CapacityTokens, ResidentTokens: v.ResidentTokens,
+			ResidentSessions: v.ResidentSessions, HeldSessions: v.HeldSessions,
+			PrefillUsPerKtoken: v.PrefillUsPerKtoken, DecodeStepUs: v.DecodeStepUs, AtUs: v.AtUs}
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ func New(newPolicy func() policy.Policy, config ...[2]string) (*Harness, error) 
 	return h, nil
 }
 
-// Observe sends events as the host sends a batch to a 0.4 component: *AgentRegistered through
+// Observe sends events as the host sends a batch to a 0.5 component: *AgentRegistered through
 // the typed Observe, every run of other events between registrations through ObservePacked.
 func (h *Harness) Observe(events ...policy.Event) {
 	var words []uint64

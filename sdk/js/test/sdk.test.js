@@ -29,6 +29,8 @@ const FIELDS = {
   'engine-load': ['queueDepth', 'running', 'freeBlocks', 'totalBlocks', 'atUs'],
   'session-wait': ['session', 'agent', 'kind', 'tool', 'expectedUs', 'hinted', 'atUs'],
   handoff: ['session', 'fromAgent', 'toAgent', 'atUs'],
+  'engine-capacity': ['capacityTokens', 'residentTokens', 'residentSessions', 'heldSessions', 'prefillUsPerKtoken',
+    'decodeStepUs', 'atUs'],
 };
 
 function render(name, record) {
@@ -123,7 +125,7 @@ function everyKind() {
 test('typed and packed events reach the policy alike, every kind of the contract', () => {
   const [typed, packed] = [new Harness(Recorder), new Harness(Recorder)];
   const events = everyKind();
-  assert.equal(new Set(events.map((e) => e.tag)).size, 10);
+  assert.equal(new Set(events.map((e) => e.tag)).size, 11);
   typed.guest.observe(events);
   packed.observe(events); // as the host sends them: registrations typed, the rest packed
   assert.deepEqual(packed.policy.events, typed.policy.events);

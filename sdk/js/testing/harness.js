@@ -3,7 +3,7 @@
 
 import { encodeBlocks, encodeEvent, encodeItems, exportPolicy, policyOf } from '../agentrt_policy.js';
 
-/** One policy instance behind its exported guest, driven as the host drives a 0.4 component.
+/** One policy instance behind its exported guest, driven as the host drives a 0.5 component.
  * Refusals (`init`, `restore`) throw the message string the host would report. */
 export class Harness {
   constructor(PolicyClass, config = []) {

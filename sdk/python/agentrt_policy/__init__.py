@@ -13,7 +13,7 @@ The Rust SDK's `Policy` trait, in Python. A policy subclasses `Policy`, override
     Guest = export(Mine)
 
 `agentrt policy build` (or, in a checkout, `cargo xtask build-policies`) builds an `app.py` with
-`componentize-py --stub-wasi` into an `agentrt:policy@0.4.0` component: it imports only
+`componentize-py --stub-wasi` into an `agentrt:policy@0.5.0` component: it imports only
 `agentrt:policy/host`, like a Rust one, so it runs under the same sandbox (no filesystem, network
 or clock beyond the host's imports). The SDK decodes the packed hot paths (`observe-packed`,
 `observe-blocks`, `score-packed`) so a policy sees typed events and items only. Python runs ~50x slower than Rust here (docs/policy-host.md); it is
@@ -30,9 +30,12 @@ from wit_world.imports.types import (  # noqa: F401  (re-exported for policy aut
     BlockEvent,
     BlockOp,
     EndReason,
+    EngineCapacity,
+    EngineLoad,
     Event,
     Event_AgentRegistered,
     Event_Block,
+    Event_EngineCapacity,
     Event_EngineLoad,
     Event_Handoff,
     Event_RequestArrival,
@@ -62,7 +65,7 @@ from agentrt_policy.packed import decode_blocks, decode_events, decode_items
 
 # The contract line the SDK builds (`agentrt policy test` prints the one a component speaks).
 # What else is particular to it: the packed layouts, in agentrt_policy/packed.py.
-CONTRACT_VERSION = "0.4.0"
+CONTRACT_VERSION = "0.5.0"
 
 __all__ = [
     "AgentRegistered",
@@ -72,9 +75,12 @@ __all__ = [
     "Config",
     "ConfigError",
     "EndReason",
+    "EngineCapacity",
+    "EngineLoad",
     "Event",
     "Event_AgentRegistered",
     "Event_Block",
+    "Event_EngineCapacity",
     "Event_EngineLoad",
     "Event_Handoff",
     "Event_RequestArrival",

@@ -2,7 +2,7 @@
 as the host does, for native tests.
 
 This module and `CONTRACT_VERSION` (agentrt_policy/__init__.py) are what is particular to the
-contract line, `agentrt:policy@0.4.0`. Layouts (wit/policy.wit, `observe-packed`, `observe-blocks`,
+contract line, `agentrt:policy@0.5.0`. Layouts (wit/policy.wit, `observe-packed`, `observe-blocks`,
 `score-packed`; the Rust SDK's `packed` module is the other implementation and the reference):
 
     block event, 3 words: [op | tier << 4 | position << 8 | agent << 32, block hash, parent hash]
@@ -19,9 +19,11 @@ from wit_world.imports.types import (
     BlockOp,
     Continuation,
     EndReason,
+    EngineCapacity,
     EngineLoad,
     Event,
     Event_Block,
+    Event_EngineCapacity,
     Event_EngineLoad,
     Event_Handoff,
     Event_RequestArrival,
@@ -50,7 +52,7 @@ _U32 = 0xFFFF_FFFF
 
 # The `event` case ordinals (the header's kind).
 AGENT_REGISTERED, REQUEST_ARRIVAL, REQUEST_FINISH, TOOL_CALL, TOOL_RETURN = 0, 1, 2, 3, 4
-SESSION_END, ENGINE_LOAD, BLOCK, SESSION_WAIT, HANDOFF = 5, 6, 7, 8, 9
+SESSION_END, ENGINE_LOAD, BLOCK, SESSION_WAIT, HANDOFF, ENGINE_CAPACITY = 5, 6, 7, 8, 9, 10
 
 _OPS = {op.value: op for op in BlockOp}
 _TIERS = {tier.value: tier for tier in Tier}
@@ -160,6 +162,10 @@ def _event(head: int, p: List[int]):
             at_us=p[3]))
     if kind == HANDOFF and n >= 3:
         return Event_Handoff(Handoff(session=p[0], from_agent=agent, to_agent=p[1] & _U32, at_us=p[2]))
+    if kind == ENGINE_CAPACITY and n >= 5:
+        return Event_EngineCapacity(EngineCapacity(
+            capacity_tokens=p[0], resident_tokens=p[1], resident_sessions=p[2] & _U32, held_sessions=p[2] >> 32,
+            prefill_us_per_ktoken=p[3] & _U32, decode_step_us=p[3] >> 32, at_us=p[4]))
     return None
 
 
@@ -215,4 +221,8 @@ def event_words(event: Event) -> List[int]:
         return _header(SESSION_WAIT, [v.session, v.tool, v.expected_us, v.at_us], flags, v.agent)
     if isinstance(event, Event_Handoff):
         return _header(HANDOFF, [v.session, v.to_agent, v.at_us], 0, v.from_agent)
+    if isinstance(event, Event_EngineCapacity):
+        payload = [v.capacity_tokens, v.resident_tokens, v.resident_sessions | (v.held_sessions << 32),
+                   v.prefill_us_per_ktoken | (v.decode_step_us << 32), v.at_us]
+        return _header(ENGINE_CAPACITY, payload)
     return []

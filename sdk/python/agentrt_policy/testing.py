@@ -37,7 +37,7 @@ from agentrt_policy.packed import block_words, event_words, item_words
 
 
 class Harness:
-    """One policy instance behind its exported `Guest`, driven as the host drives a 0.4 component:
+    """One policy instance behind its exported `Guest`, driven as the host drives a 0.5 component:
     events packed (`observe-packed`, registrations typed), block events packed (`observe-blocks`),
     items packed (`score-packed`). Refusals (`init`, `restore`) raise `componentize_py_types.Err`
     carrying the message the host reports. Other exports (`score_packed`, `observe_blocks` with

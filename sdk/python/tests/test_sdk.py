@@ -142,7 +142,7 @@ def test_typed_and_packed_events_reach_the_policy_alike():
     packed.observe(events)  # as the host sends them: registrations typed, the rest packed
     assert {type(e).__name__ for e in events} >= {"Event_SessionEnd", "Event_SessionWait", "Event_Handoff"}
     kinds = len({type(e).__name__ for e in events})
-    assert kinds == 10, "every kind of the contract"
+    assert kinds == 11, "every kind of the contract"
     assert typed.policy.events == packed.policy.events
     assert typed.policy.blocks == packed.policy.blocks and len(packed.policy.blocks) == 2
     assert [e.value.reason for e in packed.policy.events if isinstance(e, types.Event_SessionEnd)] == [
