@@ -18,7 +18,7 @@
 # (`--hints none`): the clients' release calls are the only closings. One folder per workload in
 # OUT_DIR (default target/knee): results.json, table.md, knee.svg/.png; a progress line per replay
 # on stderr. Needs a release build and `cargo xtask build-policies` (the working-set component).
-# About 16 minutes on two cores (swe 5, fleet 2, cc100 3, cpu 1, tenants 5).
+# About 17 minutes on two cores (swe 5, half-wrong hints 1, fleet 2, cc100 3, cpu 1, tenants 5).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cc_dir="${1:-}"
@@ -36,6 +36,14 @@ arms=vllm,cap,thunderagent,thunderagent-decay,continuum,working-set
     --out "$out/swe-norelease"
 "$bin" sim knee --workload swe --axis programs --points 12,24,48 --hints closed \
     --arms working-set:releases=false --out "$out/swe-hints-closed"
+# Half of the closings wrong: the same programs (the trace the swe sweep generates), every closing
+# session also closing at a random earlier call and calling again (sim/eval/adversarial.py --lie 1:
+# one closing in two is a lie), heard as the frameworks' closing hints — against the request cap,
+# which hears none.
+"$bin" sim gen --workload swe --sessions 256 --concurrency 64 --out "$out/swe256.jsonl"
+python3 sim/eval/adversarial.py "$out/swe256.jsonl" "$out/swe256-half-wrong.jsonl" --lie 1
+"$bin" sim knee --trace "$out/swe256-half-wrong.jsonl" --axis programs --points 4,8,12,16,24,32,48,64 \
+    --hints closed --arms cap,working-set:releases=false --out "$out/swe-half-wrong"
 "$bin" sim knee --workload fleet --axis concurrency --points 18,36,72,108,144 --arms "$arms" --out "$out/fleet"
 
 if [[ ! -f "$out/cc100.jsonl" && -n "$cc_dir" ]]; then
