@@ -42,7 +42,8 @@ use crate::wire::{self, Reply, Request, WireItem};
 /// engine opens one per engine core process (one per data-parallel rank), a handful.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
 
-/// How the service runs.
+/// How the service runs. A clone shares the resolver and the pins.
+#[derive(Clone)]
 pub struct EvictionOptions {
     /// Resolves string agent names the plugin defines. `agentrt serve` should pass its registry.
     pub agents: Arc<dyn AgentResolver>,

@@ -176,12 +176,7 @@ fn bind_eviction(
     ranker: &Arc<dyn agentrt_eviction::EngineRanker>,
     options: &agentrt_eviction::EvictionOptions,
 ) -> anyhow::Result<agentrt_eviction::EvictionService> {
-    let socket_options = agentrt_eviction::EvictionOptions {
-        agents: options.agents.clone(),
-        pins: options.pins.clone(),
-        socket: options.socket.clone(),
-    };
-    let service = agentrt_eviction::EvictionService::bind_with(path, ranker.clone(), socket_options)
+    let service = agentrt_eviction::EvictionService::bind_with(path, ranker.clone(), options.clone())
         .with_context(|| format!("binding the eviction socket {}", path.display()))?;
     tracing::info!(socket = %path.display(), "eviction service listening");
     Ok(service)

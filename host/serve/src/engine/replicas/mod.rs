@@ -233,12 +233,7 @@ impl ReplicaRouting {
         view: Arc<agentrt_eviction::ReplicaView>,
         options: &agentrt_eviction::EvictionOptions,
     ) -> anyhow::Result<agentrt_eviction::EvictionService> {
-        let options = agentrt_eviction::EvictionOptions {
-            agents: options.agents.clone(),
-            pins: options.pins.clone(),
-            socket: options.socket.clone(),
-        };
-        let service = agentrt_eviction::EvictionService::bind_with(path, view, options)
+        let service = agentrt_eviction::EvictionService::bind_with(path, view, options.clone())
             .with_context(|| format!("replica {name}: binding the eviction socket {}", path.display()))?;
         tracing::info!(replica = %name, socket = %path.display(), "eviction service listening");
         self.engine_metrics
