@@ -22,7 +22,8 @@ pub struct Settings {
     pub prefetch: bool,
     /// `prefetch-threshold`: probability of a live session's next call needed to warm an anchor.
     pub prefetch_threshold: f32,
-    /// `warmup-cooldown-ms`: an agent's anchor is not warmed again within this much time.
+    /// `warmup-cooldown-ms`: an agent's anchor is not warmed again within this much time, doubled at
+    /// every warm-up of it lost in a row.
     pub warmup_cooldown_ms: u32,
     /// `warmup-max-queue`: no warm-up while the engine's waiting queue is deeper than this.
     pub warmup_max_queue: u32,

@@ -20,7 +20,10 @@
 //! and expected use are scaled by `(used + 4) / (Σ p + 4)`, capped at 1 (the accuracy feedback
 //! prefetchers in processors throttle by). A throttled model learns nothing from warm-ups it does
 //! not issue, so each call of an agent it would have warmed but for the calibration forgets
-//! 1/64 of the evidence, and the prior comes back.
+//! 1/64 of the evidence, and the prior comes back. And each agent's own bets back off: its cooldown
+//! doubles at every warm-up of it lost in a row (up to 2¹⁰ times), and a used one resets it — so
+//! that an agent the calibration keeps letting through (one agent making every call, whose calls
+//! forget the evidence as fast as its warm-ups lose it) is not warmed again and again in vain.
 //!
 //! **Whose access.** Block events name the agent, not the request: while a warm-up of an agent
 //! is in flight, that agent's accesses within the warm-up's extent (its prompt's size when its
@@ -42,6 +45,8 @@ const BUCKET_MAX: f32 = 16_384.0;
 const PRIOR: f32 = 4.0;
 /// Share of the evidence forgotten at each missed opportunity.
 const FORGET: f32 = 1.0 / 64.0;
+/// An agent's cooldown doubles at most this many times.
+const MAX_BACKOFF: u32 = 10;
 /// Lowest scores kept from the latest ranking: more blocks than the largest anchors have.
 const FRONTIER: usize = 2048;
 /// A frontier older than this (µs) says nothing: the engine has not needed to evict since.
@@ -74,6 +79,8 @@ pub struct Warmups {
     /// Requests waiting in the engine at the last `engine-load`.
     queue_depth: u32,
     warmed_at_us: HashMap<u32, u64>,
+    /// Warm-ups of each agent lost in a row: its cooldown doubles at each (up to 2¹⁰ times).
+    lost_in_a_row: HashMap<u32, u32>,
     in_flight: HashMap<u32, InFlight>,
     outstanding: HashMap<u32, Outstanding>,
     /// Σ p over resolved warm-ups, and those whose anchor was cached at the agent's next call.
@@ -95,6 +102,7 @@ impl Warmups {
             tokens: 0.0,
             queue_depth: 0,
             warmed_at_us: HashMap::new(),
+            lost_in_a_row: HashMap::new(),
             in_flight: HashMap::new(),
             outstanding: HashMap::new(),
             predicted: 0.0,
@@ -148,6 +156,7 @@ impl Warmups {
     pub fn forget_agent(&mut self, agent: u32) {
         self.outstanding.remove(&agent);
         self.warmed_at_us.remove(&agent);
+        self.lost_in_a_row.remove(&agent);
     }
 
     /// How far the model's warm-up bets are to be trusted: 1 while they pay as predicted, less as
@@ -162,6 +171,7 @@ impl Warmups {
             Some(Outstanding::Issued(p)) => {
                 self.predicted += p;
                 self.used += f32::from(u8::from(anchor_cached));
+                self.resolved(agent, anchor_cached);
             }
             Some(Outstanding::Withheld) => {
                 self.predicted *= 1.0 - FORGET;
@@ -175,6 +185,17 @@ impl Warmups {
         // One still outstanding is lost: the agent is warmed again because its anchor is gone.
         if let Some(Outstanding::Issued(before)) = self.outstanding.insert(agent, Outstanding::Issued(p)) {
             self.predicted += before;
+            self.resolved(agent, false);
+        }
+    }
+
+    /// An agent's warm-up was used or lost: a loss doubles the agent's cooldown, a use resets it.
+    fn resolved(&mut self, agent: u32, used: bool) {
+        if used {
+            self.lost_in_a_row.remove(&agent);
+        } else {
+            let lost = self.lost_in_a_row.entry(agent).or_default();
+            *lost = (*lost + 1).min(MAX_BACKOFF);
         }
     }
 
@@ -211,10 +232,11 @@ impl Warmups {
                 continue;
             }
             let Some(target) = model.agent(c.agent) else { continue };
+            let cooldown = self.cooldown_us << self.lost_in_a_row.get(&c.agent).copied().unwrap_or(0);
             let cooling = self
                 .warmed_at_us
                 .get(&c.agent)
-                .is_some_and(|&at| now.saturating_sub(at) < self.cooldown_us);
+                .is_some_and(|&at| now.saturating_sub(at) < cooldown);
             let affordable = target.anchor_tokens as f32 <= self.tokens;
             // As many blocks as it misses are pushed out (the rest are prefix hits).
             let whole = target.anchor_tokens.div_ceil(model.block_tokens().max(16));

@@ -104,6 +104,24 @@ fn the_next_agents_missing_anchor_is_warmed_unless_busy_crowded_cooling_or_over_
 }
 
 #[test]
+fn an_agent_whose_warm_up_was_lost_cools_down_twice_as_long() {
+    let generous = [("warmup-budget", "1")];
+    let again_after = |lost: bool| {
+        let mut p = pipeline(&generous);
+        assert_eq!(warms(&mut p), Some(2));
+        if lost {
+            // Agent 2 is called with its anchor not cached: the warm-up was lost.
+            p.observe(&[arrival(50, 2, 82_000, false), finish(50, 2, 83_000)]);
+        }
+        // Another session calls agent 1, 3.5 s after the warm-up: agent 2 comes next.
+        p.observe(&[arrival(51, 1, 83_500, false), finish(51, 1, 84_500)]);
+        warms(&mut p)
+    };
+    assert_eq!(again_after(false), Some(2), "past the 2 s cooldown");
+    assert_ne!(again_after(true), Some(2), "not agent 2 within 4 s of its lost warm-up");
+}
+
+#[test]
 fn a_warm_ups_accesses_are_its_own_only_within_its_extent() {
     let mut p = pipeline(&[("warmup-budget", "1")]);
     p.observe(&[arrival(0, 2, 82_000, true)]);
