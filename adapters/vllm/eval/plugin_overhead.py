@@ -4,7 +4,9 @@ straight to a plain vLLM, then straight to a vLLM with agentrt's plugin ranking 
 the eviction socket and its KV events published to ``agentrt serve`` — the proxy beside the
 engine, not in front of it, so that only the engine side is measured. The policy is ``lru``, whose
 order is vLLM's own: any difference in calls/min is the plugin's and the events' cost, not a
-different cache.
+different cache. A third arm is the second with the plugin asking for every ranking but not
+waiting for it (deadline 0): it separates the rankings' wait inside vLLM's scheduler step from the
+rest (the hooks, the events, and the CPU ``agentrt serve`` takes beside vLLM).
 
     .venv-vllm/bin/python adapters/vllm/eval/plugin_overhead.py \\
         --programs 4,8,16,32,64 --blocks 300 --repeats 5 --out docs/data/results-vllm/plugin-overhead.json
@@ -58,6 +60,23 @@ def sweep(name: str, base: str, concurrencies: list[int], repeats: int) -> dict[
     return out
 
 
+def plugged_sweep(binary: Path, model: Path, work: Path, args, concurrencies: list[int], deadline_ms: float | None,
+                  name: str) -> tuple[dict[int, dict], float]:
+    """The sweep against a vLLM with agentrt's plugin and KV events (``deadline_ms``: how long the
+    plugin waits for a ranking, ``None`` its default), and the rankings agentrt was asked for."""
+    stack = Stack(binary, model, work, policy="lru", blocks=args.blocks, admin_token=None,
+                  deadline_ms=deadline_ms, serve_args=(), vllm_args=VLLM_ARGS, log_level=None)
+    try:
+        say(f"{name}: up")
+        runs = sweep(name, stack.vllm.base, concurrencies, args.repeats)
+        page = urllib.request.urlopen(stack.serve.base + "/metrics", timeout=30).read().decode()
+    finally:
+        stack.stop()
+    rankings = sum(float(l.split()[-1]) for l in page.splitlines()
+                   if l.startswith("agentrt_engine_rank_requests_total"))
+    return runs, rankings
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--programs", default="4,8,16,32,64", help="concurrencies, comma-separated")
@@ -82,20 +101,19 @@ def main() -> None:
     finally:
         plain.stop()
 
-    stack = Stack(binary, model, work / "plugged", policy="lru", blocks=args.blocks, admin_token=None,
-                  deadline_ms=None, serve_args=(), vllm_args=VLLM_ARGS, log_level=None)
-    try:
-        say("vLLM with agentrt's plugin and KV events up")
-        plugged = sweep("vLLM + agentrt plugin", stack.vllm.base, concurrencies, args.repeats)
-        page = urllib.request.urlopen(stack.serve.base + "/metrics", timeout=30).read().decode()
-    finally:
-        stack.stop()
-    rankings = sum(float(l.split()[-1]) for l in page.splitlines()
-                   if l.startswith("agentrt_engine_rank_requests_total"))
-
+    plugged, rankings = plugged_sweep(binary, model, work / "plugged", args, concurrencies, deadline_ms=None,
+                                      name="vLLM + agentrt plugin")
+    # The same, but the plugin asks for every ranking without waiting for it (deadline 0: vLLM's own
+    # order every time): what is left of the cost is the hooks', the events' and the CPU `agentrt
+    # serve` takes beside vLLM; what the full arm costs beyond it is the ranking's wait inside
+    # vLLM's scheduler step.
+    unawaited, _ = plugged_sweep(binary, model, work / "unawaited", args, concurrencies, deadline_ms=0,
+                                 name="vLLM + plugin, rankings not awaited")
     rows = []
     for n in concurrencies:
-        for name, s in (("plain vLLM", direct[n]), ("vLLM + agentrt plugin, KV events", plugged[n])):
+        arms = (("plain vLLM", direct[n]), ("vLLM + agentrt plugin, KV events", plugged[n]),
+                ("the same, rankings not awaited", unawaited[n]))
+        for name, s in arms:
             rows.append([str(n), name, f"{s['calls_per_min']:.0f}", f"{s['low']:.0f}–{s['high']:.0f}",
                          f"{s['calls_per_min'] / direct[n]['calls_per_min']:.3f}×", f"{s['hit_rate']:.2f}",
                          f"{s['latency_p50_s']:.2f}", f"{s['latency_p99_s']:.2f}", f"{s['failed']}/{s['calls']}"])
@@ -105,8 +123,10 @@ def main() -> None:
         "load": (f"closed-loop agent programs of {LOAD['turns']} streamed calls, tool pauses "
                  f"{LOAD['pause'][0]}–{LOAD['pause'][1]} s, sent straight to vLLM; CPU vLLM 0.32, the tiny model, "
                  f"{args.blocks} blocks of 32 tokens; the plugged arm's policy lru, {rankings:.0f} rankings asked "
-                 f"of agentrt over the eviction socket; each point the median of {args.repeats} runs by calls/min, "
-                 f"the two arms one after the other on two shared cores"),
+                 f"of agentrt over the eviction socket; the third arm asks for them without waiting (deadline 0, "
+                 f"vLLM's own order), so the second's cost beyond the third's is the rankings' wait inside vLLM's "
+                 f"scheduler step; each point the median of {args.repeats} runs by calls/min, "
+                 f"the three arms one after the other on two shared cores"),
         "columns": ["programs", "arm", "calls/min", "runs' range", "× plain", "hit rate", "latency p50 (s)", "p99 (s)", "failed"],
         "align": ["r", "l", "r", "r", "r", "r", "r", "r", "r"],
         "rows": rows,
