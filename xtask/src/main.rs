@@ -38,7 +38,7 @@
 //! (with `AGENTRT_COMPONENTS_DIR`); `components` says what to build where and which languages
 //! (`Languages`, `--langs`: every one for the tests, Rust's for the demo, Rust's and Python's for
 //! `dist`) — every language's build and toolchain install is `agentrt-policy-build` (`sdk/build`);
-//! `steps` = a long command's steps said and timed on stderr (`demo`, `dist`)
+//! `steps` = a long command's steps said and timed on stderr (`test`, `demo`, `dist`)
 
 mod components;
 mod dist;
@@ -79,18 +79,7 @@ fn main() -> Result<()> {
                 _ => bail!("{USAGE}"),
             }
         }
-        "test" => {
-            components::build(&workspace, Languages::ALL)?;
-            run(workspace.command(cargo()).args(["test", "--workspace"]).args(&rest))?;
-            let tree = workspace.tree();
-            python::test_all(&tree)?;
-            js::test_all(&tree)?;
-            c::test_all(&tree)?;
-            go::test_all(&tree)?;
-            hints_sdk::test_all(&workspace)?;
-            vllm_adapter_tests(&workspace)?;
-            sglang_adapter_tests(&workspace)
-        }
+        "test" => test(&workspace, &rest),
         "demo" => demo(&workspace, &rest),
         "dist" => match languages_flag(&rest, Languages::RUST_AND_PYTHON)? {
             (languages, rest) if rest.is_empty() => dist::dist(&workspace, languages).map(|_| ()),
@@ -102,6 +91,46 @@ fn main() -> Result<()> {
         }
         _ => bail!("{USAGE}"),
     }
+}
+
+/// Every test, each step said and timed ([`steps`]) so that a CI log shows where its minutes went.
+/// `args` go to `cargo test`.
+fn test(workspace: &Workspace, args: &[String]) -> Result<()> {
+    let mut steps = Steps::new("test", 5);
+    steps.run(
+        "building every policy component (Rust, Python, JavaScript, C, Go)",
+        "the first time minutes: toolchains install; seconds after",
+        || components::build(workspace, Languages::ALL).map(|_| ()),
+    )?;
+    steps.run(
+        "the Rust workspace's tests (cargo's lines follow)",
+        "the first time the longest step: every crate compiled for tests",
+        || run(workspace.command(cargo()).args(["test", "--workspace"]).args(args)),
+    )?;
+    let tree = workspace.tree();
+    steps.run(
+        "the other policy languages' own tests and the hint package's, in each venv that has a framework",
+        "about a minute",
+        || {
+            python::test_all(&tree)?;
+            js::test_all(&tree)?;
+            c::test_all(&tree)?;
+            go::test_all(&tree)?;
+            hints_sdk::test_all(workspace)
+        },
+    )?;
+    steps.run(
+        "the vLLM adapter's tests (a real vLLM on CPU; the slowest listed at the end)",
+        "15 to 25 min on two cores",
+        || vllm_adapter_tests(workspace),
+    )?;
+    steps.run(
+        "the SGLang adapter's tests (SGLang's real radix cache)",
+        "a minute",
+        || sglang_adapter_tests(workspace),
+    )?;
+    steps.finish();
+    Ok(())
 }
 
 /// `--langs L` out of `args` (`default` without it), and the other arguments.
@@ -177,7 +206,7 @@ fn vllm_adapter_tests(workspace: &Workspace) -> Result<()> {
     let wheel = dist::build_wheel(workspace, &dist::VLLM_PLUGIN, &wheels)?;
     let status = workspace
         .command(&python)
-        .args(["-m", "pytest", "adapters/vllm/tests", "-q", "-rs"])
+        .args(["-m", "pytest", "adapters/vllm/tests", "-q", "-rs", "--durations=15"])
         .env("AGENTRT_VLLM_WHEEL", &wheel)
         .status()
         .context("starting pytest")?;
