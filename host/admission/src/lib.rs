@@ -71,6 +71,10 @@
 //!   bound every session's wait has.
 //! - **Tenant shares**: a tenant's share is the capacity × its weight ÷ the weights of tenants
 //!   with live sessions; one tenant flooding sessions is held beyond its share, not the others.
+//!   A session of a tenant within its share is held only for that tenant's own calls (or while no
+//!   tenant is over its share) — never to make room for another's call, forced or not — and a
+//!   call within its share goes at once when another tenant's excess has taken the room: that
+//!   excess is held at the next rebalance (running calls when their answers end).
 
 mod contract;
 pub mod cost;

@@ -517,13 +517,32 @@ impl WorkingSet {
         self.ledger.tenant_tokens(t) as f64 - share
     }
 
+    /// Whether another tenant than `t` is over its share: then the room `t` lacks within its own
+    /// share is the other's excess, and `t` is owed it.
+    fn another_over_share(&self, t: TenantId, budget: u64) -> bool {
+        self.ledger
+            .tenants()
+            .into_iter()
+            .any(|x| x != t && self.over_share(x, budget) > 0.0)
+    }
+
+    /// Whether a session of tenant `victim` may be held to make room for a call of `for_tenant`
+    /// (`None`: for the working set's excess). A tenant within its share is held only for its own
+    /// calls, or when no tenant is over its share: one tenant's flood never takes another's room.
+    fn may_hold(&self, victim: TenantId, for_tenant: Option<TenantId>, budget: u64) -> bool {
+        Some(victim) == for_tenant
+            || self.over_share(victim, budget) > 0.0
+            || (for_tenant.is_none() && !self.another_over_share(victim, budget))
+    }
+
     fn hold_until_fits(&mut self, budget: u64, score: &dyn Fn(SessionId) -> f32) {
         let reserve = self.reserve();
         if self.ledger.resident_tokens(reserve) <= budget {
             return;
         }
-        // Idle sessions, those of tenants over their share first, lowest score first.
-        let mut idle: Vec<(bool, f32, u64, SessionId)> = self
+        // Idle sessions, those of tenants over their share first, lowest score first; a tenant
+        // within its share only while none is over its own.
+        let mut idle: Vec<(bool, f32, u64, SessionId, TenantId)> = self
             .ledger
             .sessions()
             .filter(|(_, s)| s.state == SessionState::Idle)
@@ -533,6 +552,7 @@ impl WorkingSet {
                     score(id),
                     s.last_activity_us,
                     id,
+                    s.tenant,
                 )
             })
             .collect();
@@ -542,21 +562,24 @@ impl WorkingSet {
                 .then(a.2.cmp(&b.2))
                 .then(a.3.cmp(&b.3))
         });
-        for (_, _, _, id) in idle {
+        for (_, _, _, id, tenant) in idle {
             if self.ledger.resident_tokens(reserve) <= budget {
                 return;
             }
-            self.ledger.set_state(id, SessionState::Held);
-            self.count_hold(id);
+            if self.may_hold(tenant, None, budget) {
+                self.ledger.set_state(id, SessionState::Held);
+                self.count_hold(id);
+            }
         }
         // Still over: running calls are held when their answer ends — tenants over their share
-        // first, then the lowest score — as many
-        // as the excess needs (their tokens counted as leaving).
+        // first, then the lowest score — as many as the excess needs (their tokens counted as
+        // leaving); a tenant within its share's only while none is over its own.
         let mut excess = self.ledger.resident_tokens(reserve).saturating_sub(budget) as i64;
         let mut running: Vec<(bool, f32, SessionId, u64)> = self
             .ledger
             .sessions()
             .filter(|(_, s)| s.state == SessionState::Running && !s.marked && !s.resumed)
+            .filter(|(_, s)| self.may_hold(s.tenant, None, budget))
             .map(|(id, s)| {
                 let under = self.over_share(s.tenant, budget) <= 0.0;
                 (under, score(id), id, u64::from(s.context_tokens))
@@ -622,7 +645,11 @@ impl WorkingSet {
             if !fits(self) {
                 self.make_room(need, budget, horizon_s, tenant, score);
             }
-            if fits(self) || !engine_busy {
+            // Room within a tenant's share that another's excess took is the tenant's still: its
+            // call goes, and the excess is held at the next rebalance (the other's sessions,
+            // running ones when their answers end).
+            let owed = self.over_share(tenant, budget) + need as f64 <= 0.0 && self.another_over_share(tenant, budget);
+            if fits(self) || owed || !engine_busy {
                 self.resume(id, now_us, released);
                 engine_busy = true;
             }
@@ -634,7 +661,8 @@ impl WorkingSet {
     /// within its share, any idle session of a tenant over its own (the share is kept whatever
     /// the returns) — those of tenants over their share first (a flood makes room from its own
     /// sessions), then the farthest, then the smallest (cheapest to recompute), until the call
-    /// fits the budget or none is left.
+    /// fits the budget or none is left. Never a session of another tenant within its share
+    /// ([`Self::may_hold`]).
     fn make_room(
         &mut self,
         need: u64,
@@ -645,13 +673,13 @@ impl WorkingSet {
     ) {
         let reserve = self.reserve();
         let within_share = self.over_share(for_tenant, budget) + need as f64 <= 0.0;
-        let mut far: Vec<(bool, f32, u32, u64, SessionId)> = self
+        let mut far: Vec<(bool, f32, u32, u64, SessionId, TenantId)> = self
             .ledger
             .sessions()
             .filter(|(_, s)| s.state == SessionState::Idle)
             .map(|(id, s)| (self.over_share(s.tenant, budget) > 0.0, id, s))
             .filter(|(over, id, _)| f64::from(-score(*id)) > horizon_s || (within_share && *over))
-            .map(|(over, id, s)| (!over, score(id), s.context_tokens, s.last_activity_us, id))
+            .map(|(over, id, s)| (!over, score(id), s.context_tokens, s.last_activity_us, id, s.tenant))
             .collect();
         far.sort_by(|a, b| {
             a.0.cmp(&b.0)
@@ -660,12 +688,14 @@ impl WorkingSet {
                 .then(a.3.cmp(&b.3))
                 .then(a.4.cmp(&b.4))
         });
-        for (_, _, _, _, id) in far {
+        for (_, _, _, _, id, tenant) in far {
             if self.ledger.resident_tokens(reserve) + need <= budget {
                 return;
             }
-            self.ledger.set_state(id, SessionState::Held);
-            self.count_hold(id);
+            if self.may_hold(tenant, Some(for_tenant), budget) {
+                self.ledger.set_state(id, SessionState::Held);
+                self.count_hold(id);
+            }
         }
     }
 
@@ -910,6 +940,43 @@ mod tests {
             ws.eviction_class(1),
             EvictionClass::Keep,
             "tenant 1's resumed session is kept"
+        );
+    }
+
+    #[test]
+    fn a_flood_never_takes_the_room_of_a_tenant_within_its_share() {
+        let mut ws = working_set(100_000); // budget 95,000: 47,500 each while both are live
+                                           // The steady tenant's session waits for a long tool: idle, far, within its share.
+        ws.arrive(&arrival(1, 1, 20_000), 0);
+        ws.answer(&answered(1, 20_000), 100);
+        // Three flood sessions run; a fourth does not fit and waits.
+        for s in 10..13 {
+            assert_eq!(ws.arrive(&arrival(s, 0, 22_000), 200), Verdict::Admit);
+        }
+        assert_eq!(ws.arrive(&arrival(13, 0, 22_000), 300), Verdict::Hold);
+        let far: HashMap<SessionId, f32> = [(1, -100.0)].into_iter().collect();
+        let busy = EngineNow { running: 3, waiting: 0 };
+        // Past the aging bound the flood's call goes, but room is not made from the steady
+        // tenant: its far idle session stays resident; the flood's running calls are marked to
+        // be held when their answers end instead.
+        let bound = Settings::default().max_first_wait_us;
+        assert_eq!(ws.rebalance(300 + bound, busy, &far), [13]);
+        assert_eq!(
+            ws.eviction_class(1),
+            EvictionClass::Policy,
+            "the steady tenant keeps its room"
+        );
+        let marked = (10..13)
+            .filter(|&s| ws.ledger().get(s).is_some_and(|x| x.marked))
+            .count();
+        assert!(marked >= 1, "the flood's excess is held as its answers end");
+        // The steady tenant's next session finds the cache full of the flood's calls: room
+        // within its share is owed to it, so its call goes at once, not at its aging bound.
+        assert_eq!(ws.arrive(&arrival(2, 1, 20_000), 400 + bound), Verdict::Hold);
+        assert_eq!(
+            ws.rebalance(500 + bound, busy, &far),
+            [2],
+            "the call within its share goes"
         );
     }
 }
