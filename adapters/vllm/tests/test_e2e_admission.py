@@ -8,9 +8,10 @@ prefill is nearly free:
 
 - the proxy reads the engine's KV capacity from vLLM's own ``/metrics``
   (``vllm:cache_config_info``: 80 blocks of 32 tokens);
-- it prices the engine's prefill from the streamed answers and finds that holding cannot pay
-  here (prefilling the whole cache takes milliseconds against pauses of tenths of a second), so
-  it holds nothing — every call answered, none waits in the proxy;
+- it prices the engine's prefill from the streamed answers (one long call, new to the cache,
+  goes first, so that an answer long enough to price a token is always there) and finds that
+  holding cannot pay here (prefilling the whole cache takes milliseconds against pauses of
+  tenths of a second), so it holds nothing — every call answered, none waits in the proxy;
 - ThunderAgent's release call ends each program's session: the ledger is empty afterwards;
 - calls per minute through it against the same load sent straight to vLLM are printed (the
   sweep in docs/results-vllm.md is the figure; this machine's noise is too large to assert one).
@@ -21,6 +22,7 @@ Slow (one vLLM start and two short loads, ~2 min on two cores): AGENTRT_SKIP_VLL
 from __future__ import annotations
 
 import os
+import random
 import time
 
 import pytest
@@ -33,6 +35,8 @@ pytestmark = pytest.mark.skipif(os.environ.get("AGENTRT_SKIP_VLLM_SERVE") == "1"
 BLOCKS = 80
 PROGRAMS = 12
 LOAD = dict(turns=5, pause=(0.2, 0.6), system_words=100, turn_words=60, max_tokens=8)
+# Filler words for a ~1.3 k-token prompt (the model's context is 2,048 tokens).
+PROBE_WORDS = 340
 
 
 def series(text: str, name: str) -> float:
@@ -53,6 +57,18 @@ def test_working_set_admission_reads_vllms_cache_and_holds_nothing_where_prefill
     while series(stack.serve.metrics_text(), "agentrt_admission_capacity_tokens") == 0:
         assert time.monotonic() < deadline, ("the capacity was never read from vLLM's /metrics", stack.serve.log())
         time.sleep(0.2)
+    # One long call first, its prompt new to the cache: the proxy prices a token's prefill only
+    # from answers with at least 1,024 uncached prompt tokens, and whether the programs' own
+    # calls miss that much depends on the machine's timing; this one always does.
+    long_prompt = "notes: " + agent_programs.words(random.Random(7), PROBE_WORDS)
+    probe = agent_programs.one_call(
+        stack.serve.base,
+        {"model": "tiny", "messages": [{"role": "user", "content": long_prompt}], "max_tokens": 4,
+         "stream": True, "stream_options": {"include_usage": True}, "temperature": 0},
+        {"x-session-id": "prefill-probe", "x-agentrt-session-end": "closed"},
+        120,
+    )
+    assert probe.ok and probe.prompt_tokens - probe.cached_tokens >= 1024, probe
     through = agent_programs.run(stack.serve.base, PROGRAMS, thunder=True, **LOAD)
     page = stack.serve.metrics_text()
     summary = through.summary()
