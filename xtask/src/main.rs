@@ -121,7 +121,7 @@ fn test(workspace: &Workspace, args: &[String]) -> Result<()> {
     )?;
     steps.run(
         "the vLLM adapter's tests (a real vLLM on CPU; the slowest listed at the end)",
-        "15 to 25 min on two cores",
+        "20 to 30 min on two cores",
         || vllm_adapter_tests(workspace),
     )?;
     steps.run(
