@@ -517,6 +517,11 @@ impl WorkingSet {
         self.ledger.tenant_tokens(t) as f64 - share
     }
 
+    /// Whether `need` more tokens of tenant `t` stay within its share.
+    fn within_share(&self, t: TenantId, need: u64, budget: u64) -> bool {
+        self.over_share(t, budget) + need as f64 <= 0.0
+    }
+
     /// Whether another tenant than `t` is over its share: then the room `t` lacks within its own
     /// share is the other's excess, and `t` is owed it.
     fn another_over_share(&self, t: TenantId, budget: u64) -> bool {
@@ -648,7 +653,7 @@ impl WorkingSet {
             // Room within a tenant's share that another's excess took is the tenant's still: its
             // call goes, and the excess is held at the next rebalance (the other's sessions,
             // running ones when their answers end).
-            let owed = self.over_share(tenant, budget) + need as f64 <= 0.0 && self.another_over_share(tenant, budget);
+            let owed = self.within_share(tenant, need, budget) && self.another_over_share(tenant, budget);
             if fits(self) || owed || !engine_busy {
                 self.resume(id, now_us, released);
                 engine_busy = true;
@@ -672,7 +677,7 @@ impl WorkingSet {
         score: &dyn Fn(SessionId) -> f32,
     ) {
         let reserve = self.reserve();
-        let within_share = self.over_share(for_tenant, budget) + need as f64 <= 0.0;
+        let within_share = self.within_share(for_tenant, need, budget);
         let mut far: Vec<(bool, f32, u32, u64, SessionId, TenantId)> = self
             .ledger
             .sessions()
@@ -945,8 +950,9 @@ mod tests {
 
     #[test]
     fn a_flood_never_takes_the_room_of_a_tenant_within_its_share() {
-        let mut ws = working_set(100_000); // budget 95,000: 47,500 each while both are live
-                                           // The steady tenant's session waits for a long tool: idle, far, within its share.
+        // Budget 95,000: 47,500 each while both are live.
+        let mut ws = working_set(100_000);
+        // The steady tenant's session waits for a long tool: idle, far, within its share.
         ws.arrive(&arrival(1, 1, 20_000), 0);
         ws.answer(&answered(1, 20_000), 100);
         // Three flood sessions run; a fourth does not fit and waits.
