@@ -29,7 +29,7 @@ where
     // The span filter passes every level: its hint says so, and the pair's hint is then the
     // filter's own. Without it the pair has none, `log`'s records (Cranelift and regalloc2 log in
     // their inner loops) are all built and dispatched only to be dropped here, and compiling a
-    // large component took 7x as long in a debug build.
+    // large component took 4–5x as long in a debug build.
     let spans = tracing_subscriber::filter::filter_fn(move |meta| with_spans || meta.is_event())
         .with_max_level_hint(LevelFilter::TRACE);
     // Colours only for a person at a terminal: a log file or a collector gets plain text.
