@@ -48,9 +48,15 @@ mod tests {
 
     /// Whether a request-like span and an event of `agentrt_serve` are enabled under the log
     /// layer alone (as `main` builds the stack without an exporter).
+    ///
+    /// A callsite caches its interest across every live subscriber, so tests running side by side
+    /// would see each other's: one subscriber at a time, the cache rebuilt under it.
     fn enabled_under(agentrt_log: Option<&str>) -> (bool, bool) {
+        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let subscriber = tracing_subscriber::registry().with(layer(SERVE_DEFAULT, agentrt_log));
         tracing::subscriber::with_default(subscriber, || {
+            tracing::callsite::rebuild_interest_cache();
             let span = tracing::info_span!(target: "agentrt_serve::request", "request");
             let mut event = false;
             tracing::info!(target: "agentrt_serve::request", marker = { event = true; true }, "x");
