@@ -4,6 +4,7 @@ template, for running a real vLLM on CPU in tests (docs/background.md §5). Offl
 
     python adapters/vllm/make_tiny_model.py DIR
     python adapters/vllm/make_tiny_model.py --ends-answers DIR   # the variant that ends its answers
+    python adapters/vllm/make_tiny_model.py --size prefill-heavy DIR   # prefill priced as on a GPU
 
 The weights are random (seeded), so the model's text is noise; what matters is that vLLM loads it,
 tokenizes chat prompts like a Llama-3 model (system prompt and tools first, so an agent's anchor is
@@ -17,6 +18,12 @@ tokenizer never assigned are zero, the rows of real tokens are scaled up (logits
 a real token beats the zeros), and the end-of-turn row is a random direction scaled so that its
 logit is about ±EOS_SCALE — `<|eot_id|>` wins at about two steps in five, and an answer is a few
 tokens of text, then its end.
+
+`--size prefill-heavy` makes a wider, deeper model (SIZES) for an engine whose prefill costs: on two
+CPU cores the tiny model's decode step is vLLM's fixed per-step cost, and its 2,560-token prefill
+only ~4 such steps, where Llama-3.1-8B on an H100 takes ~10 (the simulator's latency model). More
+compute per token raises the prefill and barely the step; `adapters/vllm/eval/prefill_ratio.py`
+measures the ratio a size gives on the machine at hand. Its context window is 8,192 tokens.
 """
 
 from __future__ import annotations
@@ -68,7 +75,7 @@ def corpus(seed: int = 0, lines: int = 4000) -> list[str]:
     return [" ".join(rng.choice(words) for _ in range(rng.randint(4, 24))) for _ in range(lines)]
 
 
-def make_tokenizer(out: Path):
+def make_tokenizer(out: Path, context: int = 2048):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -88,31 +95,39 @@ def make_tokenizer(out: Path):
         bos_token="<|begin_of_text|>",
         eos_token="<|eot_id|>",
         pad_token="<|end_of_text|>",
-        model_max_length=2048,
+        model_max_length=context,
     )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(out)
     return fast
 
 
+# hidden size, layers, context window. The tiny model is the tests' engine; `prefill-heavy` was
+# sized by measuring (prefill_ratio.py), not by arithmetic: its figures are in docs/results-vllm.md.
+SIZES = {
+    "tiny": dict(hidden=128, layers=2, context=2048),
+    "prefill-heavy": dict(hidden=256, layers=6, context=8192),
+}
+
 EOS_SCALE = 60.0
 TEXT_SCALE = 20.0
 
 
-def make_model(out: Path, tokenizer, ends_answers: bool = False) -> None:
+def make_model(out: Path, tokenizer, ends_answers: bool = False, size: str = "tiny") -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
+    shape = SIZES[size]
     config = LlamaConfig(
         vocab_size=VOCAB_SIZE,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
+        hidden_size=shape["hidden"],
+        intermediate_size=2 * shape["hidden"],
+        num_hidden_layers=shape["layers"],
+        num_attention_heads=shape["hidden"] // 32,
+        num_key_value_heads=shape["hidden"] // 32,
         head_dim=32,
-        max_position_embeddings=2048,
+        max_position_embeddings=shape["context"],
         rms_norm_eps=1e-5,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -140,13 +155,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="directory to write the model into")
     parser.add_argument("--ends-answers", action="store_true",
                         help="the variant whose end-of-turn token wins about half the steps")
+    parser.add_argument("--size", choices=sorted(SIZES), default="tiny",
+                        help="tiny (the tests' engine) or prefill-heavy (prefill priced as on a GPU)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args.out.mkdir(parents=True, exist_ok=True)
-    tokenizer = make_tokenizer(args.out)
-    make_model(args.out, tokenizer, ends_answers=args.ends_answers)
+    tokenizer = make_tokenizer(args.out, SIZES[args.size]["context"])
+    make_model(args.out, tokenizer, ends_answers=args.ends_answers, size=args.size)
     files = sorted(p.name for p in args.out.iterdir())
     print(json.dumps({"model_dir": str(args.out), "files": files}))
     return 0

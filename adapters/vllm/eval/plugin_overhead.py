@@ -31,10 +31,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 import agent_programs  # noqa: E402
-from conftest import REPO, TARGET, Stack, VllmServer  # noqa: E402
+from conftest import REPO, TARGET, Stack, VllmServer, reset_prefix_cache  # noqa: E402
 
-# The load of admission_sweep.py, so that the two tables read together.
-from admission_sweep import LOAD, reset_prefix_cache  # noqa: E402
+# The tiny model's load of admission_sweep.py, so that the two tables read together.
+from admission_sweep import LOADS  # noqa: E402
+
+LOAD = LOADS["tiny"]
 
 VLLM_ARGS = ("--enable-prompt-tokens-details",)
 

@@ -7,6 +7,12 @@ closing with its last call (``x-agentrt-session-end: closed``) — or, with ``th
 ThunderAgent's client conventions: ``program_id`` in the body and ``POST /programs/release`` at
 its end, which ``agentrt serve`` reads as the same identity and closing.
 
+With ``total`` above ``programs``, each of the ``programs`` slots starts a new program when its
+last one ends, until ``total`` have started: the load stays at ``programs`` at once instead of
+draining, and calls per minute are counted over that steady window only — up to the moment the
+first slot finds no program left to start (``Result.window_s``), so neither the tail, where fewer
+programs run, nor its calls count.
+
 Used by ``test_e2e_admission.py`` (the small version CI runs) and runnable against any
 OpenAI-compatible URL::
 
@@ -39,6 +45,7 @@ class Call:
     ttft_s: float
     prompt_tokens: int
     cached_tokens: int
+    ended_s: float = 0.0  # from the run's start
 
 
 @dataclass
@@ -46,10 +53,15 @@ class Result:
     programs: int
     calls: list[Call] = field(default_factory=list)
     wall_s: float = 0.0
+    # The steady window: until the first slot had no program left to start (``wall_s`` when every
+    # program started at once).
+    window_s: float = 0.0
     errors: list[str] = field(default_factory=list)
 
     def summary(self) -> dict:
-        ok = [c for c in self.calls if c.ok]
+        window = self.window_s or self.wall_s
+        answered = [c for c in self.calls if c.ok]
+        ok = [c for c in answered if c.ended_s <= window]
         lat = sorted(c.latency_s for c in ok) or [0.0]
         prompt = sum(c.prompt_tokens for c in ok)
         cached = sum(c.cached_tokens for c in ok)
@@ -60,9 +72,10 @@ class Result:
         return {
             "programs": self.programs,
             "calls": len(self.calls),
-            "failed": len(self.calls) - len(ok),
+            "failed": len(self.calls) - len(answered),
             "wall_s": round(self.wall_s, 2),
-            "calls_per_min": round(60 * len(ok) / self.wall_s, 1) if self.wall_s else 0.0,
+            "window_s": round(window, 2),
+            "calls_per_min": round(60 * len(ok) / window, 1) if window else 0.0,
             "hit_rate": round(cached / prompt, 3) if prompt else 0.0,
             "latency_p50_s": round(statistics.median(lat), 3),
             "latency_p99_s": round(q(0.99), 3),
@@ -102,7 +115,7 @@ def one_call(base: str, body: dict, headers: dict[str, str], timeout: float) -> 
 
 def program(base: str, index: int, turns: int, rng: random.Random, *, pause: tuple[float, float],
             system_words: int, turn_words: int, max_tokens: int, thunder: bool, timeout: float,
-            out: list[Call], lock: threading.Lock) -> None:
+            out: list[Call], lock: threading.Lock, started: float) -> None:
     agent = f"agent-{index % 4}"
     session = f"program-{index}-{rng.randrange(1 << 30)}"
     system = f"You are {agent}. Tools: " + words(random.Random(index % 4), system_words)
@@ -119,6 +132,7 @@ def program(base: str, index: int, turns: int, rng: random.Random, *, pause: tup
             if turn + 1 == turns:
                 headers["x-agentrt-session-end"] = "closed"
         call = one_call(base, body, headers, timeout)
+        call.ended_s = time.monotonic() - started
         with lock:
             out.append(call)
         messages = messages + [{"role": "assistant", "content": words(rng, max_tokens)},
@@ -134,20 +148,31 @@ def program(base: str, index: int, turns: int, rng: random.Random, *, pause: tup
 
 def run(base: str, programs: int, turns: int = 6, *, pause: tuple[float, float] = (0.5, 2.0),
         system_words: int = 120, turn_words: int = 90, max_tokens: int = 8, thunder: bool = False,
-        seed: int = 1, timeout: float = 300.0) -> Result:
-    """``programs`` programs of ``turns`` calls each, all started at once; returns every call."""
+        seed: int = 1, timeout: float = 300.0, total: int | None = None) -> Result:
+    """``programs`` programs of ``turns`` calls each at once — ``total`` in all (``programs`` by
+    default: all started together), each slot starting the next when its program ends; returns
+    every call."""
+    total = max(total or programs, programs)
     result = Result(programs)
     lock = threading.Lock()
-    threads = []
+    next_program = iter(range(total))
     started = time.monotonic()
-    for i in range(programs):
-        rng = random.Random(seed * 100_003 + i)
-        t = threading.Thread(target=program, args=(base, i, turns, rng),
-                             kwargs=dict(pause=pause, system_words=system_words, turn_words=turn_words,
-                                         max_tokens=max_tokens, thunder=thunder, timeout=timeout,
-                                         out=result.calls, lock=lock), daemon=True)
+
+    def slot() -> None:
+        while True:
+            with lock:
+                index = next(next_program, None)
+                if index is None:
+                    if total > programs and not result.window_s:
+                        result.window_s = time.monotonic() - started
+                    return
+            program(base, index, turns, random.Random(seed * 100_003 + index), pause=pause,
+                    system_words=system_words, turn_words=turn_words, max_tokens=max_tokens, thunder=thunder,
+                    timeout=timeout, out=result.calls, lock=lock, started=started)
+
+    threads = [threading.Thread(target=slot, daemon=True) for _ in range(programs)]
+    for t in threads:
         t.start()
-        threads.append(t)
     for t in threads:
         t.join()
     result.wall_s = time.monotonic() - started
@@ -159,9 +184,10 @@ def main() -> None:
     parser.add_argument("--url", required=True, help="the OpenAI-compatible base URL (agentrt serve or vLLM)")
     parser.add_argument("--programs", type=int, default=8, help="programs at once")
     parser.add_argument("--turns", type=int, default=6, help="calls per program")
+    parser.add_argument("--total", type=int, help="programs in all, started as slots free up (default: --programs)")
     parser.add_argument("--thunder", action="store_true", help="ThunderAgent's conventions (program_id, release)")
     args = parser.parse_args()
-    print(json.dumps(run(args.url, args.programs, args.turns, thunder=args.thunder).summary()))
+    print(json.dumps(run(args.url, args.programs, args.turns, thunder=args.thunder, total=args.total).summary()))
 
 
 if __name__ == "__main__":

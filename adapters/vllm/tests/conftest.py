@@ -135,6 +135,16 @@ def tiny_model(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def prefill_heavy_model(tmp_path_factory) -> Path:
+    """The random model whose prefill costs (`make_tiny_model.py --size prefill-heavy`: a
+    2,560-token prefill ~100 decode steps on two CPU cores), made once per test session."""
+    out = tmp_path_factory.mktemp("prefill-heavy-model")
+    subprocess.run([sys.executable, str(REPO / "adapters/vllm/make_tiny_model.py"), "--size", "prefill-heavy", str(out)],
+                   check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="session")
 def tiny_model_that_ends(tmp_path_factory) -> Path:
     """The tiny model's variant whose answers end (`make_tiny_model.py --ends-answers`), for agent
     SDKs that refuse an answer cut at max_tokens."""
@@ -170,6 +180,13 @@ def plugin_site(tmp_path_factory) -> Path:
                           check=True, capture_output=True, text=True).stdout.split()
     assert all(p.startswith(str(site)) for p in seen), f"vLLM would not load the wheel from {site}: {seen}"
     return site
+
+
+def reset_prefix_cache(base: str) -> None:
+    """Empty vLLM's prefix cache (its dev endpoint: the server must run with VLLM_SERVER_DEV_MODE=1)."""
+    import urllib.request
+
+    urllib.request.urlopen(urllib.request.Request(base + "/reset_prefix_cache", method="POST"), timeout=60).read()
 
 
 class VllmServer:

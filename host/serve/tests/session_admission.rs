@@ -34,6 +34,9 @@ const METRICS: &str = "# HELP vllm:cache_config_info Information of the LLMEngin
     num_cpu_blocks=\"None\",num_gpu_blocks=\"1000\"} 1.0\n";
 const CAPACITY_TOKENS: u64 = 16_000;
 
+/// What the stand-in's tokenizer counts: tokens per 4 characters of a prompt's messages.
+const BYTES_OVER_4: f64 = 1.0;
+
 /// Sessions, calls per session, the pause between two calls of a session, and the prompt's
 /// characters (~2,000 tokens: 12 sessions need 24,000 tokens against the cache's 16,000).
 const SESSIONS: usize = 12;
@@ -45,6 +48,8 @@ const PROMPT_CHARS: usize = 8_000;
 struct Engine {
     /// Prefill time per prompt token.
     per_token: Duration,
+    /// Tokens its tokenizer counts per 4 characters.
+    density: f64,
     calls: Arc<AtomicU64>,
 }
 
@@ -54,7 +59,7 @@ async fn completions(State(engine): State<Engine>, Json(body): Json<Value>) -> R
         .as_array()
         .map(|m| m.iter().filter_map(|m| m["content"].as_str()).map(str::len).sum())
         .unwrap_or(0);
-    let prompt = (chars / 4) as u32;
+    let prompt = (chars as f64 / 4.0 * engine.density) as u32;
     let usage = body["stream_options"]["include_usage"].as_bool() == Some(true);
     tokio::time::sleep(engine.per_token * prompt).await;
     let chunk = |content: &str| {
@@ -77,10 +82,11 @@ async fn completions(State(engine): State<Engine>, Json(body): Json<Value>) -> R
         .unwrap()
 }
 
-async fn engine(per_token: Duration) -> (String, Arc<AtomicU64>) {
+async fn engine(per_token: Duration, density: f64) -> (String, Arc<AtomicU64>) {
     let calls = Arc::new(AtomicU64::new(0));
     let state = Engine {
         per_token,
+        density,
         calls: calls.clone(),
     };
     let app = Router::new()
@@ -95,9 +101,9 @@ async fn engine(per_token: Duration) -> (String, Arc<AtomicU64>) {
 }
 
 /// `serve` with working-set admission (held calls wait at most `max_hold`) in front of an
-/// engine prefilling `per_token` a token.
-async fn proxy(per_token: Duration, max_hold: Duration) -> (Proxy, Arc<AtomicU64>) {
-    let (upstream, calls) = engine(per_token).await;
+/// engine prefilling `per_token` a token, its tokenizer counting `density` tokens per 4 characters.
+async fn proxy(per_token: Duration, density: f64, max_hold: Duration) -> (Proxy, Arc<AtomicU64>) {
+    let (upstream, calls) = engine(per_token, density).await;
     let max_hold_us = max_hold.as_micros() as u64;
     let proxy = Setup {
         upstream: Some(upstream),
@@ -191,7 +197,7 @@ async fn past_the_cache_sessions_are_held_where_prefill_costs_and_never_where_it
 
     // Prefill that costs: 100 µs a token, so the whole cache takes 1.6 s against pauses of
     // 0.2 s. Once 32 answers have priced it, sessions past the cache are held.
-    let (p, calls) = proxy(Duration::from_micros(100), max_hold).await;
+    let (p, calls) = proxy(Duration::from_micros(100), BYTES_OVER_4, max_hold).await;
     let url = p.url.clone();
     capacity_read(&url).await;
     let started = Instant::now();
@@ -232,7 +238,7 @@ async fn past_the_cache_sessions_are_held_where_prefill_costs_and_never_where_it
     eprintln!("prefill priced: {holds} holds, {resumes} resumes, longest hold {longest:.2} s, {took:?}");
 
     // Prefill nearly free (the tiny model on CPU): holding never pays, nothing is held.
-    let (p, calls) = proxy(Duration::from_nanos(100), max_hold).await;
+    let (p, calls) = proxy(Duration::from_nanos(100), BYTES_OVER_4, max_hold).await;
     let url = p.url.clone();
     capacity_read(&url).await;
     let results = run_sessions(&url).await;
@@ -244,4 +250,61 @@ async fn past_the_cache_sessions_are_held_where_prefill_costs_and_never_where_it
     assert_eq!(calls.load(Relaxed), (SESSIONS * CALLS) as u64);
     assert_eq!(series(&page, "agentrt_admission_holding_pays"), 0.0, "{page}");
     assert_eq!(series(&page, "agentrt_admission_holds_total"), 0.0, "{page}");
+}
+
+/// One call of `session` with a prompt of `chars` characters; its status.
+async fn call(client: &reqwest::Client, url: &str, session: &str, chars: usize) -> u16 {
+    let body = json!({
+        "model": "m", "stream": true, "max_tokens": 2, "stream_options": {"include_usage": true},
+        "messages": [{"role": "user", "content": "y".repeat(chars)}]
+    });
+    let reply = client
+        .post(format!("{url}/v1/chat/completions"))
+        .header("x-agent-id", "agent")
+        .header("x-session-id", session)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = reply.status().as_u16();
+    reply.text().await.unwrap();
+    status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn calls_in_flight_count_as_the_engine_counts_their_prompts_not_as_bytes_over_four() {
+    // A tokenizer three times denser than the proxy's guess (bytes ÷ 4): the tiny test model's
+    // reads agent prompts so. 60 µs a token: a 6,000-token prompt is in flight for 0.36 s.
+    let density = 3.0;
+    let (p, _) = proxy(Duration::from_micros(60), density, Duration::from_secs(5)).await;
+    let url = p.url.clone();
+    capacity_read(&url).await;
+    let client = reqwest::Client::new();
+    // One answer pairs a guess with the engine's count.
+    assert_eq!(call(&client, &url, "calibration", 8_000).await, 200);
+
+    // Four new sessions' first calls at once, 8,000 characters each: 6,000 tokens as the engine
+    // counts them, ~2,000 as bytes ÷ 4. Fewer than 32 answers were priced: nothing is held.
+    let mut calls = Vec::new();
+    for s in 0..4 {
+        let (client, url) = (client.clone(), url.clone());
+        calls.push(tokio::spawn(async move {
+            call(&client, &url, &format!("s{s}"), 8_000).await
+        }));
+    }
+    let mut in_flight = 0.0f64;
+    while calls.iter().any(|c| !c.is_finished()) {
+        let tokens = series(&metrics(&url).await, "agentrt_admission_working_set_tokens");
+        in_flight = in_flight.max(tokens);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for c in calls {
+        assert_eq!(c.await.unwrap(), 200);
+    }
+    // The calibration session's 6,000 (idle, answered) and the four in flight, as counted.
+    let counted = 5.0 * 8_000.0 / 4.0 * density;
+    assert!(
+        in_flight >= 0.9 * counted,
+        "the working set peaked at {in_flight} tokens with four calls in flight; the engine counts {counted}"
+    );
 }

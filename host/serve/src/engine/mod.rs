@@ -7,6 +7,7 @@ pub mod admission;
 pub mod held_first;
 pub mod kind;
 pub mod plugin_metrics;
+pub mod prompt_scale;
 pub mod replicas;
 pub mod startup_checks;
 pub mod tokenize;

@@ -19,6 +19,8 @@
 //! - **Rebalances**: a task runs them when due; the tenants' `admission` slots score the
 //!   candidate sessions as `session` items (contract 0.5.0: higher = sooner back), then hear the
 //!   `engine-capacity` event. Without a slot every score is 0: only the excess is held.
+//! - **Sizes**: a call counts at its prompt as the proxy guesses it (bytes ÷ 4), scaled by what
+//!   the engine's usage counted for earlier prompts ([`PromptScale`]); answered, at the count.
 //! - **Capacity**: `--kv-capacity-tokens`, else the upstream's `/metrics` (vLLM's
 //!   `vllm:cache_config_info`: `num_gpu_blocks` × `block_size`; SGLang's
 //!   `sglang:max_total_num_tokens`), read every 2 s until known, then every minute.
@@ -40,6 +42,7 @@ use agentrt_runtime::types::{EndReason, Event, Item};
 use tokio::sync::{oneshot, Notify};
 
 use crate::clock::Clock;
+use crate::engine::prompt_scale::PromptScale;
 use crate::engine::upstream::Upstream;
 use crate::identity::agent_api::Usage;
 use crate::identity::Identity;
@@ -70,6 +73,8 @@ struct Inner {
     tenant_ids: HashMap<String, u32>,
     /// The last `engine-capacity` the slots heard (told again only when it changes).
     told: Option<CapacityReport>,
+    /// Arriving prompts' guessed sizes, as the engine counts them.
+    prompt_scale: PromptScale,
 }
 
 /// A held call: wait on it before going on.
@@ -113,6 +118,8 @@ impl Drop for HeldCall {
 pub struct LedgerCall {
     admission: Arc<SessionAdmission>,
     session: u64,
+    /// Its prompt as the proxy guessed it (bytes ÷ 4): the usage's count scales later guesses.
+    guessed_prompt: u32,
     /// When it went upstream, and when its first streamed piece came back.
     sent: Option<Instant>,
     first_piece: Option<Instant>,
@@ -134,6 +141,7 @@ impl LedgerCall {
         let LedgerCall {
             admission,
             session,
+            guessed_prompt,
             sent,
             first_piece,
         } = self;
@@ -141,6 +149,9 @@ impl LedgerCall {
         let now_us = admission.clock.now_us();
         let mut inner = admission.lock();
         let answer = usage.filter(|_| ok).and_then(|u| Some((u.prompt_tokens?, u)));
+        if let Some((prompt, _)) = answer {
+            inner.prompt_scale.answered(guessed_prompt, prompt);
+        }
         match (answer, sent, first_piece) {
             (Some((prompt, usage)), Some(sent), Some(first)) => {
                 let output = usage.output_tokens.unwrap_or(0);
@@ -182,6 +193,7 @@ impl SessionAdmission {
                 held: HashMap::new(),
                 tenant_ids: HashMap::new(),
                 told: None,
+                prompt_scale: PromptScale::default(),
             }),
             clock,
             due: Notify::new(),
@@ -208,14 +220,16 @@ impl SessionAdmission {
         let tenant_id = *inner.tenant_ids.entry(tenant.name.clone()).or_insert(next_id);
         let weight = f64::from(tenant.quotas.get().admission_weight);
         inner.decision.set_tenant_weight(tenant_id, weight);
+        let anchor_tokens = inner.prompt_scale.scale(identity.anchor_tokens);
+        let prompt_tokens = inner.prompt_scale.scale(identity.prompt_tokens);
         let verdict = inner.decision.arrive(
             &Arrival {
                 session: identity.session,
                 tenant: tenant_id,
                 agent,
                 anchor_hash: identity.anchor_hash,
-                anchor_tokens: identity.anchor_tokens,
-                prompt_tokens: identity.prompt_tokens,
+                anchor_tokens,
+                prompt_tokens,
             },
             now_us,
         );
@@ -246,6 +260,7 @@ impl SessionAdmission {
         let call = LedgerCall {
             admission: self.clone(),
             session: identity.session,
+            guessed_prompt: identity.prompt_tokens,
             sent: None,
             first_piece: None,
         };
