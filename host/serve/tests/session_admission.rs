@@ -274,9 +274,9 @@ async fn call(client: &reqwest::Client, url: &str, session: &str, chars: usize) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn calls_in_flight_count_as_the_engine_counts_their_prompts_not_as_bytes_over_four() {
     // A tokenizer three times denser than the proxy's guess (bytes ÷ 4): the tiny test model's
-    // reads agent prompts so. 60 µs a token: a 6,000-token prompt is in flight for 0.36 s.
+    // reads agent prompts so. 250 µs a token: a 6,000-token prompt is in the engine for 1.5 s.
     let density = 3.0;
-    let (p, _) = proxy(Duration::from_micros(60), density, Duration::from_secs(5)).await;
+    let (p, engine_calls) = proxy(Duration::from_micros(250), density, Duration::from_secs(5)).await;
     let url = p.url.clone();
     capacity_read(&url).await;
     let client = reqwest::Client::new();
@@ -292,12 +292,20 @@ async fn calls_in_flight_count_as_the_engine_counts_their_prompts_not_as_bytes_o
             call(&client, &url, &format!("s{s}"), 8_000).await
         }));
     }
-    let mut in_flight = 0.0f64;
-    while calls.iter().any(|c| !c.is_finished()) {
-        let tokens = series(&metrics(&url).await, "agentrt_admission_working_set_tokens");
-        in_flight = in_flight.max(tokens);
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    // Once the engine has all four, none has been answered yet: the ledger counts them in flight.
+    let start = Instant::now();
+    while engine_calls.load(Relaxed) < 5 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the four calls never reached the engine"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    let in_flight = series(&metrics(&url).await, "agentrt_admission_working_set_tokens");
+    assert!(
+        calls.iter().all(|c| !c.is_finished()),
+        "a call was answered before the ledger was read"
+    );
     for c in calls {
         assert_eq!(c.await.unwrap(), 200);
     }
@@ -305,6 +313,6 @@ async fn calls_in_flight_count_as_the_engine_counts_their_prompts_not_as_bytes_o
     let counted = 5.0 * 8_000.0 / 4.0 * density;
     assert!(
         in_flight >= 0.9 * counted,
-        "the working set peaked at {in_flight} tokens with four calls in flight; the engine counts {counted}"
+        "with four calls in flight the working set was {in_flight} tokens; the engine counts {counted}"
     );
 }
