@@ -13,6 +13,7 @@
 mod stub_upstream;
 mod support;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -103,6 +104,16 @@ async fn engine(per_token: Duration, density: f64) -> (String, Arc<AtomicU64>) {
 /// `serve` with working-set admission (held calls wait at most `max_hold`) in front of an
 /// engine prefilling `per_token` a token, its tokenizer counting `density` tokens per 4 characters.
 async fn proxy(per_token: Duration, density: f64, max_hold: Duration) -> (Proxy, Arc<AtomicU64>) {
+    proxy_for_tenants(per_token, density, max_hold, HashMap::new()).await
+}
+
+/// The same, with API `keys` naming tenants.
+async fn proxy_for_tenants(
+    per_token: Duration,
+    density: f64,
+    max_hold: Duration,
+    keys: HashMap<String, String>,
+) -> (Proxy, Arc<AtomicU64>) {
     let (upstream, calls) = engine(per_token, density).await;
     let max_hold_us = max_hold.as_micros() as u64;
     let proxy = Setup {
@@ -115,6 +126,7 @@ async fn proxy(per_token: Duration, density: f64, max_hold: Duration) -> (Proxy,
             },
             capacity_tokens: None,
         }),
+        keys,
         ..Setup::new("lru")
     }
     .start()
@@ -254,18 +266,23 @@ async fn past_the_cache_sessions_are_held_where_prefill_costs_and_never_where_it
 
 /// One call of `session` with a prompt of `chars` characters; its status.
 async fn call(client: &reqwest::Client, url: &str, session: &str, chars: usize) -> u16 {
+    call_as(client, url, None, session, chars).await
+}
+
+/// The same, with the API `key` of a tenant.
+async fn call_as(client: &reqwest::Client, url: &str, key: Option<&str>, session: &str, chars: usize) -> u16 {
     let body = json!({
         "model": "m", "stream": true, "max_tokens": 2, "stream_options": {"include_usage": true},
         "messages": [{"role": "user", "content": "y".repeat(chars)}]
     });
-    let reply = client
+    let mut request = client
         .post(format!("{url}/v1/chat/completions"))
         .header("x-agent-id", "agent")
-        .header("x-session-id", session)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+        .header("x-session-id", session);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    let reply = request.json(&body).send().await.unwrap();
     let status = reply.status().as_u16();
     reply.text().await.unwrap();
     status
@@ -314,5 +331,46 @@ async fn calls_in_flight_count_as_the_engine_counts_their_prompts_not_as_bytes_o
     assert!(
         in_flight >= 0.9 * counted,
         "with four calls in flight the working set was {in_flight} tokens; the engine counts {counted}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_tenants_answers_do_not_move_another_tenants_sizes() {
+    // The same dense tokenizer for both; only `alpha` has been answered.
+    let density = 3.0;
+    let keys = [("key-a", "alpha"), ("key-b", "beta")].map(|(k, t)| (k.to_string(), t.to_string()));
+    let (p, engine_calls) =
+        proxy_for_tenants(Duration::from_micros(250), density, Duration::from_secs(5), keys.into()).await;
+    let url = p.url.clone();
+    capacity_read(&url).await;
+    let client = reqwest::Client::new();
+    assert_eq!(call_as(&client, &url, Some("key-a"), "calibration", 8_000).await, 200);
+
+    // `beta`'s first call, in the engine: counted at its own (unscaled) guess, not at `alpha`'s scale.
+    let call = {
+        let (client, url) = (client.clone(), url.clone());
+        tokio::spawn(async move { call_as(&client, &url, Some("key-b"), "b0", 8_000).await })
+    };
+    let start = Instant::now();
+    while engine_calls.load(Relaxed) < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the call never reached the engine"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let tokens = series(&metrics(&url).await, "agentrt_admission_working_set_tokens");
+    assert!(!call.is_finished(), "the call was answered before the ledger was read");
+    assert_eq!(call.await.unwrap(), 200);
+    // alpha's answered session at the count (6,000) and beta's call at bytes ÷ 4 (~2,000); alpha's
+    // scale applied to beta would make it ~12,000.
+    let alpha = 8_000.0 / 4.0 * density;
+    assert!(
+        tokens < alpha + 3_000.0,
+        "beta's call in flight counted at alpha's scale: the working set was {tokens} tokens"
+    );
+    assert!(
+        tokens >= alpha + 1_500.0,
+        "beta's call was not counted: {tokens} tokens"
     );
 }

@@ -8,8 +8,9 @@
 //! model's reads the load generator's prompts at ~0.7 tokens a byte, so the ledger saw a third of
 //! every in-flight context, called the cache 95 % full when the engine's queue held two calls for
 //! every running one, and held too little. Each answer pairs a guess with the engine's count;
-//! their ratio over recent answers scales the next guesses. One scale per engine: the tokenizer
-//! is the engine's.
+//! their ratio over recent answers scales the next guesses. One scale per tenant: the tokenizer
+//! is the engine's, but how many tokens a byte makes depends on the text (prose, code, another
+//! script), which is the tenant's — and one tenant's prompts must not move another's sizes.
 
 use std::collections::VecDeque;
 

@@ -20,7 +20,9 @@
 //!   candidate sessions as `session` items (contract 0.5.0: higher = sooner back), then hear the
 //!   `engine-capacity` event. Without a slot every score is 0: only the excess is held.
 //! - **Sizes**: a call counts at its prompt as the proxy guesses it (bytes ÷ 4), scaled by what
-//!   the engine's usage counted for earlier prompts ([`PromptScale`]); answered, at the count.
+//!   the engine's usage counted for the tenant's earlier prompts ([`PromptScale`], one a tenant:
+//!   its prompts' mix is its own, and no tenant's prompts move another's sizes); answered, at the
+//!   count.
 //! - **Capacity**: `--kv-capacity-tokens`, else the upstream's `/metrics` (vLLM's
 //!   `vllm:cache_config_info`: `num_gpu_blocks` × `block_size`; SGLang's
 //!   `sglang:max_total_num_tokens`), read every 2 s until known, then every minute.
@@ -73,8 +75,8 @@ struct Inner {
     tenant_ids: HashMap<String, u32>,
     /// The last `engine-capacity` the slots heard (told again only when it changes).
     told: Option<CapacityReport>,
-    /// Arriving prompts' guessed sizes, as the engine counts them.
-    prompt_scale: PromptScale,
+    /// Arriving prompts' guessed sizes, as the engine counts them: a scale a tenant.
+    prompt_scales: HashMap<u32, PromptScale>,
 }
 
 /// A held call: wait on it before going on.
@@ -118,7 +120,9 @@ impl Drop for HeldCall {
 pub struct LedgerCall {
     admission: Arc<SessionAdmission>,
     session: u64,
-    /// Its prompt as the proxy guessed it (bytes ÷ 4): the usage's count scales later guesses.
+    tenant: u32,
+    /// Its prompt as the proxy guessed it (bytes ÷ 4): the usage's count scales the tenant's later
+    /// guesses.
     guessed_prompt: u32,
     /// When it went upstream, and when its first streamed piece came back.
     sent: Option<Instant>,
@@ -141,6 +145,7 @@ impl LedgerCall {
         let LedgerCall {
             admission,
             session,
+            tenant,
             guessed_prompt,
             sent,
             first_piece,
@@ -150,7 +155,11 @@ impl LedgerCall {
         let mut inner = admission.lock();
         let answer = usage.filter(|_| ok).and_then(|u| Some((u.prompt_tokens?, u)));
         if let Some((prompt, _)) = answer {
-            inner.prompt_scale.answered(guessed_prompt, prompt);
+            inner
+                .prompt_scales
+                .entry(tenant)
+                .or_default()
+                .answered(guessed_prompt, prompt);
         }
         match (answer, sent, first_piece) {
             (Some((prompt, usage)), Some(sent), Some(first)) => {
@@ -193,7 +202,7 @@ impl SessionAdmission {
                 held: HashMap::new(),
                 tenant_ids: HashMap::new(),
                 told: None,
-                prompt_scale: PromptScale::default(),
+                prompt_scales: HashMap::new(),
             }),
             clock,
             due: Notify::new(),
@@ -220,8 +229,8 @@ impl SessionAdmission {
         let tenant_id = *inner.tenant_ids.entry(tenant.name.clone()).or_insert(next_id);
         let weight = f64::from(tenant.quotas.get().admission_weight);
         inner.decision.set_tenant_weight(tenant_id, weight);
-        let anchor_tokens = inner.prompt_scale.scale(identity.anchor_tokens);
-        let prompt_tokens = inner.prompt_scale.scale(identity.prompt_tokens);
+        let scale = inner.prompt_scales.entry(tenant_id).or_default();
+        let (anchor_tokens, prompt_tokens) = (scale.scale(identity.anchor_tokens), scale.scale(identity.prompt_tokens));
         let verdict = inner.decision.arrive(
             &Arrival {
                 session: identity.session,
@@ -260,6 +269,7 @@ impl SessionAdmission {
         let call = LedgerCall {
             admission: self.clone(),
             session: identity.session,
+            tenant: tenant_id,
             guessed_prompt: identity.prompt_tokens,
             sent: None,
             first_piece: None,
