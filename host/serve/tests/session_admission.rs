@@ -288,6 +288,19 @@ async fn call_as(client: &reqwest::Client, url: &str, key: Option<&str>, session
     status
 }
 
+/// The working set `serve` reports as soon as the engine has received `calls` calls in all.
+async fn working_set_once_the_engine_has(url: &str, engine_calls: &AtomicU64, calls: u64) -> f64 {
+    let start = Instant::now();
+    while engine_calls.load(Relaxed) < calls {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the engine never received {calls} calls"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    series(&metrics(url).await, "agentrt_admission_working_set_tokens")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn calls_in_flight_count_as_the_engine_counts_their_prompts_not_as_bytes_over_four() {
     // A tokenizer three times denser than the proxy's guess (bytes ÷ 4): the tiny test model's
@@ -310,15 +323,7 @@ async fn calls_in_flight_count_as_the_engine_counts_their_prompts_not_as_bytes_o
         }));
     }
     // Once the engine has all four, none has been answered yet: the ledger counts them in flight.
-    let start = Instant::now();
-    while engine_calls.load(Relaxed) < 5 {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the four calls never reached the engine"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let in_flight = series(&metrics(&url).await, "agentrt_admission_working_set_tokens");
+    let in_flight = working_set_once_the_engine_has(&url, &engine_calls, 5).await;
     assert!(
         calls.iter().all(|c| !c.is_finished()),
         "a call was answered before the ledger was read"
@@ -351,15 +356,7 @@ async fn one_tenants_answers_do_not_move_another_tenants_sizes() {
         let (client, url) = (client.clone(), url.clone());
         tokio::spawn(async move { call_as(&client, &url, Some("key-b"), "b0", 8_000).await })
     };
-    let start = Instant::now();
-    while engine_calls.load(Relaxed) < 2 {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the call never reached the engine"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let tokens = series(&metrics(&url).await, "agentrt_admission_working_set_tokens");
+    let tokens = working_set_once_the_engine_has(&url, &engine_calls, 2).await;
     assert!(!call.is_finished(), "the call was answered before the ledger was read");
     assert_eq!(call.await.unwrap(), 200);
     // alpha's answered session at the count (6,000) and beta's call at bytes ÷ 4 (~2,000); alpha's
