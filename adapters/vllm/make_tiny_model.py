@@ -19,11 +19,12 @@ a real token beats the zeros), and the end-of-turn row is a random direction sca
 logit is about ±EOS_SCALE — `<|eot_id|>` wins at about two steps in five, and an answer is a few
 tokens of text, then its end.
 
-`--size prefill-heavy` makes a wider, deeper model (SIZES) for an engine whose prefill costs: on two
-CPU cores the tiny model's decode step is vLLM's fixed per-step cost, and its 2,560-token prefill
-only ~4 such steps, where Llama-3.1-8B on an H100 takes ~10 (the simulator's latency model). More
-compute per token raises the prefill and barely the step; `adapters/vllm/eval/prefill_ratio.py`
-measures the ratio a size gives on the machine at hand. Its context window is 8,192 tokens.
+`--size prefill-heavy` makes a wider, deeper model (SIZES) for an engine whose prefill costs: the
+tiny model prefills its whole test cache in a quarter of a second, less than an agent's pause
+between calls, so recomputing an evicted context costs it nothing that matters; the heavy one
+takes ~0.2 ms a token (~4 s for a 600-block cache), as recomputing a cache outlasts a tool pause on
+a GPU serving an 8B model. `adapters/vllm/eval/prefill_ratio.py` measures what a size costs on the
+machine at hand. Its context window is 8,192 tokens.
 """
 
 from __future__ import annotations

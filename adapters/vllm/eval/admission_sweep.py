@@ -32,15 +32,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 import agent_programs  # noqa: E402
+from agent_programs import LOADS  # noqa: E402
 from conftest import REPO, TARGET, AgentrtServe, Stack, VllmServer, component, reset_prefix_cache  # noqa: E402
-
-# Each engine's programs, fixed before any arm ran: the tiny model's as the tests' (contexts to
-# ~1.5 k tokens); the prefill-heavy model's longer (contexts to ~2.5 k, as the issue's held-out run),
-# and a few more answer tokens, within its 8,192-token window.
-LOADS = {
-    "tiny": dict(turns=6, pause=(0.5, 2.0), system_words=100, turn_words=50, max_tokens=8),
-    "prefill-heavy": dict(turns=10, pause=(0.5, 2.0), system_words=200, turn_words=50, max_tokens=16),
-}
 
 
 def say(text: str) -> None:
@@ -113,9 +106,10 @@ def main() -> None:
             direct_rate = None
             for name, base in arms:
                 reset_prefix_cache(vllm.base)
-                holds_before = holds_so_far(admitted.base)
+                counts_holds = base == admitted.base
+                holds_before = holds_so_far(admitted.base) if counts_holds else 0
                 result = agent_programs.run(base, n, seed=n, total=n * args.rounds, **load)
-                held = f"{holds_so_far(admitted.base) - holds_before}" if base == admitted.base else "–"
+                held = f"{holds_so_far(admitted.base) - holds_before}" if counts_holds else "–"
                 longest = max([longest, *(c.prompt_tokens for c in result.calls)])
                 s = result.summary()
                 say(f"{n} programs, {name}: {s['calls_per_min']} calls/min, hit {s['hit_rate']}, "

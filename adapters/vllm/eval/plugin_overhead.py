@@ -34,9 +34,7 @@ import agent_programs  # noqa: E402
 from conftest import REPO, TARGET, Stack, VllmServer, reset_prefix_cache  # noqa: E402
 
 # The tiny model's load of admission_sweep.py, so that the two tables read together.
-from admission_sweep import LOADS  # noqa: E402
-
-LOAD = LOADS["tiny"]
+LOAD = agent_programs.LOADS["tiny"]
 
 VLLM_ARGS = ("--enable-prompt-tokens-details",)
 

@@ -34,6 +34,15 @@ FILLER = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu
           "upsilon phi chi psi omega").split()
 
 
+# The programs of docs/results-vllm.md's sweeps, by engine (make_tiny_model.py's --size), fixed
+# before any arm ran: the tiny model's contexts grow to ~1.5 k tokens; the prefill-heavy model's
+# to ~3.8 k, with a few more answer tokens, within its 8,192-token window.
+LOADS = {
+    "tiny": dict(turns=6, pause=(0.5, 2.0), system_words=100, turn_words=50, max_tokens=8),
+    "prefill-heavy": dict(turns=10, pause=(0.5, 2.0), system_words=200, turn_words=50, max_tokens=16),
+}
+
+
 def words(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(FILLER) for _ in range(n))
 

@@ -111,7 +111,7 @@ def test_working_set_admission_reads_vllms_cache_and_holds_nothing_where_prefill
 # that the load stays at the concurrency (counted over the steady window).
 HEAVY_BLOCKS = 600
 HEAVY_PROGRAMS = 16
-HEAVY_LOAD = dict(turns=10, pause=(0.5, 2.0), system_words=200, turn_words=50, max_tokens=16)
+HEAVY_LOAD = agent_programs.LOADS["prefill-heavy"]
 
 
 def test_working_set_admission_pays_past_the_knee_where_prefill_costs(start_stack, prefill_heavy_model, monkeypatch):
