@@ -90,6 +90,21 @@ impl<V, S: BuildHasher + Default> Bounded<V, S> {
         self.map.values().map(|e| &e.0)
     }
 
+    pub fn clear(&mut self) {
+        self.map.clear();
+        self.order.clear();
+    }
+}
+
+/// An empty table that holds nothing, until it is made anew with a bound.
+impl<V, S: BuildHasher + Default> Default for Bounded<V, S> {
+    fn default() -> Self {
+        Self::new(0)
+    }
+}
+
+#[cfg(test)]
+impl<V, S> Bounded<V, S> {
     pub fn len(&self) -> usize {
         self.map.len()
     }
@@ -101,11 +116,6 @@ impl<V, S: BuildHasher + Default> Bounded<V, S> {
     /// Entries and stale pairs queued, for the bounded-state tests.
     pub fn queued(&self) -> usize {
         self.order.len()
-    }
-
-    pub fn clear(&mut self) {
-        self.map.clear();
-        self.order.clear();
     }
 }
 

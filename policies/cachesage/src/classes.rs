@@ -36,12 +36,18 @@ pub const MAX_WAITING: usize = 65_536;
 /// keeping ahead of live content.
 const KEEP_IF_LIKELIER: f32 = 0.5;
 
+/// Scores below this are the closed class: a closed session's own block scores −2 − (the
+/// sessions closed after it, itself included) ≤ −3; an unlikely wait scores in [−2, −1.75) and
+/// the rest ≥ 0.
+pub const CLOSED_BELOW: f32 = -2.5;
+
 /// Which order a ranking follows past the closed class.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Order {
     /// LRU: closed-first once closings are heard.
     Robust,
     /// Unlikely waits, then the model's expected use.
+    #[default]
     Learned,
 }
 
@@ -81,21 +87,16 @@ impl Default for Classes {
     }
 }
 
-fn kind_index(kind: WaitKind) -> usize {
-    match kind {
-        WaitKind::Tool => 0,
-        WaitKind::User => 1,
-    }
-}
-
 impl Classes {
-    pub fn observe(&mut self, event: &Event) {
+    /// Hear `event`; returns whether it was the first closing heard.
+    pub fn observe(&mut self, event: &Event) -> bool {
+        let heard = self.closings_heard();
         match event {
             Event::RequestArrival(r) if !r.warmup => self.arrived(r.session, r.at_us),
             Event::EngineLoad(l) => self.turnover.total_blocks = l.total_blocks,
-            Event::SessionWait(w) => self.wait(w.session, kind_index(w.kind), w.tool, w.expected_us, w.at_us),
+            Event::SessionWait(w) => self.wait(w.session, w.kind, w.tool, w.expected_us, w.at_us),
             Event::SessionEnd(e) if self.silence_is_a_wait(e) && !self.waiting.contains(e.session) => {
-                self.wait(e.session, kind_index(WaitKind::User), 0, 0, e.at_us);
+                self.wait(e.session, WaitKind::User, 0, 0, e.at_us);
             }
             // An idle end is silence, not an end: the wait goes on (it may still return).
             Event::SessionEnd(e) if e.reason != EndReason::Idle => {
@@ -109,6 +110,7 @@ impl Classes {
             }
             _ => {}
         }
+        !heard && self.closings_heard()
     }
 
     /// A block left the GPU cache at `now_us`: the turnover's clock.
@@ -126,11 +128,10 @@ impl Classes {
         }
     }
 
-    fn wait(&mut self, session: u64, kind: usize, tool: u64, expected_us: u64, at_us: u64) {
-        let tool = if kind == 0 { tool } else { 0 };
+    fn wait(&mut self, session: u64, kind: WaitKind, tool: u64, expected_us: u64, at_us: u64) {
         let waiting = Waiting {
-            kind,
-            tool,
+            kind: kind as usize,
+            tool: if kind == WaitKind::Tool { tool } else { 0 },
             expected_us,
             since_us: at_us,
         };
@@ -163,11 +164,6 @@ impl Classes {
         }
     }
 
-    /// Whether `item` is a closed session's own block (`anchor`: it is part of its agent's anchor).
-    pub fn is_closed_own(&self, item: &Item, anchor: bool) -> bool {
-        item.session != 0 && !anchor && self.closed.contains(item.session)
-    }
-
     /// The scores of `order` for `items`: the closed class lowest (each closed session below the
     /// ones closed after it), then — learned — the unlikely waits (−2 + ½ p), then `rest`'s
     /// scores (≥ 0; robust: recency). `anchor` tells an item that is part of its agent's anchor.
@@ -183,13 +179,7 @@ impl Classes {
         let own = |i: &Item| i.session != 0 && !anchor(i);
         let seqs: Vec<Option<u64>> = items
             .iter()
-            .map(|i| {
-                if own(i) {
-                    self.closed.get(i.session).copied()
-                } else {
-                    None
-                }
-            })
+            .map(|i| self.closed.get(i.session).copied().filter(|_| own(i)))
             .collect();
         let mut distinct: Vec<u64> = seqs.iter().flatten().copied().collect();
         distinct.sort_unstable();
@@ -219,11 +209,6 @@ impl Classes {
                 }
             })
             .collect()
-    }
-
-    /// Sizes of the tables, for the bounded-state test: closed, waiting, tool curves.
-    pub fn sizes(&self) -> (usize, usize, usize) {
-        (self.closed.len(), self.waiting.len(), self.curves.tools())
     }
 }
 

@@ -9,6 +9,8 @@
 
 use std::collections::VecDeque;
 
+use agentrt_sdk::Event;
+
 /// Pairs kept. Rankings come every ~100 ms; 256 cover the last half minute or more, and a block
 /// older than that is old enough that its exact age no longer changes its rank among the unknowns.
 const PAIRS: usize = 256;
@@ -31,12 +33,25 @@ impl Clock {
         self.now_us = self.now_us.max(at_us);
     }
 
+    /// `event`'s time, if it carries one, moves `now` on.
+    pub fn observe(&mut self, event: &Event) {
+        let at_us = match event {
+            Event::RequestArrival(r) => r.at_us,
+            Event::RequestFinish(r) => r.at_us,
+            Event::ToolCall(t) => t.at_us,
+            Event::EngineLoad(l) => l.at_us,
+            Event::SessionEnd(e) => e.at_us,
+            Event::SessionWait(w) => w.at_us,
+            Event::Handoff(h) => h.at_us,
+            _ => return,
+        };
+        self.advance(at_us);
+    }
+
     /// A ranking's newest `last-access` stamp was current now.
     pub fn record_stamp(&mut self, stamp: u64) {
-        if let Some(&(s, t)) = self.pairs.back() {
-            if stamp <= s || self.now_us < t {
-                return;
-            }
+        if self.pairs.back().is_some_and(|&(s, _)| stamp <= s) {
+            return;
         }
         if self.pairs.len() == PAIRS {
             self.pairs.pop_front();

@@ -29,7 +29,7 @@ use std::collections::HashSet;
 use agentrt_sdk::{BlockEvent, BlockOp, Item};
 
 use crate::bounded::{Bounded, Spread};
-use crate::classes::Order;
+use crate::classes::{Order, CLOSED_BELOW};
 use crate::shadow::Shadow;
 
 pub type Set = HashSet<u64, Spread>;
@@ -100,7 +100,7 @@ struct Evidence {
     shadow_only: f64,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Guard {
     enabled: bool,
     follows: Order,
@@ -123,26 +123,14 @@ impl Guard {
     pub fn new(enabled: bool) -> Self {
         Self {
             enabled,
-            follows: Order::Learned,
-            total_blocks: 0,
-            evictions: 0,
-            evidence: Evidence::default(),
-            handbacks: 0,
-            learned_since: 0,
-            ranking: None,
             pending: Bounded::new(MIN_PENDING),
-            shadow: Shadow::default(),
-            stats: GuardStats::default(),
+            ..Self::default()
         }
     }
 
     /// The order the next ranking follows.
     pub fn follows(&self) -> Order {
         self.follows
-    }
-
-    pub fn stats(&self) -> GuardStats {
-        self.stats
     }
 
     /// The engine's size in blocks (`engine-load`): the evidence's horizon.
@@ -245,19 +233,15 @@ impl Guard {
         match block.op {
             BlockOp::Stored | BlockOp::Touched => {
                 let hit = block.op == BlockOp::Touched;
-                if hit {
+                if let (true, Some(r)) = (hit, &mut self.ranking) {
                     // It left the free queue: the other order can no longer evict it.
-                    if let Some(r) = &mut self.ranking {
-                        r.gone.insert(h);
-                    }
+                    r.gone.insert(h);
                 }
                 if !traffic {
                     return;
                 }
-                if let Some(shadow_hit) = self.shadow.access(h) {
-                    if self.follows == Order::Learned {
-                        self.shadowed(hit, shadow_hit, now_us);
-                    }
+                if let (Some(shadow_hit), Order::Learned) = (self.shadow.access(h), self.follows) {
+                    self.shadowed(hit, shadow_hit, now_us);
                 }
                 if let Some(p) = self.pending.remove(h) {
                     self.pending.remove(p.partner);
@@ -303,31 +287,14 @@ impl Guard {
         r.gone.insert(h);
         while let Some(&y) = r.other_order.get(r.cursor) {
             r.cursor += 1;
-            if y == h || !r.gone.contains(&y) {
-                if y != h {
-                    let (active, at) = (self.follows, self.evictions);
-                    let other = if active == Order::Robust {
-                        Order::Learned
-                    } else {
-                        Order::Robust
-                    };
-                    // `h` is gone by the active order's choice, `y` stays by it.
-                    self.pending.insert(
-                        h,
-                        Pending {
-                            partner: y,
-                            kept_by: other,
-                            at,
-                        },
-                    );
-                    self.pending.insert(
-                        y,
-                        Pending {
-                            partner: h,
-                            kept_by: active,
-                            at,
-                        },
-                    );
+            if y == h {
+                return;
+            }
+            if !r.gone.contains(&y) {
+                // `h` is gone by the robust order's choice, `y` stays by it.
+                let at = self.evictions;
+                for (block, partner, kept_by) in [(h, y, Order::Learned), (y, h, Order::Robust)] {
+                    self.pending.insert(block, Pending { partner, kept_by, at });
                 }
                 return;
             }
@@ -335,8 +302,9 @@ impl Guard {
     }
 
     /// The scores the engine follows for `items`, of the two orders' (`robust`, `learned`); the
-    /// ranking is remembered for the evictions to come, with the keys of its closed class.
-    pub fn choose(&mut self, items: &[Item], robust: Vec<f32>, learned: Vec<f32>, closed: Set) -> Vec<f32> {
+    /// ranking is remembered for the evictions to come, with its closed class (read off the robust
+    /// scores: [`CLOSED_BELOW`]).
+    pub fn choose(&mut self, items: &[Item], robust: Vec<f32>, learned: Vec<f32>) -> Vec<f32> {
         if !self.enabled || items.is_empty() {
             return learned;
         }
@@ -355,14 +323,21 @@ impl Guard {
             order.sort_unstable_by(cmp);
             order.into_iter().map(|i| items[i].key).collect()
         };
-        let (active, other) = match self.follows {
-            Order::Robust => (evict_first(&robust), evict_first(&learned)),
-            Order::Learned => (evict_first(&learned), evict_first(&robust)),
+        let closed = items
+            .iter()
+            .zip(&robust)
+            .filter(|(_, &s)| s < CLOSED_BELOW)
+            .map(|(i, _)| i.key);
+        // Pairs are the robust regime's evidence: while the learned order ranks, `evicted` reads
+        // the closed class alone.
+        let (active_first, other_order) = match self.follows {
+            Order::Robust => (evict_first(&robust).into_iter().collect(), evict_first(&learned)),
+            Order::Learned => Default::default(),
         };
         self.ranking = Some(Ranking {
-            closed,
-            active_first: active.into_iter().collect(),
-            other_order: other,
+            closed: closed.collect(),
+            active_first,
+            other_order,
             cursor: 0,
             gone: Set::default(),
         });

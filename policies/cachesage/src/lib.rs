@@ -60,20 +60,6 @@ impl Default for CacheSage {
     }
 }
 
-/// The time an event carries, if it carries one.
-fn time_of(event: &Event) -> Option<u64> {
-    match event {
-        Event::RequestArrival(r) => Some(r.at_us),
-        Event::RequestFinish(r) => Some(r.at_us),
-        Event::ToolCall(t) => Some(t.at_us),
-        Event::EngineLoad(l) => Some(l.at_us),
-        Event::SessionEnd(e) => Some(e.at_us),
-        Event::SessionWait(w) => Some(w.at_us),
-        Event::Handoff(h) => Some(h.at_us),
-        _ => None,
-    }
-}
-
 impl CacheSage {
     pub fn with_settings(settings: Settings) -> Self {
         Self {
@@ -86,11 +72,6 @@ impl CacheSage {
         }
     }
 
-    /// Size of the learned state: the snapshot's length.
-    pub fn state_bytes(&self) -> usize {
-        self.snapshot().len()
-    }
-
     /// The GPU tier's candidates, in both orders; the guard picks which the engine follows.
     fn score_gpu(&mut self, items: &[Item]) -> Vec<f32> {
         let expected_use = self.model.score(items, &mut self.clock);
@@ -100,12 +81,7 @@ impl CacheSage {
         let recency = agentrt_sdk::recency_scores(items);
         let robust = self.classes.order(items, Order::Robust, &recency, anchor, now);
         let learned = self.classes.order(items, Order::Learned, &expected_use, anchor, now);
-        let closed = items
-            .iter()
-            .filter(|i| self.classes.is_closed_own(i, anchor(i)))
-            .map(|i| i.key)
-            .collect();
-        self.guard.choose(items, robust, learned, closed)
+        self.guard.choose(items, robust, learned)
     }
 }
 
@@ -125,9 +101,7 @@ impl Policy for CacheSage {
     }
 
     fn observe(&mut self, event: &Event) {
-        if let Some(at) = time_of(event) {
-            self.clock.advance(at);
-        }
+        self.clock.observe(event);
         if let Event::EngineLoad(l) = event {
             self.guard.set_total_blocks(l.total_blocks);
         }
@@ -136,12 +110,8 @@ impl Policy for CacheSage {
         let hints = self.settings.hints;
         // Once closings are heard, silence is a wait for the model too.
         let silence = hints && matches!(event, Event::SessionEnd(e) if self.classes.silence_is_a_wait(e));
-        if hints {
-            let heard = self.classes.closings_heard();
-            self.classes.observe(event);
-            if !heard && self.classes.closings_heard() {
-                self.guard.closings_heard();
-            }
+        if hints && self.classes.observe(event) {
+            self.guard.closings_heard();
         }
         if !silence {
             if let Some(dropped) = self.model.observe(event) {
@@ -205,15 +175,14 @@ impl Policy for CacheSage {
     }
 
     fn restore(&mut self, state: &[u8]) -> Result<(), String> {
-        let fresh = CacheSage::with_settings(self.settings.clone());
-        if state.is_empty() {
-            // Another policy's (stateless) snapshot, e.g. on a swap from LRU: start fresh.
-            *self = fresh;
-            return Ok(());
+        let mut fresh = CacheSage::with_settings(self.settings.clone());
+        // An empty state is another policy's (stateless) snapshot, e.g. on a swap from LRU: start fresh.
+        if !state.is_empty() {
+            let (model, now_us) = model::snapshot::read(state, &self.settings)?;
+            fresh.model = model;
+            fresh.clock.advance(now_us);
         }
-        let (model, now_us) = model::snapshot::read(state, &self.settings)?;
-        *self = CacheSage { model, ..fresh };
-        self.clock.advance(now_us);
+        *self = fresh;
         Ok(())
     }
 }

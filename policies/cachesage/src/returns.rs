@@ -32,20 +32,17 @@ impl ReturnCurves {
 
     /// The tool's own curve, created (the least used dropped from a full table) if new.
     fn tool_mut(&mut self, tool: u64) -> &mut GapHistogram {
-        let i = match self.by_tool.iter().position(|(t, _)| *t == tool) {
-            Some(i) => i,
-            None => {
-                if self.by_tool.len() >= MAX_TOOL_CURVES {
-                    let least = (0..self.by_tool.len())
-                        .min_by_key(|&i| self.by_tool[i].1.samples())
-                        .expect("a full table is not empty");
-                    self.by_tool.swap_remove(least);
-                }
-                self.by_tool.push((tool, GapHistogram::default()));
-                self.by_tool.len() - 1
-            }
-        };
-        &mut self.by_tool[i].1
+        if let Some(i) = self.by_tool.iter().position(|(t, _)| *t == tool) {
+            return &mut self.by_tool[i].1;
+        }
+        if self.by_tool.len() >= MAX_TOOL_CURVES {
+            let least = (0..self.by_tool.len())
+                .min_by_key(|&i| self.by_tool[i].1.samples())
+                .expect("a full table is not empty");
+            self.by_tool.swap_remove(least);
+        }
+        self.by_tool.push((tool, GapHistogram::default()));
+        &mut self.by_tool.last_mut().expect("just pushed").1
     }
 
     /// The curve that times a wait: its tool's once it has seen enough waits end, else its
@@ -59,10 +56,6 @@ impl ReturnCurves {
         own.into_iter()
             .chain([&self.by_kind[kind]])
             .find(|c| c.samples() >= MIN_RETURNS)
-    }
-
-    pub fn tools(&self) -> usize {
-        self.by_tool.len()
     }
 }
 
@@ -105,6 +98,13 @@ impl Turnover {
             let took = now_us.saturating_sub(self.mark_us) as f64;
             (took * f64::from(self.total_blocks) / f64::from(self.removed)) as u64
         })
+    }
+}
+
+#[cfg(test)]
+impl ReturnCurves {
+    pub fn tools(&self) -> usize {
+        self.by_tool.len()
     }
 }
 

@@ -198,7 +198,7 @@ fn every_table_stays_bounded_and_a_closing_taken_back_is_counted() {
         c.observe(&wait(s, WaitKind::Tool, s, s));
         c.observe(&arrival(s, s + 5));
     }
-    let (closed, waiting, tools) = c.sizes();
+    let (closed, waiting, tools) = (c.closed.len(), c.waiting.len(), c.curves.tools());
     assert!(closed <= MAX_CLOSED, "{closed}");
     assert!(waiting <= MAX_WAITING, "{waiting}");
     assert!(tools <= MAX_TOOL_CURVES, "{tools}");
@@ -217,7 +217,7 @@ fn once_closings_are_signalled_silence_is_a_wait_not_an_end() {
         session_end_for(7, EndReason::Closed),
         session_end_for(9, EndReason::Idle),
     ]);
-    assert_eq!(p.policy().classes.sizes().1, 1, "9 waits, as for its user");
+    assert_eq!(p.policy().classes.waiting.len(), 1, "9 waits, as for its user");
     let items = [block(1, 9, 80, 1), block(4, 7, 80, 50)];
     let scores = p.score(&items);
     assert!(scores[0] > 0.0, "the silent session's content is not dead: {scores:?}");

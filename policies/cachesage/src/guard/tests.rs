@@ -6,7 +6,7 @@
 use agentrt_sdk::testing::gpu_block;
 use agentrt_sdk::{BlockEvent, BlockOp, Tier};
 
-use super::{Guard, Set};
+use super::Guard;
 use crate::classes::Order;
 
 fn event(op: BlockOp, block_hash: u64) -> BlockEvent {
@@ -32,7 +32,7 @@ fn robust(blocks: u32) -> Guard {
 /// `A`, then the traffic asks for `A` when the learned order was right, else for `B`.
 fn pair_round(g: &mut Guard, base: u64, learned_right: bool, traffic: bool) {
     let items = [gpu_block(base, base), gpu_block(base + 1, base + 1)];
-    g.choose(&items, vec![0.0, 1.0], vec![1.0, 0.0], Set::default());
+    g.choose(&items, vec![0.0, 1.0], vec![1.0, 0.0]);
     g.observe_block(&event(BlockOp::Removed, base), true, base);
     let (op, asked) = if learned_right {
         (BlockOp::Stored, base)
@@ -60,14 +60,14 @@ fn hints_come_first_and_the_learned_order_ranks_once_its_pairs_show_it_wins() {
     for round in 0..10 {
         pair_round(&mut g, round * 10, false, true);
     }
-    assert_eq!((g.stats().robust_wins, g.follows()), (10, Order::Robust));
+    assert_eq!((g.stats.robust_wins, g.follows()), (10, Order::Robust));
     let mut rounds = 0;
     while g.follows() == Order::Robust {
         pair_round(&mut g, 1000 + rounds * 10, true, true);
         rounds += 1;
         assert!(rounds <= 40, "a learned order that keeps winning takes over");
     }
-    assert_eq!(g.stats().switches, 2);
+    assert_eq!(g.stats.switches, 2);
     // Handed back at once (as the shadow would): winning it back takes twice the pairs.
     g.switch(Order::Robust, 0);
     let mut again = 0;
@@ -115,7 +115,7 @@ fn what_both_orders_evict_first_or_agree_on_settles_nothing() {
         let blocks = store_four(&mut g, round);
         // The first block is a closed session's: the shadow evicts it when the engine does.
         let items = [gpu_block(blocks[0], 0)];
-        g.choose(&items, vec![-3.0], vec![-3.0], [blocks[0]].into_iter().collect());
+        g.choose(&items, vec![-3.0], vec![-3.0]);
         g.observe_block(&event(BlockOp::Removed, blocks[0]), true, 0);
         g.observe_block(&event(BlockOp::Stored, blocks[0]), true, 0);
     }
@@ -123,12 +123,12 @@ fn what_both_orders_evict_first_or_agree_on_settles_nothing() {
     let mut r = robust(100);
     for base in (0..1000).step_by(10) {
         let items = [gpu_block(base, base), gpu_block(base + 1, base + 1)];
-        r.choose(&items, vec![0.0, 1.0], vec![0.5, 0.9], Set::default());
+        r.choose(&items, vec![0.0, 1.0], vec![0.5, 0.9]);
         r.observe_block(&event(BlockOp::Removed, base), true, 0);
         r.observe_block(&event(BlockOp::Stored, base), true, 0);
     }
     assert_eq!(
-        r.stats().learned_wins + r.stats().robust_wins,
+        r.stats.learned_wins + r.stats.robust_wins,
         0,
         "orders that agree make no pair"
     );
@@ -140,42 +140,28 @@ fn warm_ups_judge_nothing_and_an_unguarded_policy_always_follows_the_model() {
     for i in 0..100 {
         pair_round(&mut g, i * 10, true, false);
     }
-    assert_eq!((g.stats().learned_wins, g.follows()), (0, Order::Robust));
+    assert_eq!((g.stats.learned_wins, g.follows()), (0, Order::Robust));
     let mut off = Guard::new(false);
     off.closings_heard();
-    let scores = off.choose(&[gpu_block(1, 1)], vec![0.0], vec![7.0], Set::default());
+    let scores = off.choose(&[gpu_block(1, 1)], vec![0.0], vec![7.0]);
     assert_eq!((scores, off.follows()), (vec![7.0], Order::Learned));
 }
 
 #[test]
 fn a_pair_settles_once_after_its_ranking_is_gone_and_not_after_its_horizon() {
     let mut g = robust(100);
-    g.choose(
-        &[gpu_block(1, 1), gpu_block(2, 2)],
-        vec![0.0, 1.0],
-        vec![1.0, 0.0],
-        Set::default(),
-    );
+    g.choose(&[gpu_block(1, 1), gpu_block(2, 2)], vec![0.0, 1.0], vec![1.0, 0.0]);
     g.observe_block(&event(BlockOp::Removed, 1), true, 0);
-    g.choose(&[gpu_block(3, 3)], vec![0.0], vec![0.0], Set::default());
+    g.choose(&[gpu_block(3, 3)], vec![0.0], vec![0.0]);
     g.observe_block(&event(BlockOp::Stored, 1), true, 0);
-    assert_eq!(
-        g.stats().learned_wins,
-        1,
-        "A asked for first: the learned order kept it"
-    );
+    assert_eq!(g.stats.learned_wins, 1, "A asked for first: the learned order kept it");
     g.observe_block(&event(BlockOp::Touched, 2), true, 0);
-    assert_eq!(g.stats().robust_wins, 0, "a pair settles once");
-    g.choose(
-        &[gpu_block(5, 5), gpu_block(6, 6)],
-        vec![0.0, 1.0],
-        vec![1.0, 0.0],
-        Set::default(),
-    );
+    assert_eq!(g.stats.robust_wins, 0, "a pair settles once");
+    g.choose(&[gpu_block(5, 5), gpu_block(6, 6)], vec![0.0, 1.0], vec![1.0, 0.0]);
     g.observe_block(&event(BlockOp::Removed, 5), true, 0);
     for h in 1000..1000 + 70_000 {
         g.observe_block(&event(BlockOp::Removed, h), true, 0);
     }
     g.observe_block(&event(BlockOp::Stored, 5), true, 0);
-    assert_eq!(g.stats().learned_wins, 1, "too late to say which was needed first");
+    assert_eq!(g.stats.learned_wins, 1, "too late to say which was needed first");
 }
