@@ -1,13 +1,16 @@
-//! A map that forgets its oldest entries past a bound: every table of what the policy was told
-//! about sessions (closed, waiting, reported ended) and of the guard's pending pairs is one, so
-//! that no traffic can grow the policy's state without limit.
+//! The bounded tables, so that no traffic can grow the policy's state without limit.
 //!
+//! [`Bounded`] forgets its oldest entries past a bound: every table of what the policy was told
+//! about sessions (closed, waiting, reported ended) and of the guard's pending pairs is one.
 //! Insertion order is kept as (key, stamp) pairs; an entry inserted again gets a new stamp, so
 //! its older pair is stale and skipped. Stale pairs are dropped once they outnumber the live
 //! entries, so the queue stays within twice the bound.
+//!
+//! The model's tables of agents and live sessions evict by what their entries say instead (the
+//! agent seen least recently, the session idle longest): [`make_room`].
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 
 /// Block hashes are already spread (the low 64 bits of vLLM's sha256, the simulator's mixes):
 /// one multiply-xorshift instead of SipHash, since every block event looks a hash up.
@@ -94,6 +97,24 @@ impl<V, S: BuildHasher + Default> Bounded<V, S> {
         self.map.clear();
         self.order.clear();
     }
+}
+
+/// Makes room in `map`, of at most `capacity` entries, for `key`: if it is new and the map is
+/// full, the entry `age` says is oldest goes, and its key is returned. `age` ends with the key, so
+/// that no tie leaves the choice to the map's order. Rare (a newcomer to a full table), so a scan
+/// beats keeping an ordered index.
+pub fn make_room<K: Copy + Eq + Hash, V, A: Ord>(
+    map: &mut HashMap<K, V>,
+    capacity: usize,
+    key: K,
+    age: impl Fn(&V) -> A,
+) -> Option<K> {
+    if map.contains_key(&key) || map.len() < capacity {
+        return None;
+    }
+    let oldest = *map.iter().min_by_key(|(_, v)| age(v))?.0;
+    map.remove(&oldest);
+    Some(oldest)
 }
 
 /// An empty table that holds nothing, until it is made anew with a bound.

@@ -23,7 +23,6 @@
 //! **Two tiers** (contract 0.3): host-tier candidates get the model's expected use while the
 //! learned order ranks, vLLM's own order (every score 0) otherwise. No store is declined.
 
-pub mod anchor;
 pub mod bounded;
 pub mod classes;
 pub mod clock;

@@ -67,13 +67,10 @@ struct InFlight {
     extent: u32,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Warmups {
-    enabled: bool,
-    threshold: f32,
-    cooldown_us: u64,
-    max_queue: u32,
-    budget: f32,
+    /// `prefetch`, `prefetch-threshold` and the `warmup-*` settings.
+    settings: Settings,
     /// Prompt tokens warm-ups may still prefill.
     tokens: f32,
     /// Requests waiting in the engine at the last `engine-load`.
@@ -92,23 +89,10 @@ pub struct Warmups {
 }
 
 impl Warmups {
-    pub fn new(s: &Settings) -> Self {
+    pub fn new(settings: &Settings) -> Self {
         Self {
-            enabled: s.prefetch,
-            threshold: s.prefetch_threshold,
-            cooldown_us: u64::from(s.warmup_cooldown_ms) * 1000,
-            max_queue: s.warmup_max_queue,
-            budget: s.warmup_budget,
-            tokens: 0.0,
-            queue_depth: 0,
-            warmed_at_us: HashMap::new(),
-            lost_in_a_row: HashMap::new(),
-            in_flight: HashMap::new(),
-            outstanding: HashMap::new(),
-            predicted: 0.0,
-            used: 0.0,
-            frontier: Vec::new(),
-            frontier_at_us: 0,
+            settings: settings.clone(),
+            ..Self::default()
         }
     }
 
@@ -128,7 +112,7 @@ impl Warmups {
             }
             Event::RequestArrival(r) => {
                 // The bucket holds at most one large anchor's worth: unused budget does not pile up.
-                self.tokens = (self.tokens + self.budget * r.prompt_tokens as f32).min(BUCKET_MAX);
+                self.tokens = (self.tokens + self.settings.warmup_budget * r.prompt_tokens as f32).min(BUCKET_MAX);
                 let cached = model.agent(r.agent).is_some_and(|a| a.residency.resident());
                 self.called(r.agent, cached);
             }
@@ -221,21 +205,23 @@ impl Warmups {
 
     /// The warm-up to issue now, if any.
     pub fn choose(&mut self, model: &mut Model, now: u64) -> Option<SideEffect> {
-        if !self.enabled || self.queue_depth > self.max_queue || !model.has_structure() {
+        let s = &self.settings;
+        if !s.prefetch || self.queue_depth > s.warmup_max_queue || !model.has_structure() {
             return None;
         }
         model.refresh_rates(now);
         let trust = self.calibration();
         let mut best: Option<(u32, f32, f32)> = None;
-        for c in model.next_calls(now) {
-            if c.p < self.threshold || c.ms < MIN_LEAD_MS {
+        for (agent, p, ms) in model.next_calls(now) {
+            if p < s.prefetch_threshold || ms < MIN_LEAD_MS {
                 continue;
             }
-            let Some(target) = model.agent(c.agent) else { continue };
-            let cooldown = self.cooldown_us << self.lost_in_a_row.get(&c.agent).copied().unwrap_or(0);
+            let Some(target) = model.agent(agent) else { continue };
+            let lost = self.lost_in_a_row.get(&agent).copied().unwrap_or(0);
+            let cooldown = (u64::from(s.warmup_cooldown_ms) * 1000) << lost;
             let cooling = self
                 .warmed_at_us
-                .get(&c.agent)
+                .get(&agent)
                 .is_some_and(|&at| now.saturating_sub(at) < cooldown);
             let affordable = target.anchor_tokens as f32 <= self.tokens;
             // As many blocks as it misses are pushed out (the rest are prefix hits).
@@ -248,13 +234,12 @@ impl Warmups {
             if target.residency.resident() || cooling || target.anchor_hash == 0 || !affordable || rate <= cost {
                 continue;
             }
-            if trust * c.p < self.threshold || trust * rate <= cost {
-                self.outstanding.entry(c.agent).or_insert(Outstanding::Withheld);
+            if trust * p < s.prefetch_threshold || trust * rate <= cost {
+                self.outstanding.entry(agent).or_insert(Outstanding::Withheld);
                 continue;
             }
-            let better = best.is_none_or(|(agent, p, ms)| c.p > p || (c.p == p && (c.ms, c.agent) < (ms, agent)));
-            if better {
-                best = Some((c.agent, c.p, c.ms));
+            if best.is_none_or(|(b, best_p, best_ms)| p > best_p || (p == best_p && (ms, agent) < (best_ms, b))) {
+                best = Some((agent, p, ms));
             }
         }
         let (agent, p, _) = best?;

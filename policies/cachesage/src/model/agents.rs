@@ -1,12 +1,16 @@
 //! What the model knows about each agent, in a sparse table keyed by the host's handle:
-//! its anchor, how often sessions start using it, how long its calls take, which agents follow
-//! it (a few heavy hitters, not a row of a dense matrix) and whether its later calls in a session
-//! carry their history forward. About 100 bytes an agent, whatever the number of agents.
+//! its anchor (which block positions are anchor, and whether it is resident in the engine's cache,
+//! so that `act` does not warm what is already cached), how often sessions start using it, how
+//! long its calls take, which agents follow it (a few heavy hitters, not a row of a dense matrix)
+//! and whether its later calls in a session carry their history forward. About 100 bytes an agent,
+//! whatever the number of agents.
 
 use std::collections::HashMap;
 
+use agentrt_sdk::BlockOp;
+
 use super::gaps::GapHistogram;
-use crate::anchor::Residency;
+use crate::bounded::make_room;
 
 /// Successors kept per agent. Pipelines and loops of real agent teams branch little (a worker
 /// returns to its orchestrator, a coder loops on itself or hands to a tester): four heavy hitters
@@ -65,28 +69,50 @@ pub struct AgentStats {
     pub residency: Residency,
 }
 
-impl AgentStats {
-    fn new(handle: u32) -> Self {
-        Self {
-            handle,
-            ..Default::default()
+/// An agent's anchor blocks stored and not removed since, and the most ever seen at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Residency {
+    pub blocks: u32,
+    pub max: u32,
+}
+
+impl Residency {
+    pub fn record(&mut self, op: BlockOp) {
+        match op {
+            BlockOp::Stored => {
+                self.blocks += 1;
+                self.max = self.max.max(self.blocks);
+            }
+            BlockOp::Removed => self.blocks = self.blocks.saturating_sub(1),
+            BlockOp::Touched | BlockOp::AllCleared => {}
         }
     }
 
-    /// Learn `self → next` after a gap of `gap_ms`. A full row replaces its lightest entry when
-    /// that entry was seen once, and otherwise ages every entry by one (Misra–Gries), so a
-    /// one-off successor cannot push out a real one.
+    /// The engine dropped every cached block.
+    pub fn clear(&mut self) {
+        self.blocks = 0;
+    }
+
+    /// As many anchor blocks cached as ever were: the whole anchor, as far as anyone can tell.
+    pub fn resident(&self) -> bool {
+        self.max > 0 && self.blocks >= self.max
+    }
+}
+
+/// `mean` moved `alpha` of the way to `x`; the first sample (a mean of 0) is taken as it is.
+fn ewma(mean: &mut f32, x: f32, alpha: f32) {
+    *mean = if *mean == 0.0 { x } else { *mean + alpha * (x - *mean) };
+}
+
+impl AgentStats {
+    /// Learn `self → next` after a gap of `gap_ms`. A new successor takes the lightest entry
+    /// (the first empty one, if any) when that entry was seen at most once, and otherwise ages
+    /// every entry by one (Misra–Gries), so a one-off successor cannot push out a real one.
     pub fn learn_successor(&mut self, next: u32, gap_ms: f32) {
         if let Some(s) = self.successors.iter_mut().find(|s| s.agent == next && s.count > 0) {
             s.count += 1;
             let alpha = 1.0 / f32::from(s.count.min(16));
             s.gap_ms += alpha * (gap_ms - s.gap_ms);
-        } else if let Some(s) = self.successors.iter_mut().find(|s| s.count == 0) {
-            *s = Successor {
-                agent: next,
-                count: 1,
-                gap_ms,
-            };
         } else {
             let lightest = self
                 .successors
@@ -150,22 +176,14 @@ impl AgentStats {
     }
 
     pub fn learn_service(&mut self, ms: f32) {
-        self.service_ms = if self.service_ms == 0.0 {
-            ms
-        } else {
-            self.service_ms + 0.125 * (ms - self.service_ms)
-        };
+        ewma(&mut self.service_ms, ms, 0.125);
     }
 
     /// A session called this agent for the first time at `at_us`.
     pub fn learn_first_call(&mut self, at_us: u64) {
         if self.last_first_us != 0 && at_us > self.last_first_us {
             let gap = (at_us - self.last_first_us) as f32 / 1000.0;
-            self.first_gap_ms = if self.first_gap_ms == 0.0 {
-                gap
-            } else {
-                self.first_gap_ms + 0.25 * (gap - self.first_gap_ms)
-            };
+            ewma(&mut self.first_gap_ms, gap, 0.25);
         }
         self.last_first_us = at_us;
     }
@@ -209,75 +227,26 @@ impl AgentStats {
         extends + (1.0 - extends) * if shared { 1.0 } else { 0.0 }
     }
 
+    /// A block is part of the anchor only if it *ends* inside it: the block that straddles the
+    /// anchor's end also holds the start of one session's own content, which no other session
+    /// reuses.
     pub fn is_anchor_position(&self, position: u32, block_tokens: u32) -> bool {
-        crate::anchor::is_anchor_position(self.anchor_tokens, position, block_tokens)
+        position.saturating_add(block_tokens.max(1)) <= self.anchor_tokens
     }
 }
 
-/// Every tracked agent, at most `capacity`; a new agent beyond that replaces the one seen least
-/// recently.
-#[derive(Debug, Clone, Default)]
-pub struct AgentTable {
-    agents: HashMap<u32, AgentStats>,
-    capacity: usize,
-}
+/// Every tracked agent, by handle.
+pub type Agents = HashMap<u32, AgentStats>;
 
-impl AgentTable {
-    pub fn new(capacity: usize) -> Self {
-        Self {
-            agents: HashMap::new(),
-            capacity,
-        }
-    }
-
-    pub fn get(&self, handle: u32) -> Option<&AgentStats> {
-        self.agents.get(&handle)
-    }
-
-    pub fn get_mut(&mut self, handle: u32) -> Option<&mut AgentStats> {
-        self.agents.get_mut(&handle)
-    }
-
-    /// The agent's entry, created if new. Returns the handle of an agent dropped to make room.
-    pub fn entry(&mut self, handle: u32) -> (&mut AgentStats, Option<u32>) {
-        let mut dropped = None;
-        if !self.agents.contains_key(&handle) && self.agents.len() >= self.capacity {
-            // Rare (a new agent in a full table), so a scan beats keeping an ordered index.
-            if let Some(oldest) = self
-                .agents
-                .values()
-                .min_by_key(|a| (a.last_seen_us, a.handle))
-                .map(|a| a.handle)
-            {
-                self.agents.remove(&oldest);
-                dropped = Some(oldest);
-            }
-        }
-        (
-            self.agents.entry(handle).or_insert_with(|| AgentStats::new(handle)),
-            dropped,
-        )
-    }
-
-    pub fn insert(&mut self, agent: AgentStats) {
-        self.agents.insert(agent.handle, agent);
-    }
-
-    pub fn len(&self) -> usize {
-        self.agents.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.agents.is_empty()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &AgentStats> {
-        self.agents.values()
-    }
-
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut AgentStats> {
-        self.agents.values_mut()
-    }
+/// `handle`'s entry, created if new; a new agent in a table of `capacity` replaces the one seen
+/// least recently, whose handle is returned.
+pub fn entry(agents: &mut Agents, capacity: usize, handle: u32) -> (&mut AgentStats, Option<u32>) {
+    let dropped = make_room(agents, capacity, handle, |a| (a.last_seen_us, a.handle));
+    let agent = agents.entry(handle).or_insert_with(|| AgentStats {
+        handle,
+        ..Default::default()
+    });
+    (agent, dropped)
 }
 
 #[cfg(test)]
@@ -286,7 +255,7 @@ mod tests {
 
     #[test]
     fn a_row_keeps_its_heavy_hitters_and_smooths_with_the_prior() {
-        let mut a = AgentStats::new(1);
+        let mut a = AgentStats::default();
         for _ in 0..6 {
             a.learn_successor(2, 1000.0);
         }
@@ -302,7 +271,7 @@ mod tests {
             "{next:?}"
         );
         // One observation with prior 1 is a half, not a certainty.
-        let mut b = AgentStats::new(5);
+        let mut b = AgentStats::default();
         b.learn_successor(6, 100.0);
         let (_, p, _) = b.next(1.0).next().unwrap();
         assert!((p - 0.5).abs() < 1e-6);
@@ -310,7 +279,7 @@ mod tests {
 
     #[test]
     fn rows_age_so_that_a_changed_pipeline_takes_over() {
-        let mut a = AgentStats::new(1);
+        let mut a = AgentStats::default();
         for _ in 0..100 {
             a.learn_successor(2, 10.0);
         }
@@ -324,7 +293,7 @@ mod tests {
 
     #[test]
     fn new_session_rate_slows_as_an_agent_goes_quiet() {
-        let mut a = AgentStats::new(1);
+        let mut a = AgentStats::default();
         assert_eq!(a.new_session_rate(5_000_000), 0.0);
         a.learn_first_call(1_000_000);
         a.learn_first_call(3_000_000);
@@ -336,7 +305,7 @@ mod tests {
 
     #[test]
     fn continuity_says_which_blocks_a_repeat_call_keeps() {
-        let mut a = AgentStats::new(1);
+        let mut a = AgentStats::default();
         assert_eq!(a.keeps(5000, 16, 6000), 1.0, "untrusted until seen");
         for _ in 0..4 {
             a.learn_continuation(300, 1000);
@@ -350,11 +319,30 @@ mod tests {
 
     #[test]
     fn a_full_table_drops_the_agent_seen_least_recently() {
-        let mut t = AgentTable::new(2);
-        t.entry(1).0.last_seen_us = 10;
-        t.entry(2).0.last_seen_us = 5;
-        let (_, dropped) = t.entry(3);
+        let mut t = Agents::new();
+        entry(&mut t, 2, 1).0.last_seen_us = 10;
+        entry(&mut t, 2, 2).0.last_seen_us = 5;
+        let (_, dropped) = entry(&mut t, 2, 3);
         assert_eq!(dropped, Some(2));
         assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn residency_follows_stores_and_removals_and_an_anchor_block_ends_inside_the_anchor() {
+        let mut r = Residency::default();
+        assert!(!r.resident());
+        r.record(BlockOp::Stored);
+        r.record(BlockOp::Stored);
+        assert!(r.resident());
+        r.record(BlockOp::Removed);
+        assert!(!r.resident());
+        r.record(BlockOp::Stored);
+        r.clear();
+        assert_eq!(r, Residency { blocks: 0, max: 2 });
+        let a = AgentStats {
+            anchor_tokens: 64,
+            ..Default::default()
+        };
+        assert!(a.is_anchor_position(48, 16) && !a.is_anchor_position(56, 16));
     }
 }

@@ -28,14 +28,14 @@ pub mod snapshot;
 
 use std::collections::HashMap;
 
+use agentrt_sdk::ForecastKind::{NextAgent, SessionEnd};
 use agentrt_sdk::{BlockEvent, BlockOp, Event, Forecast, ForecastKind, Item, RequestArrival, RequestFinish};
 
-use crate::anchor::BlockSize;
 use crate::bounded::Bounded;
 use crate::clock::Clock;
 use crate::settings::Settings;
-use agents::{AgentStats, AgentTable};
-use forecast::{handover_ms, Predicted, Walk, MIN_LEAD_MS};
+use agents::{AgentStats, Agents};
+use forecast::MIN_LEAD_MS;
 use gaps::GapHistogram;
 use sessions::{LiveSession, Sessions};
 
@@ -45,19 +45,13 @@ const RATES_REFRESH_US: u64 = 50_000;
 const PREDICT_MAX_SESSIONS: usize = 64;
 const PREDICT_PER_SESSION: usize = 3;
 
-/// A live session's possible next call, for the warm-ups: `agent`, with `p`, in `ms`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct NextCall {
-    pub agent: u32,
-    pub p: f32,
-    pub ms: f32,
-}
-
 #[derive(Debug, Clone)]
 pub struct Model {
-    k: u32,
-    prior: f32,
-    agents: AgentTable,
+    /// `k`, `prior` and the tables' sizes.
+    settings: Settings,
+    /// At most `max-agents`; a new agent beyond that replaces the one seen least recently.
+    agents: Agents,
+    /// At most `max-sessions`; a new session beyond that replaces the one idle longest.
     sessions: Sessions,
     /// Sessions reported ended, the latest ends kept, and how many of the ends reported were
     /// followed by another call of the session (with `serve`, an end is silence: some come back).
@@ -67,7 +61,9 @@ pub struct Model {
     /// Every agent's waits pooled (after an answer, after a tool call): what an agent with few
     /// waits of its own is timed by.
     gaps: [GapHistogram; 2],
-    block_size: BlockSize,
+    /// The engine's block size in tokens: the smallest non-zero block position seen (one block
+    /// in); 0 until seen. Not in snapshots: relearned from the next events.
+    block_tokens: u32,
     /// Expected uses per second of each agent's anchor from live sessions (derived).
     anchor_rates: HashMap<u32, f32>,
     rates_at_us: u64,
@@ -77,15 +73,14 @@ pub struct Model {
 impl Model {
     pub fn new(settings: &Settings) -> Self {
         Self {
-            k: settings.k,
-            prior: settings.prior,
-            agents: AgentTable::new(settings.max_agents),
-            sessions: Sessions::new(settings.max_sessions),
+            settings: settings.clone(),
+            agents: Agents::new(),
+            sessions: Sessions::new(),
             ended: Bounded::new(settings.max_sessions),
             ends_reported: 0,
             ends_returned: 0,
             gaps: Default::default(),
-            block_size: BlockSize::default(),
+            block_tokens: 0,
             anchor_rates: HashMap::new(),
             rates_at_us: 0,
             rates_stale: true,
@@ -93,23 +88,23 @@ impl Model {
     }
 
     pub fn agent(&self, handle: u32) -> Option<&AgentStats> {
-        self.agents.get(handle)
+        self.agents.get(&handle)
     }
 
     pub fn block_tokens(&self) -> u32 {
-        self.block_size.tokens()
+        self.block_tokens
     }
 
     /// Whether `item` is part of its agent's anchor (as far as the host said the anchor's size).
     pub fn is_anchor(&self, item: &Item) -> bool {
         self.agents
-            .get(item.agent)
+            .get(&item.agent)
             .is_some_and(|a| a.is_anchor_position(item.position, item.tokens))
     }
 
     /// Learned anything beyond recency: some agent was called twice.
     pub fn has_structure(&self) -> bool {
-        self.agents.iter().any(|a| a.calls >= 2)
+        self.agents.values().any(|a| a.calls >= 2)
     }
 
     /// Learn from `event` (warm-ups are the policy's own doing: learning them would teach it its
@@ -117,7 +112,7 @@ impl Model {
     pub fn observe(&mut self, event: &Event) -> Option<u32> {
         match event {
             Event::AgentRegistered(a) => {
-                let (agent, dropped) = self.agents.entry(a.agent);
+                let (agent, dropped) = agents::entry(&mut self.agents, self.settings.max_agents, a.agent);
                 agent.anchor_hash = a.anchor_hash;
                 agent.anchor_tokens = a.anchor_tokens;
                 return self.forget(dropped);
@@ -125,8 +120,8 @@ impl Model {
             Event::RequestArrival(r) if !r.warmup => return self.learn_arrival(r),
             Event::RequestFinish(r) if !r.warmup => self.learn_finish(r),
             Event::SessionEnd(end) => {
-                if let Some(s) = self.sessions.remove(end.session) {
-                    if let Some(a) = self.agents.get_mut(s.agent) {
+                if let Some(s) = self.sessions.remove(&end.session) {
+                    if let Some(a) = self.agents.get_mut(&s.agent) {
                         a.learn_end();
                     }
                     self.ends_reported = self.ends_reported.saturating_add(1);
@@ -135,7 +130,7 @@ impl Model {
                 }
             }
             Event::ToolCall(call) => {
-                if let Some(s) = self.sessions.get_mut(call.session) {
+                if let Some(s) = self.sessions.get_mut(&call.session) {
                     s.tool_wait = true;
                 }
             }
@@ -146,13 +141,14 @@ impl Model {
 
     fn forget(&mut self, dropped: Option<u32>) -> Option<u32> {
         let agent = dropped?;
-        self.sessions.forget_agent(agent);
+        // Sessions whose latest call was its, live or reported ended, go with it.
+        self.sessions.retain(|_, s| s.agent != agent);
         self.ended.retain(|s| s.agent != agent);
         Some(agent)
     }
 
     fn learn_arrival(&mut self, r: &RequestArrival) -> Option<u32> {
-        let (agent, dropped) = self.agents.entry(r.agent);
+        let (agent, dropped) = agents::entry(&mut self.agents, self.settings.max_agents, r.agent);
         agent.last_seen_us = r.at_us;
         agent.calls = agent.calls.saturating_add(1);
         if agent.anchor_hash == 0 {
@@ -168,28 +164,22 @@ impl Model {
         let returned = self.ended.remove(r.session);
         if let Some(back) = returned {
             self.ends_returned = self.ends_returned.saturating_add(1);
-            if let Some(a) = self.agents.get_mut(back.agent) {
+            if let Some(a) = self.agents.get_mut(&back.agent) {
                 a.ends = a.ends.saturating_sub(1);
             }
         }
-        let before = self.sessions.arrive(r.session, r.agent, r.at_us);
-        if let Some(s) = self.sessions.get_mut(r.session) {
-            s.prompt_tokens = r.prompt_tokens;
-        }
+        let before = sessions::arrive(&mut self.sessions, self.settings.max_sessions, r);
         if let Some(prev) = before.or(returned) {
-            let waited = prev.in_flight == 0;
-            let gap_ms = if waited {
-                r.at_us.saturating_sub(prev.finished_us) as f32 / 1000.0
-            } else {
-                0.0
-            };
-            if waited {
-                self.gaps[usize::from(prev.tool_wait)].record(gap_ms);
+            // A wait is timed from the previous call's finish; a call in flight hands over at once.
+            let waited = (prev.in_flight == 0).then(|| r.at_us.saturating_sub(prev.finished_us) as f32 / 1000.0);
+            let state = usize::from(prev.tool_wait);
+            if let Some(gap_ms) = waited {
+                self.gaps[state].record(gap_ms);
             }
-            if let Some(a) = self.agents.get_mut(prev.agent) {
-                a.learn_successor(r.agent, gap_ms);
-                if waited {
-                    a.gaps[usize::from(prev.tool_wait)].record(gap_ms);
+            if let Some(a) = self.agents.get_mut(&prev.agent) {
+                a.learn_successor(r.agent, waited.unwrap_or(0.0));
+                if let Some(gap_ms) = waited {
+                    a.gaps[state].record(gap_ms);
                 }
             }
         }
@@ -198,7 +188,7 @@ impl Model {
     }
 
     fn learn_finish(&mut self, r: &RequestFinish) {
-        let Some(s) = self.sessions.get(r.session).copied() else {
+        let Some(s) = self.sessions.get(&r.session).copied() else {
             // Reported ended while its call ran (silence is measured from the last arrival or
             // finish): the call is over now.
             if let Some(s) = self.ended.get_mut(r.session) {
@@ -208,34 +198,30 @@ impl Model {
         };
         if s.agent == r.agent {
             let ms = r.at_us.saturating_sub(s.arrived_us) as f32 / 1000.0;
-            if let Some(a) = self.agents.get_mut(r.agent) {
+            if let Some(a) = self.agents.get_mut(&r.agent) {
                 a.learn_service(ms);
             }
         }
-        self.sessions.finish(r.session, r.at_us);
+        if let Some(s) = self.sessions.get_mut(&r.session) {
+            s.finish(r.at_us);
+        }
         self.rates_stale = true;
     }
 
     /// GPU-tier block events: which anchors are resident, and the engine's block size.
     pub fn observe_block(&mut self, block: &BlockEvent) {
         if block.op == BlockOp::AllCleared {
-            self.agents.iter_mut().for_each(|a| a.residency.clear());
+            self.agents.values_mut().for_each(|a| a.residency.clear());
             return;
         }
-        self.block_size.learn(block.position);
-        let block_tokens = self.block_size.tokens();
-        if let Some(agent) = self.agents.get_mut(block.agent) {
-            if agent.is_anchor_position(block.position, block_tokens) {
+        let position = block.position;
+        if position > 0 && (self.block_tokens == 0 || position < self.block_tokens) {
+            self.block_tokens = position;
+        }
+        if let Some(agent) = self.agents.get_mut(&block.agent) {
+            if agent.is_anchor_position(position, self.block_tokens) {
                 agent.residency.record(block.op);
             }
-        }
-    }
-
-    fn walk(&self) -> Walk<'_> {
-        Walk {
-            agents: &self.agents,
-            prior: self.prior,
-            k: self.k,
         }
     }
 
@@ -245,18 +231,6 @@ impl Model {
         self.ends_returned as f32 / (self.ends_reported as f32 + 1.0)
     }
 
-    /// Live sessions with weight 1, and ended ones weighted by how likely ended sessions have
-    /// been to come back.
-    fn weighted_sessions(&self) -> impl Iterator<Item = (&LiveSession, f32)> {
-        let p_back = self.p_back();
-        let ended = self
-            .ended
-            .values()
-            .filter(move |_| p_back > 0.0)
-            .map(move |s| (s, p_back));
-        self.sessions.iter().map(|s| (s, 1.0)).chain(ended)
-    }
-
     /// Expected uses per second of every agent's anchor from the sessions' paths: an anchor is
     /// the prefix of every session's content, so it is worth at least what any of them is.
     pub fn refresh_rates(&mut self, now: u64) {
@@ -264,14 +238,18 @@ impl Model {
             return;
         }
         let mut rates: HashMap<u32, f32> = HashMap::new();
-        for (s, weight) in self.weighted_sessions() {
+        // Live sessions with weight 1, and ended ones weighted by how likely ended sessions have
+        // been to come back.
+        let p_back = self.p_back();
+        let ended = self.ended.values().filter(|_| p_back > 0.0).map(|s| (s, p_back));
+        for (s, weight) in self.sessions.values().map(|s| (s, 1.0)).chain(ended) {
             if s.in_flight > 0 && weight == 1.0 {
                 // Its call is here (perhaps queued): its anchor is as imminent as its history —
                 // the history is no use without the prefix.
                 *rates.entry(s.agent).or_default() += 1000.0 / MIN_LEAD_MS;
             }
-            self.walk().session(&self.gaps, s, now, &mut |p: Predicted| {
-                *rates.entry(p.agent).or_default() += weight * 1000.0 * p.p / p.ms;
+            self.walk_session(s, now, &mut |agent, p, ms| {
+                *rates.entry(agent).or_default() += weight * 1000.0 * p / ms;
             });
         }
         self.anchor_rates = rates;
@@ -287,11 +265,11 @@ impl Model {
     /// Expected uses per second of each agent by one session (`weight` × its paths, per agent).
     fn session_rates(&self, s: &LiveSession, weight: f32, now: u64) -> Vec<(u32, f32)> {
         let mut out: Vec<(u32, f32)> = Vec::new();
-        self.walk().session(&self.gaps, s, now, &mut |p: Predicted| {
-            let rate = weight * 1000.0 * p.p / p.ms;
-            match out.iter_mut().find(|(a, _)| *a == p.agent) {
+        self.walk_session(s, now, &mut |agent, p, ms| {
+            let rate = weight * 1000.0 * p / ms;
+            match out.iter_mut().find(|(a, _)| *a == agent) {
                 Some((_, r)) => *r += rate,
-                None => out.push((p.agent, rate)),
+                None => out.push((agent, rate)),
             }
         });
         out
@@ -328,7 +306,7 @@ impl Model {
         items
             .iter()
             .map(|item| {
-                let Some(agent) = self.agents.get(item.agent) else {
+                let Some(agent) = self.agents.get(&item.agent) else {
                     return recency(item);
                 };
                 let anchor = self.anchor_rate(agent, now);
@@ -339,13 +317,9 @@ impl Model {
                     // Content several sessions shared is reused only when its agent runs — at
                     // most the anchor's rate — and only by the sessions that want that content,
                     // which nothing here counts: its own recency estimates that share.
-                    return if clock.is_some() {
-                        anchor.min(recency(item))
-                    } else {
-                        anchor
-                    };
+                    return clock.map_or(anchor, |c| anchor.min(c.recency_rate(item.last_access)));
                 }
-                let (s, weight) = match (self.sessions.get(item.session), self.ended.get(item.session)) {
+                let (s, weight) = match (self.sessions.get(&item.session), self.ended.get(item.session)) {
                     (Some(s), _) => (s, 1.0),
                     // Reported ended: as likely to come back as ended sessions have been.
                     (None, Some(s)) if p_back > 0.0 => (s, p_back),
@@ -378,18 +352,12 @@ impl Model {
             .collect()
     }
 
-    /// Every live session's possible next calls, from where each one is now.
-    pub fn next_calls(&self, now: u64) -> Vec<NextCall> {
+    /// Every live session's possible next calls, from where each one is now: `(agent, p, ms)`.
+    pub fn next_calls(&self, now: u64) -> Vec<(u32, f32, f32)> {
         let mut out = Vec::new();
-        for s in self.sessions.iter() {
-            let Some(agent) = self.agents.get(s.agent) else {
-                continue;
-            };
-            let start = handover_ms(&self.agents, s, now);
-            for (next, p, gap_ms) in agent.next(self.prior) {
-                let ms = (start + gap_ms).max(MIN_LEAD_MS);
-                out.push(NextCall { agent: next, p, ms });
-            }
+        for s in self.sessions.values() {
+            let visit = &mut |agent, p, ms| out.push((agent, p, ms));
+            self.walk(s.agent, 1.0, self.handover_ms(s, now), None, 1, visit);
         }
         out
     }
@@ -397,42 +365,35 @@ impl Model {
     pub fn predict(&mut self, horizon: u32, now: u64) -> Vec<Forecast> {
         self.refresh_rates(now);
         let mut out = Vec::new();
-        let mut recent: Vec<_> = self.sessions.iter().copied().collect();
+        let mut recent: Vec<_> = self.sessions.values().copied().collect();
         recent.sort_by_key(|s| std::cmp::Reverse((s.active_us(), s.id)));
         for s in recent.iter().take(PREDICT_MAX_SESSIONS) {
-            let Some(agent) = self.agents.get(s.agent) else {
+            let Some(agent) = self.agents.get(&s.agent) else {
                 continue;
             };
-            let mut next: Vec<(u32, f32, f32)> = agent.next(self.prior).collect();
+            let mut next: Vec<(u32, f32, f32)> = agent.next(self.settings.prior).collect();
             next.sort_by(|a, b| b.1.total_cmp(&a.1));
             for (handle, probability, _) in next.into_iter().take(PREDICT_PER_SESSION) {
-                let subject = self.agents.get(handle).map_or(0, |a| a.anchor_hash);
-                out.push(forecast(ForecastKind::NextAgent, s.id, handle, subject, probability, 1));
+                let subject = self.agents.get(&handle).map_or(0, |a| a.anchor_hash);
+                out.push(forecast(NextAgent, s.id, handle, subject, probability, 1));
             }
-            let end = agent.p_end(self.prior);
+            let end = agent.p_end(self.settings.prior);
             if end > 0.0 {
-                out.push(forecast(ForecastKind::SessionEnd, s.id, 0, 0, end, 1));
+                out.push(forecast(SessionEnd, s.id, 0, 0, end, 1));
             }
         }
         // Workload-wide: each agent's share of the expected calls (top agents only).
         let mut rates: Vec<(u32, u64, f32)> = self
             .agents
-            .iter()
+            .values()
             .map(|a| (a.handle, a.anchor_hash, self.anchor_rate(a, now)))
             .filter(|&(_, _, r)| r > 0.0)
             .collect();
         let total: f32 = rates.iter().map(|r| r.2).sum();
         rates.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
-        let steps = horizon.clamp(1, self.k);
+        let steps = horizon.clamp(1, self.settings.k);
         for (handle, anchor_hash, rate) in rates.into_iter().take(PREDICT_MAX_SESSIONS) {
-            out.push(forecast(
-                ForecastKind::NextAgent,
-                0,
-                handle,
-                anchor_hash,
-                rate / total,
-                steps,
-            ));
+            out.push(forecast(NextAgent, 0, handle, anchor_hash, rate / total, steps));
         }
         out
     }

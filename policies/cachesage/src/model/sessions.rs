@@ -3,6 +3,10 @@
 
 use std::collections::HashMap;
 
+use agentrt_sdk::RequestArrival;
+
+use crate::bounded::make_room;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LiveSession {
     pub id: u64,
@@ -35,107 +39,63 @@ impl LiveSession {
     }
 }
 
-/// At most `capacity` sessions; a new one beyond that replaces the one idle longest.
-#[derive(Debug, Clone, Default)]
-pub struct Sessions {
-    live: HashMap<u64, LiveSession>,
-    capacity: usize,
-}
+/// The live sessions, by id.
+pub type Sessions = HashMap<u64, LiveSession>;
 
-impl Sessions {
-    pub fn new(capacity: usize) -> Self {
-        Self {
-            live: HashMap::new(),
-            capacity,
-        }
-    }
-
-    pub fn get(&self, id: u64) -> Option<&LiveSession> {
-        self.live.get(&id)
-    }
-
-    /// A request of `agent` arrived in session `id`. Returns the session as it was before.
-    pub fn arrive(&mut self, id: u64, agent: u32, at_us: u64) -> Option<LiveSession> {
-        if !self.live.contains_key(&id) && self.live.len() >= self.capacity {
-            if let Some(idle) = self.live.values().min_by_key(|s| (s.active_us(), s.id)).map(|s| s.id) {
-                self.live.remove(&idle);
-            }
-        }
-        let before = self.live.get(&id).copied();
-        let in_flight = before.map_or(0, |s| s.in_flight);
-        self.live.insert(
-            id,
-            LiveSession {
-                id,
-                agent,
-                arrived_us: at_us,
-                finished_us: 0,
-                in_flight: in_flight.saturating_add(1),
-                tool_wait: false,
-                prompt_tokens: 0,
-            },
-        );
-        before
-    }
-
-    pub fn get_mut(&mut self, id: u64) -> Option<&mut LiveSession> {
-        self.live.get_mut(&id)
-    }
-
-    /// A request of session `id` finished. Returns the session after.
-    pub fn finish(&mut self, id: u64, at_us: u64) -> Option<LiveSession> {
-        let s = self.live.get_mut(&id)?;
-        s.finish(at_us);
-        Some(*s)
-    }
-
-    pub fn remove(&mut self, id: u64) -> Option<LiveSession> {
-        self.live.remove(&id)
-    }
-
-    /// Sessions whose latest call was `agent`'s are told it is gone.
-    pub fn forget_agent(&mut self, agent: u32) {
-        self.live.retain(|_, s| s.agent != agent);
-    }
-
-    pub fn insert(&mut self, s: LiveSession) {
-        self.live.insert(s.id, s);
-    }
-
-    pub fn len(&self) -> usize {
-        self.live.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.live.is_empty()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &LiveSession> {
-        self.live.values()
-    }
+/// A request arrived in its session, now at that request's agent; returns the session as it was
+/// before, if it was live. A new session in a table of `capacity` replaces the one idle longest.
+pub fn arrive(live: &mut Sessions, capacity: usize, r: &RequestArrival) -> Option<LiveSession> {
+    make_room(live, capacity, r.session, |s| (s.active_us(), s.id));
+    let before = live.get(&r.session).copied();
+    let now = LiveSession {
+        id: r.session,
+        agent: r.agent,
+        arrived_us: r.at_us,
+        finished_us: 0,
+        in_flight: before.map_or(0, |s| s.in_flight).saturating_add(1),
+        tool_wait: false,
+        prompt_tokens: r.prompt_tokens,
+    };
+    live.insert(r.session, now);
+    before
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn arrival(session: u64, agent: u32, at_us: u64) -> RequestArrival {
+        RequestArrival {
+            request_id: at_us,
+            agent,
+            session,
+            anchor_hash: 0,
+            prompt_tokens: 100,
+            continues: None,
+            warmup: false,
+            at_us,
+        }
+    }
+
     #[test]
     fn a_session_is_running_until_its_last_request_finishes() {
-        let mut s = Sessions::new(4);
-        assert!(s.arrive(7, 1, 100).is_none());
-        s.arrive(7, 2, 200);
-        assert_eq!(s.finish(7, 300).unwrap().finished_us, 0, "one request still in flight");
-        let done = s.finish(7, 400).unwrap();
-        assert_eq!((done.agent, done.in_flight, done.finished_us), (2, 0, 400));
+        let mut s = Sessions::new();
+        assert!(arrive(&mut s, 4, &arrival(7, 1, 100)).is_none());
+        arrive(&mut s, 4, &arrival(7, 2, 200));
+        let live = s.get_mut(&7).unwrap();
+        live.finish(300);
+        assert_eq!(live.finished_us, 0, "one request still in flight");
+        live.finish(400);
+        assert_eq!((live.agent, live.in_flight, live.finished_us), (2, 0, 400));
     }
 
     #[test]
     fn a_full_table_drops_the_session_idle_longest() {
-        let mut s = Sessions::new(2);
-        s.arrive(1, 1, 100);
-        s.arrive(2, 1, 50);
-        s.arrive(3, 1, 200);
-        assert!(s.get(2).is_none());
+        let mut s = Sessions::new();
+        for (id, at_us) in [(1, 100), (2, 50), (3, 200)] {
+            arrive(&mut s, 2, &arrival(id, 1, at_us));
+        }
+        assert!(!s.contains_key(&2));
         assert_eq!(s.len(), 2);
     }
 }

@@ -36,7 +36,7 @@ fn ms_before(now_us: u64, t_us: u64) -> u32 {
 pub fn write(m: &Model, now_us: u64) -> Vec<u8> {
     let mut w = Writer::new(MAGIC, VERSION);
     w.u64(now_us);
-    let mut agents: Vec<&AgentStats> = m.agents.iter().collect();
+    let mut agents: Vec<&AgentStats> = m.agents.values().collect();
     agents.sort_by_key(|a| a.handle);
     w.u32(agents.len() as u32);
     for a in &agents {
@@ -51,7 +51,7 @@ pub fn write(m: &Model, now_us: u64) -> Vec<u8> {
         }
         w.u16(a.ends).u16(a.repeats).u16(a.extends).f32(a.shared_mean);
     }
-    let mut sessions: Vec<&LiveSession> = m.sessions.iter().collect();
+    let mut sessions: Vec<&LiveSession> = m.sessions.values().collect();
     sessions.sort_by_key(|s| std::cmp::Reverse((s.active_us(), s.id)));
     let room = budget(agents.len()).saturating_sub(w.len() + 4) / SESSION_BYTES;
     let kept = sessions.len().min(room);
@@ -119,27 +119,25 @@ pub fn read(state: &[u8], settings: &Settings) -> Result<(Model, u64), String> {
         a.repeats = r.u16()?;
         a.extends = r.u16()?;
         a.shared_mean = r.f32()?;
-        m.agents.insert(a);
+        m.agents.insert(a.handle, a);
     }
-    let sessions = r.u32()? as usize;
-    for _ in 0..sessions {
-        let id = r.u64()?;
-        let agent = r.u32()?;
-        let arrived = r.u32()?;
-        let finished = r.u32()?;
-        let in_flight = r.u16()?;
-        let prompt_tokens = r.u32()?;
-        let at = |ms: u32| now_us.saturating_sub(u64::from(ms) * 1000);
+    let at = |ms: u32| now_us.saturating_sub(u64::from(ms) * 1000);
+    for _ in 0..r.u32()? {
+        // Fields are read in the order written.
+        let s = LiveSession {
+            id: r.u64()?,
+            agent: r.u32()?,
+            arrived_us: at(r.u32()?),
+            finished_us: match r.u32()? {
+                RUNNING => 0,
+                ms => at(ms),
+            },
+            in_flight: r.u16()?,
+            tool_wait: false,
+            prompt_tokens: r.u32()?,
+        };
         if m.sessions.len() < settings.max_sessions {
-            m.sessions.insert(LiveSession {
-                id,
-                agent,
-                arrived_us: at(arrived),
-                finished_us: if finished == RUNNING { 0 } else { at(finished) },
-                in_flight,
-                tool_wait: false,
-                prompt_tokens,
-            });
+            m.sessions.insert(s.id, s);
         }
     }
     r.finish()?;
