@@ -114,7 +114,7 @@ pub struct Guard {
     learned_since: u64,
     ranking: Option<Ranking>,
     pending: Bounded<Pending, Spread>,
-    shadow: Shadow<Spread>,
+    shadow: Shadow,
     stats: GuardStats,
 }
 

@@ -1,5 +1,6 @@
 //! CacheSage's settings: one `init` key per setting, each spelled one way, with its default and
-//! the range it is checked against. docs/cachesage.md has the table.
+//! the range it is checked against, declared once below in the order of docs/cachesage.md's table
+//! (the order `from_config` checks them in).
 
 use agentrt_sdk::Config;
 
@@ -8,121 +9,60 @@ use agentrt_sdk::Config;
 pub const MAX_AGENTS_LIMIT: usize = 65_536;
 pub const MAX_SESSIONS_LIMIT: usize = 65_536;
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
+/// Each setting's field, type, default and key, and the check its value must pass, if any; every
+/// value is parsed before any is checked.
+macro_rules! settings {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty = $default:expr, $key:literal $(if $ok:expr, $what:literal)?;)*) => {
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct Settings {
+            $($(#[$doc])* pub $field: $ty,)*
+        }
+
+        impl Default for Settings {
+            fn default() -> Self {
+                Self { $($field: $default,)* }
+            }
+        }
+
+        impl Settings {
+            /// The settings `config` gives, or an error naming the key that is unknown or out of range.
+            pub fn from_config(config: &Config) -> Result<Self, String> {
+                config.expect_only(&[$($key),*])?;
+                let s = Self { $($field: config.parse_or($key, $default)?,)* };
+                $($(if !($ok)(&s.$field) {
+                    return Err(format!("config key `{}`: {}", $key, $what));
+                })?)*
+                Ok(s)
+            }
+        }
+    };
+}
+
+settings! {
     /// `k`: agent steps looked ahead from a live session.
-    pub k: u32,
+    k: u32 = 3, "k" if |v: &u32| (1..=6).contains(v), "must be 1..=6";
     /// `prior`: pseudo-count added to a row's total before it becomes probabilities: with one
     /// observed session, `prior = 1` gives its transitions probability 1/2, not 1.
-    pub prior: f32,
+    prior: f32 = 1.0, "prior" if |v: &f32| v.is_finite() && *v >= 0.0, "must be a finite number ≥ 0";
     /// `max-agents`, `max-sessions`: the model's tables.
-    pub max_agents: usize,
-    pub max_sessions: usize,
+    max_agents: usize = 10_000, "max-agents" if |v| (1..=MAX_AGENTS_LIMIT).contains(v), "must be 1..=65536";
+    max_sessions: usize = 4096, "max-sessions" if |v| (1..=MAX_SESSIONS_LIMIT).contains(v), "must be 1..=65536";
     /// `prefetch`: warm the predicted next agent's anchor (`false` = eviction only).
-    pub prefetch: bool,
+    prefetch: bool = true, "prefetch";
     /// `prefetch-threshold`: probability of a live session's next call needed to warm an anchor.
-    pub prefetch_threshold: f32,
+    prefetch_threshold: f32 = 0.5, "prefetch-threshold" if |v| (0.0..=1.0).contains(v), "must be in [0, 1]";
     /// `warmup-cooldown-ms`: an agent's anchor is not warmed again within this much time, doubled at
     /// every warm-up of it lost in a row.
-    pub warmup_cooldown_ms: u32,
+    warmup_cooldown_ms: u32 = 2_000, "warmup-cooldown-ms";
     /// `warmup-max-queue`: no warm-up while the engine's waiting queue is deeper than this.
-    pub warmup_max_queue: u32,
+    warmup_max_queue: u32 = 0, "warmup-max-queue";
     /// `warmup-budget`: warm-ups may prefill at most this fraction of the prompt tokens user
     /// requests bring.
-    pub warmup_budget: f32,
+    warmup_budget: f32 = 0.05, "warmup-budget" if |v| (0.0..=1.0).contains(v), "must be in [0, 1]";
     /// `guard`: let the model order only where its evidence says it wins (`false`: always).
-    pub guard: bool,
+    guard: bool = true, "guard";
     /// `hints`: hear what the framework says of sessions' lives (`false`: ignore it).
-    pub hints: bool,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            k: 3,
-            prior: 1.0,
-            max_agents: 10_000,
-            max_sessions: 4096,
-            prefetch: true,
-            prefetch_threshold: 0.5,
-            warmup_cooldown_ms: 2_000,
-            warmup_max_queue: 0,
-            warmup_budget: 0.05,
-            guard: true,
-            hints: true,
-        }
-    }
-}
-
-/// Every key, in the order of the documentation's table.
-const KEYS: &[&str] = &[
-    "k",
-    "prior",
-    "max-agents",
-    "max-sessions",
-    "prefetch",
-    "prefetch-threshold",
-    "warmup-cooldown-ms",
-    "warmup-max-queue",
-    "warmup-budget",
-    "guard",
-    "hints",
-];
-
-fn check(key: &str, ok: bool, what: &str) -> Result<(), String> {
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("config key `{key}`: {what}"))
-    }
-}
-
-impl Settings {
-    /// The settings `config` gives, or an error naming the key that is unknown or out of range.
-    pub fn from_config(config: &Config) -> Result<Self, String> {
-        config.expect_only(KEYS)?;
-        let d = Settings::default();
-        let s = Settings {
-            k: config.parse_or("k", d.k)?,
-            prior: config.parse_or("prior", d.prior)?,
-            max_agents: config.parse_or("max-agents", d.max_agents)?,
-            max_sessions: config.parse_or("max-sessions", d.max_sessions)?,
-            prefetch: config.parse_or("prefetch", d.prefetch)?,
-            prefetch_threshold: config.parse_or("prefetch-threshold", d.prefetch_threshold)?,
-            warmup_cooldown_ms: config.parse_or("warmup-cooldown-ms", d.warmup_cooldown_ms)?,
-            warmup_max_queue: config.parse_or("warmup-max-queue", d.warmup_max_queue)?,
-            warmup_budget: config.parse_or("warmup-budget", d.warmup_budget)?,
-            guard: config.parse_or("guard", d.guard)?,
-            hints: config.parse_or("hints", d.hints)?,
-        };
-        check("k", (1..=6).contains(&s.k), "must be 1..=6")?;
-        check(
-            "prior",
-            s.prior.is_finite() && s.prior >= 0.0,
-            "must be a finite number ≥ 0",
-        )?;
-        check(
-            "max-agents",
-            (1..=MAX_AGENTS_LIMIT).contains(&s.max_agents),
-            "must be 1..=65536",
-        )?;
-        check(
-            "max-sessions",
-            (1..=MAX_SESSIONS_LIMIT).contains(&s.max_sessions),
-            "must be 1..=65536",
-        )?;
-        check(
-            "prefetch-threshold",
-            (0.0..=1.0).contains(&s.prefetch_threshold),
-            "must be in [0, 1]",
-        )?;
-        check(
-            "warmup-budget",
-            s.warmup_budget.is_finite() && (0.0..=1.0).contains(&s.warmup_budget),
-            "must be in [0, 1]",
-        )?;
-        Ok(s)
-    }
+    hints: bool = true, "hints";
 }
 
 #[cfg(test)]

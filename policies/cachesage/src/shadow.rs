@@ -13,34 +13,18 @@
 //! al., FAST '15: an LRU over a hash-sampled subset of the stream, with the cache scaled by the same
 //! rate, has about the full cache's hit ratio), so its memory and its cost per event stay bounded.
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::BuildHasher;
+use crate::bounded::{Bounded, Spread};
 
 /// Most blocks the shadow tracks.
 pub const MAX_ENTRIES: usize = 65_536;
 
-#[derive(Debug, Clone)]
-pub struct Shadow<S> {
+#[derive(Debug, Clone, Default)]
+pub struct Shadow {
     capacity: usize,
     /// A block is sampled iff `spread(hash) & 0xffff < threshold`.
     threshold: u64,
-    /// Each tracked block's latest access (a counter), and the accesses in order (stale entries,
-    /// whose block was accessed again or evicted since, are skipped).
-    last: HashMap<u64, u64, S>,
-    order: VecDeque<(u64, u64)>,
-    clock: u64,
-}
-
-impl<S: BuildHasher + Default> Default for Shadow<S> {
-    fn default() -> Self {
-        Self {
-            capacity: 0,
-            threshold: 0,
-            last: HashMap::default(),
-            order: VecDeque::new(),
-            clock: 0,
-        }
-    }
+    /// The sampled blocks it holds, the least recently accessed going first.
+    lru: Bounded<(), Spread>,
 }
 
 fn spread(h: u64) -> u64 {
@@ -48,7 +32,7 @@ fn spread(h: u64) -> u64 {
     h ^ (h >> 31)
 }
 
-impl<S: BuildHasher + Default> Shadow<S> {
+impl Shadow {
     /// Size the shadow for an engine of `blocks` blocks (emptied when the size changes).
     pub fn resize(&mut self, blocks: usize) {
         let rate = (MAX_ENTRIES as f64 / blocks.max(1) as f64).min(1.0);
@@ -58,7 +42,7 @@ impl<S: BuildHasher + Default> Shadow<S> {
             *self = Shadow {
                 capacity,
                 threshold,
-                ..Shadow::default()
+                lru: Bounded::new(capacity),
             };
         }
     }
@@ -72,31 +56,19 @@ impl<S: BuildHasher + Default> Shadow<S> {
         if self.capacity == 0 || !self.sampled(hash) {
             return None;
         }
-        self.clock += 1;
-        let hit = self.last.insert(hash, self.clock).is_some();
-        self.order.push_back((hash, self.clock));
-        while self.last.len() > self.capacity {
-            let Some((h, at)) = self.order.pop_front() else { break };
-            if self.last.get(&h) == Some(&at) {
-                self.last.remove(&h);
-            }
-        }
-        if self.order.len() > 4 * self.capacity + 1024 {
-            let last = &self.last;
-            self.order.retain(|(h, at)| last.get(h) == Some(at));
-        }
+        let hit = self.lru.contains(hash);
+        self.lru.insert(hash, ());
         Some(hit)
     }
 
     /// The engine evicted `hash` from the class both orders put first: so does the shadow.
     pub fn evict(&mut self, hash: u64) {
-        self.last.remove(&hash);
+        self.lru.remove(hash);
     }
 
     /// Forget the cache (the engine cleared it).
     pub fn clear(&mut self) {
-        self.last.clear();
-        self.order.clear();
+        self.lru.clear();
     }
 }
 
@@ -104,11 +76,9 @@ impl<S: BuildHasher + Default> Shadow<S> {
 mod tests {
     use super::*;
 
-    type Lru = Shadow<std::collections::hash_map::RandomState>;
-
     #[test]
     fn it_hits_what_an_lru_of_the_same_size_would_and_evicts_what_the_engine_evicted_first() {
-        let mut s = Lru::default();
+        let mut s = Shadow::default();
         s.resize(3);
         let hits: Vec<Option<bool>> = [1, 2, 3, 1, 4, 2, 1].iter().map(|&h| s.access(h)).collect();
         let (hit, miss) = (Some(true), Some(false));
@@ -123,7 +93,7 @@ mod tests {
 
     #[test]
     fn a_large_cache_is_sampled_within_the_bound() {
-        let mut s = Lru::default();
+        let mut s = Shadow::default();
         s.resize(2_000_000);
         let sampled = (0..200_000u64).filter_map(|h| s.access(h)).count();
         let expected = 200_000.0 * MAX_ENTRIES as f64 / 2_000_000.0;
@@ -131,6 +101,6 @@ mod tests {
             (sampled as f64 - expected).abs() < 0.1 * expected,
             "{sampled} vs {expected}"
         );
-        assert!(s.last.len() <= MAX_ENTRIES);
+        assert!(s.lru.len() <= MAX_ENTRIES);
     }
 }
