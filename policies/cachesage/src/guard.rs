@@ -71,20 +71,10 @@ struct Ranking {
     closed: Set,
     /// Candidates the active order may evict from this ranking (its evict-first prefix).
     active_first: Set,
-    /// The other order's evict-first prefix, and how far it has been replayed.
-    other_order: Vec<u64>,
-    cursor: usize,
+    /// The rest of the other order's evict-first prefix, still to be replayed.
+    other_order: std::vec::IntoIter<u64>,
     /// Evicted by the active order or touched since: the other order passes over them.
     gone: Set,
-}
-
-/// What the guard has seen, for tests and logs.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct GuardStats {
-    pub switches: u32,
-    /// Pairs settled for each order while the robust order ranked (undecayed).
-    pub learned_wins: u64,
-    pub robust_wins: u64,
 }
 
 /// The decayed evidence of the regime in progress.
@@ -115,7 +105,6 @@ pub struct Guard {
     ranking: Option<Ranking>,
     pending: Bounded<Pending, Spread>,
     shadow: Shadow,
-    stats: GuardStats,
 }
 
 impl Guard {
@@ -161,8 +150,8 @@ impl Guard {
     fn settle(&mut self, winner: Order, now_us: u64) {
         let e = &mut self.evidence;
         match winner {
-            Order::Learned => (e.learned, self.stats.learned_wins) = (e.learned + 1.0, self.stats.learned_wins + 1),
-            Order::Robust => (e.robust, self.stats.robust_wins) = (e.robust + 1.0, self.stats.robust_wins + 1),
+            Order::Learned => e.learned += 1.0,
+            Order::Robust => e.robust += 1.0,
         }
         let (lead, settled) = (e.learned - e.robust, e.learned + e.robust);
         let enough = MIN_PAIRS * f64::from(1u32 << self.handbacks.min(MAX_BACKOFF));
@@ -203,20 +192,14 @@ impl Guard {
             Order::Robust if self.evictions - self.learned_since < self.horizon() => self.handbacks += 1,
             Order::Robust => self.handbacks = 0,
         }
-        self.stats.switches += 1;
-        let why = match to {
-            Order::Learned => format!(
-                "learned − robust {:.0} of {:.0} pairs settled",
-                e.learned - e.robust,
-                e.learned + e.robust
-            ),
-            Order::Robust => format!(
-                "engine − shadow {:.0} of {:.0} sampled accesses",
-                e.engine_only - e.shadow_only,
-                e.sampled
-            ),
+        let (name, lead, of) = match to {
+            Order::Learned => ("learned", e.learned - e.robust, e.learned + e.robust),
+            Order::Robust => ("robust", e.engine_only - e.shadow_only, e.sampled),
         };
-        let name = if to == Order::Learned { "learned" } else { "robust" };
+        let why = match to {
+            Order::Learned => format!("learned − robust {lead:.0} of {of:.0} pairs settled"),
+            Order::Robust => format!("engine − shadow {lead:.0} of {of:.0} sampled accesses"),
+        };
         agentrt_sdk::host::log(
             agentrt_sdk::LogLevel::Info,
             &format!("guard: follows the {name} order at {now_us} µs ({why})"),
@@ -285,8 +268,7 @@ impl Guard {
             return;
         }
         r.gone.insert(h);
-        while let Some(&y) = r.other_order.get(r.cursor) {
-            r.cursor += 1;
+        for y in r.other_order.by_ref() {
             if y == h {
                 return;
             }
@@ -331,14 +313,16 @@ impl Guard {
         // Pairs are the robust regime's evidence: while the learned order ranks, `evicted` reads
         // the closed class alone.
         let (active_first, other_order) = match self.follows {
-            Order::Robust => (evict_first(&robust).into_iter().collect(), evict_first(&learned)),
+            Order::Robust => (
+                evict_first(&robust).into_iter().collect(),
+                evict_first(&learned).into_iter(),
+            ),
             Order::Learned => Default::default(),
         };
         self.ranking = Some(Ranking {
             closed: closed.collect(),
             active_first,
             other_order,
-            cursor: 0,
             gone: Set::default(),
         });
         match self.follows {

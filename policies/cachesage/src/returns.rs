@@ -78,10 +78,7 @@ impl Turnover {
         self.removed += 1;
         if self.total_blocks > 0 && self.removed >= self.total_blocks {
             let took = now_us.saturating_sub(self.mark_us);
-            self.measured_us = Some(match self.measured_us {
-                Some(before) => (before + took) / 2,
-                None => took,
-            });
+            self.measured_us = Some(self.measured_us.map_or(took, |before| (before + took) / 2));
             self.mark_us = now_us;
             self.removed = 0;
         }

@@ -225,9 +225,8 @@ impl Warmups {
                 .is_some_and(|&at| now.saturating_sub(at) < cooldown);
             let affordable = target.anchor_tokens as f32 <= self.tokens;
             // As many blocks as it misses are pushed out (the rest are prefix hits).
-            let whole = target.anchor_tokens.div_ceil(model.block_tokens().max(16));
             let blocks = match target.residency.max {
-                0 => whole,
+                0 => target.anchor_tokens.div_ceil(model.block_tokens().max(16)),
                 max => max.saturating_sub(target.residency.blocks),
             } as usize;
             let (rate, cost) = (model.anchor_rate(target, now), self.frontier_cost(blocks, now));
