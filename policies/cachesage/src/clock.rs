@@ -74,10 +74,8 @@ impl Clock {
     /// `1 / age` in uses per second for a block last used at `stamp` (at least a millisecond
     /// old); 0 before any ranking placed stamps.
     pub fn recency_rate(&self, stamp: u64) -> f32 {
-        match self.time_of(stamp) {
-            Some(t) => 1_000_000.0 / (self.now_us.saturating_sub(t).max(1_000) as f32),
-            None => 0.0,
-        }
+        self.time_of(stamp)
+            .map_or(0.0, |t| 1_000_000.0 / (self.now_us.saturating_sub(t).max(1_000) as f32))
     }
 }
 

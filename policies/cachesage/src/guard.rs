@@ -1,28 +1,24 @@
 //! The guard: which of the two orders ranks the engine's blocks, from evidence the traffic gives.
 //! Learning-augmented caching keeps a robust expert beside the learned one and follows whichever
-//! the past favours (LeCaR, HotStorage '18; CACHEUS, FAST '21). Here the experts are the robust
-//! order (LRU; closed-first once closings are heard) and the learned one (unlikely waits, then the
-//! model's expected use), both starting with the closed class ([`crate::classes`]). The learned
-//! order ranks to begin with — until a closing is heard, when hints come first: from then on the
-//! robust order ranks until the learned one has shown it wins.
+//! the past favours (LeCaR, HotStorage '18; CACHEUS, FAST '21); here the experts are the two
+//! orders of [`crate::classes`], both starting with the closed class. The learned order ranks to
+//! begin with — until a closing is heard, when hints come first: from then on the robust order
+//! ranks until the learned one has shown it wins.
 //!
 //! **While the learned order ranks**, a [`Shadow`] of the robust one runs on the same block
 //! accesses; the engine's hits minus the shadow's, over the sampled accesses since the learned
-//! order took over, is the regret. Past `MARGIN × accesses` and three standard deviations of a fair
-//! coin over the accesses where they differ, the robust order ranks. A shadow counts what matters
-//! in a prefix cache — hits, a block behind a missing one being a miss — which no comparison of
-//! single evictions does.
+//! order took over, is the regret, and past the margin and the noise the robust order ranks. A
+//! shadow counts what matters in a prefix cache — hits, a block behind a missing one being a
+//! miss — which no comparison of single evictions does.
 //!
 //! **While the robust order ranks**, the engine is its own shadow, and the evidence for the learned
 //! order is its disagreements: where the engine evicts `x` and the learned order would have evicted
 //! `y` instead (the guard replays it on the same candidates, one victim per eviction), Bélády's rule
 //! says the block asked for again first should have been kept. Block hashes name content, so a
 //! request for either is seen whether or not it is still cached, and the first of the two asked for
-//! settles the pair for the order that kept it (a pair not settled within [`TURNOVERS`] turnovers of
-//! the cache settles nothing). The learned order ranks again once it leads by three standard
-//! deviations of a fair coin over the pairs settled. Where the model knows nothing the orders agree
-//! and no pair is made. The evidence decays over about [`TURNOVERS`] turnovers, and starts afresh at
-//! every switch.
+//! settles the pair for the order that kept it. The learned order ranks again once it leads by
+//! more than the noise; where the model knows nothing the orders agree and no pair is made. Pairs
+//! and evidence last about [`TURNOVERS`] turnovers, and the evidence starts afresh at every switch.
 
 use std::collections::HashSet;
 
@@ -268,17 +264,15 @@ impl Guard {
             return;
         }
         r.gone.insert(h);
-        for y in r.other_order.by_ref() {
-            if y == h {
-                return;
-            }
-            if !r.gone.contains(&y) {
-                // `h` is gone by the robust order's choice, `y` stays by it.
-                let at = self.evictions;
-                for (block, partner, kept_by) in [(h, y, Order::Learned), (y, h, Order::Robust)] {
-                    self.pending.insert(block, Pending { partner, kept_by, at });
-                }
-                return;
+        // The other order's next victim still here, or `h` itself where the two agree.
+        let Some(y) = r.other_order.find(|&y| y == h || !r.gone.contains(&y)) else {
+            return;
+        };
+        if y != h {
+            // `h` is gone by the robust order's choice, `y` stays by it.
+            let at = self.evictions;
+            for (block, partner, kept_by) in [(h, y, Order::Learned), (y, h, Order::Robust)] {
+                self.pending.insert(block, Pending { partner, kept_by, at });
             }
         }
     }

@@ -2,23 +2,13 @@
 //!
 //! A reactive prefix cache evicts what an agent needs next (its system prompt and tools, a live
 //! session's history) just before it is asked for. CacheSage ranks the engine's eviction
-//! candidates in two steps, hints first:
-//!
-//! 1. **Classes** ([`classes`]): what the framework said of sessions' lives comes first, by
-//!    construction — closed sessions' own blocks before anything else, in the `closed-first`
-//!    rule's order; then, in the learned order, waiting sessions unlikely to be back before the
-//!    cache turns over ([`returns`]).
-//! 2. **Within a class**, the [`model`] orders the rest by each block's expected use — from the
-//!    agents' learned successors and waits, the live sessions, and the anchors' reuse — but only
-//!    while the [`guard`]'s evidence says it wins (a [`shadow`] of the robust order while the
-//!    model ranks; the two orders' disagreements, settled by the traffic, while it does not);
-//!    otherwise the robust order ranks: LRU, closed-first once closings are heard, when hints come
-//!    first and the model must show it wins.
-//!
-//! `act` warms the anchor of the agent a live session most likely calls next ([`warmups`]), only
-//! while the learned order ranks. Everything reads one [`clock`]. Before the model has learned
-//! anything, and without hints, the ranking is exactly LRU's. docs/cachesage.md draws the data
-//! flow; each box is a module here.
+//! candidates hints first: the [`classes`] of what the framework said of sessions' lives come
+//! first by construction, and within them the [`model`] orders the rest by each block's expected
+//! use, but only while the [`guard`]'s evidence says it beats the robust order. `act` warms the
+//! anchor of the agent a live session most likely calls next ([`warmups`]), only while the learned
+//! order ranks. Everything reads one [`clock`]. Before the model has learned anything, and without
+//! hints, the ranking is exactly LRU's. docs/cachesage.md draws the data flow; each box is a
+//! module here.
 //!
 //! **Two tiers** (contract 0.3): host-tier candidates get the model's expected use while the
 //! learned order ranks, vLLM's own order (every score 0) otherwise. No store is declined.
