@@ -6,7 +6,7 @@
 //!    recently used first — the `closed-first` rule. Only a session's own blocks: content another
 //!    session reused is reported with session 0, and an anchor (the agent's system prompt and
 //!    tools, which its other sessions start with) is never a closed session's. A closed session
-//!    that calls again is open again (a wrong hint, counted).
+//!    that calls again is open again (a wrong hint).
 //!
 //! Then the two orders differ ([`order`]): the **robust** one is LRU over the rest — closed-first
 //! exactly, or LRU exactly before any closing is heard; the **learned** one puts next
@@ -69,9 +69,8 @@ pub struct Classes {
     waiting: Bounded<Waiting>,
     curves: ReturnCurves,
     turnover: Turnover,
-    /// Sessions closed, and how many of them called again (a wrong hint).
+    /// Sessions closed.
     pub closes_heard: u64,
-    pub closes_taken_back: u64,
 }
 
 impl Default for Classes {
@@ -82,7 +81,6 @@ impl Default for Classes {
             curves: ReturnCurves::default(),
             turnover: Turnover::default(),
             closes_heard: 0,
-            closes_taken_back: 0,
         }
     }
 }
@@ -119,9 +117,8 @@ impl Classes {
     }
 
     fn arrived(&mut self, session: u64, at_us: u64) {
-        if self.closed.remove(session).is_some() {
-            self.closes_taken_back += 1;
-        }
+        // A closed session that calls again was closed by a wrong hint: it is open again.
+        self.closed.remove(session);
         if let Some(w) = self.waiting.remove(session) {
             let ms = at_us.saturating_sub(w.since_us) as f32 / 1000.0;
             self.curves.record(w.kind, w.tool, Some(ms));

@@ -49,16 +49,9 @@ const MARGIN: f64 = 0.002;
 const MIN_PAIRS: f64 = 10.0;
 const MAX_BACKOFF: u32 = 10;
 
-/// One block of a pair waiting to be settled.
-#[derive(Debug, Clone, Copy)]
-struct Pending {
-    /// The other block of the pair.
-    partner: u64,
-    /// The order that kept this block (the other evicted it, or would have).
-    kept_by: Order,
-    /// The guard's eviction count when the pair was made.
-    at: u64,
-}
+/// One block of a pair waiting to be settled: the pair's other block, the order that kept this
+/// one (the other evicted it, or would have), and the guard's eviction count when it was made.
+type Pending = (u64, Order, u64);
 
 /// The latest ranking, while its evictions come in.
 #[derive(Debug, Clone)]
@@ -173,10 +166,9 @@ impl Guard {
     }
 
     fn switch(&mut self, to: Order, now_us: u64) {
-        let e = self.evidence;
         let before = std::mem::replace(&mut self.follows, to);
         // Each order is judged afresh; pairs and the ranking in flight were the other regime's.
-        self.evidence = Evidence::default();
+        let e = std::mem::take(&mut self.evidence);
         self.ranking = None;
         self.pending.clear();
         if before == to {
@@ -222,10 +214,10 @@ impl Guard {
                 if let (Some(shadow_hit), Order::Learned) = (self.shadow.access(h), self.follows) {
                     self.shadowed(hit, shadow_hit, now_us);
                 }
-                if let Some(p) = self.pending.remove(h) {
-                    self.pending.remove(p.partner);
-                    if self.evictions - p.at <= self.horizon() {
-                        self.settle(p.kept_by, now_us);
+                if let Some((partner, kept_by, at)) = self.pending.remove(h) {
+                    self.pending.remove(partner);
+                    if self.evictions - at <= self.horizon() {
+                        self.settle(kept_by, now_us);
                     }
                 }
             }
@@ -272,7 +264,7 @@ impl Guard {
             // `h` is gone by the robust order's choice, `y` stays by it.
             let at = self.evictions;
             for (block, partner, kept_by) in [(h, y, Order::Learned), (y, h, Order::Robust)] {
-                self.pending.insert(block, Pending { partner, kept_by, at });
+                self.pending.insert(block, (partner, kept_by, at));
             }
         }
     }

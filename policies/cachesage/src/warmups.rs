@@ -175,11 +175,9 @@ impl Warmups {
 
     /// An agent's warm-up was used or lost: a loss doubles the agent's cooldown, a use resets it.
     fn resolved(&mut self, agent: u32, used: bool) {
-        if used {
-            self.lost_in_a_row.remove(&agent);
-        } else {
-            let lost = self.lost_in_a_row.entry(agent).or_default();
-            *lost = (*lost + 1).min(MAX_BACKOFF);
+        let lost = self.lost_in_a_row.remove(&agent).unwrap_or(0);
+        if !used {
+            self.lost_in_a_row.insert(agent, (lost + 1).min(MAX_BACKOFF));
         }
     }
 
