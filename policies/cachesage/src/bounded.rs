@@ -1,13 +1,11 @@
-//! The bounded tables, so that no traffic can grow the policy's state without limit.
+//! The bounded tables, so that no traffic can grow the policy's state without limit: [`Bounded`]
+//! forgets its oldest entries past a bound (every table of what the policy was told about
+//! sessions — closed, waiting, reported ended — and the guard's pending pairs is one), and
+//! [`make_room`] keeps the model's tables of agents and live sessions to theirs.
 //!
-//! [`Bounded`] forgets its oldest entries past a bound: every table of what the policy was told
-//! about sessions (closed, waiting, reported ended) and of the guard's pending pairs is one.
 //! Insertion order is kept as (key, stamp) pairs; an entry inserted again gets a new stamp, so
 //! its older pair is stale and skipped. Stale pairs are dropped once they outnumber the live
 //! entries, so the queue stays within twice the bound.
-//!
-//! The model's tables of agents and live sessions evict by what their entries say instead (the
-//! agent seen least recently, the session idle longest): [`make_room`].
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
@@ -34,7 +32,8 @@ impl Hasher for SpreadHasher {
 
 pub type Spread = BuildHasherDefault<SpreadHasher>;
 
-#[derive(Debug, Clone)]
+/// `Default`: a table that holds nothing, until it is made anew with a bound.
+#[derive(Debug, Clone, Default)]
 pub struct Bounded<V, S = std::collections::hash_map::RandomState> {
     map: HashMap<u64, (V, u64), S>,
     order: VecDeque<(u64, u64)>,
@@ -115,13 +114,6 @@ pub fn make_room<K: Copy + Eq + Hash, V, A: Ord>(
     let oldest = *map.iter().min_by_key(|(_, v)| age(v))?.0;
     map.remove(&oldest);
     Some(oldest)
-}
-
-/// An empty table that holds nothing, until it is made anew with a bound.
-impl<V, S: BuildHasher + Default> Default for Bounded<V, S> {
-    fn default() -> Self {
-        Self::new(0)
-    }
 }
 
 #[cfg(test)]

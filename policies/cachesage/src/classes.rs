@@ -36,9 +36,8 @@ pub const MAX_WAITING: usize = 65_536;
 /// keeping ahead of live content.
 const KEEP_IF_LIKELIER: f32 = 0.5;
 
-/// Scores below this are the closed class: a closed session's own block scores −2 − (the
-/// sessions closed after it, itself included) ≤ −3; an unlikely wait scores in [−2, −1.75) and
-/// the rest ≥ 0.
+/// Scores below this are the closed class ([`Classes::order`]: −2 − the sessions closed from it
+/// on, so ≤ −3); an unlikely wait scores at least −2, the rest at least 0.
 pub const CLOSED_BELOW: f32 = -2.5;
 
 /// Which order a ranking follows past the closed class.

@@ -1,11 +1,9 @@
 //! Everything about warm-ups (`act`): which anchor to warm, whether it is worth it, what earlier
 //! ones were worth, and which block accesses are the policy's own doing.
 //!
-//! **Which.** Among the live sessions' likely next calls (p ≥ `prefetch-threshold`, at least
-//! [`MIN_LEAD_MS`] away), the likeliest whose agent's anchor is not resident gets one warm-up —
-//! unless the engine has requests waiting (`warmup-max-queue`), the agent was warmed within
-//! `warmup-cooldown-ms`, or the budget is spent: warm-ups may prefill at most `warmup-budget` of
-//! the prompt tokens user requests bring.
+//! **Which.** Among the live sessions' likely next calls (at least [`MIN_LEAD_MS`] away), the
+//! likeliest whose agent's anchor is not resident gets one warm-up, within the limits the
+//! `prefetch-threshold` and `warmup-*` settings set: odds, queue, cooldown and budget.
 //!
 //! **Worth it.** A warm-up of `n` blocks pushes out the `n` lowest-ranked candidates of the
 //! latest ranking (the *frontier*), so it pays only if the anchor it brings is expected to be used

@@ -12,7 +12,6 @@
 //! so that the shape follows what the traffic does now. Kept in memory, not in snapshots: it is
 //! relearned in a few dozen calls.
 
-/// Bins: [0, 64 ms), [64, 128), …, [64·2¹⁹ ms, ∞).
 pub const BINS: usize = 21;
 const FIRST_EDGE_MS: f32 = 64.0;
 const HALVE_AT: u32 = 4096;
@@ -27,13 +26,9 @@ pub struct GapHistogram {
     never: u32,
 }
 
-/// The lower edge of bin `i` (ms).
+/// The lower edge of bin `i` (ms): the upper edge of the bin before.
 fn lower(i: usize) -> f32 {
-    if i == 0 {
-        0.0
-    } else {
-        FIRST_EDGE_MS * (1u64 << (i - 1)) as f32
-    }
+    i.checked_sub(1).map_or(0.0, upper)
 }
 
 /// The upper edge of bin `i` (ms); the last bin's is taken as twice its lower edge.

@@ -7,8 +7,9 @@
 //!   the agents' learned successors ([`agents`]), over when ([`forecast`]: the learned waits
 //!   ([`gaps`]) and service times along the path) — plus the rate at which new sessions start
 //!   using `a`, which slows as an application goes quiet.
-//! - **Content several sessions shared** (session 0): at most its agent's anchor rate, and no
-//!   more than its own recency says (`1 / age`): only some sessions want it.
+//! - **Content several sessions shared** (session 0): reused only when its agent runs — at most
+//!   its anchor's rate — and only by the sessions that want that content, which nothing here
+//!   counts: its own recency (`1 / age`) estimates that share.
 //! - **A session's own content**: the same sum over that session's paths back to the block's
 //!   agent, times the chance the next call carries the block forward (continuity); a request of
 //!   that agent in flight makes it imminent; a reported end makes it worth what ended sessions'
@@ -49,9 +50,7 @@ const PREDICT_PER_SESSION: usize = 3;
 pub struct Model {
     /// `k`, `prior` and the tables' sizes.
     settings: Settings,
-    /// At most `max-agents`; a new agent beyond that replaces the one seen least recently.
     agents: Agents,
-    /// At most `max-sessions`; a new session beyond that replaces the one idle longest.
     sessions: Sessions,
     /// Sessions reported ended, the latest ends kept, and how many of the ends reported were
     /// followed by another call of the session (with `serve`, an end is silence: some come back).
@@ -314,9 +313,6 @@ impl Model {
                     return anchor;
                 }
                 if item.session == 0 {
-                    // Content several sessions shared is reused only when its agent runs — at
-                    // most the anchor's rate — and only by the sessions that want that content,
-                    // which nothing here counts: its own recency estimates that share.
                     return clock.map_or(anchor, |c| anchor.min(c.recency_rate(item.last_access)));
                 }
                 let (s, weight) = match (self.sessions.get(&item.session), self.ended.get(item.session)) {

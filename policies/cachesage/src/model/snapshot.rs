@@ -57,15 +57,11 @@ pub fn write(m: &Model, now_us: u64) -> Vec<u8> {
     let kept = sessions.len().min(room);
     w.u32(kept as u32);
     for s in &sessions[..kept] {
-        let finished = if s.in_flight > 0 {
-            RUNNING
-        } else {
-            ms_before(now_us, s.finished_us)
-        };
+        let finished = (s.in_flight == 0).then(|| ms_before(now_us, s.finished_us));
         w.u64(s.id)
             .u32(s.agent)
             .u32(ms_before(now_us, s.arrived_us))
-            .u32(finished)
+            .u32(finished.unwrap_or(RUNNING))
             .u16(s.in_flight)
             .u32(s.prompt_tokens);
     }
