@@ -54,7 +54,7 @@ const MAX_BACKOFF: u32 = 10;
 type Pending = (u64, Order, u64);
 
 /// The latest ranking, while its evictions come in.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 struct Ranking {
     /// Candidates in the closed class: evicted by either order first.
     closed: Set,
@@ -296,25 +296,20 @@ impl Guard {
             .zip(&robust)
             .filter(|(_, &s)| s < CLOSED_BELOW)
             .map(|(i, _)| i.key);
-        // Pairs are the robust regime's evidence: while the learned order ranks, `evicted` reads
-        // the closed class alone.
-        let (active_first, other_order) = match self.follows {
-            Order::Robust => (
-                evict_first(&robust).into_iter().collect(),
-                evict_first(&learned).into_iter(),
-            ),
-            Order::Learned => Default::default(),
-        };
-        self.ranking = Some(Ranking {
+        let mut ranking = Ranking {
             closed: closed.collect(),
-            active_first,
-            other_order,
-            gone: Set::default(),
-        });
-        match self.follows {
-            Order::Robust => robust,
-            Order::Learned => learned,
+            ..Ranking::default()
+        };
+        if self.follows == Order::Learned {
+            // Pairs are the robust regime's evidence: while the learned order ranks, `evicted`
+            // reads the closed class alone.
+            self.ranking = Some(ranking);
+            return learned;
         }
+        ranking.active_first = evict_first(&robust).into_iter().collect();
+        ranking.other_order = evict_first(&learned).into_iter();
+        self.ranking = Some(ranking);
+        robust
     }
 }
 

@@ -113,23 +113,19 @@ impl AgentStats {
             s.count += 1;
             let alpha = 1.0 / f32::from(s.count.min(16));
             s.gap_ms += alpha * (gap_ms - s.gap_ms);
+        } else if let Some(lightest) = self
+            .successors
+            .iter_mut()
+            .min_by_key(|s| s.count)
+            .filter(|s| s.count <= 1)
+        {
+            *lightest = Successor {
+                agent: next,
+                count: 1,
+                gap_ms,
+            };
         } else {
-            let lightest = self
-                .successors
-                .iter_mut()
-                .min_by_key(|s| s.count)
-                .expect("rows are never empty");
-            if lightest.count <= 1 {
-                *lightest = Successor {
-                    agent: next,
-                    count: 1,
-                    gap_ms,
-                };
-            } else {
-                for s in &mut self.successors {
-                    s.count -= 1;
-                }
-            }
+            self.successors.iter_mut().for_each(|s| s.count -= 1);
         }
         self.age_row();
     }

@@ -187,7 +187,7 @@ impl Model {
     }
 
     fn learn_finish(&mut self, r: &RequestFinish) {
-        let Some(s) = self.sessions.get(&r.session).copied() else {
+        let Some(s) = self.sessions.get_mut(&r.session) else {
             // Reported ended while its call ran (silence is measured from the last arrival or
             // finish): the call is over now.
             if let Some(s) = self.ended.get_mut(r.session) {
@@ -201,9 +201,7 @@ impl Model {
                 a.learn_service(ms);
             }
         }
-        if let Some(s) = self.sessions.get_mut(&r.session) {
-            s.finish(r.at_us);
-        }
+        s.finish(r.at_us);
         self.rates_stale = true;
     }
 
