@@ -140,7 +140,7 @@ impl Model {
 
     fn forget(&mut self, dropped: Option<u32>) -> Option<u32> {
         let agent = dropped?;
-        // Sessions whose latest call was its, live or reported ended, go with it.
+        // The sessions whose latest call was the dropped agent's go with it, live or ended.
         self.sessions.retain(|_, s| s.agent != agent);
         self.ended.retain(|s| s.agent != agent);
         Some(agent)
