@@ -3,6 +3,13 @@
 
     python3 sim/scripts/hints_md.py target/hints > table.md
     python3 sim/scripts/hints_md.py target/hints --json > docs/data/results/hints.json   # docs/results.md's table
+    python3 sim/scripts/hints_md.py target/hints --seeds target/hints-s2 target/hints-s3 --json \
+        > docs/data/results/hints-cc100-seeds.json      # cc100's rows over three import seeds
+
+`--seeds`: the folders where hints.sh replayed cc100 imported with `sim import … --seed N`; the
+table gives, per cc100 row, LRU's and Bélády's hit %, every other policy's share of the gap, and
+CacheSage's hit % minus closed-first's (LRU's without hints), seed by seed (the first folder is
+seed 1).
 
 One row per (trace, capacity, load, hints told, coverage): LRU and Bélády from the same (trace,
 capacity, load)'s `none` row (they hear no hints), closed-first's (LRU itself in a `none` row),
@@ -34,7 +41,49 @@ def share(x, lru, bel):
     return f"{(x - lru) / gap * 100:.0f} %" if gap > 0.001 else "–"
 
 
+def seeds_table(folders):
+    """cc100's rows, seed by seed: LRU's and Bélády's hit %, the others' share of the gap, and
+    CacheSage against closed-first (LRU in a `none` row) in percentage points."""
+    runs = [{(unit[1], hints, coverage): d["policies"] for unit, hints, coverage, d in rows(f) if unit[0] == "cc100"}
+            for f in folders]
+    out = []
+    for frac, hints, coverage in sorted(runs[0], key=lambda k: (k[0], list(HINTS).index(k[1]), -k[2])):
+        if not all((frac, hints, coverage) in r and (frac, "none", 1.0) in r for r in runs):
+            continue
+        cells = {"LRU": [], "Bélády": [], "closed-first": [], "session": [], "CacheSage": [], "vs": []}
+        for r in runs:
+            p, base = r[(frac, hints, coverage)], r[(frac, "none", 1.0)]
+            lru, bel = base["lru"]["hit_rate"], base["belady"]["hit_rate"]
+            cells["LRU"].append(f"{lru * 100:.1f}")
+            cells["Bélády"].append(f"{bel * 100:.1f}")
+            closed = p["closed-first"]["hit_rate"] if "closed-first" in p else None
+            cells["closed-first"].append(share(closed, lru, bel) if closed is not None else "(= LRU)")
+            cells["session"].append(share(p["session-retain"]["hit_rate"], lru, bel))
+            cells["CacheSage"].append(share(p["cachesage"]["hit_rate"], lru, bel))
+            cells["vs"].append(f"{(p['cachesage']['hit_rate'] - (closed if closed is not None else lru)) * 100:+.2f}")
+        shares = ("closed-first", "session", "CacheSage")
+        joined = {k: " / ".join(x.removesuffix(" %") if k in shares else x for x in v) + (" %" if k in shares else "")
+                  for k, v in cells.items()}
+        joined = {k: v.replace("-", "−") for k, v in joined.items()}
+        if hints != "none":
+            joined["LRU"] = joined["Bélády"] = ""
+        if joined["closed-first"].startswith("(= LRU)"):
+            joined["closed-first"] = "(= LRU)"
+        out.append([f"{frac * 100:g} %", HINTS[hints], "–" if hints == "none" else f"{coverage * 100:.0f} %"]
+                   + [joined[k] for k in cells])
+    emit(["cc100", "hints", "coverage", "LRU", "Bélády", "closed-first", "session", "CacheSage",
+          "CacheSage − closed-first, pp"], 3, out,
+         "HINTS_UNITS=\"cc100 …\" bash sim/eval/hints.sh KV_CACHE_TESTER/traces MOONCAKE/FAST25-release/traces "
+         "target/hints-sN, cc100.jsonl there imported with `sim import … --seed N`; python3 sim/scripts/hints_md.py "
+         "target/hints --seeds target/hints-s2 target/hints-s3 --json > docs/data/results/hints-cc100-seeds.json",
+         "cc100 as imported, 8 users, seeds 1 / 2 / 3")
+
+
 def main():
+    if "--seeds" in sys.argv:
+        at = sys.argv.index("--seeds")
+        seeds = [a for a in sys.argv[at + 1:] if not a.startswith("--")]
+        return seeds_table([Path(sys.argv[1])] + [Path(f) for f in seeds])
     folder = Path(sys.argv[1])
     all_rows = list(rows(folder))
     base = {unit: d["policies"] for unit, hints, _, d in all_rows if hints == "none"}
