@@ -102,8 +102,9 @@ def main():
         closed = p["closed-first"]["hit_rate"] if "closed-first" in p else lru
         cells = [trace, f"{frac * 100:g} % ({d['capacity_blocks']:,})", LOADS.get(load, load),
                  f"{b['lru']['utilisation'] * 100:.0f} %", HINTS[hints], f"{coverage * 100:.0f} %",
-                 f"{lru * 100:.1f}", f"{closed * 100:.1f}", f"{sess * 100:.1f}", f"{sage * 100:.1f}",
-                 f"{bel * 100:.1f}", share(closed, lru, bel), share(sess, lru, bel), share(sage, lru, bel),
+                 f"{lru * 100:.1f}", "(= LRU)" if hints == "none" else f"{closed * 100:.1f}", f"{sess * 100:.1f}", f"{sage * 100:.1f}",
+                 f"{bel * 100:.1f}", "–" if hints == "none" else share(closed, lru, bel), share(sess, lru, bel),
+                 share(sage, lru, bel),
                  f"{(sage - lru) * 100:+.1f}"]
         out.append(cells)
     emit(head, 6, out, "bash sim/eval/hints.sh KV_CACHE_TESTER/traces MOONCAKE/FAST25-release/traces target/hints; "
