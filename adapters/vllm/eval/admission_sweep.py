@@ -113,7 +113,7 @@ def main() -> None:
                 longest = max([longest, *(c.prompt_tokens for c in result.calls)])
                 s = result.summary()
                 say(f"{n} programs, {name}: {s['calls_per_min']} calls/min, hit {s['hit_rate']}, "
-                    f"p99 {s['latency_p99_s']} s, {s['failed']} failed, holds {held}")
+                    f"p99 {s['latency_p99_s']} s, {agent_programs.failures_said(s)}, holds {held}")
                 direct_rate = direct_rate or s["calls_per_min"]
                 rows.append([str(n), name, f"{s['calls_per_min']:.0f}", f"{s['calls_per_min'] / direct_rate:.2f}×",
                              f"{s['hit_rate']:.2f}", f"{s['latency_p50_s']:.2f}", f"{s['latency_p99_s']:.2f}",

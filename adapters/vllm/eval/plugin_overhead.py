@@ -53,7 +53,7 @@ def sweep(name: str, base: str, concurrencies: list[int], repeats: int) -> dict[
             reset_prefix_cache(base)
             s = agent_programs.run(base, n, seed=n, **LOAD).summary()
             say(f"{n} programs, {name}, run {r + 1}/{repeats}: {s['calls_per_min']} calls/min, hit {s['hit_rate']}, "
-                f"p99 {s['latency_p99_s']} s, {s['failed']} failed")
+                f"p99 {s['latency_p99_s']} s, {agent_programs.failures_said(s)}")
             runs.append(s)
         runs.sort(key=lambda s: s["calls_per_min"])
         out[n] = dict(runs[len(runs) // 2], low=runs[0]["calls_per_min"], high=runs[-1]["calls_per_min"])

@@ -22,11 +22,14 @@ OpenAI-compatible URL::
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import random
+import socket
 import statistics
 import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -55,6 +58,8 @@ class Call:
     prompt_tokens: int
     cached_tokens: int
     ended_s: float = 0.0  # from the run's start
+    # Why a call failed, in a few words (``failure_kind``); empty for an answered one.
+    error: str = ""
 
 
 @dataclass
@@ -82,6 +87,11 @@ class Result:
             "programs": self.programs,
             "calls": len(self.calls),
             "failed": len(self.calls) - len(answered),
+            # What the failed calls died of, and after how long at most: a client's read timeout
+            # (``timeout``: no byte for that long, as a call held in a proxy's queue sees it)
+            # reads differently from an HTTP error.
+            "failures": {kind: {"calls": len(lat), "longest_s": round(max(lat), 1)}
+                         for kind, lat in failure_latencies(self.calls).items()},
             "wall_s": round(self.wall_s, 2),
             "window_s": round(window, 2),
             "calls_per_min": round(60 * len(ok) / window, 1) if window else 0.0,
@@ -90,6 +100,33 @@ class Result:
             "latency_p99_s": round(q(0.99), 3),
             "ttft_p50_s": round(statistics.median([c.ttft_s for c in ok] or [0.0]), 3),
         }
+
+
+def failure_kind(error: BaseException) -> str:
+    """A failed call's cause in a few words: ``timed out`` (the client's read or connect timeout),
+    ``HTTP <status>``, ``refused`` or the exception's type."""
+    if isinstance(error, urllib.error.HTTPError):
+        return f"HTTP {error.code}"
+    reason = error.reason if isinstance(error, urllib.error.URLError) else error
+    if isinstance(reason, (TimeoutError, socket.timeout)):
+        return "timed out"
+    if isinstance(reason, ConnectionRefusedError):
+        return "refused"
+    return type(reason).__name__
+
+
+def failure_latencies(calls: list[Call]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = collections.defaultdict(list)
+    for c in calls:
+        if not c.ok:
+            out[c.error].append(c.latency_s)
+    return dict(out)
+
+
+def failures_said(summary: dict) -> str:
+    """``summary``'s failures for a progress line: ``N failed`` and, when any, of what."""
+    kinds = ", ".join(f"{kind} ×{f['calls']} (longest {f['longest_s']} s)" for kind, f in summary["failures"].items())
+    return f"{summary['failed']} failed" + (f": {kinds}" if kinds else "")
 
 
 def post(url: str, body: dict, headers: dict[str, str], timeout: float) -> urllib.request.addinfourl:
@@ -103,6 +140,7 @@ def one_call(base: str, body: dict, headers: dict[str, str], timeout: float) -> 
     started = time.monotonic()
     ttft = None
     usage = {}
+    error = ""
     try:
         with post(base + "/v1/chat/completions", body, headers, timeout) as reply:
             for raw in reply:
@@ -114,12 +152,12 @@ def one_call(base: str, body: dict, headers: dict[str, str], timeout: float) -> 
                 event = json.loads(line[6:])
                 usage = event.get("usage") or usage
         ok = True
-    except Exception:  # noqa: BLE001  (a failed call is counted, not raised)
-        ok = False
+    except Exception as e:  # noqa: BLE001  (a failed call is counted, not raised)
+        ok, error = False, failure_kind(e)
     latency = time.monotonic() - started
     details = usage.get("prompt_tokens_details") or {}
     return Call(ok, latency, ttft if ttft is not None else latency, usage.get("prompt_tokens", 0),
-                details.get("cached_tokens") or 0)
+                details.get("cached_tokens") or 0, error=error)
 
 
 def program(base: str, index: int, turns: int, rng: random.Random, *, pause: tuple[float, float],
