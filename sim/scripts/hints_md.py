@@ -56,19 +56,20 @@ def seeds_table(folders):
             lru, bel = base["lru"]["hit_rate"], base["belady"]["hit_rate"]
             cells["LRU"].append(f"{lru * 100:.1f}")
             cells["Bélády"].append(f"{bel * 100:.1f}")
-            closed = p["closed-first"]["hit_rate"] if "closed-first" in p else None
-            cells["closed-first"].append(share(closed, lru, bel) if closed is not None else "(= LRU)")
+            # Without hints closed-first is LRU exactly, so a `none` row does not run it.
+            closed = p.get("closed-first", base["lru"])["hit_rate"]
+            cells["closed-first"].append(share(closed, lru, bel))
             cells["session"].append(share(p["session-retain"]["hit_rate"], lru, bel))
             cells["CacheSage"].append(share(p["cachesage"]["hit_rate"], lru, bel))
-            cells["vs"].append(f"{(p['cachesage']['hit_rate'] - (closed if closed is not None else lru)) * 100:+.2f}")
+            cells["vs"].append(f"{(p['cachesage']['hit_rate'] - closed) * 100:+.2f}")
         shares = ("closed-first", "session", "CacheSage")
         joined = {k: " / ".join(x.removesuffix(" %") if k in shares else x for x in v) + (" %" if k in shares else "")
                   for k, v in cells.items()}
         joined = {k: v.replace("-", "−") for k, v in joined.items()}
-        if hints != "none":
-            joined["LRU"] = joined["Bélády"] = ""
-        if joined["closed-first"].startswith("(= LRU)"):
+        if hints == "none":
             joined["closed-first"] = "(= LRU)"
+        else:
+            joined["LRU"] = joined["Bélády"] = ""
         out.append([f"{frac * 100:g} %", HINTS[hints], "–" if hints == "none" else f"{coverage * 100:.0f} %"]
                    + [joined[k] for k in cells])
     emit(["cc100", "hints", "coverage", "LRU", "Bélády", "closed-first", "session", "CacheSage",
@@ -102,7 +103,8 @@ def main():
         closed = p["closed-first"]["hit_rate"] if "closed-first" in p else lru
         cells = [trace, f"{frac * 100:g} % ({d['capacity_blocks']:,})", LOADS.get(load, load),
                  f"{b['lru']['utilisation'] * 100:.0f} %", HINTS[hints], f"{coverage * 100:.0f} %",
-                 f"{lru * 100:.1f}", "(= LRU)" if hints == "none" else f"{closed * 100:.1f}", f"{sess * 100:.1f}", f"{sage * 100:.1f}",
+                 f"{lru * 100:.1f}", "(= LRU)" if hints == "none" else f"{closed * 100:.1f}",
+                 f"{sess * 100:.1f}", f"{sage * 100:.1f}",
                  f"{bel * 100:.1f}", "–" if hints == "none" else share(closed, lru, bel), share(sess, lru, bel),
                  share(sage, lru, bel),
                  f"{(sage - lru) * 100:+.1f}"]

@@ -88,7 +88,7 @@ class Result:
             "calls": len(self.calls),
             "failed": len(self.calls) - len(answered),
             # What the failed calls died of, and after how long at most: a client's read timeout
-            # (``timeout``: no byte for that long, as a call held in a proxy's queue sees it)
+            # (``timed out``: no byte for that long, as a call held in a proxy's queue sees it)
             # reads differently from an HTTP error.
             "failures": {kind: {"calls": len(lat), "longest_s": round(max(lat), 1)}
                          for kind, lat in failure_latencies(self.calls).items()},
