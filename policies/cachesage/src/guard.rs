@@ -13,8 +13,9 @@
 //!
 //! **While the robust order ranks**, the engine is its own shadow, and the evidence for the learned
 //! order is its disagreements: where the engine evicts `x` and the learned order would have evicted
-//! `y` instead (the guard replays it on the same candidates, one victim per eviction), Bélády's rule
-//! says the block asked for again first should have been kept. Block hashes name content, so a
+//! `y` instead (the guard replays it on the same candidates, one victim per eviction, and a block
+//! its victim once until it is asked for again), Bélády's rule says the block asked for again first
+//! should have been kept. Block hashes name content, so a
 //! request for either is seen whether or not it is still cached, and the first of the two asked for
 //! settles the pair for the order that kept it. The learned order ranks again once it leads by
 //! more than the noise; where the model knows nothing the orders agree and no pair is made. Pairs
@@ -93,6 +94,11 @@ pub struct Guard {
     learned_since: u64,
     ranking: Option<Ranking>,
     pending: Bounded<Pending, Spread>,
+    /// Blocks the replayed learned order has evicted, until a request asks for them again: in
+    /// the learned order's cache they are gone, so one block is its victim once — not the
+    /// partner of every robust victim while it stays lowest in ranking after ranking, which would
+    /// credit it with a win each time one of them is asked for.
+    replayed: Bounded<(), Spread>,
     shadow: Shadow,
 }
 
@@ -102,6 +108,7 @@ impl Guard {
         Self {
             enabled,
             pending: Bounded::new(MIN_PENDING),
+            replayed: Bounded::new(MIN_PENDING),
             ..Self::default()
         }
     }
@@ -117,6 +124,7 @@ impl Guard {
             self.total_blocks = u64::from(blocks);
             let max = (2 * TURNOVERS as usize * blocks as usize).clamp(MIN_PENDING, MAX_PENDING);
             self.pending = Bounded::new(max);
+            self.replayed = Bounded::new(max);
             self.shadow.resize(blocks as usize);
         }
     }
@@ -171,6 +179,7 @@ impl Guard {
         let e = std::mem::take(&mut self.evidence);
         self.ranking = None;
         self.pending.clear();
+        self.replayed.clear();
         if before == to {
             return;
         }
@@ -204,6 +213,8 @@ impl Guard {
         match block.op {
             BlockOp::Stored | BlockOp::Touched => {
                 let hit = block.op == BlockOp::Touched;
+                // Asked for again: back in the learned order's cache too.
+                self.replayed.remove(h);
                 if let (true, Some(r)) = (hit, &mut self.ranking) {
                     // It left the free queue: the other order can no longer evict it.
                     r.gone.insert(h);
@@ -256,12 +267,22 @@ impl Guard {
             return;
         }
         r.gone.insert(h);
-        // The other order's next victim still here, or `h` itself where the two agree.
-        let Some(y) = r.other_order.find(|&y| y == h || !r.gone.contains(&y)) else {
+        if self.replayed.remove(h).is_some() {
+            // The learned order evicted it already: on `h` the two caches agree again.
+            return;
+        }
+        // The other order's next victim still here (in both caches), or `h` itself where the two
+        // agree.
+        let replayed = &self.replayed;
+        let Some(y) = r
+            .other_order
+            .find(|&y| y == h || !(r.gone.contains(&y) || replayed.contains(y)))
+        else {
             return;
         };
         if y != h {
             // `h` is gone by the robust order's choice, `y` stays by it.
+            self.replayed.insert(y, ());
             let at = self.evictions;
             for (block, partner, kept_by) in [(h, y, Order::Learned), (y, h, Order::Robust)] {
                 self.pending.insert(block, (partner, kept_by, at));

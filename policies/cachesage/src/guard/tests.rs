@@ -171,3 +171,28 @@ fn a_pair_settles_once_after_its_ranking_is_gone_and_not_after_its_horizon() {
         "too late to say which was needed first: {e:?}"
     );
 }
+
+#[test]
+fn a_block_the_learned_order_would_evict_is_its_victim_once_until_it_is_asked_for_again() {
+    let mut g = robust(100);
+    // Ranking after ranking, the learned order would evict the same block `B` (it stays lowest);
+    // the engine evicts a different old block each time, and each is asked for again.
+    const B: u64 = 1;
+    let round = |g: &mut Guard, a: u64| {
+        g.choose(&[gpu_block(a, a), gpu_block(B, B)], vec![0.0, 1.0], vec![1.0, 0.0]);
+        g.observe_block(&event(BlockOp::Removed, a), true, 0);
+        g.observe_block(&event(BlockOp::Stored, a), true, 0);
+    };
+    for a in (10..200).step_by(10) {
+        round(&mut g, a);
+    }
+    assert_eq!(
+        (g.evidence.learned.round(), g.follows()),
+        (1.0, Order::Robust),
+        "evicting B once keeps one block, not every block evicted while B stayed"
+    );
+    // B asked for: back in the learned order's cache, its victim again at the next ranking.
+    g.observe_block(&event(BlockOp::Touched, B), true, 0);
+    round(&mut g, 500);
+    assert_eq!(g.evidence.learned.round(), 2.0);
+}
