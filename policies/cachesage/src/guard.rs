@@ -15,11 +15,11 @@
 //! order is its disagreements: where the engine evicts `x` and the learned order would have evicted
 //! `y` instead (the guard replays it on the same candidates, one victim per eviction, and a block
 //! its victim once until it is asked for again), Bélády's rule says the block asked for again first
-//! should have been kept. Block hashes name content, so a
-//! request for either is seen whether or not it is still cached, and the first of the two asked for
-//! settles the pair for the order that kept it. The learned order ranks again once it leads by
-//! more than the noise; where the model knows nothing the orders agree and no pair is made. Pairs
-//! and evidence last about [`TURNOVERS`] turnovers, and the evidence starts afresh at every switch.
+//! should have been kept. Block hashes name content, so a request for either is seen whether or
+//! not it is still cached, and the first of the two asked for settles the pair for the order that
+//! kept it. The learned order ranks again once it leads by more than the noise; where the model
+//! knows nothing the orders agree and no pair is made. Pairs and evidence last about
+//! [`TURNOVERS`] turnovers, and the evidence starts afresh at every switch.
 
 use std::collections::HashSet;
 
