@@ -8,8 +8,8 @@
 //! **While the learned order ranks**, a [`Shadow`] of the robust one runs on the same block
 //! accesses; the engine's hits minus the shadow's, over the sampled accesses since the learned
 //! order took over, is the regret, and past the margin and the noise the robust order ranks. A
-//! shadow counts what matters in a prefix cache — hits, a block behind a missing one being a
-//! miss — which no comparison of single evictions does.
+//! shadow counts hits, which no comparison of single evictions does; the margin is its noise (a
+//! plain LRU of blocks, it is blind to prefixes and to vLLM's tail-first freeing).
 //!
 //! **While the robust order ranks**, the engine is its own shadow, and the evidence for the learned
 //! order is its disagreements: where the engine evicts `x` and the learned order would have evicted
