@@ -102,11 +102,18 @@ class Result:
         }
 
 
+class StreamError(Exception):
+    """An error event in a stream whose status was 200 (``data: {"error": …}``)."""
+
+
 def failure_kind(error: BaseException) -> str:
     """A failed call's cause in a few words: ``timed out`` (the client's read or connect timeout),
-    ``HTTP <status>``, ``refused`` or the exception's type."""
+    ``HTTP <status>``, ``error event`` (a stream that ended in an error: a held stream's status is
+    sent before its call goes), ``refused`` or the exception's type."""
     if isinstance(error, urllib.error.HTTPError):
         return f"HTTP {error.code}"
+    if isinstance(error, StreamError):
+        return "error event"
     reason = error.reason if isinstance(error, urllib.error.URLError) else error
     if isinstance(reason, (TimeoutError, socket.timeout)):
         return "timed out"
@@ -150,6 +157,8 @@ def one_call(base: str, body: dict, headers: dict[str, str], timeout: float) -> 
                 if ttft is None:
                     ttft = time.monotonic() - started
                 event = json.loads(line[6:])
+                if event.get("error"):
+                    raise StreamError(event["error"])
                 usage = event.get("usage") or usage
         ok = True
     except Exception as e:  # noqa: BLE001  (a failed call is counted, not raised)

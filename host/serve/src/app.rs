@@ -262,9 +262,7 @@ impl App {
         let upstream = Upstream::new(&config.upstream, config.upstream_api_key, config.limits.clone());
         let tenants = Arc::new(config.tenants);
         let replicas = ReplicaRouting::from_args(&config.replicas, Tokenizer::new(upstream.clone()))?;
-        let working_set = config
-            .working_set
-            .map(|options| SessionAdmission::new(options.settings, clock, options.capacity_tokens));
+        let working_set = config.working_set.map(|options| SessionAdmission::new(options, clock));
         let engine = EngineAdapters::start(
             &config.engine,
             &tenants,

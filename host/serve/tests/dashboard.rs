@@ -105,6 +105,7 @@ async fn every_series_the_dashboard_queries_is_on_metrics() {
         working_set: Some(agentrt_serve::engine::admission::WorkingSetOptions {
             settings: Default::default(),
             capacity_tokens: Some(16_000),
+            keepalive: None,
         }),
         eviction_socket: Some(sockets.path().join("evict.sock")),
         // A share of the engine's cache, so its per-tenant series are exposed too.

@@ -44,6 +44,8 @@ const SESSIONS: usize = 12;
 const CALLS: usize = 6;
 const PAUSE: Duration = Duration::from_millis(200);
 const PROMPT_CHARS: usize = 8_000;
+/// A held stream hears from the proxy this often.
+const KEEPALIVE: Duration = Duration::from_millis(100);
 
 #[derive(Clone)]
 struct Engine {
@@ -125,6 +127,7 @@ async fn proxy_for_tenants(
                 ..Default::default()
             },
             capacity_tokens: None,
+            keepalive: Some(KEEPALIVE),
         }),
         keys,
         ..Setup::new("lru")
@@ -134,9 +137,17 @@ async fn proxy_for_tenants(
     (proxy, calls)
 }
 
-/// Every session's calls, a pause between two, the last saying the session is closed; each
-/// call's status and whether its stream ended with `[DONE]`.
-async fn run_sessions(url: &str) -> Vec<(u16, bool)> {
+/// What a call came back with: its status, whether its stream ended with `[DONE]`, and whether
+/// the proxy kept it alive while it was held (SSE comment lines before the first event).
+#[derive(Debug, Clone, Copy)]
+struct Answer {
+    status: u16,
+    done: bool,
+    kept_alive: bool,
+}
+
+/// Every session's calls, a pause between two, the last saying the session is closed.
+async fn run_sessions(url: &str) -> Vec<Answer> {
     let client = reqwest::Client::new();
     let mut tasks = Vec::new();
     for s in 0..SESSIONS {
@@ -162,7 +173,12 @@ async fn run_sessions(url: &str) -> Vec<(u16, bool)> {
                 let reply = request.json(&body).send().await.unwrap();
                 let status = reply.status().as_u16();
                 let text = reply.text().await.unwrap_or_default();
-                results.push((status, text.contains("data: [DONE]")));
+                let first_event = text.find("data: ").unwrap_or(text.len());
+                results.push(Answer {
+                    status,
+                    done: text.ends_with("data: [DONE]\n\n"),
+                    kept_alive: text[..first_event].lines().any(|l| l.starts_with(": ")),
+                });
                 tokio::time::sleep(PAUSE).await;
             }
             results
@@ -218,8 +234,8 @@ async fn past_the_cache_sessions_are_held_where_prefill_costs_and_never_where_it
     let page = metrics(&url).await;
     assert_eq!(results.len(), SESSIONS * CALLS);
     assert!(
-        results.iter().all(|&(status, done)| status == 200 && done),
-        "every call answered whole: {results:?}"
+        results.iter().all(|a| a.status == 200 && a.done),
+        "every call answered whole, kept alive or not: {results:?}"
     );
     assert_eq!(
         calls.load(Relaxed),
@@ -242,12 +258,23 @@ async fn past_the_cache_sessions_are_held_where_prefill_costs_and_never_where_it
         longest <= max_hold.as_secs_f64() + 1.5,
         "a held call waited {longest} s, past its bound of {max_hold:?}"
     );
+    // A held streamed call heard from the proxy while it waited, once it waited past the interval.
+    let kept_alive = results.iter().filter(|a| a.kept_alive).count();
+    let interval = KEEPALIVE.as_secs_f64();
+    assert!(
+        kept_alive as f64 <= holds
+            && (longest < 2.0 * interval || kept_alive > 0)
+            && (longest > interval || kept_alive == 0),
+        "{kept_alive} calls kept alive, {holds} holds, the longest {longest} s"
+    );
     // Every session closed with its last call: none is left in the ledger, held or resident.
     for state in ["held", "resident"] {
         let line = format!("agentrt_admission_sessions{{state=\"{state}\"}} 0");
         assert!(page.contains(&line), "{line}:\n{page}");
     }
-    eprintln!("prefill priced: {holds} holds, {resumes} resumes, longest hold {longest:.2} s, {took:?}");
+    eprintln!(
+        "prefill priced: {holds} holds, {resumes} resumes, longest hold {longest:.2} s, {kept_alive} calls kept alive, {took:?}"
+    );
 
     // Prefill nearly free (the tiny model on CPU): holding never pays, nothing is held.
     let (p, calls) = proxy(Duration::from_nanos(100), BYTES_OVER_4, max_hold).await;
@@ -256,7 +283,7 @@ async fn past_the_cache_sessions_are_held_where_prefill_costs_and_never_where_it
     let results = run_sessions(&url).await;
     let page = metrics(&url).await;
     assert!(
-        results.iter().all(|&(status, done)| status == 200 && done),
+        results.iter().all(|a| a.status == 200 && a.done && !a.kept_alive),
         "{results:?}"
     );
     assert_eq!(calls.load(Relaxed), (SESSIONS * CALLS) as u64);

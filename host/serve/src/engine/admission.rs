@@ -569,6 +569,12 @@ pub struct AdmissionArgs {
     /// cache. A session's first call waits at most 30 s.
     #[arg(long, default_value_t = 600_000)]
     pub session_max_hold_ms: u64,
+    /// A streamed call still held after this many ms (--session-admission) is answered at once
+    /// (200, an event stream) and sent an SSE comment at this interval while it waits, so that
+    /// no client read timeout ends it; the upstream's stream follows. 0: held calls send nothing
+    /// until they go.
+    #[arg(long, default_value_t = 15_000)]
+    pub session_hold_keepalive_ms: u64,
 }
 
 /// `--session-admission`.
@@ -587,6 +593,8 @@ pub struct WorkingSetOptions {
     pub settings: agentrt_admission::Settings,
     /// `--kv-capacity-tokens`; `None`: read from the upstream.
     pub capacity_tokens: Option<u64>,
+    /// `--session-hold-keepalive-ms`; `None`: off.
+    pub keepalive: Option<Duration>,
 }
 
 impl AdmissionArgs {
@@ -640,6 +648,8 @@ impl AdmissionArgs {
                 ..defaults
             },
             capacity_tokens: self.kv_capacity_tokens,
+            keepalive: (self.session_hold_keepalive_ms > 0)
+                .then(|| Duration::from_millis(self.session_hold_keepalive_ms)),
         }))
     }
 }

@@ -36,14 +36,13 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use agentrt_admission::{
-    Answered, Arrival, Candidate, CapacityReport, EngineNow, EvictionClass, Settings, Verdict, WorkingSet,
-};
+use agentrt_admission::{Answered, Arrival, Candidate, CapacityReport, EngineNow, EvictionClass, Verdict, WorkingSet};
 use agentrt_exposition::{Exposition, Report};
 use agentrt_runtime::types::{EndReason, Event, Item};
 use tokio::sync::{oneshot, Notify};
 
 use crate::clock::Clock;
+use crate::engine::admission::WorkingSetOptions;
 use crate::engine::prompt_scale::PromptScale;
 use crate::engine::upstream::Upstream;
 use crate::identity::agent_api::Usage;
@@ -65,6 +64,8 @@ pub struct SessionAdmission {
     due: Notify,
     /// `--kv-capacity-tokens`: the upstream's `/metrics` is not read.
     fixed_capacity: Option<u64>,
+    /// `--session-hold-keepalive-ms`.
+    keepalive: Option<Duration>,
 }
 
 struct Inner {
@@ -189,9 +190,14 @@ impl LedgerCall {
 }
 
 impl SessionAdmission {
-    /// Working-set admission with `settings`, its events stamped by `clock`; the capacity is
-    /// `fixed_capacity` tokens, else read from the upstream once [`Self::start`] runs.
-    pub fn new(settings: Settings, clock: Clock, fixed_capacity: Option<u64>) -> Arc<Self> {
+    /// Working-set admission as `options` say, its events stamped by `clock`; the capacity is
+    /// `--kv-capacity-tokens`, else read from the upstream once [`Self::start`] runs.
+    pub fn new(options: WorkingSetOptions, clock: Clock) -> Arc<Self> {
+        let WorkingSetOptions {
+            settings,
+            capacity_tokens: fixed_capacity,
+            keepalive,
+        } = options;
         let mut decision = WorkingSet::new(settings);
         if let Some(tokens) = fixed_capacity {
             decision.set_capacity(tokens);
@@ -207,7 +213,13 @@ impl SessionAdmission {
             clock,
             due: Notify::new(),
             fixed_capacity,
+            keepalive,
         })
+    }
+
+    /// How often a held stream hears from the proxy while it waits (`None`: it does not).
+    pub fn keepalive(&self) -> Option<Duration> {
+        self.keepalive
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

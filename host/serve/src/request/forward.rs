@@ -1,7 +1,7 @@
 //! Sending a prepared call on: `request-arrival` to the tenant's policies, its session's turn
 //! under working-set admission (`--session-admission`: a held session's call waits), a place in the
 //! admission queue (`--upstream-max-in-flight`; the tenant's `admission` slot scores the request
-//! while it waits), a replica (several replicas: once more elsewhere if the first refuses the
+//! while it waits; a held stream kept alive meanwhile: [`super::held_stream`]), a replica (several replicas: once more elsewhere if the first refuses the
 //! connection), the upstream, and the answer back — whole, or relayed as it streams.
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -23,6 +23,7 @@ use super::state::{failed, revoked_error, unless_revoked, ProxyState};
 use crate::engine::admission::Applicant;
 use crate::engine::replicas::{Lease, RouteInput};
 use crate::engine::upstream;
+use crate::engine::working_set::HeldCall;
 use crate::front::error::ApiError;
 use crate::hints::parse::RequestHints;
 use crate::hints::tool_wait::tools_in_reply;
@@ -74,6 +75,7 @@ pub(super) async fn forward(
         ended,
         route,
         strip_usage,
+        streams,
         hints: _,
     } = prepared;
     let request_id = state.request_ids.fetch_add(1, Relaxed);
@@ -98,38 +100,50 @@ pub(super) async fn forward(
     // A place upstream; the wait is not the proxy's overhead.
     let queued = Instant::now();
     let revoked = guard.permit.revocation();
-    let waiting = waiting_item(request_id, agent, &identity);
-    let place = (&identity, agent, waiting, body.len());
-    if let Err(e) = wait_for_place(&state, &tenant, place, &revoked, &mut guard).await {
-        guard.finish(false, None);
-        return failed(&state, e.shaped(api.error_shape()));
-    }
-    let queue_wait = queued.elapsed();
-    let body = Bytes::from(body);
-    state
-        .metrics
-        .observe_overhead(received.elapsed().saturating_sub(queue_wait));
-    let outbound = Outbound {
-        path,
-        body: &body,
-        session: identity.session,
-        agent,
+    let held = join_ledger(&state, &tenant, &identity, agent, &mut guard);
+    let keepalive = match (&state.working_set, &held) {
+        (Some(working_set), Some(_)) if streams => working_set.keepalive(),
+        _ => None,
     };
-    if let Some(call) = &mut guard.working_set {
-        call.sent();
-    }
-    match send_placed(&state, &revoked, route, outbound).await {
-        Ok((reply, lease)) => {
-            guard.lease = lease.map(|mut lease| {
-                lease.prefill_complete();
-                lease
-            });
-            respond(&state, api, &tenant, guard, reply, &revoked, strip_usage).await
-        }
-        Err(e) => {
+    let waiting = waiting_item(request_id, agent, &identity);
+    let path = path.to_string();
+    let onward = async move {
+        let place = (&identity, held, waiting, body.len());
+        if let Err(e) = wait_for_place(&state, &tenant, place, &revoked, &mut guard).await {
             guard.finish(false, None);
-            failed(&state, e.shaped(api.error_shape()))
+            return failed(&state, e.shaped(api.error_shape()));
         }
+        let queue_wait = queued.elapsed();
+        let body = Bytes::from(body);
+        state
+            .metrics
+            .observe_overhead(received.elapsed().saturating_sub(queue_wait));
+        let outbound = Outbound {
+            path: &path,
+            body: &body,
+            session: identity.session,
+            agent,
+        };
+        if let Some(call) = &mut guard.working_set {
+            call.sent();
+        }
+        match send_placed(&state, &revoked, route, outbound).await {
+            Ok((reply, lease)) => {
+                guard.lease = lease.map(|mut lease| {
+                    lease.prefill_complete();
+                    lease
+                });
+                respond(&state, api, &tenant, guard, reply, &revoked, strip_usage).await
+            }
+            Err(e) => {
+                guard.finish(false, None);
+                failed(&state, e.shaped(api.error_shape()))
+            }
+        }
+    };
+    match keepalive {
+        Some(every) => super::held_stream::kept_alive(onward, every).await,
+        None => onward.await,
     }
 }
 
@@ -196,34 +210,30 @@ fn announce(
     state.metrics.in_flight.fetch_add(1, Relaxed);
 }
 
-/// A place upstream for the call: its session resident (`--session-admission working-set`), then
-/// a place among `--upstream-max-in-flight`, least-demoted first.
+/// With `--session-admission working-set`, the call joins the ledger (its end goes with
+/// `guard`): the hold it waits on when its session is held.
+fn join_ledger(
+    state: &ProxyState,
+    tenant: &Arc<Tenant>,
+    identity: &Identity,
+    agent: u32,
+    guard: &mut FinishGuard,
+) -> Option<HeldCall> {
+    let (call, held) = state.working_set.as_ref()?.arrive(tenant, identity, agent);
+    guard.working_set = Some(call);
+    held
+}
+
+/// A place upstream for the call: its session let go when `held` (until a rebalance does — at
+/// most its bound), then a place among `--upstream-max-in-flight`, least-demoted first. A revoked
+/// key stops either wait.
 async fn wait_for_place(
     state: &ProxyState,
     tenant: &Arc<Tenant>,
-    (identity, agent, waiting, bytes): (&Identity, u32, Item, usize),
+    (identity, held, waiting, bytes): (&Identity, Option<HeldCall>, Item, usize),
     revoked: &CancellationToken,
     guard: &mut FinishGuard,
 ) -> Result<(), ApiError> {
-    wait_for_session(state, tenant, (identity, agent), revoked, guard).await?;
-    wait_for_admission(state, tenant, revoked, guard, waiting, bytes).await
-}
-
-/// With `--session-admission working-set`, the call joins the ledger (its end goes with
-/// `guard`) and, when its session is held, waits until a rebalance lets it go — at most its
-/// bound; a revoked key stops the wait.
-async fn wait_for_session(
-    state: &ProxyState,
-    tenant: &Arc<Tenant>,
-    (identity, agent): (&Identity, u32),
-    revoked: &CancellationToken,
-    guard: &mut FinishGuard,
-) -> Result<(), ApiError> {
-    let Some(working_set) = &state.working_set else {
-        return Ok(());
-    };
-    let (call, held) = working_set.arrive(tenant, identity, agent);
-    guard.working_set = Some(call);
     if let Some(held) = held {
         let span = tracing::info_span!("session_hold", tenant = %tenant.name, session = identity.session);
         let waited = async {
@@ -232,7 +242,7 @@ async fn wait_for_session(
         };
         unless_revoked(state, revoked, waited).instrument(span).await?;
     }
-    Ok(())
+    wait_for_admission(state, tenant, revoked, guard, waiting, bytes).await
 }
 
 /// With `--upstream-max-in-flight`, a place upstream for `waiting` (a body of `bytes`): at once

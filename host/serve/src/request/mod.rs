@@ -11,6 +11,7 @@ pub mod engine_fields;
 mod finish;
 mod forward;
 mod head;
+mod held_stream;
 mod prepare;
 mod relay;
 pub mod sampling_fields;

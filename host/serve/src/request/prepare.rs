@@ -133,6 +133,8 @@ pub(super) struct Prepared {
     pub route: Option<RouteInput>,
     /// The proxy asked for the streamed usage the client did not: its usage chunk is dropped.
     pub strip_usage: bool,
+    /// The client asked for a stream (`"stream": true`).
+    pub streams: bool,
     /// The lifecycle hints its body's dialects said (applied with its headers' when it ends).
     pub hints: RequestHints,
 }
@@ -276,6 +278,7 @@ fn prepare(
         .map(|_| RouteInput::of_body(&json).with_session(identity.session));
     // Chat completions and completions stream usage only when asked; the other APIs always do.
     let strip_usage = api == AgentApi::ChatCompletions && super::stream_usage::ask_for_usage(&mut json);
+    let streams = json.get("stream").and_then(Value::as_bool) == Some(true);
     let body = json_with(state, &mut json, agent, &identity);
     Prepared {
         tenant,
@@ -287,6 +290,7 @@ fn prepare(
         ended,
         route,
         strip_usage,
+        streams,
         hints: RequestHints::default(),
     }
 }
