@@ -2,11 +2,13 @@
 //! `session-wait`), turned into classes of the eviction order. Both orders the policy can follow
 //! start the same way, by construction:
 //!
-//! 1. **Closed sessions' own blocks**, the earliest closed session's first, each session's least
-//!    recently used first — the `closed-first` rule. Only a session's own blocks: content another
-//!    session reused is reported with session 0, and an anchor (the agent's system prompt and
-//!    tools, which its other sessions start with) is never a closed session's. A closed session
-//!    that calls again is open again (a wrong hint).
+//! 1. **Closed sessions' blocks**, least recently used first — the `closed-first` rule exactly:
+//!    every block the engine reports with a closed session, its agent's anchor blocks included
+//!    (content another session reused, a shared anchor above all, is reported with session 0 and
+//!    is no closed session's). The robust order must be the rule it stands for: keeping a closed
+//!    session's anchor blocks put it 0.85 pp below closed-first on a replay where every
+//!    conversation has its own tools. A closed session that calls again is open again (a wrong
+//!    hint).
 //!
 //! Then the two orders differ ([`order`]): the **robust** one is LRU over the rest — closed-first
 //! exactly, or LRU exactly before any closing is heard; the **learned** one puts next
@@ -36,8 +38,10 @@ pub const MAX_WAITING: usize = 65_536;
 /// keeping ahead of live content.
 const KEEP_IF_LIKELIER: f32 = 0.5;
 
-/// Scores below this are the closed class ([`Classes::order`]: −2 − the sessions closed from it
-/// on, so ≤ −3); an unlikely wait scores at least −2, the rest at least 0.
+/// The closed class's score: below every other class (an unlikely wait scores at least −2, the
+/// rest at least 0).
+const CLOSED: f32 = -3.0;
+/// Scores below this are the closed class.
 pub const CLOSED_BELOW: f32 = -2.5;
 
 /// Which order a ranking follows past the closed class.
@@ -63,8 +67,8 @@ struct Waiting {
 /// What the policy was told of sessions' lives, and what it learned from it.
 #[derive(Debug, Clone)]
 pub struct Classes {
-    /// Closed sessions, with the order of their closing.
-    closed: Bounded<u64>,
+    /// Closed sessions.
+    closed: Bounded<()>,
     waiting: Bounded<Waiting>,
     curves: ReturnCurves,
     turnover: Turnover,
@@ -102,7 +106,7 @@ impl Classes {
                 }
                 if e.reason == EndReason::Closed {
                     self.closes_heard += 1;
-                    self.closed.insert(e.session, self.closes_heard);
+                    self.closed.insert(e.session, ());
                 }
             }
             _ => {}
@@ -160,10 +164,10 @@ impl Classes {
         }
     }
 
-    /// The scores of `order` for `items`: the closed class lowest (each closed session below the
-    /// ones closed after it), then — learned — the unlikely waits (−2 + ½ p), then `rest`'s
-    /// scores (≥ 0; robust: recency). `anchor` tells an item that is part of its agent's anchor.
-    /// The host breaks ties by recency, so equal scores are LRU within a class.
+    /// The scores of `order` for `items`: the closed class lowest, then — learned — the unlikely
+    /// waits (−2 + ½ p), then `rest`'s scores (≥ 0; robust: recency). `anchor` tells an item that
+    /// is part of its agent's anchor. The host breaks ties by recency, so equal scores are LRU
+    /// within a class.
     pub fn order(
         &self,
         items: &[Item],
@@ -172,25 +176,17 @@ impl Classes {
         anchor: impl Fn(&Item) -> bool,
         now_us: u64,
     ) -> Vec<f32> {
-        let own = |i: &Item| i.session != 0 && !anchor(i);
-        let seqs: Vec<Option<u64>> = items
-            .iter()
-            .map(|i| self.closed.get(i.session).copied().filter(|_| own(i)))
-            .collect();
-        let mut distinct: Vec<u64> = seqs.iter().flatten().copied().collect();
-        distinct.sort_unstable();
-        distinct.dedup();
         let mut p_of: HashMap<u64, Option<f32>> = HashMap::new();
         items
             .iter()
-            .zip(seqs)
             .zip(rest)
-            .map(|((item, seq), &rest)| {
-                if let Some(q) = seq {
-                    let later = distinct.len() - distinct.partition_point(|&d| d < q);
-                    return -2.0 - later as f32;
+            .map(|(item, &rest)| {
+                if item.session != 0 && self.closed.contains(item.session) {
+                    return CLOSED;
                 }
-                if order == Order::Learned && own(item) {
+                // A session's own content: not shared, not its agent's anchor.
+                let own = item.session != 0 && !anchor(item);
+                if order == Order::Learned && own {
                     let p = *p_of
                         .entry(item.session)
                         .or_insert_with(|| self.p_return(item.session, now_us));

@@ -17,9 +17,13 @@
 //! its victim once until it is asked for again), Bélády's rule says the block asked for again first
 //! should have been kept. Block hashes name content, so a request for either is seen whether or
 //! not it is still cached, and the first of the two asked for settles the pair for the order that
-//! kept it. The learned order ranks again once it leads by more than the noise; where the model
-//! knows nothing the orders agree and no pair is made. Pairs and evidence last about
-//! [`TURNOVERS`] turnovers, and the evidence starts afresh at every switch.
+//! kept it. The learned order ranks again once it leads by more than the noise — counted by
+//! prompts, not pairs: a prompt that comes back for a long evicted history settles thousands of
+//! pairs at once, all one way, and is one observation, not thousands (a clustered standard error;
+//! counted by pairs, such bursts kept handing the engine to a learned order that lost it again at
+//! once). Where the model knows nothing the orders agree and no pair is made.
+//! Pairs and evidence last about [`TURNOVERS`] turnovers, and the evidence starts afresh at every
+//! switch.
 
 use std::collections::HashSet;
 
@@ -78,6 +82,23 @@ struct Evidence {
     sampled: f64,
     engine_only: f64,
     shadow_only: f64,
+    /// Robust regime: the learned order's net pairs (won − lost) settled by the prompt in
+    /// progress, and the sum of the earlier prompts' squares — the noise by prompts.
+    prompt_net: f64,
+    sum_squares: f64,
+}
+
+impl Evidence {
+    /// A prompt's first block: the one before it is done.
+    fn prompt_starts(&mut self) {
+        self.sum_squares += self.prompt_net * self.prompt_net;
+        self.prompt_net = 0.0;
+    }
+
+    /// Three standard deviations of the net count, counted by prompts.
+    fn noise(&self) -> f64 {
+        Z * (self.sum_squares + self.prompt_net * self.prompt_net).sqrt()
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -147,12 +168,12 @@ impl Guard {
     fn settle(&mut self, winner: Order, now_us: u64) {
         let e = &mut self.evidence;
         match winner {
-            Order::Learned => e.learned += 1.0,
-            Order::Robust => e.robust += 1.0,
+            Order::Learned => (e.learned, e.prompt_net) = (e.learned + 1.0, e.prompt_net + 1.0),
+            Order::Robust => (e.robust, e.prompt_net) = (e.robust + 1.0, e.prompt_net - 1.0),
         }
         let (lead, settled) = (e.learned - e.robust, e.learned + e.robust);
         let enough = MIN_PAIRS * f64::from(1u32 << self.handbacks.min(MAX_BACKOFF));
-        if self.follows == Order::Robust && settled >= enough && lead > (Z * settled.sqrt()).max(1.0) {
+        if self.follows == Order::Robust && settled >= enough && lead > e.noise().max(1.0) {
             self.switch(Order::Learned, now_us);
         }
     }
@@ -222,6 +243,9 @@ impl Guard {
                 if !traffic {
                     return;
                 }
+                if block.parent_hash == 0 {
+                    self.evidence.prompt_starts();
+                }
                 if let (Some(shadow_hit), Order::Learned) = (self.shadow.access(h), self.follows) {
                     self.shadowed(hit, shadow_hit, now_us);
                 }
@@ -242,6 +266,7 @@ impl Guard {
                     &mut e.sampled,
                     &mut e.engine_only,
                     &mut e.shadow_only,
+                    &mut e.sum_squares,
                 ] {
                     *x *= keep;
                 }

@@ -4,7 +4,7 @@
 //! of the shadow too; it holds as many blocks as the engine and counts a hit when an accessed block
 //! is still in it, the least recently accessed going first.
 //!
-//! Closed sessions' own blocks go first in both orders (by construction, [`crate::classes`]), so
+//! Closed sessions' blocks go first in both orders (by construction, [`crate::classes`]), so
 //! whichever block the engine evicted from that class the shadow evicts too: what differs between
 //! the shadow and the engine is the order of the rest alone. No block event says whose a block is;
 //! the engine's rankings do, and the guard tells the shadow.

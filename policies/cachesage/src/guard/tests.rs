@@ -196,3 +196,41 @@ fn a_block_the_learned_order_would_evict_is_its_victim_once_until_it_is_asked_fo
     round(&mut g, 500);
     assert_eq!(g.evidence.learned.round(), 2.0);
 }
+
+#[test]
+fn the_pairs_one_prompt_settles_count_as_one_observation() {
+    // Rankings of A = 10i and B = 10i + 1: the robust order evicts every A, the learned one
+    // would evict every B; then prompts ask for the A's first (the learned order was right).
+    let evict_pairs = |g: &mut Guard, n: u64| {
+        for i in 0..n {
+            g.choose(
+                &[gpu_block(10 * i, 10 * i), gpu_block(10 * i + 1, 10 * i + 1)],
+                vec![0.0, 1.0],
+                vec![1.0, 0.0],
+            );
+            g.observe_block(&event(BlockOp::Removed, 10 * i), true, 0);
+        }
+    };
+    let block_of_prompt = |hash: u64, parent: u64| BlockEvent {
+        parent_hash: parent,
+        ..event(BlockOp::Stored, hash)
+    };
+    // One prompt of 40 blocks asks for all 40: a lead of 40, all on one prompt's say.
+    let mut g = robust(100);
+    evict_pairs(&mut g, 40);
+    for i in 0..40 {
+        let parent = if i == 0 { 0 } else { 10 * (i - 1) };
+        g.observe_block(&block_of_prompt(10 * i, parent), true, 0);
+    }
+    assert_eq!((g.evidence.learned, g.follows()), (40.0, Order::Robust));
+    // Forty prompts ask for one each: forty observations, and the learned order takes over.
+    let mut g = robust(100);
+    evict_pairs(&mut g, 40);
+    for i in 0..40 {
+        g.observe_block(&block_of_prompt(10 * i, 0), true, 0);
+        if g.follows() == Order::Learned {
+            return;
+        }
+    }
+    panic!("forty prompts' wins did not count");
+}
