@@ -260,6 +260,11 @@ async fn past_the_cache_sessions_are_held_where_prefill_costs_and_never_where_it
     );
     // A held streamed call heard from the proxy while it waited, once it waited past the interval.
     let kept_alive = results.iter().filter(|a| a.kept_alive).count();
+    assert_eq!(
+        series(&page, "agentrt_admission_held_streams_kept_alive_total"),
+        kept_alive as f64,
+        "/metrics counts the held streams kept alive"
+    );
     let interval = KEEPALIVE.as_secs_f64();
     assert!(
         kept_alive as f64 <= holds
@@ -289,6 +294,7 @@ async fn past_the_cache_sessions_are_held_where_prefill_costs_and_never_where_it
     assert_eq!(calls.load(Relaxed), (SESSIONS * CALLS) as u64);
     assert_eq!(series(&page, "agentrt_admission_holding_pays"), 0.0, "{page}");
     assert_eq!(series(&page, "agentrt_admission_holds_total"), 0.0, "{page}");
+    assert_eq!(series(&page, "agentrt_admission_held_streams_kept_alive_total"), 0.0);
 }
 
 /// One call of `session` with a prompt of `chars` characters; its status.

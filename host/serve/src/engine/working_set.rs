@@ -33,6 +33,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -64,8 +65,9 @@ pub struct SessionAdmission {
     due: Notify,
     /// `--kv-capacity-tokens`: the upstream's `/metrics` is not read.
     fixed_capacity: Option<u64>,
-    /// `--session-hold-keepalive-ms`.
+    /// `--session-hold-keepalive-ms`, and the held streams kept alive.
     keepalive: Option<Duration>,
+    kept_alive: AtomicU64,
 }
 
 struct Inner {
@@ -214,12 +216,18 @@ impl SessionAdmission {
             due: Notify::new(),
             fixed_capacity,
             keepalive,
+            kept_alive: AtomicU64::new(0),
         })
     }
 
     /// How often a held stream hears from the proxy while it waits (`None`: it does not).
     pub fn keepalive(&self) -> Option<Duration> {
         self.keepalive
+    }
+
+    /// A held stream was answered at once, to be kept alive while it waits.
+    pub fn count_kept_alive(&self) {
+        self.kept_alive.fetch_add(1, Relaxed);
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -530,6 +538,11 @@ impl Report for SessionAdmission {
             "agentrt_admission_held_wait_max_seconds",
             "The longest any call waited held.",
             f.max_wait_us as f64 / 1e6,
+        )?;
+        out.counter(
+            "agentrt_admission_held_streams_kept_alive_total",
+            "Streamed calls still held after --session-hold-keepalive-ms: answered at once and sent SSE comments while they waited.",
+            self.kept_alive.load(Relaxed),
         )?;
         out.counter("agentrt_admission_rebalances_total", "Rebalances run.", f.rebalances)
     }

@@ -107,6 +107,7 @@ pub(super) async fn forward(
     };
     let waiting = waiting_item(request_id, agent, &identity);
     let path = path.to_string();
+    let working_set = state.working_set.clone();
     let onward = async move {
         let place = (&identity, held, waiting, body.len());
         if let Err(e) = wait_for_place(&state, &tenant, place, &revoked, &mut guard).await {
@@ -142,7 +143,10 @@ pub(super) async fn forward(
         }
     };
     match keepalive {
-        Some(every) => super::held_stream::kept_alive(onward, every).await,
+        Some(every) => {
+            let counted = move || working_set.iter().for_each(|w| w.count_kept_alive());
+            super::held_stream::kept_alive(onward, every, counted).await
+        }
         None => onward.await,
     }
 }

@@ -28,12 +28,17 @@ const KEEPALIVE: &[u8] = b": agentrt: held, waiting for room in the engine's KV 
 const MAX_ERROR_BYTES: usize = 64 << 10;
 
 /// `onward` (the call's wait, its trip upstream and the answer), answered as it is when it is
-/// done within `every`, else as a stream kept alive every `every` until it is.
-pub(super) async fn kept_alive(onward: impl Future<Output = Response> + Send + 'static, every: Duration) -> Response {
+/// done within `every`, else as a stream kept alive every `every` until it is (`counted` then).
+pub(super) async fn kept_alive(
+    onward: impl Future<Output = Response> + Send + 'static,
+    every: Duration,
+    counted: impl FnOnce(),
+) -> Response {
     let mut onward = Box::pin(onward);
     if let Ok(response) = tokio::time::timeout(every, &mut onward).await {
         return response;
     }
+    counted();
     let (tx, mut rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
