@@ -145,6 +145,8 @@ pub(super) async fn forward(
     match keepalive {
         Some(every) => {
             let counted = move || working_set.iter().for_each(|w| w.count_kept_alive());
+            // It may finish on a task of its own: still on the request's span.
+            let onward = onward.instrument(tracing::Span::current());
             super::held_stream::kept_alive(onward, every, counted).await
         }
         None => onward.await,
