@@ -105,7 +105,83 @@ fn error_event(status: StatusCode, body: &[u8]) -> Bytes {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::sync::Arc;
+
     use super::*;
+
+    const EVERY: Duration = Duration::from_millis(20);
+
+    /// Sets its flag when dropped: the held call's wait, withdrawn when it goes.
+    struct Withdrawn(Arc<AtomicBool>);
+
+    impl Drop for Withdrawn {
+        fn drop(&mut self) {
+            self.0.store(true, SeqCst);
+        }
+    }
+
+    fn answer(status: StatusCode, content_type: &'static str, body: &'static str) -> Response {
+        let mut response = Response::new(Body::from(body));
+        *response.status_mut() = status;
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        response
+    }
+
+    #[tokio::test]
+    async fn a_call_let_go_within_the_interval_is_answered_as_it_is() {
+        let counted = Arc::new(AtomicBool::new(false));
+        let flag = counted.clone();
+        let onward = async { answer(StatusCode::TOO_MANY_REQUESTS, "application/json", "{}") };
+        let response = kept_alive(onward, EVERY, move || flag.store(true, SeqCst)).await;
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(!counted.load(SeqCst), "not counted as kept alive");
+    }
+
+    #[tokio::test]
+    async fn a_held_stream_hears_comments_then_the_answer_and_an_error_comes_as_an_event() {
+        let onward = async {
+            tokio::time::sleep(EVERY * 3).await;
+            answer(
+                StatusCode::BAD_GATEWAY,
+                "application/json",
+                r#"{"error":{"message":"upstream down"}}"#,
+            )
+        };
+        let response = kept_alive(onward, EVERY, || {}).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        let (comments, event) = text.rsplit_once("\n\n").unwrap().0.rsplit_once("\n\n").unwrap();
+        assert!(comments.lines().all(|l| l.is_empty() || l.starts_with(": ")), "{text}");
+        assert_eq!(event, r#"data: {"error":{"message":"upstream down"}}"#);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_leaves_a_held_stream_withdraws_its_wait() {
+        let withdrawn = Arc::new(AtomicBool::new(false));
+        let guard = Withdrawn(withdrawn.clone());
+        let onward = async move {
+            let _held = guard;
+            std::future::pending::<()>().await;
+            unreachable!()
+        };
+        let response = kept_alive(onward, EVERY, || {}).await;
+        let mut body = response.into_body().into_data_stream();
+        let first = body.next().await.unwrap().unwrap();
+        assert_eq!(first, Bytes::from_static(KEEPALIVE));
+        assert!(!withdrawn.load(SeqCst), "still waiting while the client reads");
+        drop(body);
+        for _ in 0..50 {
+            if withdrawn.load(SeqCst) {
+                return;
+            }
+            tokio::time::sleep(EVERY).await;
+        }
+        panic!("the wait outlived its client");
+    }
 
     #[test]
     fn an_answer_that_is_not_a_stream_becomes_one_error_event() {
