@@ -184,9 +184,8 @@ impl Classes {
                 if item.session != 0 && self.closed.contains(item.session) {
                     return CLOSED;
                 }
-                // A session's own content: not shared, not its agent's anchor.
-                let own = item.session != 0 && !anchor(item);
-                if order == Order::Learned && own {
+                // A session's own content (not shared, not its agent's anchor) may wait.
+                if order == Order::Learned && item.session != 0 && !anchor(item) {
                     let p = *p_of
                         .entry(item.session)
                         .or_insert_with(|| self.p_return(item.session, now_us));

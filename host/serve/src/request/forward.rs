@@ -1,8 +1,9 @@
 //! Sending a prepared call on: `request-arrival` to the tenant's policies, its session's turn
 //! under working-set admission (`--session-admission`: a held session's call waits), a place in the
 //! admission queue (`--upstream-max-in-flight`; the tenant's `admission` slot scores the request
-//! while it waits; a held stream kept alive meanwhile: [`super::held_stream`]), a replica (several replicas: once more elsewhere if the first refuses the
-//! connection), the upstream, and the answer back — whole, or relayed as it streams.
+//! while it waits; a held stream kept alive meanwhile: [`super::held_stream`]), a replica
+//! (several replicas: once more elsewhere if the first refuses the connection), the upstream, and
+//! the answer back — whole, or relayed as it streams.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -101,13 +102,13 @@ pub(super) async fn forward(
     let queued = Instant::now();
     let revoked = guard.permit.revocation();
     let held = join_ledger(&state, &tenant, &identity, agent, &mut guard);
+    // A held stream is kept alive, and counted by the working set that holds it.
     let keepalive = match (&state.working_set, &held) {
-        (Some(working_set), Some(_)) if streams => working_set.keepalive(),
+        (Some(working_set), Some(_)) if streams => working_set.keepalive().map(|every| (every, working_set.clone())),
         _ => None,
     };
     let waiting = waiting_item(request_id, agent, &identity);
     let path = path.to_string();
-    let working_set = state.working_set.clone();
     let onward = async move {
         let place = (&identity, held, waiting, body.len());
         if let Err(e) = wait_for_place(&state, &tenant, place, &revoked, &mut guard).await {
@@ -143,8 +144,8 @@ pub(super) async fn forward(
         }
     };
     match keepalive {
-        Some(every) => {
-            let counted = move || working_set.iter().for_each(|w| w.count_kept_alive());
+        Some((every, working_set)) => {
+            let counted = move || working_set.count_kept_alive();
             // It may finish on a task of its own: still on the request's span.
             let onward = onward.instrument(tracing::Span::current());
             super::held_stream::kept_alive(onward, every, counted).await
